@@ -1,0 +1,29 @@
+# Airtime's one task runner: the README and CI use these targets verbatim.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/airtime_demo
+export CARGO_TERM_COLOR ?= never
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+prerequisites:  ## Check the toolchain, the wasm target and PostgreSQL, installing what can be installed
+	@scripts/prerequisites.sh
+
+build: prerequisites  ## Build every binary (the policies are compiled to Wasm by the build)
+	cargo build --workspace --bins
+
+demo: build  ## Run a local demo: control plane, an agent for this host, an agent with simulated GPUs
+	@scripts/demo.sh
+
+test: build  ## Run the whole test suite against the local PostgreSQL
+	cargo test --workspace --no-fail-fast
+
+lint: prerequisites  ## cargo fmt --check and clippy with warnings as errors
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+bench: prerequisites  ## Run the benchmarks (see BENCHMARKS.md)
+	cargo bench --workspace
+
+.PHONY: help prerequisites build demo test lint bench

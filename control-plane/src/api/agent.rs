@@ -1,0 +1,255 @@
+//! The node agents' side of the API (see docs/agent-protocol.md): registration, telemetry (the
+//! heartbeat), the long-poll for the node's desired state, and workload events.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::api::extract::{Json, Path, Query};
+use crate::error::{ApiError, ApiResult};
+use crate::fleet::registry::{self, Registration, TelemetryReport};
+use crate::model::WorkloadState;
+use crate::server::AppState;
+use crate::workloads::transitions::{self, AgentEvent, EventOutcome};
+
+/// The longest an assignments long-poll waits before answering with the unchanged state.
+pub const MAX_LONG_POLL_MS: u64 = 30_000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/register", post(register))
+        .route("/nodes/{node_id}/telemetry", post(telemetry))
+        .route("/nodes/{node_id}/assignments", get(assignments))
+        .route(
+            "/nodes/{node_id}/workloads/{workload_id}/events",
+            post(event),
+        )
+}
+
+#[derive(Debug, Serialize)]
+struct Registered {
+    node_id: Uuid,
+    heartbeat_interval_ms: u64,
+}
+
+async fn register(
+    State(state): State<AppState>,
+    Json(req): Json<Registration>,
+) -> ApiResult<axum::Json<Registered>> {
+    registry::check_registration(&req)
+        .map_err(|m| ApiError::unprocessable("invalid_registration", m))?;
+    let node_id = registry::register(&state.db, &req).await?;
+    tracing::info!(node = %req.name, %node_id, gpus = req.gpus.len(), source = ?req.gpu_source, "node registered");
+    state.desired.announce();
+    state.wake.wake();
+    Ok(axum::Json(Registered {
+        node_id,
+        heartbeat_interval_ms: state.config.heartbeat_interval_ms,
+    }))
+}
+
+async fn telemetry(
+    State(state): State<AppState>,
+    Path(node_id): Path<Uuid>,
+    Json(report): Json<TelemetryReport>,
+) -> ApiResult<StatusCode> {
+    registry::check_telemetry(&report)
+        .map_err(|m| ApiError::unprocessable("invalid_telemetry", m))?;
+    if !registry::record_telemetry(&state.db, node_id, &report).await? {
+        return Err(node_not_found());
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn node_not_found() -> ApiError {
+    ApiError::NodeNotFound
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AssignmentsQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DesiredState {
+    pub version: u64,
+    pub assignments: Vec<Assignment>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Assignment {
+    pub workload_id: Uuid,
+    pub attempt: i32,
+    /// "run" or "stop".
+    pub action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub gpu_indices: Vec<i32>,
+    pub grace_period_ms: u64,
+}
+
+/// Long-poll: answers at once when the node's desired state is newer than `after`, else waits
+/// (woken as soon as a decision commits) up to `wait_ms`.
+async fn assignments(
+    State(state): State<AppState>,
+    Path(node_id): Path<Uuid>,
+    Query(q): Query<AssignmentsQuery>,
+) -> ApiResult<axum::Json<DesiredState>> {
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_LONG_POLL_MS));
+    // Subscribe before reading, so a change between the read and the wait is not missed.
+    let mut changes = state.desired.subscribe();
+    loop {
+        let version = desired_version(&state, node_id)
+            .await?
+            .ok_or_else(node_not_found)?;
+        if version > q.after || q.after == 0 || tokio::time::Instant::now() >= deadline {
+            return Ok(axum::Json(desired_state(&state, node_id, version).await?));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {}
+            changed = changes.changed() => { if changed.is_err() { tokio::time::sleep_until(deadline).await; } }
+        }
+    }
+}
+
+async fn desired_version(state: &AppState, node_id: Uuid) -> sqlx::Result<Option<u64>> {
+    let row: Option<(i64,)> = sqlx::query_as("SELECT desired_version FROM nodes WHERE id = $1")
+        .bind(node_id)
+        .fetch_optional(&state.db)
+        .await?;
+    Ok(row.map(|(v,)| v.max(0) as u64))
+}
+
+#[derive(sqlx::FromRow)]
+struct AssignmentRow {
+    id: Uuid,
+    attempt: i32,
+    state: WorkloadState,
+    command: Vec<String>,
+    env: serde_json::Value,
+    gpu_indices: Vec<i32>,
+    reason: Option<String>,
+}
+
+async fn desired_state(
+    state: &AppState,
+    node_id: Uuid,
+    version: u64,
+) -> sqlx::Result<DesiredState> {
+    let rows: Vec<AssignmentRow> = sqlx::query_as(
+        "SELECT w.id, w.attempt, w.state, w.command, w.env, \
+                COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
+                          JOIN gpus g ON g.id = gr.gpu_id WHERE gr.workload_id = w.id), '{}') AS gpu_indices, \
+                (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason \
+         FROM workloads w WHERE w.node_id = $1 ORDER BY w.submitted_at",
+    )
+    .bind(node_id)
+    .fetch_all(&state.db)
+    .await?;
+    let assignments = rows
+        .into_iter()
+        .map(|r| {
+            let run = matches!(r.state, WorkloadState::Scheduled | WorkloadState::Running);
+            Assignment {
+                workload_id: r.id,
+                attempt: r.attempt,
+                action: if run { "run" } else { "stop" },
+                reason: if run { None } else { r.reason },
+                command: r.command,
+                env: serde_json::from_value(r.env).unwrap_or_default(),
+                gpu_indices: r.gpu_indices,
+                grace_period_ms: state.config.grace_period_ms,
+            }
+        })
+        .collect();
+    Ok(DesiredState {
+        version,
+        assignments,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventReport {
+    attempt: i32,
+    event: EventKind,
+    #[serde(default)]
+    pid: Option<u32>,
+    #[serde(default)]
+    exit_code: Option<i32>,
+    #[serde(default)]
+    signal: Option<i32>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum EventKind {
+    Started,
+    Exited,
+    FailedToStart,
+}
+
+async fn event(
+    State(state): State<AppState>,
+    Path((node_id, workload_id)): Path<(Uuid, Uuid)>,
+    Json(report): Json<EventReport>,
+) -> ApiResult<StatusCode> {
+    let message = report
+        .message
+        .map(|m| m.chars().take(2000).collect::<String>());
+    let event = match report.event {
+        EventKind::Started => AgentEvent::Started { pid: report.pid },
+        EventKind::Exited => AgentEvent::Exited {
+            exit_code: report.exit_code,
+            signal: report.signal,
+            message,
+        },
+        EventKind::FailedToStart => AgentEvent::FailedToStart {
+            message: message.unwrap_or_default(),
+        },
+    };
+    let mut tx = state.db.begin().await?;
+    let outcome =
+        transitions::apply_agent_event(&mut tx, node_id, workload_id, report.attempt, &event)
+            .await?;
+    let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });
+    if freed {
+        sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+            .bind(node_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    if freed {
+        // Resources came free: schedule again now, and tell the agent its state changed.
+        state.desired.announce();
+        state.wake.wake();
+    }
+    match outcome {
+        EventOutcome::Applied => Ok(StatusCode::NO_CONTENT),
+        EventOutcome::Unchanged => Ok(StatusCode::NO_CONTENT),
+        EventOutcome::StaleAttempt { current } => Err(ApiError::conflict(
+            "stale_attempt",
+            format!(
+                "attempt {} is over; the current attempt is {current}",
+                report.attempt
+            ),
+        )),
+        EventOutcome::NotFound => Err(ApiError::NotFound("workload on this node")),
+    }
+}

@@ -1,0 +1,596 @@
+//! The extractors that authenticate a request: [`Caller`] for people and API tokens, [`NodeCaller`]
+//! for node agents. Put one in a handler's arguments and the handler runs only for an authenticated
+//! caller; then ask it what the caller may see and do.
+//!
+//! Every check reads the database: a session of a user who was disabled, lost the membership or
+//! changed the password a second ago is refused now, not when the JWT expires; an API token acts
+//! with the lesser of its own role and its owner's current one.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{Method, header};
+use uuid::Uuid;
+
+use crate::auth::jwt::JwtError;
+use crate::auth::tokens::{self, TokenKind};
+use crate::auth::{AuthContext, Role};
+use crate::error::{ApiError, ApiResult};
+
+const MISSING: &str = "authentication required: send Authorization: Bearer <token>";
+const INVALID: &str = "invalid, expired or revoked credentials";
+const EXPIRED: &str = "the session has expired; log in again";
+const NOT_AN_AGENT: &str =
+    "this endpoint is for node agents; authenticate with the node's credential";
+
+/// How the caller authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A session from `POST /auth/login` (its JWT id).
+    Session { jti: Uuid },
+    /// An API token (its id and name).
+    ApiToken { id: Uuid, name: String },
+}
+
+/// An authenticated person or API token, with the role and tenant it acts in.
+///
+/// Invariant: `tenant` is `None` exactly when `role` is [`Role::PlatformAdmin`].
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub user_id: Uuid,
+    /// The user's login name (for messages and the audit log).
+    pub user_name: String,
+    pub credential: Credential,
+    pub role: Role,
+    pub tenant: Option<Uuid>,
+    pub source_ip: Option<IpAddr>,
+}
+
+impl Caller {
+    pub fn is_platform_admin(&self) -> bool {
+        self.role == Role::PlatformAdmin
+    }
+
+    /// 403 unless the caller is a platform admin. For platform routes (fleet changes, tenants,
+    /// quotas, the platform policy): their existence is no secret.
+    pub fn require_platform_admin(&self) -> ApiResult<()> {
+        if self.is_platform_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden("this needs a platform admin"))
+        }
+    }
+
+    /// 403 unless the caller's role is at least `min` (in its own tenant).
+    pub fn require_role(&self, min: Role) -> ApiResult<()> {
+        if self.role >= min {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "this needs the {min} role; you have {}",
+                self.role
+            )))
+        }
+    }
+
+    /// The tenant every query must be restricted to: `None` means all tenants (platform admins).
+    pub fn tenant_filter(&self) -> Option<Uuid> {
+        if self.is_platform_admin() {
+            None
+        } else {
+            self.tenant
+        }
+    }
+
+    /// Whether the caller may see the data of `tenant`.
+    pub fn can_read_tenant(&self, tenant: Uuid) -> bool {
+        self.is_platform_admin() || self.tenant == Some(tenant)
+    }
+
+    /// Whether the caller may submit and cancel work in `tenant`.
+    pub fn can_write_tenant(&self, tenant: Uuid) -> bool {
+        self.can_read_tenant(tenant) && self.role >= Role::TenantMember
+    }
+
+    /// Whether the caller may manage `tenant`'s policies, members and tokens.
+    pub fn can_admin_tenant(&self, tenant: Uuid) -> bool {
+        self.can_read_tenant(tenant) && self.role >= Role::TenantAdmin
+    }
+
+    /// 404 (`what` not found) unless the caller may see `tenant`'s data: another tenant's
+    /// resource is indistinguishable from one that does not exist.
+    pub fn ensure_visible(&self, tenant: Uuid, what: &'static str) -> ApiResult<()> {
+        if self.can_read_tenant(tenant) {
+            Ok(())
+        } else {
+            Err(ApiError::NotFound(what))
+        }
+    }
+
+    /// 404 for another tenant's resource, 403 when the caller sees it but may not change it.
+    pub fn ensure_can_write(&self, tenant: Uuid, what: &'static str) -> ApiResult<()> {
+        self.ensure_visible(tenant, what)?;
+        self.require_role(Role::TenantMember)
+    }
+
+    /// 404 for another tenant's resource, 403 when the caller sees it but is not its admin.
+    pub fn ensure_can_admin(&self, tenant: Uuid, what: &'static str) -> ApiResult<()> {
+        self.ensure_visible(tenant, what)?;
+        self.require_role(Role::TenantAdmin)
+    }
+
+    /// True for a session (a person who logged in), false for an API token.
+    pub fn is_session(&self) -> bool {
+        matches!(self.credential, Credential::Session { .. })
+    }
+
+    /// `user` or `api_token`, for the audit log.
+    pub fn actor_kind(&self) -> &'static str {
+        match self.credential {
+            Credential::Session { .. } => "user",
+            Credential::ApiToken { .. } => "api_token",
+        }
+    }
+
+    /// The user's id for a session, the token's id for an API token.
+    pub fn actor_id(&self) -> Uuid {
+        match &self.credential {
+            Credential::Session { .. } => self.user_id,
+            Credential::ApiToken { id, .. } => *id,
+        }
+    }
+
+    /// `ada@example.com` or `ada@example.com (token ci-deploy)`.
+    pub fn actor_name(&self) -> String {
+        match &self.credential {
+            Credential::Session { .. } => self.user_name.clone(),
+            Credential::ApiToken { name, .. } => format!("{} (token {name})", self.user_name),
+        }
+    }
+
+    fn rate_key(&self) -> String {
+        match &self.credential {
+            Credential::Session { .. } => format!("user:{}", self.user_id),
+            Credential::ApiToken { id, .. } => format!("token:{id}"),
+        }
+    }
+}
+
+/// An authenticated node agent, acting for one node only.
+#[derive(Debug, Clone)]
+pub struct NodeCaller {
+    pub credential_id: Uuid,
+    pub node_name: String,
+    /// The node's id once it has registered.
+    pub node_id: Option<Uuid>,
+    pub source_ip: Option<IpAddr>,
+}
+
+impl NodeCaller {
+    /// 404 unless `node_id` is this agent's own node: an agent cannot act for another node, nor
+    /// learn whether another node id exists.
+    pub fn ensure_node(&self, node_id: Uuid) -> ApiResult<()> {
+        if self.node_id == Some(node_id) {
+            Ok(())
+        } else {
+            Err(ApiError::NotFound("node"))
+        }
+    }
+
+    /// 404 unless `name` is the node this credential was enrolled for (registration).
+    pub fn ensure_node_name(&self, name: &str) -> ApiResult<()> {
+        if self.node_name == name {
+            Ok(())
+        } else {
+            Err(ApiError::NotFound("node"))
+        }
+    }
+}
+
+/// The bearer token of a request: `Ok(None)` when there is no Authorization header.
+pub fn bearer(parts: &Parts) -> ApiResult<Option<&str>> {
+    let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::Unauthorized(INVALID))?;
+    let (scheme, token) = value
+        .trim()
+        .split_once(' ')
+        .ok_or(ApiError::Unauthorized(INVALID))?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.len() > 4096 {
+        return Err(ApiError::Unauthorized(INVALID));
+    }
+    Ok(Some(token))
+}
+
+/// The peer address, when the server was started with connect info.
+pub fn source_ip(parts: &Parts) -> Option<IpAddr> {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip())
+}
+
+/// The peer address as an extractor (never fails; `None` without connect info), for the routes
+/// that run before authentication (login, enrolment).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIp(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientIp(source_ip(parts)))
+    }
+}
+
+fn is_mutating(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+impl<S> FromRequestParts<S> for Caller
+where
+    Arc<AuthContext>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let auth = Arc::<AuthContext>::from_ref(state);
+        let token = bearer(parts)?.ok_or(ApiError::Unauthorized(MISSING))?;
+        let ip = source_ip(parts);
+        let caller = match TokenKind::of(token) {
+            Some(TokenKind::Api) => api_token_caller(&auth, token, ip).await?,
+            Some(TokenKind::Node) => {
+                // A valid node credential is known, but may only use the agent endpoints.
+                node_caller(&auth, token, ip).await?;
+                return Err(ApiError::forbidden(
+                    "node credentials may only use the agent endpoints",
+                ));
+            }
+            Some(TokenKind::Enrolment) => {
+                return Err(ApiError::Unauthorized(
+                    "an enrolment token is only exchanged at POST /agent/enrol",
+                ));
+            }
+            None => session_caller(&auth, token, ip).await?,
+        };
+        if is_mutating(&parts.method) {
+            auth.mutations
+                .check(&caller.rate_key(), Instant::now())
+                .map_err(ApiError::too_many_requests)?;
+        }
+        Ok(caller)
+    }
+}
+
+impl<S> FromRequestParts<S> for NodeCaller
+where
+    Arc<AuthContext>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let auth = Arc::<AuthContext>::from_ref(state);
+        let token = bearer(parts)?.ok_or(ApiError::Unauthorized(MISSING))?;
+        match TokenKind::of(token) {
+            Some(TokenKind::Node) => {}
+            Some(TokenKind::Enrolment) => {
+                return Err(ApiError::Unauthorized(
+                    "exchange the enrolment token at POST /agent/enrol first",
+                ));
+            }
+            // A person's or an API token's credential is refused like a bad one: agents' endpoints
+            // are for agents only.
+            _ => return Err(ApiError::Unauthorized(NOT_AN_AGENT)),
+        }
+        let caller = node_caller(&auth, token, source_ip(parts)).await?;
+        if is_mutating(&parts.method) {
+            // Agents report telemetry and events often: their bucket is ten times larger.
+            let key = format!("node:{}", caller.credential_id);
+            auth.node_mutations
+                .check(&key, Instant::now())
+                .map_err(ApiError::too_many_requests)?;
+        }
+        Ok(caller)
+    }
+}
+
+async fn session_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> ApiResult<Caller> {
+    let claims = auth.keys.verify(token).map_err(|err| match err {
+        JwtError::Expired => ApiError::Unauthorized(EXPIRED),
+        JwtError::Invalid => ApiError::Unauthorized(INVALID),
+    })?;
+    let row: Option<(String, bool, bool, i64, Option<Role>)> = sqlx::query_as(
+        "SELECT u.email, u.disabled, u.platform_admin, floor(extract(epoch FROM u.sessions_valid_after))::bigint, \
+                m.role \
+         FROM users u LEFT JOIN memberships m ON m.user_id = u.id AND m.tenant_id = $2 WHERE u.id = $1",
+    )
+    .bind(claims.sub)
+    .bind(claims.tenant)
+    .fetch_optional(&auth.db)
+    .await?;
+    let Some((email, disabled, platform_admin, valid_after, member_role)) = row else {
+        return Err(ApiError::Unauthorized(INVALID));
+    };
+    // Sessions issued before a password change or a disable are over (to the second).
+    if disabled || (claims.iat as i64) < valid_after {
+        return Err(ApiError::Unauthorized(INVALID));
+    }
+    let role = match (claims.role, claims.tenant) {
+        (Role::PlatformAdmin, None) if platform_admin => Role::PlatformAdmin,
+        // The role the user holds now, which may be lower (or higher) than when the session began.
+        (claimed, Some(_)) if claimed != Role::PlatformAdmin => {
+            member_role.ok_or(ApiError::Unauthorized(INVALID))?
+        }
+        _ => return Err(ApiError::Unauthorized(INVALID)),
+    };
+    Ok(Caller {
+        user_id: claims.sub,
+        user_name: email,
+        credential: Credential::Session { jti: claims.jti },
+        role,
+        tenant: claims.tenant,
+        source_ip: ip,
+    })
+}
+
+#[derive(sqlx::FromRow)]
+struct ApiTokenAuth {
+    id: Uuid,
+    name: String,
+    tenant_id: Option<Uuid>,
+    role: Role,
+    expired: bool,
+    revoked: bool,
+    owner_id: Uuid,
+    owner: String,
+    disabled: bool,
+    platform_admin: bool,
+    member_role: Option<Role>,
+    stale: bool,
+}
+
+async fn api_token_caller(
+    auth: &AuthContext,
+    token: &str,
+    ip: Option<IpAddr>,
+) -> ApiResult<Caller> {
+    if !tokens::well_formed(token, TokenKind::Api) {
+        return Err(ApiError::Unauthorized(INVALID));
+    }
+    let row: Option<ApiTokenAuth> = sqlx::query_as(
+        "SELECT k.id, k.name, k.tenant_id, k.role, COALESCE(k.expires_at <= now(), false) AS expired, \
+                k.revoked_at IS NOT NULL AS revoked, u.id AS owner_id, u.email AS owner, u.disabled, \
+                u.platform_admin, m.role AS member_role, \
+                (k.last_used_at IS NULL OR k.last_used_at < now() - interval '60 seconds') AS stale \
+         FROM api_tokens k JOIN users u ON u.id = k.owner_id \
+         LEFT JOIN memberships m ON m.user_id = u.id AND m.tenant_id = k.tenant_id \
+         WHERE k.secret_sha256 = $1",
+    )
+    .bind(tokens::hash(token))
+    .fetch_optional(&auth.db)
+    .await?;
+    let Some(t) = row else {
+        return Err(ApiError::Unauthorized(INVALID));
+    };
+    if t.expired || t.revoked || t.disabled {
+        return Err(ApiError::Unauthorized(INVALID));
+    }
+    // The owner's authority now: a token never outlives or outranks its owner's role.
+    let owner_role = if t.platform_admin {
+        Some(Role::PlatformAdmin)
+    } else {
+        t.member_role
+    };
+    let role = match owner_role {
+        Some(owner_role) if t.tenant_id.is_some() || owner_role == Role::PlatformAdmin => {
+            t.role.min(owner_role)
+        }
+        _ => return Err(ApiError::Unauthorized(INVALID)),
+    };
+    // A platform admin's tenant token acts in its tenant with at most tenant_admin.
+    let role = if t.tenant_id.is_some() {
+        role.min(Role::TenantAdmin)
+    } else {
+        role
+    };
+    if t.stale {
+        // Last use, to the minute: one write per token per minute at most.
+        sqlx::query("UPDATE api_tokens SET last_used_at = now() WHERE id = $1")
+            .bind(t.id)
+            .execute(&auth.db)
+            .await?;
+    }
+    Ok(Caller {
+        user_id: t.owner_id,
+        user_name: t.owner,
+        credential: Credential::ApiToken {
+            id: t.id,
+            name: t.name,
+        },
+        role,
+        tenant: t.tenant_id,
+        source_ip: ip,
+    })
+}
+
+async fn node_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> ApiResult<NodeCaller> {
+    if !tokens::well_formed(token, TokenKind::Node) {
+        return Err(ApiError::Unauthorized(INVALID));
+    }
+    let row: Option<(Uuid, String, Option<Uuid>, bool, bool)> = sqlx::query_as(
+        "SELECT id, node_name, node_id, revoked_at IS NOT NULL, \
+                (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds') \
+         FROM node_credentials WHERE secret_sha256 = $1",
+    )
+    .bind(tokens::hash(token))
+    .fetch_optional(&auth.db)
+    .await?;
+    let Some((credential_id, node_name, node_id, revoked, stale)) = row else {
+        return Err(ApiError::Unauthorized(INVALID));
+    };
+    if revoked {
+        return Err(ApiError::Unauthorized(INVALID));
+    }
+    if stale {
+        sqlx::query("UPDATE node_credentials SET last_used_at = now() WHERE id = $1")
+            .bind(credential_id)
+            .execute(&auth.db)
+            .await?;
+    }
+    Ok(NodeCaller {
+        credential_id,
+        node_name,
+        node_id,
+        source_ip: ip,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+
+    fn caller(role: Role, tenant: Option<Uuid>) -> Caller {
+        Caller {
+            user_id: Uuid::new_v4(),
+            user_name: "ada@example.com".into(),
+            credential: Credential::Session {
+                jti: Uuid::new_v4(),
+            },
+            role,
+            tenant,
+            source_ip: None,
+        }
+    }
+
+    fn parts(authorization: Option<&str>) -> Parts {
+        let mut req = Request::builder().uri("/api/v1/workloads");
+        if let Some(value) = authorization {
+            req = req.header(header::AUTHORIZATION, value);
+        }
+        req.body(()).expect("request").into_parts().0
+    }
+
+    #[test]
+    fn a_platform_admin_sees_every_tenant() {
+        let admin = caller(Role::PlatformAdmin, None);
+        let any = Uuid::new_v4();
+        assert_eq!(admin.tenant_filter(), None);
+        assert!(
+            admin.can_read_tenant(any)
+                && admin.can_write_tenant(any)
+                && admin.can_admin_tenant(any)
+        );
+        assert!(admin.require_platform_admin().is_ok());
+    }
+
+    #[test]
+    fn another_tenants_resource_is_not_found_whatever_the_role() {
+        let mine = Uuid::new_v4();
+        let theirs = Uuid::new_v4();
+        for role in Role::TENANT_ROLES {
+            let c = caller(role, Some(mine));
+            assert_eq!(c.tenant_filter(), Some(mine));
+            assert!(!c.can_read_tenant(theirs));
+            for result in [
+                c.ensure_visible(theirs, "workload"),
+                c.ensure_can_write(theirs, "workload"),
+                c.ensure_can_admin(theirs, "workload"),
+            ] {
+                assert!(
+                    matches!(result, Err(ApiError::NotFound("workload"))),
+                    "{role}: {result:?}"
+                );
+            }
+            assert!(matches!(
+                c.require_platform_admin(),
+                Err(ApiError::Forbidden(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn within_its_tenant_a_role_allows_what_it_names() {
+        let mine = Uuid::new_v4();
+        let viewer = caller(Role::Viewer, Some(mine));
+        assert!(viewer.ensure_visible(mine, "w").is_ok());
+        assert!(matches!(
+            viewer.ensure_can_write(mine, "w"),
+            Err(ApiError::Forbidden(_))
+        ));
+        let member = caller(Role::TenantMember, Some(mine));
+        assert!(member.ensure_can_write(mine, "w").is_ok());
+        assert!(matches!(
+            member.ensure_can_admin(mine, "w"),
+            Err(ApiError::Forbidden(_))
+        ));
+        let admin = caller(Role::TenantAdmin, Some(mine));
+        assert!(admin.ensure_can_admin(mine, "w").is_ok());
+    }
+
+    #[test]
+    fn an_agent_acts_only_for_its_own_node() {
+        let own = Uuid::new_v4();
+        let agent = NodeCaller {
+            credential_id: Uuid::new_v4(),
+            node_name: "gpu-1".into(),
+            node_id: Some(own),
+            source_ip: None,
+        };
+        assert!(agent.ensure_node(own).is_ok());
+        assert!(matches!(
+            agent.ensure_node(Uuid::new_v4()),
+            Err(ApiError::NotFound("node"))
+        ));
+        assert!(agent.ensure_node_name("gpu-1").is_ok());
+        assert!(agent.ensure_node_name("gpu-2").is_err());
+        let unregistered = NodeCaller {
+            node_id: None,
+            ..agent
+        };
+        assert!(unregistered.ensure_node(own).is_err());
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_parsed_strictly() {
+        assert_eq!(bearer(&parts(None)).expect("absent"), None);
+        assert_eq!(bearer(&parts(Some("Bearer abc"))).expect("ok"), Some("abc"));
+        assert_eq!(
+            bearer(&parts(Some("bearer   abc "))).expect("ok"),
+            Some("abc")
+        );
+        for bad in ["Basic YWRhOnB3", "Bearer", "Bearer ", "abc", "Token abc"] {
+            assert!(
+                matches!(bearer(&parts(Some(bad))), Err(ApiError::Unauthorized(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_actor_names_the_token_and_its_owner() {
+        let mut c = caller(Role::TenantMember, Some(Uuid::new_v4()));
+        assert_eq!(
+            (c.actor_kind(), c.actor_name().as_str()),
+            ("user", "ada@example.com")
+        );
+        let id = Uuid::new_v4();
+        c.credential = Credential::ApiToken {
+            id,
+            name: "ci".into(),
+        };
+        assert_eq!(c.actor_kind(), "api_token");
+        assert_eq!(c.actor_id(), id);
+        assert_eq!(c.actor_name(), "ada@example.com (token ci)");
+        assert!(!c.is_session());
+    }
+}

@@ -1,0 +1,292 @@
+//! Typed configuration from flags and environment. Parsing never touches the process environment
+//! directly (clap reads it), so tests build a `Config` from an argument list.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "airtime-control-plane",
+    version,
+    about = "Airtime control plane"
+)]
+pub struct Config {
+    /// Address to listen on. Port 0 picks a free port; the bound address is printed on stdout.
+    #[arg(long, env = "AIRTIME_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// PostgreSQL connection URL. Migrations are applied at start-up.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+
+    /// Maximum connections in the database pool.
+    #[arg(long, env = "AIRTIME_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+
+    /// Period of the scheduling tick in milliseconds; events (submit, end, node join/loss) wake the
+    /// loop sooner.
+    #[arg(long, env = "AIRTIME_TICK_MS", default_value_t = 1000)]
+    pub tick_ms: u64,
+
+    /// How often node agents send telemetry (the heartbeat), in milliseconds.
+    #[arg(long, env = "AIRTIME_HEARTBEAT_INTERVAL_MS", default_value_t = 2000)]
+    pub heartbeat_interval_ms: u64,
+
+    /// A node silent for this long is marked lost and its workloads are requeued.
+    #[arg(long, env = "AIRTIME_NODE_LOST_AFTER_MS", default_value_t = 15000)]
+    pub node_lost_after_ms: u64,
+
+    /// Grace period between SIGTERM (the checkpoint signal) and SIGKILL when a workload is stopped.
+    #[arg(long, env = "AIRTIME_GRACE_PERIOD_MS", default_value_t = 30000)]
+    pub grace_period_ms: u64,
+
+    /// Largest JSON request body accepted, in bytes.
+    #[arg(long, env = "AIRTIME_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Largest policy module accepted at upload, in bytes.
+    #[arg(long, env = "AIRTIME_MAX_POLICY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_policy_bytes: usize,
+
+    /// Requests running longer than this are answered 408. Agent long-polls stay below it.
+    #[arg(long, env = "AIRTIME_REQUEST_TIMEOUT_MS", default_value_t = 60000)]
+    pub request_timeout_ms: u64,
+
+    /// How long telemetry history is kept, in hours.
+    #[arg(long, env = "AIRTIME_TELEMETRY_RETENTION_HOURS", default_value_t = 24)]
+    pub telemetry_retention_hours: u32,
+
+    /// Log format.
+    #[arg(long, env = "AIRTIME_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Secret that signs session tokens (HS256), at least 32 bytes. Required unless
+    /// --jwt-secret-file is given. Every replica of the control plane needs the same one.
+    #[arg(
+        long,
+        env = "AIRTIME_JWT_SECRET",
+        hide_env_values = true,
+        conflicts_with = "jwt_secret_file"
+    )]
+    pub jwt_secret: Option<crate::auth::SecretString>,
+
+    /// File holding the session signing secret; created with a random secret (mode 0600) when it
+    /// does not exist.
+    #[arg(long, env = "AIRTIME_JWT_SECRET_FILE", value_name = "PATH")]
+    pub jwt_secret_file: Option<PathBuf>,
+
+    /// Lifetime of a session token from POST /auth/login, in seconds.
+    #[arg(long, env = "AIRTIME_SESSION_TTL_SECS", default_value_t = 3600)]
+    pub session_ttl_secs: u64,
+
+    /// Mutating requests (POST, PUT, PATCH, DELETE) per minute per token or session, on average;
+    /// 0 disables the limit.
+    #[arg(long, env = "AIRTIME_MUTATIONS_PER_MINUTE", default_value_t = 600)]
+    pub mutations_per_minute: u32,
+
+    /// Mutating requests a token or session may send at once before the per-minute rate applies.
+    #[arg(long, env = "AIRTIME_MUTATION_BURST", default_value_t = 120)]
+    pub mutation_burst: u32,
+
+    /// Failed logins allowed per user name and address before each further attempt must wait
+    /// (1 s, doubling up to 15 minutes).
+    #[arg(long, env = "AIRTIME_LOGIN_MAX_FAILURES", default_value_t = 5)]
+    pub login_max_failures: u32,
+
+    /// Create the first platform admin with this login name and exit. The password is read from
+    /// AIRTIME_BOOTSTRAP_PASSWORD or the first line of standard input. Refused when a platform
+    /// admin exists already.
+    #[arg(long, value_name = "EMAIL")]
+    pub bootstrap_admin: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Parse(#[from] clap::Error),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Parses and validates an argument list (the first item is the program name).
+    pub fn try_from_args<I, T>(args: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let config = Self::try_parse_from(args)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.tick_ms == 0 {
+            return invalid("--tick-ms must be at least 1");
+        }
+        if self.heartbeat_interval_ms == 0 {
+            return invalid("--heartbeat-interval-ms must be at least 1");
+        }
+        if self.node_lost_after_ms < 2 * self.heartbeat_interval_ms {
+            return invalid("--node-lost-after-ms must be at least twice --heartbeat-interval-ms");
+        }
+        if self.db_max_connections < 2 {
+            return invalid(
+                "--db-max-connections must be at least 2 (the loop and the API each need one)",
+            );
+        }
+        if self.max_body_bytes < 1024 {
+            return invalid("--max-body-bytes must be at least 1024");
+        }
+        if self.request_timeout_ms <= crate::api::agent::MAX_LONG_POLL_MS + 5000 {
+            return invalid("--request-timeout-ms must exceed the agents' 30 s long-poll by 5 s");
+        }
+        if let Some(secret) = &self.jwt_secret
+            && secret.expose().len() < crate::auth::jwt::MIN_SECRET_LEN
+        {
+            return invalid("--jwt-secret (AIRTIME_JWT_SECRET) must be at least 32 bytes");
+        }
+        if !(60..=86_400).contains(&self.session_ttl_secs) {
+            return invalid("--session-ttl-secs must be between 60 and 86400");
+        }
+        if self.mutation_burst == 0 {
+            return invalid("--mutation-burst must be at least 1");
+        }
+        if self.login_max_failures == 0 {
+            return invalid("--login-max-failures must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub fn tick(&self) -> Duration {
+        Duration::from_millis(self.tick_ms)
+    }
+    pub fn node_lost_after(&self) -> Duration {
+        Duration::from_millis(self.node_lost_after_ms)
+    }
+
+    /// The access-control settings.
+    pub fn auth_settings(&self) -> crate::auth::AuthSettings {
+        crate::auth::AuthSettings {
+            session_ttl: Duration::from_secs(self.session_ttl_secs),
+            mutations_per_minute: self.mutations_per_minute,
+            mutation_burst: self.mutation_burst,
+            login_max_failures: self.login_max_failures,
+        }
+    }
+
+    /// The session signing secret: `--jwt-secret`, or the content of `--jwt-secret-file` (created
+    /// with a random secret when missing).
+    pub fn signing_secret(&self) -> anyhow::Result<Vec<u8>> {
+        if let Some(secret) = &self.jwt_secret {
+            return Ok(secret.expose().as_bytes().to_vec());
+        }
+        match &self.jwt_secret_file {
+            Some(path) => crate::auth::jwt::load_or_create_secret(path),
+            None => anyhow::bail!("set --jwt-secret (AIRTIME_JWT_SECRET) or --jwt-secret-file"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Config, ConfigError> {
+        let mut args = vec!["airtime-control-plane", "--database-url", "postgres://x/y"];
+        args.extend_from_slice(extra);
+        Config::try_from_args(args)
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = parse(&[]).expect("defaults parse");
+        assert_eq!(config.tick(), Duration::from_secs(1));
+        assert_eq!(config.listen.port(), 8080);
+    }
+
+    #[test]
+    fn a_zero_tick_is_refused_with_the_flag_named() {
+        let err = parse(&["--tick-ms", "0"]).expect_err("zero tick");
+        assert!(err.to_string().contains("--tick-ms"), "{err}");
+    }
+
+    #[test]
+    fn node_loss_must_allow_a_missed_heartbeat() {
+        let err = parse(&[
+            "--heartbeat-interval-ms",
+            "5000",
+            "--node-lost-after-ms",
+            "6000",
+        ])
+        .expect_err("too tight");
+        assert!(err.to_string().contains("--node-lost-after-ms"), "{err}");
+    }
+
+    #[test]
+    fn a_short_jwt_secret_is_refused_without_being_echoed() {
+        let err = parse(&["--jwt-secret", "tooshort-secret"]).expect_err("short");
+        assert!(err.to_string().contains("--jwt-secret"), "{err}");
+        assert!(!err.to_string().contains("tooshort-secret"), "{err}");
+        let config =
+            parse(&["--jwt-secret", "0123456789abcdef0123456789abcdef"]).expect("long enough");
+        assert!(
+            !format!("{config:?}").contains("0123456789abcdef"),
+            "Debug must not show the secret"
+        );
+        assert_eq!(
+            config.signing_secret().expect("secret"),
+            b"0123456789abcdef0123456789abcdef"
+        );
+    }
+
+    #[test]
+    fn a_secret_file_is_created_once_and_reused() {
+        let dir =
+            std::env::temp_dir().join(format!("airtime-config-test-{}", uuid::Uuid::new_v4()));
+        let path = dir.join("jwt.key");
+        let path_arg = path.to_string_lossy().into_owned();
+        let config = parse(&["--jwt-secret-file", &path_arg]).expect("file");
+        let first = config.signing_secret().expect("created");
+        assert!(first.len() >= 32);
+        assert_eq!(
+            config.signing_secret().expect("read"),
+            first,
+            "the same secret on the next start"
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path)
+                .expect("metadata")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "only the owner may read the key file");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+        assert!(
+            parse(&[
+                "--jwt-secret-file",
+                &path_arg,
+                "--jwt-secret",
+                &"x".repeat(40)
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn an_unknown_flag_is_an_error() {
+        assert!(parse(&["--no-such-flag"]).is_err());
+    }
+}

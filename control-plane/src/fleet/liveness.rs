@@ -1,0 +1,84 @@
+//! Watches the fleet: a node whose agent has been silent past `--node-lost-after-ms` is marked lost
+//! and its workloads go back to the queue; old telemetry history is pruned.
+
+use std::time::Duration;
+
+use crate::server::AppState;
+use crate::signals::Shutdown;
+use crate::workloads::transitions;
+
+pub async fn run(state: AppState, shutdown: Shutdown) {
+    let period = (state.config.node_lost_after() / 4).max(Duration::from_millis(200));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last_prune = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        match mark_lost_nodes(&state).await {
+            Ok(0) => {}
+            Ok(lost) => {
+                tracing::warn!(lost, "nodes lost; their workloads were requeued");
+                state.desired.announce();
+                state.wake.wake();
+            }
+            Err(err) => tracing::error!(error = %err, "checking node liveness"),
+        }
+        if last_prune.elapsed() > Duration::from_secs(600) {
+            last_prune = tokio::time::Instant::now();
+            if let Err(err) = prune_telemetry(&state).await {
+                tracing::error!(error = %err, "pruning telemetry history");
+            }
+        }
+    }
+}
+
+/// Marks silent nodes lost and requeues their work, one transaction per node so a failure leaves
+/// nothing half-done.
+pub async fn mark_lost_nodes(state: &AppState) -> sqlx::Result<usize> {
+    let lost_after_ms = state.config.node_lost_after_ms as f64;
+    let silent: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT id, name FROM nodes WHERE state <> 'lost' \
+         AND last_seen_at < now() - make_interval(secs => $1 / 1000.0)",
+    )
+    .bind(lost_after_ms)
+    .fetch_all(&state.db)
+    .await?;
+    for (node_id, name) in &silent {
+        let mut tx = state.db.begin().await?;
+        let still_silent = sqlx::query(
+            "UPDATE nodes SET state = 'lost', desired_version = desired_version + 1 \
+             WHERE id = $1 AND state <> 'lost' AND last_seen_at < now() - make_interval(secs => $2 / 1000.0)",
+        )
+        .bind(node_id)
+        .bind(lost_after_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if still_silent == 1 {
+            transitions::requeue_node(
+                &mut tx,
+                *node_id,
+                &format!("node {name} was lost (no heartbeat)"),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(silent.len())
+}
+
+async fn prune_telemetry(state: &AppState) -> sqlx::Result<()> {
+    let hours = f64::from(state.config.telemetry_retention_hours);
+    sqlx::query("DELETE FROM node_telemetry WHERE at < now() - make_interval(hours => $1::int)")
+        .bind(hours as i32)
+        .execute(&state.db)
+        .await?;
+    sqlx::query("DELETE FROM gpu_telemetry WHERE at < now() - make_interval(hours => $1::int)")
+        .bind(hours as i32)
+        .execute(&state.db)
+        .await?;
+    Ok(())
+}

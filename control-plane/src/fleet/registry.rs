@@ -1,0 +1,257 @@
+//! What agents tell the control plane about their node: registration and telemetry.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::model::GpuSource;
+use crate::workloads::transitions;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Registration {
+    pub name: String,
+    pub hostname: String,
+    pub cpu_millis: u32,
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cost_per_hour: Option<f64>,
+    pub agent_version: String,
+    pub gpu_source: GpuSource,
+    #[serde(default)]
+    pub gpus: Vec<GpuInventory>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuInventory {
+    pub index: u32,
+    #[serde(default)]
+    pub uuid: Option<String>,
+    pub model: String,
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub nvlink_group: Option<u32>,
+    pub simulated: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryReport {
+    pub cpu_util: f32,
+    pub memory_used_mb: u64,
+    #[serde(default)]
+    pub gpus: Vec<GpuSample>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSample {
+    pub index: u32,
+    #[serde(default)]
+    pub util: Option<f32>,
+    #[serde(default)]
+    pub memory_used_mb: Option<u64>,
+    #[serde(default)]
+    pub temperature_c: Option<f32>,
+    #[serde(default)]
+    pub power_w: Option<f32>,
+    #[serde(default)]
+    pub ecc_errors: Option<u64>,
+}
+
+/// A precise reason a registration or report is refused (answered 422, nothing written).
+pub fn check_registration(r: &Registration) -> Result<(), String> {
+    if r.name.is_empty() || r.name.len() > 253 || r.name.chars().any(|c| c.is_control()) {
+        return Err("name must be 1 to 253 printable characters".into());
+    }
+    if r.cpu_millis == 0 {
+        return Err("cpu_millis must be positive".into());
+    }
+    if i64::try_from(r.memory_mb).is_err() {
+        return Err("memory_mb is out of range".into());
+    }
+    if let Some(cost) = r.cost_per_hour
+        && !(cost.is_finite() && cost >= 0.0)
+    {
+        return Err("cost_per_hour must be a non-negative number".into());
+    }
+    if r.gpus.len() > 64 {
+        return Err("a node may advertise at most 64 GPUs".into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for gpu in &r.gpus {
+        if !seen.insert(gpu.index) {
+            return Err(format!("GPU index {} is listed twice", gpu.index));
+        }
+        if gpu.index > 63 {
+            return Err(format!("GPU index {} is out of range (0..=63)", gpu.index));
+        }
+        if gpu.model.is_empty() || gpu.model.len() > 128 {
+            return Err(format!(
+                "GPU {}: model must be 1 to 128 characters",
+                gpu.index
+            ));
+        }
+        if i64::try_from(gpu.memory_mb).is_err() {
+            return Err(format!("GPU {}: memory_mb is out of range", gpu.index));
+        }
+    }
+    if r.gpu_source == GpuSource::None && !r.gpus.is_empty() {
+        return Err("gpu_source \"none\" cannot list GPUs".into());
+    }
+    Ok(())
+}
+
+pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
+    let unit = |v: f32| v.is_finite() && (0.0..=1.0).contains(&v);
+    if !unit(t.cpu_util) {
+        return Err("cpu_util must be between 0 and 1".into());
+    }
+    for g in &t.gpus {
+        if let Some(u) = g.util
+            && !unit(u)
+        {
+            return Err(format!("GPU {}: util must be between 0 and 1", g.index));
+        }
+        for (name, v) in [("temperature_c", g.temperature_c), ("power_w", g.power_w)] {
+            if let Some(v) = v
+                && !v.is_finite()
+            {
+                return Err(format!("GPU {}: {name} must be a finite number", g.index));
+            }
+        }
+    }
+    if i64::try_from(t.memory_used_mb).is_err() {
+        return Err("memory_used_mb is out of range".into());
+    }
+    Ok(())
+}
+
+/// Registers a node, or refreshes one that registered before under the same name. A node that
+/// registers again has a freshly started agent that runs nothing: what it ran before is requeued.
+pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
+    let mut tx = db.begin().await?;
+    let labels = serde_json::to_value(&r.labels).unwrap_or_default();
+    let (node_id,): (Uuid,) = sqlx::query_as(
+        "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, labels, cost_per_hour, \
+                            gpu_source, agent_version) \
+         VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9) \
+         ON CONFLICT (name) DO UPDATE SET hostname = EXCLUDED.hostname, state = 'ready', \
+             cpu_millis = EXCLUDED.cpu_millis, memory_mb = EXCLUDED.memory_mb, labels = EXCLUDED.labels, \
+             cost_per_hour = EXCLUDED.cost_per_hour, gpu_source = EXCLUDED.gpu_source, \
+             agent_version = EXCLUDED.agent_version, last_seen_at = now(), \
+             desired_version = nodes.desired_version + 1 \
+         RETURNING id",
+    )
+    .bind(Uuid::now_v7())
+    .bind(&r.name)
+    .bind(&r.hostname)
+    .bind(r.cpu_millis as i32)
+    .bind(r.memory_mb as i64)
+    .bind(labels)
+    .bind(r.cost_per_hour)
+    .bind(r.gpu_source)
+    .bind(&r.agent_version)
+    .fetch_one(&mut *tx)
+    .await?;
+
+    sqlx::query("UPDATE gpus SET present = false WHERE node_id = $1")
+        .bind(node_id)
+        .execute(&mut *tx)
+        .await?;
+    for gpu in &r.gpus {
+        sqlx::query(
+            "INSERT INTO gpus (id, node_id, device_index, uuid, model, memory_mb, nvlink_group, simulated) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (node_id, device_index) DO UPDATE SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, \
+                 memory_mb = EXCLUDED.memory_mb, nvlink_group = EXCLUDED.nvlink_group, \
+                 simulated = EXCLUDED.simulated, present = true",
+        )
+        .bind(Uuid::now_v7())
+        .bind(node_id)
+        .bind(gpu.index as i32)
+        .bind(&gpu.uuid)
+        .bind(&gpu.model)
+        .bind(gpu.memory_mb as i64)
+        .bind(gpu.nvlink_group.map(|g| g as i32))
+        .bind(gpu.simulated)
+        .execute(&mut *tx)
+        .await?;
+    }
+    transitions::requeue_node(&mut tx, node_id, "its node agent restarted").await?;
+    tx.commit().await?;
+    Ok(node_id)
+}
+
+/// Records a telemetry report and counts it as the node's heartbeat. Returns false for an unknown
+/// node (the agent registers again).
+pub async fn record_telemetry(
+    db: &PgPool,
+    node_id: Uuid,
+    t: &TelemetryReport,
+) -> sqlx::Result<bool> {
+    let mut tx = db.begin().await?;
+    let updated = sqlx::query(
+        "UPDATE nodes SET last_seen_at = now(), cpu_util = $2, memory_used_mb = $3, \
+             state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END \
+         WHERE id = $1",
+    )
+    .bind(node_id)
+    .bind(t.cpu_util)
+    .bind(t.memory_used_mb as i64)
+    .execute(&mut *tx)
+    .await?;
+    if updated.rows_affected() == 0 {
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO node_telemetry (node_id, cpu_util, memory_used_mb) VALUES ($1, $2, $3)",
+    )
+    .bind(node_id)
+    .bind(t.cpu_util)
+    .bind(t.memory_used_mb as i64)
+    .execute(&mut *tx)
+    .await?;
+    if !t.gpus.is_empty() {
+        let index: Vec<i32> = t.gpus.iter().map(|g| g.index as i32).collect();
+        let util: Vec<Option<f32>> = t.gpus.iter().map(|g| g.util).collect();
+        let mem: Vec<Option<i64>> = t
+            .gpus
+            .iter()
+            .map(|g| g.memory_used_mb.map(|m| m as i64))
+            .collect();
+        let temp: Vec<Option<f32>> = t.gpus.iter().map(|g| g.temperature_c).collect();
+        let power: Vec<Option<f32>> = t.gpus.iter().map(|g| g.power_w).collect();
+        let ecc: Vec<Option<i64>> = t
+            .gpus
+            .iter()
+            .map(|g| g.ecc_errors.map(|e| e as i64))
+            .collect();
+        // One statement for all GPUs: latest values on the row, and one history sample each.
+        sqlx::query(
+            "WITH s AS (SELECT * FROM UNNEST($2::int[], $3::real[], $4::bigint[], $5::real[], $6::real[], $7::bigint[]) \
+                        AS s(idx, util, mem, temp, power, ecc)), \
+                  u AS (UPDATE gpus g SET util = s.util, memory_used_mb = s.mem, temperature_c = s.temp, \
+                            power_w = s.power, ecc_errors = s.ecc \
+                        FROM s WHERE g.node_id = $1 AND g.device_index = s.idx RETURNING g.id, s.*) \
+             INSERT INTO gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) \
+             SELECT id, util, mem, temp, power, ecc FROM u",
+        )
+        .bind(node_id)
+        .bind(&index)
+        .bind(&util)
+        .bind(&mem)
+        .bind(&temp)
+        .bind(&power)
+        .bind(&ecc)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}

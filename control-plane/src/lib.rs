@@ -1,0 +1,25 @@
+//! Airtime control plane: keeps the fleet, tenants, workloads and history in PostgreSQL, runs the
+//! scheduling loop that asks Wasm policies where work goes, and serves the REST API and dashboard.
+//!
+//! `app(state)` builds the router; `serve(config)` runs everything. The binary only parses the
+//! configuration and calls `serve`.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod fleet;
+pub mod metrics;
+pub mod model;
+pub mod policies;
+pub mod scheduler;
+pub mod server;
+pub mod signals;
+pub mod web;
+pub mod workloads;
+
+pub use config::Config;
+pub use server::{AppState, app, serve};

@@ -1,0 +1,358 @@
+//! Applies one cycle's checked decisions in one transaction, and records each with its reason and
+//! the policy version that made it. Also the read side: decisions over the API.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::model::WorkloadState;
+use crate::scheduler::check::{Proposal, Refusal};
+use crate::scheduler::fleet_view::FleetView;
+use crate::workloads::transitions;
+
+/// Which policy decided, for the record.
+#[derive(Debug, Clone)]
+pub struct Decider {
+    pub policy_version_id: Option<Uuid>,
+    pub policy_name: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct CycleOutcome {
+    pub cycle_id: i64,
+    pub placed: usize,
+    pub preempted: usize,
+    pub pending: usize,
+    pub refused: usize,
+    /// Nodes whose desired state changed: their agents must look again.
+    pub nodes_changed: bool,
+}
+
+pub struct CycleRecord<'a> {
+    pub started_at: DateTime<Utc>,
+    pub trigger: &'a str,
+    pub decider: &'a Decider,
+    pub error: Option<String>,
+}
+
+/// Applies the accepted proposals and records everything, all or nothing. A placement whose
+/// workload changed since the snapshot (cancelled meanwhile) or whose GPU was granted meanwhile is
+/// skipped and recorded as refused; the database's primary key on `gpu_grants.gpu_id` is the last
+/// word on double grants.
+pub async fn apply(
+    db: &PgPool,
+    fleet: &FleetView,
+    accepted: &[Proposal],
+    refused: &[Refusal],
+    record: CycleRecord<'_>,
+) -> sqlx::Result<CycleOutcome> {
+    let mut tx = db.begin().await?;
+    let (cycle_id,): (i64,) = sqlx::query_as(
+        "INSERT INTO scheduling_cycles (started_at, finished_at, trigger, policy_version_id, policy_name, \
+             duration_us, placed, preempted, pending, rejected, error) \
+         VALUES ($1, now(), $2, $3, $4, 0, 0, 0, 0, 0, $5) RETURNING id",
+    )
+    .bind(record.started_at)
+    .bind(record.trigger)
+    .bind(record.decider.policy_version_id)
+    .bind(&record.decider.policy_name)
+    .bind(&record.error)
+    .fetch_one(&mut *tx)
+    .await?;
+
+    let mut outcome = CycleOutcome {
+        cycle_id,
+        placed: 0,
+        preempted: 0,
+        pending: 0,
+        refused: refused.len(),
+        nodes_changed: false,
+    };
+    let decider = record.decider;
+    let mut late_refusals: Vec<Refusal> = Vec::new();
+
+    for proposal in accepted {
+        let w = &fleet.workloads[proposal.workload()];
+        match proposal {
+            Proposal::Place {
+                node, gpus, reason, ..
+            } => {
+                let n = &fleet.nodes[*node];
+                let gpu_ids: Vec<Uuid> = gpus.iter().map(|&g| fleet.gpus[g].id).collect();
+                // A savepoint per placement: one that lost a race rolls back alone.
+                let mut sp = sqlx::Connection::begin(&mut *tx).await?;
+                let moved = sqlx::query(
+                    "UPDATE workloads SET state = 'scheduled', node_id = $2, attempt = attempt + 1, \
+                         pending_reason = NULL, updated_at = now() \
+                     WHERE id = $1 AND state = 'pending'",
+                )
+                .bind(w.id)
+                .bind(n.id)
+                .execute(&mut *sp)
+                .await?
+                .rows_affected();
+                if moved == 0 {
+                    sp.rollback().await?;
+                    late_refusals.push(Refusal {
+                        workload: Some(proposal.workload()),
+                        reason: format!("workload {} is no longer pending", w.id),
+                    });
+                    continue;
+                }
+                let granted = sqlx::query(
+                    "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id) \
+                     SELECT g, $2, $3 FROM UNNEST($1::uuid[]) AS g ON CONFLICT (gpu_id) DO NOTHING",
+                )
+                .bind(&gpu_ids)
+                .bind(w.id)
+                .bind(fleet.tenants[w.tenant].id)
+                .execute(&mut *sp)
+                .await?
+                .rows_affected();
+                if granted != gpu_ids.len() as u64 {
+                    sp.rollback().await?;
+                    late_refusals.push(Refusal {
+                        workload: Some(proposal.workload()),
+                        reason: "a GPU it was given was granted to another workload meanwhile"
+                            .into(),
+                    });
+                    continue;
+                }
+                sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+                    .bind(n.id)
+                    .execute(&mut *sp)
+                    .await?;
+                let (attempt,): (i32,) =
+                    sqlx::query_as("SELECT attempt FROM workloads WHERE id = $1")
+                        .bind(w.id)
+                        .fetch_one(&mut *sp)
+                        .await?;
+                let where_ = if gpus.is_empty() {
+                    format!("placed on {} (CPU)", n.name)
+                } else {
+                    let list: Vec<String> = gpus
+                        .iter()
+                        .map(|&g| fleet.gpus[g].device_index.to_string())
+                        .collect();
+                    format!("placed on {} GPUs [{}]", n.name, list.join(","))
+                };
+                transitions::record_event(
+                    &mut sp,
+                    w.id,
+                    fleet.tenants[w.tenant].id,
+                    Some(WorkloadState::Pending),
+                    WorkloadState::Scheduled,
+                    attempt,
+                    &format!("{where_} by {}: {reason}", decider.policy_name),
+                )
+                .await?;
+                insert_decision(
+                    &mut sp,
+                    cycle_id,
+                    fleet,
+                    proposal.workload(),
+                    "place",
+                    Some(n.id),
+                    &gpu_ids,
+                    reason,
+                    decider,
+                )
+                .await?;
+                sp.commit().await?;
+                outcome.placed += 1;
+                outcome.nodes_changed = true;
+            }
+            Proposal::Preempt { reason, .. } => {
+                let moved: Option<(Uuid, i32)> = sqlx::query_as(
+                    "UPDATE workloads SET state = 'preempting', updated_at = now() \
+                     WHERE id = $1 AND state IN ('scheduled', 'running') RETURNING node_id, attempt",
+                )
+                .bind(w.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some((node_id, attempt)) = moved else {
+                    late_refusals.push(Refusal {
+                        workload: Some(proposal.workload()),
+                        reason: format!("workload {} is no longer running", w.id),
+                    });
+                    continue;
+                };
+                sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+                    .bind(node_id)
+                    .execute(&mut *tx)
+                    .await?;
+                transitions::record_event(
+                    &mut tx,
+                    w.id,
+                    fleet.tenants[w.tenant].id,
+                    Some(w.state),
+                    WorkloadState::Preempting,
+                    attempt,
+                    &format!("preempted by {}: {reason}", decider.policy_name),
+                )
+                .await?;
+                insert_decision(
+                    &mut tx,
+                    cycle_id,
+                    fleet,
+                    proposal.workload(),
+                    "preempt",
+                    Some(node_id),
+                    &[],
+                    reason,
+                    decider,
+                )
+                .await?;
+                outcome.preempted += 1;
+                outcome.nodes_changed = true;
+            }
+            Proposal::KeepPending { reason, .. } => {
+                outcome.pending += 1;
+                // Recorded when the reason changes, not every tick: the history stays readable.
+                if w.pending_reason.as_deref() == Some(reason.as_str()) {
+                    continue;
+                }
+                let changed = sqlx::query(
+                    "UPDATE workloads SET pending_reason = $2 WHERE id = $1 AND state = 'pending' \
+                     AND pending_reason IS DISTINCT FROM $2",
+                )
+                .bind(w.id)
+                .bind(reason)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if changed == 1 {
+                    insert_decision(
+                        &mut tx,
+                        cycle_id,
+                        fleet,
+                        proposal.workload(),
+                        "keep_pending",
+                        None,
+                        &[],
+                        reason,
+                        decider,
+                    )
+                    .await?;
+                }
+            }
+        }
+    }
+
+    for refusal in refused.iter().chain(late_refusals.iter()) {
+        if let Some(index) = refusal.workload {
+            let reason = format!("refused by the control plane: {}", refusal.reason);
+            insert_decision(
+                &mut tx,
+                cycle_id,
+                fleet,
+                index,
+                "rejected",
+                None,
+                &[],
+                &reason,
+                decider,
+            )
+            .await?;
+        }
+    }
+    outcome.refused += late_refusals.len();
+
+    sqlx::query(
+        "UPDATE scheduling_cycles SET finished_at = now(), \
+             duration_us = (extract(epoch from clock_timestamp() - started_at) * 1000000)::bigint, \
+             placed = $2, preempted = $3, pending = $4, rejected = $5 WHERE id = $1",
+    )
+    .bind(cycle_id)
+    .bind(outcome.placed as i32)
+    .bind(outcome.preempted as i32)
+    .bind(outcome.pending as i32)
+    .bind(outcome.refused as i32)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn insert_decision(
+    conn: &mut sqlx::PgConnection,
+    cycle_id: i64,
+    fleet: &FleetView,
+    workload: usize,
+    kind: &str,
+    node_id: Option<Uuid>,
+    gpu_ids: &[Uuid],
+    reason: &str,
+    decider: &Decider,
+) -> sqlx::Result<()> {
+    let w = &fleet.workloads[workload];
+    // Reasons come from untrusted policies: bounded before they are stored.
+    let reason: String = reason.chars().take(1000).collect();
+    sqlx::query(
+        "INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, node_id, gpu_ids, reason, \
+             policy_version_id, policy_name) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(cycle_id)
+    .bind(fleet.tenants[w.tenant].id)
+    .bind(w.id)
+    .bind(kind)
+    .bind(node_id)
+    .bind(gpu_ids)
+    .bind(reason)
+    .bind(decider.policy_version_id)
+    .bind(&decider.policy_name)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct DecisionView {
+    pub id: i64,
+    pub cycle_id: i64,
+    pub tenant_id: Uuid,
+    pub workload_id: Uuid,
+    pub workload_name: String,
+    /// place, preempt, keep_pending, or rejected (the control plane refused the policy's decision).
+    pub kind: String,
+    pub node_id: Option<Uuid>,
+    pub node_name: Option<String>,
+    pub gpu_ids: Vec<Uuid>,
+    pub reason: String,
+    pub policy_version_id: Option<Uuid>,
+    pub policy_name: String,
+    pub decided_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionFilter {
+    pub workload_id: Option<Uuid>,
+    pub tenant: Option<String>,
+    pub kind: Option<String>,
+    /// Only decisions with a smaller id (paging backwards).
+    pub before: Option<i64>,
+    /// Most recent first; at most 1000, 100 by default.
+    pub limit: Option<u32>,
+}
+
+pub async fn list_decisions(db: &PgPool, f: &DecisionFilter) -> sqlx::Result<Vec<DecisionView>> {
+    sqlx::query_as(
+        "SELECT d.id, d.cycle_id, d.tenant_id, d.workload_id, w.name AS workload_name, d.kind, d.node_id, \
+                n.name AS node_name, d.gpu_ids, d.reason, d.policy_version_id, d.policy_name, d.decided_at \
+         FROM decisions d JOIN workloads w ON w.id = d.workload_id LEFT JOIN nodes n ON n.id = d.node_id \
+         JOIN tenants t ON t.id = d.tenant_id \
+         WHERE ($1::uuid IS NULL OR d.workload_id = $1) AND ($2::text IS NULL OR t.name = $2) \
+           AND ($3::text IS NULL OR d.kind = $3) AND ($4::bigint IS NULL OR d.id < $4) \
+         ORDER BY d.id DESC LIMIT $5",
+    )
+    .bind(f.workload_id)
+    .bind(&f.tenant)
+    .bind(&f.kind)
+    .bind(f.before)
+    .bind(i64::from(f.limit.unwrap_or(100).clamp(1, 1000)))
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,125 @@
+//! Builds the router from an `AppState` (`app`) and runs the whole control plane (`serve`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tower_http::compression::CompressionLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::policies::PolicyCatalog;
+use crate::signals::{DesiredStateChanged, SchedulerWake, Shutdown};
+use crate::{api, fleet, scheduler, web};
+
+/// Everything a request handler or background task shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: PgPool,
+    pub config: Arc<Config>,
+    pub wake: SchedulerWake,
+    pub desired: DesiredStateChanged,
+    pub metrics: Arc<Metrics>,
+    pub policies: Arc<PolicyCatalog>,
+}
+
+impl AppState {
+    pub async fn new(db: PgPool, config: Config) -> anyhow::Result<Self> {
+        let policies = PolicyCatalog::new().context("starting the policy runtime")?;
+        policies
+            .install_builtins(&db)
+            .await
+            .context("installing the built-in policies")?;
+        Ok(Self {
+            db,
+            config: Arc::new(config),
+            wake: SchedulerWake::default(),
+            desired: DesiredStateChanged::default(),
+            metrics: Arc::new(Metrics::default()),
+            policies: Arc::new(policies),
+        })
+    }
+}
+
+/// The whole HTTP surface: API, agent protocol, health, metrics and the dashboard.
+pub fn app(state: AppState) -> Router {
+    let config = state.config.clone();
+    Router::new()
+        .nest("/api/v1", api::routes(&config))
+        .merge(api::health::routes())
+        .merge(web::routes())
+        .fallback(api::not_found)
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_millis(config.request_timeout_ms),
+        ))
+        .layer(CompressionLayer::new())
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Connects to PostgreSQL (applying migrations), starts the scheduling loop and the fleet watch,
+/// and serves HTTP until SIGINT or SIGTERM.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let db = crate::db::connect(&config.database_url, config.db_max_connections).await?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let state = AppState::new(db, config).await?;
+
+    let shutdown = Shutdown::default();
+    let scheduler = tokio::spawn(scheduler::run_loop(state.clone(), shutdown.clone()));
+    let watch = tokio::spawn(fleet::liveness::run(state.clone(), shutdown.clone()));
+
+    // Tests and scripts read this line to learn the port when --listen uses port 0.
+    #[allow(clippy::print_stdout)]
+    {
+        println!("airtime control plane listening on http://{addr}");
+    }
+    tracing::info!(%addr, "listening");
+
+    let router = app(state);
+    let signal = shutdown.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            wait_for_signal().await;
+            signal.cancel();
+        })
+        .await
+        .context("serving HTTP")?;
+    shutdown.cancel();
+    let _ = scheduler.await;
+    let _ = watch.await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

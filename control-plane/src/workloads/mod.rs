@@ -1,0 +1,443 @@
+//! Workloads: submission with its checks, listing, the detail view (state history and decisions)
+//! and cancellation.
+
+pub mod transitions;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::{ApiError, ApiResult};
+use crate::model::{WorkloadClass, WorkloadState};
+
+/// A submission. Unknown fields are refused so a typo ("gpu_cout") is an error, not a default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitWorkload {
+    pub name: String,
+    /// Tenant name; the `default` tenant when absent.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    pub class: WorkloadClass,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub resources: ResourceProfile,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub preemptible: bool,
+    #[serde(default)]
+    pub checkpointable: bool,
+    #[serde(default)]
+    pub expected_duration_s: Option<u32>,
+}
+
+/// What a workload needs from a node.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceProfile {
+    /// GPUs, all on one node (a gang: all or none). 0 for CPU-only work.
+    #[serde(default)]
+    pub gpu_count: u32,
+    /// GPU memory needed on each GPU, MiB.
+    #[serde(default)]
+    pub gpu_memory_mb: u64,
+    /// Allowed GPU models; empty allows any.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// CPU needed, thousandths of a core.
+    #[serde(default)]
+    pub cpu_millis: u32,
+    /// Host memory needed, MiB.
+    #[serde(default)]
+    pub memory_mb: u64,
+    /// May run on CPU alone (cpu_millis, memory_mb) instead of GPUs: light inference, embeddings.
+    #[serde(default)]
+    pub cpu_capable: bool,
+}
+
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
+
+impl SubmitWorkload {
+    /// A precise reason the submission is refused, before anything is written.
+    pub fn check(&self) -> Result<(), String> {
+        if self.name.trim().is_empty()
+            || self.name.len() > 200
+            || self.name.chars().any(char::is_control)
+        {
+            return Err("name must be 1 to 200 printable characters".into());
+        }
+        if self.command.is_empty() || self.command[0].is_empty() {
+            return Err("command must name a program: [\"program\", \"arg\", ...]".into());
+        }
+        if self.command.len() > 1024 || self.command.iter().any(|a| a.contains('\0')) {
+            return Err("command has more than 1024 arguments or a NUL byte".into());
+        }
+        if !PRIORITY_RANGE.contains(&self.priority) {
+            return Err(format!(
+                "priority must be between {} and {}",
+                PRIORITY_RANGE.start(),
+                PRIORITY_RANGE.end()
+            ));
+        }
+        for (key, value) in &self.env {
+            let valid_key = !key.is_empty()
+                && !key.starts_with(|c: char| c.is_ascii_digit())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid_key {
+                return Err(format!("env name {key:?} is not a valid variable name"));
+            }
+            if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("AIRTIME_") {
+                return Err(format!(
+                    "env {key} is set by Airtime and cannot be overridden"
+                ));
+            }
+            if value.contains('\0') {
+                return Err(format!("env {key} contains a NUL byte"));
+            }
+        }
+        let r = &self.resources;
+        if r.gpu_count > 64 {
+            return Err("resources.gpu_count must be at most 64".into());
+        }
+        if r.gpu_count == 0 && r.cpu_millis == 0 {
+            return Err("a workload without GPUs must ask for cpu_millis".into());
+        }
+        if r.cpu_capable && r.cpu_millis == 0 {
+            return Err(
+                "a cpu_capable workload must say what it needs on CPU (resources.cpu_millis)"
+                    .into(),
+            );
+        }
+        if r.gpu_count == 0 && (r.gpu_memory_mb > 0 || !r.gpu_models.is_empty()) {
+            return Err("gpu_memory_mb and gpu_models need gpu_count of at least 1".into());
+        }
+        if r.gpu_memory_mb > 4 * 1024 * 1024
+            || r.memory_mb > i64::MAX as u64 / 2
+            || r.cpu_millis > 1_000_000
+        {
+            return Err("a resource request is out of range".into());
+        }
+        if r.gpu_models
+            .iter()
+            .any(|m| m.is_empty() || m.contains(',') || m.len() > 128)
+        {
+            return Err("gpu_models entries must be 1 to 128 characters without commas".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct WorkloadView {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub tenant: String,
+    pub name: String,
+    pub class: WorkloadClass,
+    pub priority: i32,
+    pub state: WorkloadState,
+    pub attempt: i32,
+    #[sqlx(flatten)]
+    pub resources: ResourcesRow,
+    pub preemptible: bool,
+    pub checkpointable: bool,
+    pub expected_duration_s: Option<i32>,
+    pub command: Vec<String>,
+    pub env: serde_json::Value,
+    pub node_id: Option<Uuid>,
+    pub last_node_id: Option<Uuid>,
+    pub gpu_ids: Vec<Uuid>,
+    /// Why it is not running yet, in words (pending workloads only).
+    pub pending_reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+    pub submitted_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct ResourcesRow {
+    pub gpu_count: i32,
+    pub gpu_memory_mb: i64,
+    pub gpu_models: Vec<String>,
+    pub cpu_millis: i32,
+    pub memory_mb: i64,
+    pub cpu_capable: bool,
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct WorkloadEvent {
+    pub at: DateTime<Utc>,
+    pub from_state: Option<WorkloadState>,
+    pub to_state: WorkloadState,
+    pub attempt: i32,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkloadDetail {
+    #[serde(flatten)]
+    pub workload: WorkloadView,
+    pub history: Vec<WorkloadEvent>,
+    pub decisions: Vec<crate::scheduler::record::DecisionView>,
+}
+
+const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.name, w.class, w.priority, w.state, \
+     w.attempt, w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.cpu_capable, \
+     w.preemptible, w.checkpointable, w.expected_duration_s, w.command, w.env, w.node_id, w.last_node_id, \
+     COALESCE((SELECT array_agg(g.gpu_id ORDER BY g.gpu_id) FROM gpu_grants g WHERE g.workload_id = w.id), '{}') AS gpu_ids, \
+     w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at \
+     FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
+
+pub async fn submit(db: &PgPool, req: &SubmitWorkload) -> ApiResult<WorkloadView> {
+    req.check()
+        .map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
+    let tenant_name = req.tenant.as_deref().unwrap_or("default");
+    let mut tx = db.begin().await?;
+    let tenant: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM tenants WHERE name = $1")
+        .bind(tenant_name)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some((tenant_id,)) = tenant else {
+        return Err(ApiError::unprocessable(
+            "unknown_tenant",
+            format!("no tenant named {tenant_name:?}"),
+        ));
+    };
+    let id = Uuid::now_v7();
+    let r = &req.resources;
+    sqlx::query(
+        "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, gpu_models, \
+             cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, command, env, \
+             state, pending_reason) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'pending', \
+                 'waiting for the next scheduling cycle')",
+    )
+    .bind(id)
+    .bind(tenant_id)
+    .bind(&req.name)
+    .bind(req.class)
+    .bind(req.priority)
+    .bind(r.gpu_count as i32)
+    .bind(r.gpu_memory_mb as i64)
+    .bind(&r.gpu_models)
+    .bind(r.cpu_millis as i32)
+    .bind(r.memory_mb as i64)
+    .bind(r.cpu_capable)
+    .bind(req.preemptible)
+    .bind(req.checkpointable)
+    .bind(req.expected_duration_s.map(|d| d.min(i32::MAX as u32) as i32))
+    .bind(&req.command)
+    .bind(serde_json::to_value(&req.env).unwrap_or_default())
+    .execute(&mut *tx)
+    .await?;
+    transitions::record_event(
+        &mut tx,
+        id,
+        tenant_id,
+        None,
+        WorkloadState::Pending,
+        0,
+        "submitted",
+    )
+    .await?;
+    tx.commit().await?;
+    get(db, id).await?.ok_or(ApiError::NotFound("workload"))
+}
+
+pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<WorkloadView>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{WORKLOAD_SELECT} WHERE w.id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadFilter {
+    pub state: Option<WorkloadState>,
+    pub tenant: Option<String>,
+    pub class: Option<WorkloadClass>,
+    pub node_id: Option<Uuid>,
+    /// Most recent first; at most 1000, 100 by default.
+    pub limit: Option<u32>,
+}
+
+pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadView>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{WORKLOAD_SELECT} WHERE ($1::text IS NULL OR w.state = $1) AND ($2::text IS NULL OR t.name = $2) \
+         AND ($3::text IS NULL OR w.class = $3) AND ($4::uuid IS NULL OR w.node_id = $4) \
+         ORDER BY w.submitted_at DESC, w.id DESC LIMIT $5"
+    )))
+    .bind(f.state)
+    .bind(&f.tenant)
+    .bind(f.class)
+    .bind(f.node_id)
+    .bind(i64::from(f.limit.unwrap_or(100).clamp(1, 1000)))
+    .fetch_all(db)
+    .await
+}
+
+pub async fn detail(db: &PgPool, id: Uuid) -> ApiResult<WorkloadDetail> {
+    let workload = get(db, id).await?.ok_or(ApiError::NotFound("workload"))?;
+    let history = sqlx::query_as(
+        "SELECT at, from_state, to_state, attempt, detail FROM workload_events WHERE workload_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await?;
+    let decisions = crate::scheduler::record::list_decisions(
+        db,
+        &crate::scheduler::record::DecisionFilter {
+            workload_id: Some(id),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(WorkloadDetail {
+        workload,
+        history,
+        decisions,
+    })
+}
+
+/// Cancels a workload: a pending one at once, one on a node through its agent (SIGTERM, then
+/// SIGKILL after the grace period). Returns whether a node's desired state changed.
+pub async fn cancel(db: &PgPool, id: Uuid) -> ApiResult<(WorkloadView, bool)> {
+    let mut tx = db.begin().await?;
+    let row: Option<(Uuid, WorkloadState, i32, Option<Uuid>)> = sqlx::query_as(
+        "SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((tenant_id, state, attempt, node_id)) = row else {
+        return Err(ApiError::NotFound("workload"));
+    };
+    let node_changed = match state {
+        WorkloadState::Pending => {
+            sqlx::query(
+                "UPDATE workloads SET state = 'cancelled', pending_reason = NULL, finished_at = now(), \
+                 updated_at = now() WHERE id = $1",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            transitions::record_event(
+                &mut tx,
+                id,
+                tenant_id,
+                Some(state),
+                WorkloadState::Cancelled,
+                attempt,
+                "cancelled",
+            )
+            .await?;
+            false
+        }
+        WorkloadState::Scheduled | WorkloadState::Running | WorkloadState::Preempting => {
+            sqlx::query(
+                "UPDATE workloads SET state = 'cancelling', updated_at = now() WHERE id = $1",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+                .bind(node_id)
+                .execute(&mut *tx)
+                .await?;
+            transitions::record_event(
+                &mut tx,
+                id,
+                tenant_id,
+                Some(state),
+                WorkloadState::Cancelling,
+                attempt,
+                "cancel requested; stopping on its node",
+            )
+            .await?;
+            true
+        }
+        WorkloadState::Cancelling => false,
+        WorkloadState::Succeeded | WorkloadState::Failed | WorkloadState::Cancelled => {
+            return Err(ApiError::conflict(
+                "already_finished",
+                format!("workload already finished ({})", state.as_str()),
+            ));
+        }
+    };
+    tx.commit().await?;
+    let view = get(db, id).await?.ok_or(ApiError::NotFound("workload"))?;
+    Ok((view, node_changed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> SubmitWorkload {
+        serde_json::from_value(serde_json::json!({
+            "name": "train-llama", "class": "training", "command": ["python", "train.py"],
+            "resources": {"gpu_count": 8, "gpu_memory_mb": 40000}
+        }))
+        .expect("valid json")
+    }
+
+    #[test]
+    fn a_reasonable_submission_passes() {
+        assert_eq!(valid().check(), Ok(()));
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases: Vec<(fn(&mut SubmitWorkload), &str)> = vec![
+            (|w| w.name = String::new(), "name"),
+            (|w| w.command = vec![], "command"),
+            (|w| w.priority = 5000, "priority"),
+            (|w| w.resources.gpu_count = 65, "gpu_count"),
+            (
+                |w| {
+                    w.env.insert("CUDA_VISIBLE_DEVICES".into(), "0".into());
+                },
+                "CUDA_VISIBLE_DEVICES",
+            ),
+            (
+                |w| {
+                    w.env.insert("1BAD".into(), "x".into());
+                },
+                "1BAD",
+            ),
+            (
+                |w| {
+                    w.resources.gpu_count = 0;
+                    w.resources.gpu_memory_mb = 0;
+                },
+                "cpu_millis",
+            ),
+        ];
+        for (break_it, expected) in cases {
+            let mut w = valid();
+            break_it(&mut w);
+            let err = w.check().expect_err(expected);
+            assert!(err.contains(expected), "{err:?} should mention {expected}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = serde_json::from_value::<SubmitWorkload>(serde_json::json!({
+            "name": "x", "class": "training", "command": ["true"], "gpu_cout": 1
+        }))
+        .expect_err("typo");
+        assert!(err.to_string().contains("gpu_cout"), "{err}");
+    }
+}

@@ -1,0 +1,252 @@
+//! Every change of a workload's state goes through here, inside the caller's transaction, and leaves
+//! a row in `workload_events` saying from what, to what and why.
+
+use sqlx::{PgConnection, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::model::WorkloadState;
+
+pub type Tx<'a> = Transaction<'a, Postgres>;
+
+pub async fn record_event(
+    conn: &mut PgConnection,
+    workload_id: Uuid,
+    tenant_id: Uuid,
+    from: Option<WorkloadState>,
+    to: WorkloadState,
+    attempt: i32,
+    detail: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO workload_events (workload_id, tenant_id, from_state, to_state, attempt, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(workload_id)
+    .bind(tenant_id)
+    .bind(from)
+    .bind(to)
+    .bind(attempt)
+    .bind(detail)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Everything on a node goes back to the queue (the node was lost, or its agent restarted and runs
+/// nothing): placed, running and preempting work becomes pending again with its GPUs released;
+/// work being cancelled is cancelled.
+pub async fn requeue_node(tx: &mut Tx<'_>, node_id: Uuid, why: &str) -> sqlx::Result<u64> {
+    sqlx::query(
+        "DELETE FROM gpu_grants WHERE workload_id IN (SELECT id FROM workloads WHERE node_id = $1)",
+    )
+    .bind(node_id)
+    .execute(&mut **tx)
+    .await?;
+    let moved = sqlx::query(
+        "WITH old AS (SELECT id, state FROM workloads WHERE node_id = $1 FOR UPDATE), \
+              moved AS (UPDATE workloads w \
+                        SET state = CASE WHEN old.state = 'cancelling' THEN 'cancelled' ELSE 'pending' END, \
+                            last_node_id = w.node_id, node_id = NULL, started_at = NULL, updated_at = now(), \
+                            finished_at = CASE WHEN old.state = 'cancelling' THEN now() END, \
+                            pending_reason = CASE WHEN old.state = 'cancelling' THEN NULL ELSE $2 END \
+                        FROM old WHERE w.id = old.id \
+                        RETURNING w.id, w.tenant_id, old.state AS from_state, w.state AS to_state, w.attempt) \
+         INSERT INTO workload_events (workload_id, tenant_id, from_state, to_state, attempt, detail) \
+         SELECT id, tenant_id, from_state, to_state, attempt, $2 FROM moved",
+    )
+    .bind(node_id)
+    .bind(format!("requeued: {why}"))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    Ok(moved)
+}
+
+/// What an agent reports about one attempt of a workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEvent {
+    Started {
+        pid: Option<u32>,
+    },
+    Exited {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        message: Option<String>,
+    },
+    FailedToStart {
+        message: String,
+    },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// The state changed; the loop and the agents should look again.
+    Applied,
+    /// Already applied (the agent retried), or nothing to do in this state.
+    Unchanged,
+    /// The event names an attempt that is no longer current.
+    StaleAttempt { current: i32 },
+    /// No such workload on this node.
+    NotFound,
+}
+
+#[derive(sqlx::FromRow)]
+struct Locked {
+    tenant_id: Uuid,
+    state: WorkloadState,
+    attempt: i32,
+    node_id: Option<Uuid>,
+}
+
+/// Applies an agent's event exactly once per (workload, attempt, event).
+pub async fn apply_agent_event(
+    tx: &mut Tx<'_>,
+    node_id: Uuid,
+    workload_id: Uuid,
+    attempt: i32,
+    event: &AgentEvent,
+) -> sqlx::Result<EventOutcome> {
+    let Some(w): Option<Locked> = sqlx::query_as(
+        "SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE",
+    )
+    .bind(workload_id)
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(EventOutcome::NotFound);
+    };
+    if w.attempt != attempt {
+        return Ok(EventOutcome::StaleAttempt { current: w.attempt });
+    }
+    if w.node_id != Some(node_id) {
+        // The attempt is current but no longer on this node: it was requeued while the agent was
+        // away, and will get a new attempt when placed again.
+        return Ok(if w.state.is_on_node() {
+            EventOutcome::NotFound
+        } else {
+            EventOutcome::Unchanged
+        });
+    }
+    use WorkloadState as S;
+    let (to, detail, exit_code, message) = match (event, w.state) {
+        (AgentEvent::Started { pid }, S::Scheduled) => {
+            let detail = match pid {
+                Some(pid) => format!("started (pid {pid})"),
+                None => "started".to_owned(),
+            };
+            sqlx::query("UPDATE workloads SET state = 'running', started_at = now(), updated_at = now() WHERE id = $1")
+                .bind(workload_id)
+                .execute(&mut **tx)
+                .await?;
+            record_event(
+                &mut **tx,
+                workload_id,
+                w.tenant_id,
+                Some(w.state),
+                S::Running,
+                attempt,
+                &detail,
+            )
+            .await?;
+            return Ok(EventOutcome::Applied);
+        }
+        (AgentEvent::Started { .. }, _) => return Ok(EventOutcome::Unchanged),
+        (
+            AgentEvent::Exited {
+                exit_code,
+                signal,
+                message,
+            },
+            state,
+        ) => {
+            let how = match (exit_code, signal) {
+                (Some(code), _) => format!("exited with code {code}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                (None, None) => "exited".to_owned(),
+            };
+            let how = match message {
+                Some(m) => format!("{how}: {m}"),
+                None => how,
+            };
+            match state {
+                S::Scheduled | S::Running if *exit_code == Some(0) => {
+                    (S::Succeeded, how, *exit_code, None)
+                }
+                S::Scheduled | S::Running => (S::Failed, how.clone(), *exit_code, Some(how)),
+                S::Preempting => (
+                    S::Pending,
+                    format!("preempted, {how}; requeued"),
+                    *exit_code,
+                    None,
+                ),
+                S::Cancelling => (S::Cancelled, format!("cancelled, {how}"), *exit_code, None),
+                _ => return Ok(EventOutcome::Unchanged),
+            }
+        }
+        (AgentEvent::FailedToStart { message }, state) => match state {
+            S::Scheduled | S::Running => (
+                S::Failed,
+                format!("failed to start: {message}"),
+                None,
+                Some(message.clone()),
+            ),
+            S::Preempting => (
+                S::Pending,
+                "preempted before it started; requeued".to_owned(),
+                None,
+                None,
+            ),
+            S::Cancelling => (
+                S::Cancelled,
+                "cancelled before it started".to_owned(),
+                None,
+                None,
+            ),
+            _ => return Ok(EventOutcome::Unchanged),
+        },
+    };
+    leave_node(tx, workload_id, to, exit_code, message.as_deref()).await?;
+    record_event(
+        &mut **tx,
+        workload_id,
+        w.tenant_id,
+        Some(w.state),
+        to,
+        attempt,
+        &detail,
+    )
+    .await?;
+    Ok(EventOutcome::Applied)
+}
+
+/// The workload's process is gone: release its GPUs and node, and set its new state.
+async fn leave_node(
+    tx: &mut Tx<'_>,
+    workload_id: Uuid,
+    to: WorkloadState,
+    exit_code: Option<i32>,
+    message: Option<&str>,
+) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1")
+        .bind(workload_id)
+        .execute(&mut **tx)
+        .await?;
+    let terminal = to.is_terminal();
+    sqlx::query(
+        "UPDATE workloads SET state = $2, last_node_id = node_id, node_id = NULL, updated_at = now(), \
+             exit_code = CASE WHEN $3 THEN $4 ELSE exit_code END, \
+             message = COALESCE($5, message), \
+             finished_at = CASE WHEN $3 THEN now() END, \
+             started_at = CASE WHEN $3 THEN started_at END, \
+             pending_reason = CASE WHEN $3 THEN NULL ELSE 'requeued after preemption' END \
+         WHERE id = $1",
+    )
+    .bind(workload_id)
+    .bind(to)
+    .bind(terminal)
+    .bind(exit_code)
+    .bind(message)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

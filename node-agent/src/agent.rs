@@ -1,0 +1,690 @@
+//! The agent's loops, tying the client, telemetry and the runner together.
+//!
+//! Five concurrent parts, each a task:
+//! - **registration** registers at start and again whenever any call answers `404 node_not_found`;
+//!   the other parts wait for it (they read the current [`Registration`] from the [`Session`]);
+//! - **heartbeat** samples telemetry and posts it every heartbeat interval;
+//! - **poller** long-polls the desired state and publishes each answer;
+//! - **reconciler** (the task that called [`run`]) owns the [`Runner`]: it starts and stops
+//!   processes to match the desired state and turns process exits into events;
+//! - **event delivery** posts workload events in order, retrying until the control plane answers.
+//!
+//! The reconciler never waits on the network, so a slow or absent control plane cannot delay a
+//! stop, and the time from a desired state arriving to the process spawning is the spawn itself.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+use uuid::Uuid;
+
+use crate::backoff::Backoff;
+use crate::client::{ClientError, ControlPlaneClient};
+use crate::config::{Config, WorkloadOutput};
+use crate::protocol::{
+    Assignment, AssignmentAction, AssignmentsResponse, RegisterRequest, WorkloadEvent,
+};
+use crate::runner::{Exit, OutputMode, Runner, WorkloadSpec, orphans};
+use crate::telemetry::{Telemetry, TelemetryError};
+
+/// How long each long-poll asks the control plane to hold the request.
+pub const LONG_POLL_WAIT: Duration = Duration::from_millis(25_000);
+/// Bounds on the heartbeat interval, whatever the control plane answers.
+const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
+const MAX_HEARTBEAT: Duration = Duration::from_secs(60);
+/// A long-poll answered faster than this without a change means the control plane did not hold
+/// it; wait the rest of it rather than spin.
+const MIN_UNCHANGED_POLL: Duration = Duration::from_secs(1);
+/// At shutdown: how long after the longest grace period before SIGKILL, how long to wait for
+/// processes after SIGKILL, and how long to keep trying to deliver the last events.
+const SHUTDOWN_KILL_MARGIN: Duration = Duration::from_secs(2);
+const SHUTDOWN_KILL_WAIT: Duration = Duration::from_secs(5);
+const SHUTDOWN_EVENT_FLUSH: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Telemetry(#[from] TelemetryError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("work directory {path}: {reason}")]
+    WorkDir { path: String, reason: String },
+    #[error("the {0} task stopped unexpectedly: {1}")]
+    TaskEnded(&'static str, String),
+}
+
+/// The node as the control plane currently knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    pub node_id: Uuid,
+    pub heartbeat_interval: Duration,
+    /// Counts registrations, so a 404 from a call made under an earlier registration does not
+    /// undo a newer one (the node id alone may not change).
+    pub generation: u64,
+}
+
+/// The current registration, shared by the agent's tasks.
+#[derive(Debug)]
+pub struct Session {
+    state: watch::Sender<Option<Registration>>,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self {
+            state: watch::channel(None).0,
+        }
+    }
+}
+
+impl Session {
+    /// The current registration, waiting for one if the node is not registered.
+    pub async fn current(&self) -> Registration {
+        let mut state = self.state.subscribe();
+        let registration = match state.wait_for(Option::is_some).await {
+            Ok(current) => *current,
+            // The sender lives in `self`, so the channel cannot close while we wait.
+            Err(_) => None,
+        };
+        match registration {
+            Some(registration) => registration,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Marks the node unregistered after `registration` was answered `404 node_not_found`.
+    pub fn lost(&self, registration: &Registration) {
+        let invalidated = self.state.send_if_modified(|state| {
+            let same = state.is_some_and(|s| s.generation == registration.generation);
+            if same {
+                *state = None;
+            }
+            same
+        });
+        if invalidated {
+            tracing::warn!(node_id = %registration.node_id, "the control plane does not know this node; registering again");
+        }
+    }
+
+    async fn wait_unregistered(&self) {
+        let mut state = self.state.subscribe();
+        if state.wait_for(Option::is_none).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn set(&self, registration: Registration) {
+        self.state.send_replace(Some(registration));
+    }
+}
+
+/// A desired state and when it arrived (for the spawn latency).
+#[derive(Debug)]
+pub struct Desired {
+    pub state: AssignmentsResponse,
+    pub received_at: Instant,
+}
+
+/// A workload event waiting to be delivered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutgoingEvent {
+    pub workload_id: Uuid,
+    pub event: WorkloadEvent,
+}
+
+/// Runs the agent until a stop request arrives on `stop_requests` (or its sender is dropped):
+/// then it stops the workloads with their grace periods, delivers their last events, and
+/// returns. A second request kills the workloads at once.
+pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Result<(), AgentError> {
+    check_work_dir(&config.work_dir)?;
+    let telemetry = discover_telemetry(&config).await?;
+    let request = register_request(&config, &telemetry);
+    tracing::info!(
+        name = %request.name,
+        control_plane = %config.control_plane,
+        cpu_millis = request.cpu_millis,
+        memory_mb = request.memory_mb,
+        gpu_source = %serde_json::to_value(request.gpu_source).unwrap_or_default(),
+        gpus = request.gpus.len(),
+        "node agent starting"
+    );
+    let client = ControlPlaneClient::new(&config.control_plane)?;
+    let session = Arc::new(Session::default());
+    let output = match config.workload_output {
+        WorkloadOutput::Log => OutputMode::Log,
+        WorkloadOutput::Inherit => OutputMode::Inherit,
+    };
+    let orphans = orphans::find(&config.name);
+    orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
+    let (runner, mut exits) = Runner::new(config.work_dir.clone(), output, &config.name);
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
+
+    let mut registration = tokio::spawn(keep_registered(
+        client.clone(),
+        Arc::clone(&session),
+        request,
+    ));
+    let mut heartbeat = tokio::spawn(send_heartbeats(
+        client.clone(),
+        Arc::clone(&session),
+        Arc::new(Mutex::new(telemetry)),
+        runner.busy_gpus(),
+        config.heartbeat_override,
+    ));
+    let mut poller = tokio::spawn(poll_assignments(
+        client.clone(),
+        Arc::clone(&session),
+        desired_tx,
+    ));
+    let mut delivery = tokio::spawn(deliver_events(client, Arc::clone(&session), events_rx));
+
+    let mut reconciler = Reconciler::new(runner, events_tx);
+    reconciler.report_orphans(&orphans);
+    let mut latest: Option<Arc<Desired>> = None;
+    let mut failure = None;
+    let mut delivery_ended = false;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop_requests.recv() => {
+                tracing::info!("stop requested; stopping workloads (a second request kills them)");
+                break;
+            }
+            Some(exit) = exits.recv() => {
+                reconciler.on_exit(exit);
+                // An exit can free GPUs or make room for a newer attempt of the same workload.
+                if let Some(desired) = &latest {
+                    reconciler.apply(desired);
+                }
+            }
+            Ok(()) = desired_rx.changed() => {
+                latest = desired_rx.borrow_and_update().clone();
+                if let Some(desired) = &latest {
+                    reconciler.apply(desired);
+                }
+            }
+            ended = &mut registration => { failure = Some(task_ended("registration", ended)); break; }
+            ended = &mut heartbeat => { failure = Some(task_ended("heartbeat", ended)); break; }
+            ended = &mut poller => { failure = Some(task_ended("assignments poller", ended)); break; }
+            ended = &mut delivery => {
+                failure = Some(task_ended("event delivery", ended));
+                delivery_ended = true;
+                break;
+            }
+        }
+    }
+
+    poller.abort();
+    reconciler
+        .stop_all_and_wait(&mut exits, &mut stop_requests)
+        .await;
+    // Dropping the reconciler closes the event queue: delivery ends once it is drained.
+    drop(reconciler);
+    if !delivery_ended && timeout(SHUTDOWN_EVENT_FLUSH, &mut delivery).await.is_err() {
+        tracing::warn!("could not deliver every workload event before exiting");
+        delivery.abort();
+    }
+    heartbeat.abort();
+    registration.abort();
+    tracing::info!("node agent stopped");
+    failure.map_or(Ok(()), Err)
+}
+
+/// Warn about the first failure of an outage and then about once a minute (at the capped backoff),
+/// rather than at every retry.
+fn worth_a_warning(failures: u32) -> bool {
+    failures == 1 || failures.is_multiple_of(12)
+}
+
+fn task_ended(name: &'static str, ended: Result<(), tokio::task::JoinError>) -> AgentError {
+    let reason = match ended {
+        Ok(()) => "returned".to_owned(),
+        Err(error) => error.to_string(),
+    };
+    tracing::error!(task = name, %reason, "an agent task stopped; shutting down");
+    AgentError::TaskEnded(name, reason)
+}
+
+fn check_work_dir(path: &Path) -> Result<(), AgentError> {
+    let error = |reason: String| AgentError::WorkDir {
+        path: path.display().to_string(),
+        reason,
+    };
+    let metadata = std::fs::metadata(path).map_err(|e| error(e.to_string()))?;
+    if !metadata.is_dir() {
+        return Err(error("not a directory".into()));
+    }
+    Ok(())
+}
+
+async fn discover_telemetry(config: &Config) -> Result<Telemetry, AgentError> {
+    let nvml = config.nvml.clone();
+    let simulated = config.simulated_gpus.clone();
+    let name = config.name.clone();
+    // Loading NVML and reading /proc block; keep them off the async workers.
+    tokio::task::spawn_blocking(move || Telemetry::discover(&nvml, &simulated, &name))
+        .await
+        .map_err(|e| AgentError::TaskEnded("telemetry discovery", e.to_string()))?
+        .map_err(AgentError::from)
+}
+
+fn register_request(config: &Config, telemetry: &Telemetry) -> RegisterRequest {
+    let inventory = telemetry.inventory();
+    RegisterRequest {
+        name: config.name.clone(),
+        hostname: config.hostname.clone(),
+        cpu_millis: inventory.cpu_millis,
+        memory_mb: inventory.memory_mb,
+        labels: config.labels.clone(),
+        cost_per_hour: config.cost_per_hour,
+        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+        gpu_source: inventory.gpu_source,
+        gpus: inventory.gpus,
+    }
+}
+
+/// Registers whenever the node is not registered, retrying until the control plane accepts.
+async fn keep_registered(
+    client: ControlPlaneClient,
+    session: Arc<Session>,
+    request: RegisterRequest,
+) {
+    let mut generation = 0;
+    loop {
+        session.wait_unregistered().await;
+        // Capped low: registering is cheap, and a node waiting on it runs nothing.
+        let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+        let mut failures = 0_u32;
+        let response = loop {
+            match client.register(&request).await {
+                Ok(response) => break response,
+                Err(error) => {
+                    let delay = backoff.next_delay();
+                    failures += 1;
+                    if error.is_retryable() {
+                        if worth_a_warning(failures) {
+                            tracing::warn!(%error, failures, retry_in_ms = delay.as_millis(), "cannot register yet");
+                        }
+                    } else {
+                        // A refusal will not fix itself, but the agent may have workloads running:
+                        // keep trying, loudly, rather than exit.
+                        tracing::error!(%error, retry_in_ms = delay.as_millis(), "the control plane refused the registration");
+                    }
+                    sleep(delay).await;
+                }
+            }
+        };
+        generation += 1;
+        tracing::info!(
+            node_id = %response.node_id,
+            heartbeat_interval_ms = response.heartbeat_interval_ms,
+            "registered"
+        );
+        session.set(Registration {
+            node_id: response.node_id,
+            heartbeat_interval: Duration::from_millis(response.heartbeat_interval_ms),
+            generation,
+        });
+    }
+}
+
+/// Samples and posts telemetry every heartbeat interval while the node is registered.
+async fn send_heartbeats(
+    client: ControlPlaneClient,
+    session: Arc<Session>,
+    telemetry: Arc<Mutex<Telemetry>>,
+    busy_gpus: watch::Receiver<BTreeSet<u32>>,
+    interval_override: Option<Duration>,
+) {
+    let mut failing = false;
+    loop {
+        let registration = session.current().await;
+        let tick = Instant::now();
+        let busy = busy_gpus.borrow().clone();
+        let sampler = Arc::clone(&telemetry);
+        let sampled = tokio::task::spawn_blocking(move || {
+            sampler
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .sample(&busy)
+        })
+        .await;
+        match sampled {
+            Ok(report) => match client.send_telemetry(registration.node_id, &report).await {
+                Ok(()) => {
+                    if failing {
+                        tracing::info!("telemetry delivered again");
+                    }
+                    failing = false;
+                }
+                Err(error) if error.is_node_not_found() => {
+                    session.lost(&registration);
+                    continue;
+                }
+                Err(error) => {
+                    // One warning per outage, not one per heartbeat.
+                    if failing {
+                        tracing::debug!(%error, "cannot deliver telemetry");
+                    } else {
+                        tracing::warn!(%error, "cannot deliver telemetry");
+                    }
+                    failing = true;
+                }
+            },
+            Err(error) => tracing::error!(%error, "telemetry sampling failed"),
+        }
+        let interval = interval_override
+            .unwrap_or(registration.heartbeat_interval)
+            .clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
+        sleep_until(tick + interval).await;
+    }
+}
+
+/// Long-polls the desired state and publishes every answer.
+async fn poll_assignments(
+    client: ControlPlaneClient,
+    session: Arc<Session>,
+    desired: watch::Sender<Option<Arc<Desired>>>,
+) {
+    let mut after = 0;
+    let mut generation = 0;
+    let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+    let mut failures = 0_u32;
+    loop {
+        let registration = session.current().await;
+        if registration.generation != generation {
+            // A new registration may come with a new desired-state history: ask from the start.
+            generation = registration.generation;
+            after = 0;
+        }
+        let asked = Instant::now();
+        match client
+            .assignments(registration.node_id, after, LONG_POLL_WAIT)
+            .await
+        {
+            Ok(state) => {
+                let received_at = Instant::now();
+                backoff.reset();
+                if failures > 0 {
+                    tracing::info!(failures, "fetching assignments again");
+                    failures = 0;
+                }
+                let unchanged = after != 0 && state.version <= after;
+                tracing::debug!(
+                    version = state.version,
+                    assignments = state.assignments.len(),
+                    "desired state"
+                );
+                after = state.version;
+                desired.send_replace(Some(Arc::new(Desired { state, received_at })));
+                if unchanged {
+                    sleep_until(asked + MIN_UNCHANGED_POLL).await;
+                }
+            }
+            Err(error) if error.is_node_not_found() => session.lost(&registration),
+            Err(error) => {
+                let delay = backoff.next_delay();
+                failures += 1;
+                if worth_a_warning(failures) {
+                    tracing::warn!(%error, failures, retry_in_ms = delay.as_millis(), "cannot fetch assignments");
+                }
+                sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// Posts events in order, each until the control plane answers (at-least-once).
+async fn deliver_events(
+    client: ControlPlaneClient,
+    session: Arc<Session>,
+    mut events: mpsc::UnboundedReceiver<OutgoingEvent>,
+) {
+    while let Some(outgoing) = events.recv().await {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        loop {
+            let registration = session.current().await;
+            let result = client
+                .post_event(registration.node_id, outgoing.workload_id, &outgoing.event)
+                .await;
+            let log = |error: &ClientError, what: &str| {
+                tracing::warn!(
+                    workload_id = %outgoing.workload_id,
+                    attempt = outgoing.event.attempt(),
+                    event = outgoing.event.name(),
+                    %error,
+                    "{what}"
+                );
+            };
+            match result {
+                Ok(()) => {
+                    tracing::debug!(workload_id = %outgoing.workload_id, event = outgoing.event.name(), "event delivered");
+                    break;
+                }
+                Err(error) if error.is_stale_attempt() => {
+                    tracing::info!(workload_id = %outgoing.workload_id, event = outgoing.event.name(), "event for an old attempt dropped");
+                    break;
+                }
+                Err(error) if error.is_node_not_found() => {
+                    // Deliver it again once registered anew.
+                    session.lost(&registration);
+                    sleep(backoff.next_delay()).await;
+                }
+                Err(error) if error.is_retryable() => {
+                    log(&error, "cannot deliver event yet; retrying");
+                    sleep(backoff.next_delay()).await;
+                }
+                Err(error) => {
+                    log(&error, "the control plane refused the event; dropping it");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Makes the running processes match the desired state.
+struct Reconciler {
+    runner: Runner,
+    events: mpsc::UnboundedSender<OutgoingEvent>,
+    /// Attempts started (or refused to start, or told to stop) since the agent began: a `run`
+    /// still listed after its process exited must not start it again.
+    launched: HashSet<(Uuid, u32)>,
+    /// Runs deferred until a stopping workload releases their GPUs (logged once each).
+    deferred: HashSet<(Uuid, u32)>,
+}
+
+impl Reconciler {
+    fn new(runner: Runner, events: mpsc::UnboundedSender<OutgoingEvent>) -> Self {
+        Self {
+            runner,
+            events,
+            launched: HashSet::new(),
+            deferred: HashSet::new(),
+        }
+    }
+
+    fn apply(&mut self, desired: &Desired) {
+        let assignments = &desired.state.assignments;
+        let listed: HashSet<Uuid> = assignments.iter().map(|a| a.workload_id).collect();
+
+        // Stops first: they free the GPUs that runs in the same state may be placed on.
+        for stop in assignments
+            .iter()
+            .filter(|a| a.action == AssignmentAction::Stop)
+        {
+            self.launched.insert((stop.workload_id, stop.attempt));
+            let reason = stop.reason.as_deref().unwrap_or("stop requested");
+            self.runner.stop(
+                stop.workload_id,
+                Some(Duration::from_millis(stop.grace_period_ms)),
+                reason,
+            );
+        }
+        for running in self.runner.running() {
+            if !listed.contains(&running.workload_id) && !running.stopping {
+                self.runner
+                    .stop(running.workload_id, None, "no longer assigned to this node");
+            }
+        }
+        for run in assignments
+            .iter()
+            .filter(|a| a.action == AssignmentAction::Run)
+        {
+            self.reconcile_run(run, desired.received_at);
+        }
+        let runner = &self.runner;
+        self.launched
+            .retain(|(id, _)| listed.contains(id) || runner.get(*id).is_some());
+        let launched = &self.launched;
+        self.deferred.retain(|key| !launched.contains(key));
+    }
+
+    fn reconcile_run(&mut self, run: &Assignment, received_at: Instant) {
+        let key = (run.workload_id, run.attempt);
+        if let Some(current) = self.runner.get(run.workload_id) {
+            // Another attempt of the same workload still runs: stop it; this attempt starts once
+            // it has exited.
+            if current.attempt != run.attempt && !current.stopping {
+                let reason = format!("replaced by attempt {}", run.attempt);
+                self.runner.stop(run.workload_id, None, &reason);
+            }
+            return;
+        }
+        if self.launched.contains(&key) {
+            return;
+        }
+        // A GPU is not free until the workload being stopped on it has exited (checkpointing
+        // in its grace period). GPUs shared with workloads that keep running are not waited for.
+        let releasing: BTreeSet<u32> = self
+            .runner
+            .running()
+            .into_iter()
+            .filter(|w| w.stopping)
+            .flat_map(|w| w.gpu_indices)
+            .collect();
+        let blocked: Vec<u32> = run
+            .gpu_indices
+            .iter()
+            .copied()
+            .filter(|g| releasing.contains(g))
+            .collect();
+        if !blocked.is_empty() {
+            if self.deferred.insert(key) {
+                tracing::info!(workload_id = %run.workload_id, attempt = run.attempt, gpus = ?blocked,
+                    "waiting for stopping workloads to release the GPUs");
+            }
+            return;
+        }
+        self.launched.insert(key);
+        self.start(run, received_at);
+    }
+
+    fn start(&mut self, run: &Assignment, received_at: Instant) {
+        let spec = WorkloadSpec::from_assignment(run);
+        match self.runner.start(&spec) {
+            Ok(started) => {
+                tracing::debug!(
+                    workload_id = %run.workload_id,
+                    attempt = run.attempt,
+                    latency_us = received_at.elapsed().as_micros(),
+                    spawn_us = started.spawn_time.as_micros(),
+                    "spawned (latency: from the desired state's arrival)"
+                );
+                self.send(
+                    run.workload_id,
+                    WorkloadEvent::Started {
+                        attempt: run.attempt,
+                        pid: started.pid,
+                    },
+                );
+            }
+            Err(error) => {
+                tracing::warn!(workload_id = %run.workload_id, attempt = run.attempt, %error, "workload failed to start");
+                self.send(
+                    run.workload_id,
+                    WorkloadEvent::FailedToStart {
+                        attempt: run.attempt,
+                        message: error.to_string(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Reports the workloads an earlier agent process left running, which this one ended, and
+    /// keeps their attempts from starting again: the control plane decides what runs next.
+    fn report_orphans(&mut self, orphans: &[orphans::Orphan]) {
+        for orphan in orphans {
+            self.launched.insert((orphan.workload_id, orphan.attempt));
+            self.send(
+                orphan.workload_id,
+                WorkloadEvent::Exited {
+                    attempt: orphan.attempt,
+                    exit_code: None,
+                    signal: None,
+                    message: Some(format!(
+                        "stopped: left running by an earlier node agent process (pid {}) that ended without stopping it",
+                        orphan.agent_pid
+                    )),
+                },
+            );
+        }
+    }
+
+    fn on_exit(&mut self, exit: Exit) {
+        self.runner.reap(&exit);
+        self.send(exit.workload_id, exit.to_event());
+    }
+
+    fn send(&self, workload_id: Uuid, event: WorkloadEvent) {
+        // The receiver lives until the reconciler is dropped.
+        let _ = self.events.send(OutgoingEvent { workload_id, event });
+    }
+
+    /// Stops every workload with its grace period and waits for all of them to exit. A further
+    /// stop request, or the longest grace period passing, kills them.
+    async fn stop_all_and_wait(
+        &mut self,
+        exits: &mut mpsc::UnboundedReceiver<Exit>,
+        stop_requests: &mut mpsc::Receiver<()>,
+    ) {
+        let longest_grace = self
+            .runner
+            .running()
+            .iter()
+            .map(|w| w.grace_period)
+            .max()
+            .unwrap_or_default();
+        self.runner.stop_all("the node agent is shutting down");
+        let kill_at = Instant::now() + longest_grace + SHUTDOWN_KILL_MARGIN;
+        let mut give_up_at: Option<Instant> = None;
+        let mut requests_open = true;
+        while !self.runner.is_empty() {
+            tokio::select! {
+                Some(exit) = exits.recv() => self.on_exit(exit),
+                request = stop_requests.recv(), if requests_open && give_up_at.is_none() => match request {
+                    Some(()) => {
+                        self.runner.kill_all("second stop request during shutdown");
+                        give_up_at = Some(Instant::now() + SHUTDOWN_KILL_WAIT);
+                    }
+                    // No one can ask again; the grace periods run their course.
+                    None => requests_open = false,
+                },
+                () = sleep_until(kill_at), if give_up_at.is_none() => {
+                    self.runner.kill_all("still running after its grace period during shutdown");
+                    give_up_at = Some(Instant::now() + SHUTDOWN_KILL_WAIT);
+                }
+                () = sleep_until(give_up_at.unwrap_or(kill_at)), if give_up_at.is_some() => {
+                    tracing::error!(left = self.runner.running().len(), "workloads did not exit after SIGKILL; leaving them");
+                    break;
+                }
+            }
+        }
+    }
+}

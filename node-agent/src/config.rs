@@ -1,0 +1,549 @@
+//! The agent's configuration: command-line flags, each with an `AIRTIME_…` environment variable.
+//!
+//! Parsing is two pure steps so tests never touch the process environment: [`Cli`] (clap, from an
+//! argument list) and [`Config::resolve`] (checks that span flags, and the hostname default, given
+//! as an argument rather than read from the system).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::builder::Resettable;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use reqwest::Url;
+use thiserror::Error;
+
+/// Command-line flags as given. Turn them into a [`Config`] with [`Config::resolve`].
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "airtime-node-agent",
+    version,
+    about = "Airtime node agent: registers this server with the control plane, reports its \
+             telemetry, and runs and stops the workloads assigned to it."
+)]
+pub struct Cli {
+    /// Base URL of the control plane, e.g. http://airtime:8080.
+    #[arg(long, env = "AIRTIME_CONTROL_PLANE", value_parser = parse_control_plane_url)]
+    pub control_plane: Url,
+
+    /// Node name, unique in the fleet [default: the hostname].
+    #[arg(long, env = "AIRTIME_NODE_NAME")]
+    pub name: Option<String>,
+
+    /// A label KEY=VALUE; repeat the flag, or separate with commas.
+    #[arg(
+        long = "label",
+        value_name = "KEY=VALUE",
+        env = "AIRTIME_LABELS",
+        value_delimiter = ',',
+        value_parser = parse_label
+    )]
+    pub labels: Vec<(String, String)>,
+
+    /// What an hour of this node costs, in USD.
+    #[arg(long, env = "AIRTIME_COST_PER_HOUR", value_parser = parse_cost)]
+    pub cost_per_hour: Option<f64>,
+
+    /// Advertise simulated GPUs, COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920); repeat the flag, or
+    /// separate with commas. Their telemetry is synthetic. Appended after any real GPUs.
+    #[arg(
+        long = "simulate-gpus",
+        value_name = "COUNT:MODEL:MEMORY_MIB",
+        env = "AIRTIME_SIMULATE_GPUS",
+        value_delimiter = ','
+    )]
+    pub simulate_gpus: Vec<SimulatedGpuSpec>,
+
+    /// Do not load NVML: the node advertises only simulated GPUs, if any.
+    #[arg(long, env = "AIRTIME_NO_NVML")]
+    pub no_nvml: bool,
+
+    /// Path or file name of the NVML library [default: libnvidia-ml.so.1].
+    #[arg(long, env = "AIRTIME_NVML_LIBRARY", conflicts_with = "no_nvml")]
+    pub nvml_library: Option<PathBuf>,
+
+    /// Heartbeat interval in milliseconds, overriding the one the control plane answers.
+    #[arg(
+        long = "heartbeat-ms",
+        visible_alias = "heartbeat",
+        value_name = "MS",
+        env = "AIRTIME_HEARTBEAT_MS",
+        value_parser = clap::value_parser!(u64).range(100..=60_000)
+    )]
+    pub heartbeat_ms: Option<u64>,
+
+    /// Working directory of the workload processes.
+    #[arg(long, env = "AIRTIME_WORK_DIR", default_value = ".")]
+    pub work_dir: PathBuf,
+
+    /// Where workload stdout/stderr go: into the agent's log, one record per line, or straight
+    /// to the agent's own stdout/stderr.
+    #[arg(long, env = "AIRTIME_WORKLOAD_OUTPUT", value_enum, default_value_t = WorkloadOutput::Log)]
+    pub workload_output: WorkloadOutput,
+
+    /// Log format. The level comes from RUST_LOG (default: info).
+    #[arg(long, env = "AIRTIME_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Cli {
+    /// Parses an argument list (the first item is the program name) and ignores the `AIRTIME_…`
+    /// environment variables, so the result depends on the arguments alone.
+    pub fn try_parse_args_only<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let command = Self::command().mut_args(|arg| arg.env(Resettable::Reset));
+        let matches = command.try_get_matches_from(args)?;
+        Self::from_arg_matches(&matches)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadOutput {
+    Log,
+    Inherit,
+}
+
+/// Whether and from where to load NVML.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvmlMode {
+    Disabled,
+    /// Load NVML; `None` means the default library name.
+    Enabled {
+        library: Option<PathBuf>,
+    },
+}
+
+/// The validated configuration the agent runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub control_plane: Url,
+    pub name: String,
+    pub hostname: String,
+    pub labels: BTreeMap<String, String>,
+    pub cost_per_hour: Option<f64>,
+    pub simulated_gpus: Vec<SimulatedGpuSpec>,
+    pub nvml: NvmlMode,
+    pub heartbeat_override: Option<Duration>,
+    pub work_dir: PathBuf,
+    pub workload_output: WorkloadOutput,
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("label {key:?} is given more than once")]
+    DuplicateLabel { key: String },
+    #[error("the hostname could not be read; pass --name")]
+    NoName,
+    #[error("--name must not be empty")]
+    EmptyName,
+    #[error("{0}")]
+    Args(String),
+}
+
+impl Config {
+    /// Parses an argument list alone (see [`Cli::try_parse_args_only`]).
+    pub fn from_args<I, T>(args: I, hostname: Option<String>) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cli = Cli::try_parse_args_only(args).map_err(|e| ConfigError::Args(e.to_string()))?;
+        Self::resolve(cli, hostname)
+    }
+
+    /// Applies the checks that span flags. `hostname` is the system's, when it could be read.
+    pub fn resolve(cli: Cli, hostname: Option<String>) -> Result<Self, ConfigError> {
+        let mut labels = BTreeMap::new();
+        for (key, value) in cli.labels {
+            if labels.insert(key.clone(), value).is_some() {
+                return Err(ConfigError::DuplicateLabel { key });
+            }
+        }
+        let hostname = hostname.filter(|h| !h.trim().is_empty());
+        let name = match cli.name {
+            Some(name) if name.trim().is_empty() => return Err(ConfigError::EmptyName),
+            Some(name) => name.trim().to_owned(),
+            None => hostname.clone().ok_or(ConfigError::NoName)?,
+        };
+        let nvml = if cli.no_nvml {
+            NvmlMode::Disabled
+        } else {
+            NvmlMode::Enabled {
+                library: cli.nvml_library,
+            }
+        };
+        Ok(Self {
+            control_plane: cli.control_plane,
+            hostname: hostname.unwrap_or_else(|| name.clone()),
+            name,
+            labels,
+            cost_per_hour: cli.cost_per_hour,
+            simulated_gpus: cli.simulate_gpus,
+            nvml,
+            heartbeat_override: cli.heartbeat_ms.map(Duration::from_millis),
+            work_dir: cli.work_dir,
+            workload_output: cli.workload_output,
+            log_format: cli.log_format,
+        })
+    }
+}
+
+/// One `--simulate-gpus` value: `COUNT` GPUs of model `MODEL` with `MEMORY_MIB` MiB each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulatedGpuSpec {
+    pub count: u32,
+    pub model: String,
+    pub memory_mb: u64,
+}
+
+/// Bounds that catch typos (a memory size in bytes or GiB) rather than limit real hardware.
+const MAX_SIMULATED_PER_SPEC: u32 = 256;
+const MAX_GPU_MEMORY_MIB: u64 = 4 * 1024 * 1024;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SimulatedGpuSpecError {
+    #[error("expected COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920), got {fields} field(s)")]
+    Shape { fields: usize },
+    #[error("COUNT {0:?} is not a whole number from 1 to {MAX_SIMULATED_PER_SPEC}")]
+    Count(String),
+    #[error("MODEL is empty")]
+    EmptyModel,
+    #[error("MEMORY_MIB {0:?} is not a whole number of MiB from 1 to {MAX_GPU_MEMORY_MIB}")]
+    Memory(String),
+}
+
+impl FromStr for SimulatedGpuSpec {
+    type Err = SimulatedGpuSpecError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let fields: Vec<&str> = spec.trim().split(':').collect();
+        let [count, model, memory] = fields.as_slice() else {
+            return Err(SimulatedGpuSpecError::Shape {
+                fields: fields.len(),
+            });
+        };
+        let count = count
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|c| (1..=MAX_SIMULATED_PER_SPEC).contains(c))
+            .ok_or_else(|| SimulatedGpuSpecError::Count((*count).to_owned()))?;
+        let model = model.trim();
+        if model.is_empty() {
+            return Err(SimulatedGpuSpecError::EmptyModel);
+        }
+        let memory_mb = memory
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|m| (1..=MAX_GPU_MEMORY_MIB).contains(m))
+            .ok_or_else(|| SimulatedGpuSpecError::Memory((*memory).to_owned()))?;
+        Ok(Self {
+            count,
+            model: model.to_owned(),
+            memory_mb,
+        })
+    }
+}
+
+impl fmt::Display for SimulatedGpuSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.count, self.model, self.memory_mb)
+    }
+}
+
+fn parse_control_plane_url(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw.trim()).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "http" => {}
+        // The agent's HTTP client is built without TLS; say so now rather than fail every request.
+        "https" => {
+            return Err(
+                "https is not supported by this build; use http:// (e.g. behind a TLS-terminating proxy)"
+                    .into(),
+            );
+        }
+        other => return Err(format!("scheme {other:?} is not http")),
+    }
+    if url.host_str().is_none() {
+        return Err("the URL has no host".into());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("the URL must not have a query or fragment".into());
+    }
+    Ok(url)
+}
+
+fn parse_label(raw: &str) -> Result<(String, String), String> {
+    let (key, value) = raw
+        .split_once('=')
+        .ok_or_else(|| "expected KEY=VALUE".to_owned())?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err("the label key is empty".into());
+    }
+    if key.chars().any(char::is_whitespace) {
+        return Err(format!("the label key {key:?} contains whitespace"));
+    }
+    Ok((key.to_owned(), value.trim().to_owned()))
+}
+
+fn parse_cost(raw: &str) -> Result<f64, String> {
+    let cost: f64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a number"))?;
+    if !cost.is_finite() || cost < 0.0 {
+        return Err(format!("{raw:?} is not a cost: expected a number ≥ 0"));
+    }
+    Ok(cost)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "http://cp:8080";
+
+    fn parse(extra: &[&str]) -> Result<Config, ConfigError> {
+        let mut args = vec!["airtime-node-agent", "--control-plane", URL];
+        args.extend_from_slice(extra);
+        Config::from_args(args, Some("host-a".into()))
+    }
+
+    fn args_error(result: Result<Config, ConfigError>) -> String {
+        match result {
+            Err(ConfigError::Args(message)) => message,
+            other => panic!("expected an argument error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() -> Result<(), ConfigError> {
+        let config = parse(&[])?;
+        assert_eq!(config.control_plane.as_str(), "http://cp:8080/");
+        assert_eq!(config.name, "host-a");
+        assert_eq!(config.hostname, "host-a");
+        assert!(config.labels.is_empty());
+        assert_eq!(config.cost_per_hour, None);
+        assert!(
+            config.simulated_gpus.is_empty(),
+            "simulation is never the default"
+        );
+        assert_eq!(config.nvml, NvmlMode::Enabled { library: None });
+        assert_eq!(config.heartbeat_override, None);
+        assert_eq!(config.work_dir, PathBuf::from("."));
+        assert_eq!(config.workload_output, WorkloadOutput::Log);
+        assert_eq!(config.log_format, LogFormat::Text);
+        Ok(())
+    }
+
+    #[test]
+    fn every_flag() -> Result<(), ConfigError> {
+        let config = parse(&[
+            "--name",
+            "gpu-7",
+            "--label",
+            "zone=a",
+            "--label",
+            "rack=r1,pool=",
+            "--cost-per-hour",
+            "32.5",
+            "--simulate-gpus",
+            "8:H100-SXM:81920",
+            "--simulate-gpus",
+            "2:L4:23034",
+            "--no-nvml",
+            "--heartbeat",
+            "500",
+            "--work-dir",
+            "/tmp",
+            "--workload-output",
+            "inherit",
+            "--log-format",
+            "json",
+        ])?;
+        assert_eq!(config.name, "gpu-7");
+        assert_eq!(config.hostname, "host-a");
+        assert_eq!(
+            config.labels,
+            BTreeMap::from([
+                ("zone".into(), "a".into()),
+                ("rack".into(), "r1".into()),
+                ("pool".into(), String::new()),
+            ])
+        );
+        assert_eq!(config.cost_per_hour, Some(32.5));
+        assert_eq!(
+            config.simulated_gpus,
+            vec![
+                SimulatedGpuSpec {
+                    count: 8,
+                    model: "H100-SXM".into(),
+                    memory_mb: 81920
+                },
+                SimulatedGpuSpec {
+                    count: 2,
+                    model: "L4".into(),
+                    memory_mb: 23034
+                },
+            ]
+        );
+        assert_eq!(config.nvml, NvmlMode::Disabled);
+        assert_eq!(config.heartbeat_override, Some(Duration::from_millis(500)));
+        assert_eq!(config.work_dir, PathBuf::from("/tmp"));
+        assert_eq!(config.workload_output, WorkloadOutput::Inherit);
+        assert_eq!(config.log_format, LogFormat::Json);
+        Ok(())
+    }
+
+    #[test]
+    fn simulate_gpus_specs() {
+        let good = [
+            (
+                "8:H100-SXM:81920",
+                SimulatedGpuSpec {
+                    count: 8,
+                    model: "H100-SXM".into(),
+                    memory_mb: 81920,
+                },
+            ),
+            (
+                " 1 : NVIDIA H200 : 143771 ",
+                SimulatedGpuSpec {
+                    count: 1,
+                    model: "NVIDIA H200".into(),
+                    memory_mb: 143771,
+                },
+            ),
+        ];
+        for (raw, expected) in good {
+            assert_eq!(raw.parse::<SimulatedGpuSpec>(), Ok(expected), "{raw}");
+        }
+
+        let bad = [
+            ("8:H100", SimulatedGpuSpecError::Shape { fields: 2 }),
+            ("8:H100:80:1", SimulatedGpuSpecError::Shape { fields: 4 }),
+            ("", SimulatedGpuSpecError::Shape { fields: 1 }),
+            ("0:H100:81920", SimulatedGpuSpecError::Count("0".into())),
+            ("-1:H100:81920", SimulatedGpuSpecError::Count("-1".into())),
+            (
+                "eight:H100:81920",
+                SimulatedGpuSpecError::Count("eight".into()),
+            ),
+            ("257:H100:81920", SimulatedGpuSpecError::Count("257".into())),
+            ("8: :81920", SimulatedGpuSpecError::EmptyModel),
+            ("8:H100:0", SimulatedGpuSpecError::Memory("0".into())),
+            (
+                "8:H100:80GiB",
+                SimulatedGpuSpecError::Memory("80GiB".into()),
+            ),
+            (
+                "8:H100:85899345920",
+                SimulatedGpuSpecError::Memory("85899345920".into()),
+            ),
+        ];
+        for (raw, expected) in bad {
+            assert_eq!(raw.parse::<SimulatedGpuSpec>(), Err(expected), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn bad_simulate_gpus_flag_names_the_flag_and_the_shape() {
+        let message = args_error(parse(&["--simulate-gpus", "8:H100"]));
+        assert!(message.contains("--simulate-gpus"), "{message}");
+        assert!(message.contains("8:H100"), "{message}");
+        assert!(
+            message.contains(
+                "expected COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920), got 2 field(s)"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn control_plane_is_required_and_checked() {
+        let missing = Config::from_args(["airtime-node-agent"], Some("h".into()));
+        assert!(args_error(missing).contains("--control-plane"));
+        for (url, needle) in [
+            ("https://cp", "https is not supported"),
+            ("ftp://cp", "is not http"),
+            ("cp:8080", "is not http"),
+            ("http://cp/?a=1", "query"),
+            ("not a url", "not a URL"),
+        ] {
+            let result = Config::from_args(["airtime-node-agent", "--control-plane", url], None);
+            let message = args_error(result);
+            assert!(message.contains(needle), "{url}: {message}");
+        }
+    }
+
+    #[test]
+    fn labels_and_cost_are_checked() {
+        assert!(args_error(parse(&["--label", "zone"])).contains("expected KEY=VALUE"));
+        assert!(args_error(parse(&["--label", "=a"])).contains("key is empty"));
+        assert_eq!(
+            parse(&["--label", "zone=a", "--label", "zone=b"]),
+            Err(ConfigError::DuplicateLabel { key: "zone".into() })
+        );
+        assert!(args_error(parse(&["--cost-per-hour=-1"])).contains("≥ 0"));
+        assert!(args_error(parse(&["--cost-per-hour", "NaN"])).contains("≥ 0"));
+        assert!(args_error(parse(&["--heartbeat-ms", "10"])).contains("10"));
+        assert!(args_error(parse(&["--log-format", "xml"])).contains("xml"));
+    }
+
+    #[test]
+    fn name_falls_back_to_hostname_and_must_exist() {
+        let cli = |extra: &[&str]| {
+            let mut args = vec!["airtime-node-agent", "--control-plane", URL];
+            args.extend_from_slice(extra);
+            Cli::try_parse_args_only(args)
+        };
+        let Ok(no_name) = cli(&[]) else {
+            panic!("flags parse")
+        };
+        assert_eq!(
+            Config::resolve(no_name.clone(), None),
+            Err(ConfigError::NoName)
+        );
+        assert_eq!(
+            Config::resolve(no_name, Some("  ".into())),
+            Err(ConfigError::NoName)
+        );
+        let Ok(empty) = cli(&["--name", " "]) else {
+            panic!("flags parse")
+        };
+        assert_eq!(
+            Config::resolve(empty, Some("h".into())),
+            Err(ConfigError::EmptyName)
+        );
+        let Ok(named) = cli(&["--name", "n1"]) else {
+            panic!("flags parse")
+        };
+        let Ok(config) = Config::resolve(named, None) else {
+            panic!("resolves")
+        };
+        assert_eq!(
+            (config.name.as_str(), config.hostname.as_str()),
+            ("n1", "n1")
+        );
+    }
+
+    #[test]
+    fn nvml_library_conflicts_with_no_nvml() {
+        let message = args_error(parse(&["--no-nvml", "--nvml-library", "/x.so"]));
+        assert!(message.contains("--nvml-library"), "{message}");
+    }
+}

@@ -1,0 +1,26 @@
+//! Airtime node agent: registers a server with the control plane, reports its telemetry, and runs
+//! and stops the workloads assigned to it.
+//!
+//! Code map:
+//! - [`config`]: flags and `AIRTIME_…` variables, parsed without touching the environment in tests;
+//! - [`protocol`]: the messages of `docs/agent-protocol.md`;
+//! - [`client`]: one typed method per protocol call, no retries;
+//! - [`telemetry`]: host CPU/memory (`sysinfo`), real GPUs (NVML), simulated GPUs;
+//! - [`runner`]: workload processes — spawn, SIGTERM/SIGKILL, exit reports — with no HTTP;
+//! - [`agent`]: the loops (register, heartbeat, long-poll, reconcile, deliver events).
+//!
+//! Invariants: only `client` speaks HTTP; only `runner` creates or signals processes; the
+//! reconciler never awaits the network, so stops and starts do not wait on the control plane.
+
+#![forbid(unsafe_code)]
+
+pub mod agent;
+mod backoff;
+pub mod client;
+pub mod config;
+pub mod protocol;
+pub mod runner;
+pub mod telemetry;
+
+pub use agent::run;
+pub use config::Config;

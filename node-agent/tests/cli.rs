@@ -1,0 +1,185 @@
+//! The `airtime-node-agent` binary: environment variables, NVML absence, signals, and a
+//! restart after the agent was killed.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use uuid::Uuid;
+
+use support::{TestResult, run, start_fake};
+
+fn agent() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_airtime-node-agent"));
+    // Only what each test sets, whatever the environment running the tests holds.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("AIRTIME_") {
+            command.env_remove(key);
+        }
+    }
+    command.env("RUST_LOG", "info");
+    command
+}
+
+#[test]
+fn a_bad_simulate_gpus_variable_is_refused_with_a_precise_error() -> TestResult {
+    let output = agent()
+        .env("AIRTIME_CONTROL_PLANE", "http://127.0.0.1:1")
+        .env("AIRTIME_SIMULATE_GPUS", "8:H100-SXM")
+        .output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--simulate-gpus"), "{stderr}");
+    assert!(
+        stderr.contains("expected COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920), got 2 field(s)"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_control_plane_is_required() -> TestResult {
+    let output = agent().output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--control-plane"), "{stderr}");
+    Ok(())
+}
+
+/// With no control plane to answer, the agent keeps trying to register, says how it reads GPUs,
+/// and exits cleanly on SIGTERM.
+#[test]
+fn waits_for_the_control_plane_and_stops_on_sigterm() -> TestResult {
+    let work_dir = tempfile::tempdir()?;
+    let mut child = agent()
+        .env("AIRTIME_CONTROL_PLANE", "http://127.0.0.1:1")
+        .env("AIRTIME_NODE_NAME", "cli-test")
+        .env("AIRTIME_LABELS", "zone=a,rack=r1")
+        .env("AIRTIME_WORK_DIR", work_dir.path())
+        .env("AIRTIME_LOG_FORMAT", "json")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let (lines_tx, lines_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut log = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log
+        .iter()
+        .any(|l: &String| l.contains("cannot register yet"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            Ok(line) => log.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                return Err(format!("no registration attempt logged:\n{}", log.join("\n")).into());
+            }
+        }
+    }
+    for line in &log {
+        // Every record is JSON with --log-format json.
+        serde_json::from_str::<serde_json::Value>(line)?;
+    }
+    let all = log.join("\n");
+    assert!(all.contains("\"name\":\"cli-test\""), "{all}");
+    // This test machine may or may not have NVIDIA GPUs; either way the agent says which.
+    assert!(
+        all.contains("NVML not available (") && all.contains("); running as a CPU node")
+            || all.contains("NVML loaded"),
+        "{all}"
+    );
+
+    kill(Pid::from_raw(i32::try_from(child.id())?), Signal::SIGTERM)?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("the agent did not exit after SIGTERM".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    Ok(())
+}
+
+/// An agent killed with SIGKILL cannot stop its workloads; the next agent for the node ends them,
+/// reports them exited, and does not start the same attempt a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
+    let (cp, url) = start_fake().await?;
+    let work_dir = tempfile::tempdir()?;
+    let name = format!("crash-test-{}", Uuid::new_v4());
+    let spawn_agent = || {
+        let mut command = tokio::process::Command::from(agent());
+        command
+            .args(["--control-plane", &url, "--name", &name, "--no-nvml"])
+            .arg("--work-dir")
+            .arg(work_dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        command.spawn()
+    };
+
+    let mut first = spawn_agent()?;
+    let workload = Uuid::new_v4();
+    cp.set_desired(vec![run(workload, "exec sleep 30", &[], 1000)]);
+    let started = cp.wait_for_event(workload, "started").await;
+    let pid = i32::try_from(started["pid"].as_u64().ok_or("no pid")?)?;
+
+    first.start_kill()?;
+    first.wait().await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(alive(pid), "the workload should outlive a SIGKILLed agent");
+
+    let mut second = spawn_agent()?;
+    let exited = cp.wait_for_event(workload, "exited").await;
+    let message = exited["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("left running by an earlier node agent process"),
+        "{exited}"
+    );
+    assert!(!alive(pid), "the orphan is still running");
+    // The desired state still lists attempt 1; it must not start twice.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started_count = cp
+        .events_of(workload)
+        .iter()
+        .filter(|e| e["event"] == "started")
+        .count();
+    assert_eq!(started_count, 1);
+
+    kill(
+        Pid::from_raw(i32::try_from(second.id().ok_or("no pid")?)?),
+        Signal::SIGTERM,
+    )?;
+    let status = tokio::time::timeout(Duration::from_secs(15), second.wait()).await??;
+    assert!(status.success(), "{status}");
+    Ok(())
+}
+
+/// Running and not a zombie.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+    })
+}

@@ -1,0 +1,30 @@
+//! The built-in Airtime policies as WebAssembly modules, compiled from the policy crates by
+//! `build.rs` (a nested `cargo build --target wasm32-unknown-unknown`) and embedded here.
+//!
+//! The control plane registers [`ALL`] at startup; tests use the constants to run real modules.
+
+/// `policies/priority-best-fit`: highest priority first, best fit on free GPUs.
+pub const PRIORITY_BEST_FIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/priority_best_fit.wasm"));
+
+/// `policies/template`: the first-fit starting point authors copy. Not a built-in policy (it is not
+/// in [`ALL`]); built so tests prove the template still compiles to a working module.
+pub const TEMPLATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_policy_template.wasm"));
+
+/// `policies/sdk-probe`: a test policy that takes every path of the Rust SDK on demand (panic,
+/// failure, allocation, logging). For the host's tests; not in [`ALL`].
+pub const SDK_PROBE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_sdk_probe.wasm"));
+
+/// Every built-in policy: (name, module bytes).
+pub const ALL: &[(&str, &[u8])] = &[("priority-best-fit", PRIORITY_BEST_FIT)];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modules_are_core_wasm() {
+        for (name, bytes) in ALL.iter().chain([("template", TEMPLATE), ("sdk-probe", SDK_PROBE)].iter()) {
+            assert_eq!(bytes.get(..8), Some(&b"\0asm\x01\0\0\0"[..]), "{name} is a core wasm module");
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! A starting point for an Airtime policy. Copy this directory, rename the package in
+//! `Cargo.toml`, and change [`Template::evaluate`].
+//!
+//! As written it is "first fit": pending workloads, highest priority first, each on the first ready
+//! node with enough free GPUs that fit it; everything else waits with a reason. It reads one
+//! parameter, `max_placements`, and logs a summary line.
+//!
+//! Build: `cargo build --release --target wasm32-unknown-unknown -p airtime-policy-template`
+//! (the module is `target/wasm32-unknown-unknown/release/airtime_policy_template.wasm`).
+//! Test: `cargo test -p airtime-policy-template`. Try it on a snapshot:
+//! `airtime-policy run <module.wasm> --snapshot snapshot.json`.
+
+use airtime_policy_sdk::prelude::*;
+
+/// The policy. Keep it stateless: a fresh instance runs each evaluation anyway.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Template;
+
+// Emits the module's exports when built for wasm32; a type check elsewhere.
+airtime_policy_sdk::export_policy!(Template);
+
+impl Policy for Template {
+    fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+        // Parameters come from the JSON the platform stores with the policy; a wrong type fails the
+        // evaluation with a message naming the key (that is what `?` does here).
+        let max_placements: u32 = ctx.param_or("max_placements", u32::MAX)?;
+
+        // The plan refuses to take a GPU twice or decide a workload twice.
+        let mut plan = Plan::new(snapshot);
+        let mut placed = 0;
+        for (index, workload) in snapshot.pending_by_priority() {
+            if placed == max_placements {
+                plan.keep_pending(index, format!("at most {max_placements} placements per cycle"))?;
+                continue;
+            }
+            if !workload.needs_gpu() {
+                // CPU work: the first ready node with the CPU and memory free.
+                let node = snapshot.ready_nodes().map(|(n, _)| n).find(|&n| {
+                    plan.cpu_free(n) >= workload.cpu_millis && plan.memory_free(n) >= workload.memory_mb
+                });
+                match node {
+                    Some(node) => {
+                        plan.place(index, node, Vec::new(), "first fit on CPU")?;
+                        placed += 1;
+                    }
+                    None => plan.keep_pending(index, "no ready node has the CPU and memory free")?,
+                }
+                continue;
+            }
+            let need = workload.gpu_need();
+            let choice = snapshot.ready_nodes().find_map(|(node, _)| {
+                let gpus: Vec<u32> =
+                    plan.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(i, _)| i).take(need.count as usize).collect();
+                (gpus.len() == need.count as usize).then_some((node, gpus))
+            });
+            match choice {
+                Some((node, gpus)) => {
+                    let reason = format!("first fit on {}", snapshot.nodes[node as usize].name);
+                    plan.place(index, node, gpus, reason)?;
+                    placed += 1;
+                }
+                None => plan.keep_pending(index, format!("no ready node has {}", need.describe("free")))?,
+            }
+        }
+        ctx.info(format_args!("placed {placed} workloads"));
+        Ok(plan.into_decisions())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use airtime_policy_sdk::testing::SnapshotFixture;
+
+    use super::*;
+
+    #[test]
+    fn places_on_the_first_node_that_fits() {
+        let outcome = SnapshotFixture::new()
+            .node("a100", 4, "A100", 40960)
+            .node("h100", 8, "H100", 81920)
+            .pending_with("big", 2, 61440, |w| w.priority = 10)
+            .pending("small", 1, 20480)
+            .cpu_node("cpu", 16_000, 65_536)
+            .pending("embed", 0, 0)
+            .evaluate(&Template)
+            .expect("valid decisions");
+        assert_eq!(outcome.placement("big"), Some(("h100", vec![0, 1])));
+        assert_eq!(outcome.placement("small"), Some(("a100", vec![0])));
+        assert_eq!(outcome.placement("embed"), Some(("a100", vec![])), "first fit: any ready node with CPU");
+        assert_eq!(outcome.logs[0].message, "placed 3 workloads");
+    }
+
+    #[test]
+    fn what_does_not_fit_waits_with_a_reason() {
+        let outcome = SnapshotFixture::new()
+            .node("n1", 2, "H100", 81920)
+            .pending("gang", 4, 1024)
+            .evaluate(&Template)
+            .expect("valid decisions");
+        assert_eq!(outcome.reason("gang"), Some("no ready node has 4 free GPUs with ≥ 1024 MiB"));
+    }
+
+    #[test]
+    fn max_placements_bounds_a_cycle() {
+        let outcome = SnapshotFixture::new()
+            .params(r#"{"max_placements": 1}"#)
+            .node("n1", 8, "H100", 81920)
+            .pending("a", 1, 1024)
+            .pending("b", 1, 1024)
+            .evaluate(&Template)
+            .expect("valid decisions");
+        assert_eq!(outcome.placed(), vec!["a"]);
+        assert_eq!(outcome.reason("b"), Some("at most 1 placements per cycle"));
+    }
+}

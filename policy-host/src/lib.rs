@@ -1,0 +1,56 @@
+//! The one place Airtime runs untrusted policy modules: wasmtime behind a narrow API whose every
+//! limit is written down. No other crate in the workspace should depend on wasmtime.
+//!
+//! ```no_run
+//! use airtime_policy_host::{PolicyLimits, PolicyRuntime, RuntimeConfig};
+//!
+//! # fn main() -> Result<(), airtime_policy_host::PolicyError> {
+//! # let (wasm, snapshot_bytes): (Vec<u8>, Vec<u8>) = (vec![], vec![]);
+//! let runtime = PolicyRuntime::new(RuntimeConfig::default())?; // once per process
+//! let policy = runtime.compile(&wasm)?; // at upload: every check, then cached by sha256
+//! // Each cycle, on a blocking thread (tokio::task::spawn_blocking):
+//! let evaluation = runtime.evaluate(&policy, &snapshot_bytes, &PolicyLimits::default())?;
+//! for decision in evaluation.decisions()? {
+//!     // check against the snapshot (airtime_policy_sdk::check::check_decisions), then act
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # How wasmtime is used, and why
+//! - **One engine per process** ([`PolicyRuntime`]), with the **pooling allocator** and
+//!   **copy-on-write memory images**: a fresh instance per evaluation costs microseconds, so no
+//!   state survives from one evaluation to the next and none needs resetting.
+//! - **An `InstancePre` per module**, built at [`PolicyRuntime::compile`] with the two host
+//!   functions linked, so an evaluation does no import resolution.
+//! - **Deadlines by epoch interruption**, with a dedicated ticker thread (not a tokio task).
+//!   Epochs over fuel: epoch checks cost about 10% in compiled code, fuel about twice that or more,
+//!   and our target is a policy within 1.5× of native speed. Fuel's one advantage, deterministic
+//!   and reproducible cut-off points, matters less than speed here: a policy is a pure function of
+//!   its snapshot, so a cycle that times out is replayed from the recorded snapshot, not from a
+//!   fuel count. The price: a deadline is wall-clock time, so a loaded host times out sooner.
+//! - **Memory capped per evaluation** by a `ResourceLimiter` ([`PolicyLimits::max_memory_bytes`])
+//!   under an engine-wide ceiling ([`RuntimeConfig::max_memory_bytes`]); growth past it traps with
+//!   a precise error rather than returning -1, which a Rust guest would turn into an anonymous abort.
+//! - **Stack bounded** by `max_wasm_stack` ([`RuntimeConfig::max_wasm_stack`]): engine-wide in
+//!   wasmtime, so it is not a per-policy limit.
+//! - **Host functions are bounded**: `airtime.log` keeps at most [`PolicyLimits::max_log_lines`]
+//!   lines and [`PolicyLimits::max_log_bytes`] bytes and only counts the rest; `airtime.fail`
+//!   reads at most 4 KiB. Both check the guest's pointers against its memory.
+//! - **No WASI, no clock, no randomness, no other imports**: a module importing anything else is
+//!   refused at upload, naming the import.
+//! - **Output checked** before it is copied (size, bounds) and decoded structurally before it is
+//!   returned; what it means is checked by the caller against the snapshot.
+//! - Compiled code is cached in memory by the module's sha256. Precompiled artifacts are only
+//!   valid for one wasmtime version, `Config` and CPU: a disk cache must also key on
+//!   [`PolicyRuntime::compatibility_hash`], and must never deserialize bytes it did not write.
+
+mod error;
+mod limits;
+mod runtime;
+
+pub use error::PolicyError;
+pub use limits::{PolicyLimits, RuntimeConfig};
+pub use runtime::{CompiledPolicy, Evaluation, EvaluationRecord, PolicyLog, PolicyRuntime};
+
+/// The ABI version this host speaks.
+pub use airtime_policy_sdk::abi::ABI_VERSION;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Checks what building and testing Airtime needs, installs what can be installed, and says exactly
+# what is missing otherwise.
+set -euo pipefail
+
+fail() { echo "airtime: $*" >&2; exit 1; }
+
+command -v cargo >/dev/null || fail "cargo is not installed: install Rust with rustup (https://rustup.rs)"
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  echo "airtime: installing the wasm32-unknown-unknown target (policies compile to it)"
+  rustup target add wasm32-unknown-unknown \
+    || fail "could not install the wasm32-unknown-unknown target; run: rustup target add wasm32-unknown-unknown"
+fi
+
+pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
+if ! pg_up; then
+  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+    echo "airtime: starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+    for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+  fi
+fi
+pg_up || fail "PostgreSQL is not answering on 127.0.0.1:5432; start it (trust auth for user postgres)"

@@ -1,0 +1,336 @@
+//! Bytes to records, checking structure only and never panicking.
+//!
+//! Every read goes through [`field`], which returns zeroes rather than panic if asked for bytes a
+//! record does not have; the table bounds checks make that unreachable, and the fuzz tests check
+//! that nothing else can panic either.
+
+use std::borrow::Cow;
+
+use super::{
+    ABI_VERSION, AbiError, Action, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision,
+    GPU_SIZE, Gpu, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, Location, NODE_SIZE, NONE, Node, NodeState,
+    SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Settings, Snapshot, TENANT_SIZE, Table, Tenant,
+    WORKLOAD_SIZE, Workload, WorkloadClass, WorkloadState,
+};
+
+/// Decodes a snapshot, borrowing every string from `bytes`.
+///
+/// Checks the magic, the version, that every table and string lies inside the buffer, that strides
+/// are at least the record sizes this SDK knows (larger strides are newer minor versions; the extra
+/// bytes are skipped), that strings are UTF-8, and that every index a record carries (a GPU's node
+/// and holder, a node's GPU range, a workload's tenant and node, the scope tenant) names a record.
+pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
+    let buf = Buf { bytes };
+    if bytes.len() < SNAPSHOT_HEADER_SIZE {
+        return Err(AbiError::TooShort {
+            buffer: BufferKind::Snapshot,
+            len: bytes.len(),
+            needed: SNAPSHOT_HEADER_SIZE,
+        });
+    }
+    let header = &bytes[..SNAPSHOT_HEADER_SIZE];
+    let magic = magic_of(header);
+    if magic != SNAPSHOT_MAGIC {
+        return Err(AbiError::BadMagic { buffer: BufferKind::Snapshot, expected: SNAPSHOT_MAGIC, found: magic });
+    }
+    let version = u32_at(header, 4);
+    if version != ABI_VERSION {
+        return Err(AbiError::UnsupportedVersion { found: version, supported: ABI_VERSION });
+    }
+    let at_header = Location::Header(BufferKind::Snapshot);
+
+    let tenants = buf.table(header, 16, Table::Tenants, TENANT_SIZE)?;
+    let nodes = buf.table(header, 28, Table::Nodes, NODE_SIZE)?;
+    let gpus = buf.table(header, 40, Table::Gpus, GPU_SIZE)?;
+    let workloads = buf.table(header, 52, Table::Workloads, WORKLOAD_SIZE)?;
+    let settings = buf.table(header, 64, Table::Settings, SETTINGS_SIZE)?;
+    if settings.count > 1 {
+        return Err(AbiError::TooManySettings { count: settings.count });
+    }
+    let (tenant_count, node_count, gpu_count, workload_count) =
+        (tenants.count as usize, nodes.count as usize, gpus.count as usize, workloads.count as usize);
+
+    let mut snapshot = Snapshot {
+        now_ms: u64_at(header, 8),
+        tenants: Vec::with_capacity(tenant_count),
+        nodes: Vec::with_capacity(node_count),
+        gpus: Vec::with_capacity(gpu_count),
+        workloads: Vec::with_capacity(workload_count),
+        settings: None,
+        params: buf.string(at_header, "params", header, 76)?,
+        scope_tenant: index(at_header, "scope tenant", u32_at(header, 84), Table::Tenants, tenant_count)?,
+    };
+
+    for (i, rec) in tenants.records() {
+        let at = Location::Record { table: Table::Tenants, index: i };
+        snapshot.tenants.push(Tenant {
+            name: buf.string(at, "name", rec, 0)?,
+            guaranteed_gpus: u32_at(rec, 8),
+            weight: u32_at(rec, 12),
+            running_gpus: u32_at(rec, 16),
+            tier: i32_at(rec, 20),
+            decayed_gpu_hours: f32_at(rec, 24),
+            may_borrow: u32_at(rec, 28) & 1 != 0,
+        });
+    }
+    for (i, rec) in nodes.records() {
+        let at = Location::Record { table: Table::Nodes, index: i };
+        let (gpu_first, gpus_on_node) = (u32_at(rec, 28), u32_at(rec, 32));
+        if u64::from(gpu_first) + u64::from(gpus_on_node) > gpu_count as u64 {
+            return Err(AbiError::GpuRangeOutOfRange { node: i, gpu_first, gpu_count: gpus_on_node, gpus: gpu_count });
+        }
+        snapshot.nodes.push(Node {
+            name: buf.string(at, "name", rec, 0)?,
+            state: NodeState::from_code(u32_at(rec, 8)),
+            cpu_millis: u32_at(rec, 12),
+            cpu_millis_free: u32_at(rec, 16),
+            memory_mb: u32_at(rec, 20),
+            memory_mb_free: u32_at(rec, 24),
+            gpu_first,
+            gpu_count: gpus_on_node,
+            cost_per_hour: f32_at(rec, 36),
+            cpu_util: f32_at(rec, 40),
+            simulated: u32_at(rec, 44) & 1 != 0,
+        });
+    }
+    for (i, rec) in gpus.records() {
+        let at = Location::Record { table: Table::Gpus, index: i };
+        let node = u32_at(rec, 0);
+        if node as usize >= node_count {
+            return Err(AbiError::IndexOutOfRange {
+                at,
+                what: "node",
+                index: node,
+                table: Table::Nodes,
+                table_len: node_count,
+            });
+        }
+        snapshot.gpus.push(Gpu {
+            node,
+            device_index: u32_at(rec, 4),
+            model: buf.string(at, "model", rec, 8)?,
+            memory_mb: u32_at(rec, 16),
+            memory_used_mb: u32_at(rec, 20),
+            util: f32_at(rec, 24),
+            nvlink_group: optional(u32_at(rec, 28)),
+            holder: index(at, "holder", u32_at(rec, 32), Table::Workloads, workload_count)?,
+            simulated: u32_at(rec, 36) & 1 != 0,
+        });
+    }
+    for (i, rec) in workloads.records() {
+        let at = Location::Record { table: Table::Workloads, index: i };
+        let tenant = u32_at(rec, 16);
+        if tenant as usize >= tenant_count {
+            return Err(AbiError::IndexOutOfRange {
+                at,
+                what: "tenant",
+                index: tenant,
+                table: Table::Tenants,
+                table_len: tenant_count,
+            });
+        }
+        let flags = u32_at(rec, 76);
+        snapshot.workloads.push(Workload {
+            id: buf.string(at, "id", rec, 0)?,
+            name: buf.string(at, "name", rec, 8)?,
+            tenant,
+            class: WorkloadClass::from_code(u32_at(rec, 20)),
+            state: WorkloadState::from_code(u32_at(rec, 24)),
+            priority: i32_at(rec, 28),
+            gpu_count: u32_at(rec, 32),
+            gpu_memory_mb: u32_at(rec, 36),
+            gpu_models: buf.string(at, "gpu_models", rec, 40)?,
+            cpu_millis: u32_at(rec, 48),
+            memory_mb: u32_at(rec, 52),
+            submitted_ms: u64_at(rec, 56),
+            started_ms: u64_at(rec, 64),
+            node: index(at, "node", u32_at(rec, 72), Table::Nodes, node_count)?,
+            preemptible: flags & 1 != 0,
+            checkpointable: flags & 2 != 0,
+            cpu_capable: flags & 4 != 0,
+            gang: flags & 8 != 0,
+            expected_duration_s: u32_at(rec, 80),
+        });
+    }
+    if let Some((_, rec)) = settings.records().next() {
+        snapshot.settings = Some(Settings {
+            burst_reserve_gpus: u32_at(rec, 0),
+            realtime_first: u32_at(rec, 4) & 1 != 0,
+            min_runtime_s: u32_at(rec, 8),
+            grace_period_s: u32_at(rec, 12),
+            max_preemptions_per_hour: u32_at(rec, 16),
+            night_training_bonus: i32_at(rec, 20),
+        });
+    }
+    Ok(snapshot)
+}
+
+/// Decodes a decision buffer, borrowing reasons from `bytes`.
+///
+/// Checks the magic, that the records, GPU lists and reasons lie inside the buffer, that reasons are
+/// UTF-8, that kinds are known, that a place names a node and a preempt or keep-pending names no
+/// node and no GPUs, and that the GPU lists together are no larger than the buffer (so a small
+/// buffer cannot make the host allocate a large one). Whether the indexes name real workloads, nodes
+/// and GPUs needs the snapshot: see [`crate::check::check_decisions`].
+pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
+    let buf = Buf { bytes };
+    if bytes.len() < DECISIONS_HEADER_SIZE {
+        return Err(AbiError::TooShort {
+            buffer: BufferKind::Decisions,
+            len: bytes.len(),
+            needed: DECISIONS_HEADER_SIZE,
+        });
+    }
+    let magic = magic_of(bytes);
+    if magic != DECISIONS_MAGIC {
+        return Err(AbiError::BadMagic { buffer: BufferKind::Decisions, expected: DECISIONS_MAGIC, found: magic });
+    }
+    let count = u32_at(bytes, 4);
+    let table = buf.checked_table(Table::Decisions, DECISIONS_HEADER_SIZE as u32, count, DECISION_SIZE as u32)?;
+
+    let mut decisions = Vec::with_capacity(count as usize);
+    let mut gpu_total: u64 = 0;
+    for (i, rec) in table.records() {
+        let at = Location::Record { table: Table::Decisions, index: i };
+        let kind = u32_at(rec, 0);
+        let workload = u32_at(rec, 4);
+        let node = u32_at(rec, 8);
+        let (gpus_offset, gpus_len) = (u32_at(rec, 16), u32_at(rec, 20));
+        let reason = buf.string(at, "reason", rec, 24)?;
+        let action = match kind {
+            KIND_PLACE => {
+                if node == NONE {
+                    return Err(AbiError::PlaceWithoutNode { decision: i });
+                }
+                gpu_total += u64::from(gpus_len);
+                if gpu_total * 4 > bytes.len() as u64 {
+                    return Err(AbiError::TooManyGpuIndexes { total: gpu_total, buffer_len: bytes.len() });
+                }
+                let list = buf.span(at, "gpu list", gpus_offset, u64::from(gpus_len) * 4)?;
+                let gpus = list.chunks_exact(4).map(|chunk| u32_at(chunk, 0)).collect();
+                Action::Place { node, gpus }
+            }
+            KIND_PREEMPT | KIND_KEEP_PENDING => {
+                let name = if kind == KIND_PREEMPT { "preempt" } else { "keep pending" };
+                if node != NONE {
+                    return Err(AbiError::UnexpectedPlacement { decision: i, kind: name, field: "a node" });
+                }
+                if gpus_len != 0 {
+                    return Err(AbiError::UnexpectedPlacement { decision: i, kind: name, field: "GPUs" });
+                }
+                if kind == KIND_PREEMPT { Action::Preempt } else { Action::KeepPending }
+            }
+            other => return Err(AbiError::UnknownDecisionKind { decision: i, kind: other }),
+        };
+        decisions.push(Decision { workload, action, reason: Cow::Borrowed(reason) });
+    }
+    Ok(decisions)
+}
+
+/// A buffer being decoded.
+#[derive(Clone, Copy)]
+struct Buf<'a> {
+    bytes: &'a [u8],
+}
+
+/// A table whose records are known to lie inside the buffer.
+struct TableView<'a> {
+    bytes: &'a [u8],
+    count: u32,
+    stride: usize,
+}
+
+impl<'a> TableView<'a> {
+    /// `(index, record bytes)`; each record slice is `stride` long.
+    fn records(&self) -> impl Iterator<Item = (u32, &'a [u8])> + use<'a> {
+        let bytes = self.bytes;
+        let stride = self.stride;
+        (0..self.count).map(move |i| {
+            let start = i as usize * stride;
+            (i, bytes.get(start..start + stride).unwrap_or(&[]))
+        })
+    }
+}
+
+impl<'a> Buf<'a> {
+    /// Reads the `{offset, count, stride}` descriptor at `at` in the header and checks it.
+    fn table(&self, header: &[u8], at: usize, table: Table, size: usize) -> Result<TableView<'a>, AbiError> {
+        let (offset, count, stride) = (u32_at(header, at), u32_at(header, at + 4), u32_at(header, at + 8));
+        if (stride as usize) < size {
+            return Err(AbiError::StrideTooSmall { table, stride, minimum: size as u32 });
+        }
+        self.checked_table(table, offset, count, stride)
+    }
+
+    fn checked_table(&self, table: Table, offset: u32, count: u32, stride: u32) -> Result<TableView<'a>, AbiError> {
+        let len = u64::from(count) * u64::from(stride);
+        let end = u64::from(offset) + len;
+        if end > self.bytes.len() as u64 {
+            return Err(AbiError::TableOutOfBounds { table, offset, count, stride, buffer_len: self.bytes.len() });
+        }
+        let bytes = self.bytes.get(offset as usize..end as usize).unwrap_or(&[]);
+        Ok(TableView { bytes, count, stride: stride as usize })
+    }
+
+    /// `len` bytes at `offset`, or where they run past the buffer.
+    fn span(&self, at: Location, what: &'static str, offset: u32, len: u64) -> Result<&'a [u8], AbiError> {
+        let end = u64::from(offset) + len;
+        match self.bytes.get(offset as usize..end.min(usize::MAX as u64) as usize) {
+            Some(bytes) if end <= self.bytes.len() as u64 => Ok(bytes),
+            _ => Err(AbiError::OutOfBounds { at, what, offset, len, buffer_len: self.bytes.len() }),
+        }
+    }
+
+    /// The string whose `{offset, len}` is at `field_at` in `rec`.
+    fn string(&self, at: Location, what: &'static str, rec: &[u8], field_at: usize) -> Result<&'a str, AbiError> {
+        let (offset, len) = (u32_at(rec, field_at), u32_at(rec, field_at + 4));
+        let bytes = self.span(at, what, offset, u64::from(len))?;
+        std::str::from_utf8(bytes).map_err(|error| AbiError::InvalidUtf8 {
+            at,
+            what,
+            offset,
+            valid_up_to: error.valid_up_to(),
+        })
+    }
+}
+
+/// `None` for `NONE`, else the index, checked against the table it points into.
+fn index(at: Location, what: &'static str, value: u32, table: Table, len: usize) -> Result<Option<u32>, AbiError> {
+    match value {
+        NONE => Ok(None),
+        index if (index as usize) < len => Ok(Some(index)),
+        index => Err(AbiError::IndexOutOfRange { at, what, index, table, table_len: len }),
+    }
+}
+
+fn optional(value: u32) -> Option<u32> {
+    (value != NONE).then_some(value)
+}
+
+fn magic_of(bytes: &[u8]) -> [u8; 4] {
+    field(bytes, 0)
+}
+
+/// `N` bytes at `at`, or zeroes if `bytes` is too short (never the case after the bounds checks).
+fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    bytes
+        .get(at..at.saturating_add(N))
+        .and_then(|slice| slice.try_into().ok())
+        .unwrap_or([0; N])
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(field(bytes, at))
+}
+
+fn i32_at(bytes: &[u8], at: usize) -> i32 {
+    i32::from_le_bytes(field(bytes, at))
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(field(bytes, at))
+}
+
+fn f32_at(bytes: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes(field(bytes, at))
+}

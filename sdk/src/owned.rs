@@ -1,0 +1,292 @@
+//! Snapshot records that own their strings: the JSON form of a snapshot (with the `serde` feature)
+//! and the storage behind [`crate::testing::SnapshotFixture`].
+//!
+//! The borrowed [`Snapshot`] is what crosses the ABI; an [`OwnedSnapshot`] turns into one with
+//! [`OwnedSnapshot::as_snapshot`] and is made from one with `From<&Snapshot>`. Host tools read and
+//! write this form (`airtime-policy run --snapshot snapshot.json`); guests never need it.
+
+use crate::abi::{Gpu, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass, WorkloadState};
+
+/// A [`Snapshot`] that owns its strings.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct OwnedSnapshot {
+    pub now_ms: u64,
+    pub tenants: Vec<OwnedTenant>,
+    pub nodes: Vec<OwnedNode>,
+    pub gpus: Vec<OwnedGpu>,
+    pub workloads: Vec<OwnedWorkload>,
+    pub settings: Option<Settings>,
+    /// JSON text.
+    pub params: String,
+    pub scope_tenant: Option<u32>,
+}
+
+impl Default for OwnedSnapshot {
+    fn default() -> Self {
+        OwnedSnapshot {
+            now_ms: 0,
+            tenants: Vec::new(),
+            nodes: Vec::new(),
+            gpus: Vec::new(),
+            workloads: Vec::new(),
+            settings: None,
+            params: "{}".to_owned(),
+            scope_tenant: None,
+        }
+    }
+}
+
+/// A [`Tenant`] that owns its name.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct OwnedTenant {
+    pub name: String,
+    pub guaranteed_gpus: u32,
+    pub weight: u32,
+    pub running_gpus: u32,
+    pub tier: i32,
+    pub decayed_gpu_hours: f32,
+    pub may_borrow: bool,
+}
+
+/// A [`Node`] that owns its name.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct OwnedNode {
+    pub name: String,
+    pub state: NodeState,
+    pub cpu_millis: u32,
+    pub cpu_millis_free: u32,
+    pub memory_mb: u32,
+    pub memory_mb_free: u32,
+    pub gpu_first: u32,
+    pub gpu_count: u32,
+    pub cost_per_hour: f32,
+    pub cpu_util: f32,
+    pub simulated: bool,
+}
+
+/// A [`Gpu`] that owns its model name.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct OwnedGpu {
+    pub node: u32,
+    pub device_index: u32,
+    pub model: String,
+    pub memory_mb: u32,
+    pub memory_used_mb: u32,
+    pub util: f32,
+    pub nvlink_group: Option<u32>,
+    pub holder: Option<u32>,
+    pub simulated: bool,
+}
+
+/// A [`Workload`] that owns its strings.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct OwnedWorkload {
+    pub id: String,
+    pub name: String,
+    pub tenant: u32,
+    pub class: WorkloadClass,
+    pub state: WorkloadState,
+    pub priority: i32,
+    pub gpu_count: u32,
+    pub gpu_memory_mb: u32,
+    pub gpu_models: String,
+    pub cpu_millis: u32,
+    pub memory_mb: u32,
+    pub submitted_ms: u64,
+    pub started_ms: u64,
+    pub node: Option<u32>,
+    pub preemptible: bool,
+    pub checkpointable: bool,
+    pub cpu_capable: bool,
+    pub gang: bool,
+    pub expected_duration_s: u32,
+}
+
+impl OwnedSnapshot {
+    /// The borrowed form, ready for [`crate::abi::encode_snapshot`].
+    pub fn as_snapshot(&self) -> Snapshot<'_> {
+        Snapshot {
+            now_ms: self.now_ms,
+            tenants: self.tenants.iter().map(OwnedTenant::as_tenant).collect(),
+            nodes: self.nodes.iter().map(OwnedNode::as_node).collect(),
+            gpus: self.gpus.iter().map(OwnedGpu::as_gpu).collect(),
+            workloads: self.workloads.iter().map(OwnedWorkload::as_workload).collect(),
+            settings: self.settings,
+            params: &self.params,
+            scope_tenant: self.scope_tenant,
+        }
+    }
+}
+
+impl OwnedTenant {
+    pub fn as_tenant(&self) -> Tenant<'_> {
+        Tenant {
+            name: &self.name,
+            guaranteed_gpus: self.guaranteed_gpus,
+            weight: self.weight,
+            running_gpus: self.running_gpus,
+            tier: self.tier,
+            decayed_gpu_hours: self.decayed_gpu_hours,
+            may_borrow: self.may_borrow,
+        }
+    }
+}
+
+impl OwnedNode {
+    pub fn as_node(&self) -> Node<'_> {
+        Node {
+            name: &self.name,
+            state: self.state,
+            cpu_millis: self.cpu_millis,
+            cpu_millis_free: self.cpu_millis_free,
+            memory_mb: self.memory_mb,
+            memory_mb_free: self.memory_mb_free,
+            gpu_first: self.gpu_first,
+            gpu_count: self.gpu_count,
+            cost_per_hour: self.cost_per_hour,
+            cpu_util: self.cpu_util,
+            simulated: self.simulated,
+        }
+    }
+}
+
+impl OwnedGpu {
+    pub fn as_gpu(&self) -> Gpu<'_> {
+        Gpu {
+            node: self.node,
+            device_index: self.device_index,
+            model: &self.model,
+            memory_mb: self.memory_mb,
+            memory_used_mb: self.memory_used_mb,
+            util: self.util,
+            nvlink_group: self.nvlink_group,
+            holder: self.holder,
+            simulated: self.simulated,
+        }
+    }
+}
+
+impl OwnedWorkload {
+    pub fn as_workload(&self) -> Workload<'_> {
+        Workload {
+            id: &self.id,
+            name: &self.name,
+            tenant: self.tenant,
+            class: self.class,
+            state: self.state,
+            priority: self.priority,
+            gpu_count: self.gpu_count,
+            gpu_memory_mb: self.gpu_memory_mb,
+            gpu_models: &self.gpu_models,
+            cpu_millis: self.cpu_millis,
+            memory_mb: self.memory_mb,
+            submitted_ms: self.submitted_ms,
+            started_ms: self.started_ms,
+            node: self.node,
+            preemptible: self.preemptible,
+            checkpointable: self.checkpointable,
+            cpu_capable: self.cpu_capable,
+            gang: self.gang,
+            expected_duration_s: self.expected_duration_s,
+        }
+    }
+}
+
+impl From<&Snapshot<'_>> for OwnedSnapshot {
+    fn from(s: &Snapshot<'_>) -> Self {
+        OwnedSnapshot {
+            now_ms: s.now_ms,
+            tenants: s.tenants.iter().map(OwnedTenant::from).collect(),
+            nodes: s.nodes.iter().map(OwnedNode::from).collect(),
+            gpus: s.gpus.iter().map(OwnedGpu::from).collect(),
+            workloads: s.workloads.iter().map(OwnedWorkload::from).collect(),
+            settings: s.settings,
+            params: s.params.to_owned(),
+            scope_tenant: s.scope_tenant,
+        }
+    }
+}
+
+impl From<&Tenant<'_>> for OwnedTenant {
+    fn from(t: &Tenant<'_>) -> Self {
+        OwnedTenant {
+            name: t.name.to_owned(),
+            guaranteed_gpus: t.guaranteed_gpus,
+            weight: t.weight,
+            running_gpus: t.running_gpus,
+            tier: t.tier,
+            decayed_gpu_hours: t.decayed_gpu_hours,
+            may_borrow: t.may_borrow,
+        }
+    }
+}
+
+impl From<&Node<'_>> for OwnedNode {
+    fn from(n: &Node<'_>) -> Self {
+        OwnedNode {
+            name: n.name.to_owned(),
+            state: n.state,
+            cpu_millis: n.cpu_millis,
+            cpu_millis_free: n.cpu_millis_free,
+            memory_mb: n.memory_mb,
+            memory_mb_free: n.memory_mb_free,
+            gpu_first: n.gpu_first,
+            gpu_count: n.gpu_count,
+            cost_per_hour: n.cost_per_hour,
+            cpu_util: n.cpu_util,
+            simulated: n.simulated,
+        }
+    }
+}
+
+impl From<&Gpu<'_>> for OwnedGpu {
+    fn from(g: &Gpu<'_>) -> Self {
+        OwnedGpu {
+            node: g.node,
+            device_index: g.device_index,
+            model: g.model.to_owned(),
+            memory_mb: g.memory_mb,
+            memory_used_mb: g.memory_used_mb,
+            util: g.util,
+            nvlink_group: g.nvlink_group,
+            holder: g.holder,
+            simulated: g.simulated,
+        }
+    }
+}
+
+impl From<&Workload<'_>> for OwnedWorkload {
+    fn from(w: &Workload<'_>) -> Self {
+        OwnedWorkload {
+            id: w.id.to_owned(),
+            name: w.name.to_owned(),
+            tenant: w.tenant,
+            class: w.class,
+            state: w.state,
+            priority: w.priority,
+            gpu_count: w.gpu_count,
+            gpu_memory_mb: w.gpu_memory_mb,
+            gpu_models: w.gpu_models.to_owned(),
+            cpu_millis: w.cpu_millis,
+            memory_mb: w.memory_mb,
+            submitted_ms: w.submitted_ms,
+            started_ms: w.started_ms,
+            node: w.node,
+            preemptible: w.preemptible,
+            checkpointable: w.checkpointable,
+            cpu_capable: w.cpu_capable,
+            gang: w.gang,
+            expected_duration_s: w.expected_duration_s,
+        }
+    }
+}

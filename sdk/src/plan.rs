@@ -1,0 +1,229 @@
+//! A cycle's decisions in the making, keeping track of what they have already taken, so a policy
+//! never places one GPU twice or decides one workload twice.
+//!
+//! ```
+//! use airtime_policy_sdk::plan::Plan;
+//! use airtime_policy_sdk::testing::SnapshotFixture;
+//!
+//! let fixture = SnapshotFixture::new().node("n1", 2, "H100", 81920).pending("a", 2, 1000).pending("b", 1, 1000);
+//! let bytes = fixture.encode();
+//! let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).unwrap();
+//! let mut plan = Plan::new(&snapshot);
+//! plan.place(0, 0, vec![0, 1], "both GPUs").unwrap();
+//! // GPU 0 is taken by the first decision:
+//! let error = plan.place(1, 0, vec![0], "again").unwrap_err();
+//! assert_eq!(error.to_string(), "cannot place workload 1 (b): GPU 0 (n1 device 0) is already taken");
+//! plan.keep_pending(1, "no free GPU").unwrap();
+//! assert_eq!(plan.into_decisions().len(), 2);
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::abi::{Decision, Gpu, Snapshot};
+
+/// Decisions so far, and what they took.
+#[derive(Debug, Clone)]
+pub struct Plan<'s, 'a> {
+    snapshot: &'s Snapshot<'a>,
+    gpu_taken: Vec<bool>,
+    free_on_node: Vec<u32>,
+    cpu_free: Vec<u32>,
+    memory_free: Vec<u32>,
+    decided: Vec<bool>,
+    free_total: u32,
+    decisions: Vec<Decision<'a>>,
+}
+
+/// A decision the plan refused: it would take something already taken or decide twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanError {
+    message: String,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+impl<'s, 'a> Plan<'s, 'a> {
+    /// A plan with nothing decided: GPUs held by workloads are taken, the rest free; CPU and memory
+    /// as the nodes report them.
+    pub fn new(snapshot: &'s Snapshot<'a>) -> Self {
+        let gpu_taken: Vec<bool> = snapshot.gpus.iter().map(|g| !g.is_free()).collect();
+        let mut free_on_node = vec![0u32; snapshot.nodes.len()];
+        let mut free_total = 0;
+        for gpu in snapshot.gpus.iter().filter(|g| g.is_free()) {
+            if let Some(count) = free_on_node.get_mut(gpu.node as usize) {
+                *count += 1;
+                if snapshot.node(gpu.node).is_some_and(|n| n.is_ready()) {
+                    free_total += 1;
+                }
+            }
+        }
+        Plan {
+            snapshot,
+            gpu_taken,
+            free_on_node,
+            cpu_free: snapshot.nodes.iter().map(|n| n.cpu_millis_free).collect(),
+            memory_free: snapshot.nodes.iter().map(|n| n.memory_mb_free).collect(),
+            decided: vec![false; snapshot.workloads.len()],
+            free_total,
+            decisions: Vec::new(),
+        }
+    }
+
+    /// The snapshot this plan is for.
+    pub fn snapshot(&self) -> &'s Snapshot<'a> {
+        self.snapshot
+    }
+
+    /// Neither held by a workload nor taken by a decision of this plan.
+    pub fn is_gpu_free(&self, gpu: u32) -> bool {
+        self.gpu_taken.get(gpu as usize).is_some_and(|taken| !taken)
+    }
+
+    /// `(gpu index, gpu)` for the GPUs of `node` still free in this plan.
+    pub fn free_gpus(&self, node: u32) -> impl Iterator<Item = (u32, &'s Gpu<'a>)> + '_ {
+        self.snapshot.node_gpus(node).filter(|(i, _)| self.is_gpu_free(*i))
+    }
+
+    /// How many GPUs of `node` are still free in this plan.
+    pub fn free_gpu_count(&self, node: u32) -> u32 {
+        self.free_on_node.get(node as usize).copied().unwrap_or(0)
+    }
+
+    /// Free GPUs left on ready nodes, fleet-wide.
+    pub fn free_gpu_total(&self) -> u32 {
+        self.free_total
+    }
+
+    /// CPU (thousandths of a core) still free on `node` after this plan's CPU placements.
+    pub fn cpu_free(&self, node: u32) -> u32 {
+        self.cpu_free.get(node as usize).copied().unwrap_or(0)
+    }
+
+    /// Memory (MiB) still free on `node` after this plan's CPU placements.
+    pub fn memory_free(&self, node: u32) -> u32 {
+        self.memory_free.get(node as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether `workload` already has a decision.
+    pub fn is_decided(&self, workload: u32) -> bool {
+        self.decided.get(workload as usize).copied().unwrap_or(false)
+    }
+
+    /// Places `workload` on `node` using `gpus`, taking them. With no GPUs it is a CPU placement and
+    /// takes the workload's `cpu_millis` and `memory_mb` from the node, which must have them.
+    ///
+    /// Refused (and nothing taken) if the workload is unknown or already decided, the node unknown,
+    /// a GPU unknown, on another node, listed twice or already taken.
+    pub fn place(
+        &mut self,
+        workload: u32,
+        node: u32,
+        gpus: Vec<u32>,
+        reason: impl Into<Cow<'a, str>>,
+    ) -> Result<(), PlanError> {
+        let w = self.check_undecided(workload, "place")?;
+        let refuse = |why: String| PlanError { message: format!("cannot place workload {workload} ({}): {why}", w.name) };
+        let Some(n) = self.snapshot.node(node) else {
+            return Err(refuse(format!("no node {node} (the snapshot has {})", self.snapshot.nodes.len())));
+        };
+        for (position, &gpu) in gpus.iter().enumerate() {
+            let Some(g) = self.snapshot.gpu(gpu) else {
+                return Err(refuse(format!("no GPU {gpu} (the snapshot has {})", self.snapshot.gpus.len())));
+            };
+            if g.node != node {
+                return Err(refuse(format!("GPU {gpu} is on node {}, not {}", g.node, n.name)));
+            }
+            if gpus.get(..position).is_some_and(|before| before.contains(&gpu)) {
+                return Err(refuse(format!("GPU {gpu} is listed twice")));
+            }
+            if !self.is_gpu_free(gpu) {
+                return Err(refuse(format!("GPU {gpu} ({} device {}) is already taken", n.name, g.device_index)));
+            }
+        }
+        if gpus.is_empty() {
+            let (cpu, memory) = (self.cpu_free(node), self.memory_free(node));
+            if cpu < w.cpu_millis || memory < w.memory_mb {
+                return Err(refuse(format!(
+                    "{} has {cpu} mCPU and {memory} MiB free; it needs {} mCPU and {} MiB",
+                    n.name, w.cpu_millis, w.memory_mb
+                )));
+            }
+            if let Some(c) = self.cpu_free.get_mut(node as usize) {
+                *c -= w.cpu_millis;
+            }
+            if let Some(m) = self.memory_free.get_mut(node as usize) {
+                *m -= w.memory_mb;
+            }
+        }
+        for &gpu in &gpus {
+            if let Some(taken) = self.gpu_taken.get_mut(gpu as usize) {
+                *taken = true;
+            }
+        }
+        if let Some(free) = self.free_on_node.get_mut(node as usize) {
+            *free = free.saturating_sub(gpus.len() as u32);
+        }
+        if n.is_ready() {
+            self.free_total = self.free_total.saturating_sub(gpus.len() as u32);
+        }
+        self.mark(workload);
+        self.decisions.push(Decision::place(workload, node, gpus, reason));
+        Ok(())
+    }
+
+    /// Preempts `workload` (its GPUs stay taken for this cycle: they free up once it has stopped).
+    pub fn preempt(&mut self, workload: u32, reason: impl Into<Cow<'a, str>>) -> Result<(), PlanError> {
+        self.check_undecided(workload, "preempt")?;
+        self.mark(workload);
+        self.decisions.push(Decision::preempt(workload, reason));
+        Ok(())
+    }
+
+    /// Keeps `workload` pending.
+    pub fn keep_pending(&mut self, workload: u32, reason: impl Into<Cow<'a, str>>) -> Result<(), PlanError> {
+        self.check_undecided(workload, "keep pending")?;
+        self.mark(workload);
+        self.decisions.push(Decision::keep_pending(workload, reason));
+        Ok(())
+    }
+
+    /// The decisions so far, in the order made.
+    pub fn decisions(&self) -> &[Decision<'a>] {
+        &self.decisions
+    }
+
+    /// The decisions, in the order made.
+    pub fn into_decisions(self) -> Vec<Decision<'a>> {
+        self.decisions
+    }
+
+    fn check_undecided(&self, workload: u32, what: &str) -> Result<&'s crate::abi::Workload<'a>, PlanError> {
+        let Some(w) = self.snapshot.workload(workload) else {
+            return Err(PlanError {
+                message: format!(
+                    "cannot {what} workload {workload}: the snapshot has {} workloads",
+                    self.snapshot.workloads.len()
+                ),
+            });
+        };
+        if self.is_decided(workload) {
+            return Err(PlanError {
+                message: format!("cannot {what} workload {workload} ({}): it already has a decision", w.name),
+            });
+        }
+        Ok(w)
+    }
+
+    fn mark(&mut self, workload: u32) {
+        if let Some(decided) = self.decided.get_mut(workload as usize) {
+            *decided = true;
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! Unit-test a policy natively with `cargo test`: build a snapshot with [`SnapshotFixture`], run the
+//! policy with [`SnapshotFixture::evaluate`], and read the [`Outcome`] by workload name.
+//!
+//! The run goes through the real ABI both ways: the fixture is encoded and decoded as the host and
+//! guest would, the decisions are encoded and decoded as the guest and host would, and then checked
+//! with [`check_decisions`] as a host would. A test therefore sees exactly what the module will see
+//! and fails where the control plane would refuse the output.
+//!
+//! ```
+//! use airtime_policy_sdk::prelude::*;
+//! use airtime_policy_sdk::testing::SnapshotFixture;
+//!
+//! struct FirstGpu;
+//! impl Policy for FirstGpu {
+//!     fn evaluate<'s>(&self, s: &Snapshot<'s>, _: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+//!         let Some((w, _)) = s.pending().next() else { return Ok(vec![]) };
+//!         Ok(vec![Decision::place(w, 0, vec![0], "first GPU")])
+//!     }
+//! }
+//!
+//! let outcome = SnapshotFixture::new()
+//!     .node("n1", 8, "H100", 81920)
+//!     .pending("train", 1, 40960)
+//!     .evaluate(&FirstGpu)
+//!     .unwrap();
+//! assert_eq!(outcome.placement("train"), Some(("n1", vec![0])));
+//! ```
+
+use std::fmt;
+
+use crate::abi::{
+    self, Action, Decision, NodeState, Settings, WorkloadClass, WorkloadState, decode_decisions, decode_snapshot,
+};
+use crate::check::{DecisionProblem, check_decisions};
+use crate::guest::{Failure, LogLine, Policy, evaluate_encoded};
+use crate::owned::{OwnedGpu, OwnedNode, OwnedSnapshot, OwnedTenant, OwnedWorkload};
+
+/// 2023-11-14 22:13:20 UTC: fixtures start at a fixed time so tests are repeatable.
+pub const FIXTURE_NOW_MS: u64 = 1_700_000_000_000;
+/// CPU of a fixture node unless told otherwise: 64 cores.
+pub const FIXTURE_NODE_CPU_MILLIS: u32 = 64_000;
+/// Memory of a fixture node unless told otherwise: 512 GiB.
+pub const FIXTURE_NODE_MEMORY_MB: u32 = 524_288;
+
+/// Builds a snapshot by name. Workloads belong to the tenant `"default"` unless told otherwise
+/// (it is created on first use). Names must be unique per kind; a misuse panics with a message,
+/// as a test helper should.
+#[derive(Debug, Clone)]
+pub struct SnapshotFixture {
+    doc: OwnedSnapshot,
+}
+
+impl Default for SnapshotFixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SnapshotFixture {
+    /// An empty fleet at [`FIXTURE_NOW_MS`], params `{}`, no settings, platform scope.
+    pub fn new() -> Self {
+        SnapshotFixture { doc: OwnedSnapshot { now_ms: FIXTURE_NOW_MS, ..OwnedSnapshot::default() } }
+    }
+
+    /// Starts from an existing snapshot (a production snapshot replayed, say).
+    pub fn from_document(doc: OwnedSnapshot) -> Self {
+        SnapshotFixture { doc }
+    }
+
+    /// The snapshot as built so far.
+    pub fn document(&self) -> &OwnedSnapshot {
+        &self.doc
+    }
+
+    /// Edits the snapshot directly, for what the builder methods do not cover.
+    pub fn edit(mut self, edit: impl FnOnce(&mut OwnedSnapshot)) -> Self {
+        edit(&mut self.doc);
+        self
+    }
+
+    pub fn now_ms(mut self, now_ms: u64) -> Self {
+        self.doc.now_ms = now_ms;
+        self
+    }
+
+    /// The policy's params, as JSON text.
+    pub fn params(mut self, json: &str) -> Self {
+        self.doc.params = json.to_owned();
+        self
+    }
+
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.doc.settings = Some(settings);
+        self
+    }
+
+    /// Evaluates for tenant `name` (created if needed) instead of the platform scope.
+    pub fn scope_tenant(mut self, name: &str) -> Self {
+        let index = self.tenant_index(name);
+        self.doc.scope_tenant = Some(index);
+        self
+    }
+
+    /// Adds tenant `name` (weight 1, nothing guaranteed).
+    pub fn tenant(self, name: &str) -> Self {
+        self.tenant_with(name, |_| {})
+    }
+
+    /// Adds tenant `name` and lets `edit` set its fields.
+    #[track_caller]
+    pub fn tenant_with(mut self, name: &str, edit: impl FnOnce(&mut OwnedTenant)) -> Self {
+        if self.doc.tenants.iter().any(|t| t.name == name) {
+            panic!("fixture already has a tenant named {name:?}");
+        }
+        let mut tenant = OwnedTenant { name: name.to_owned(), weight: 1, ..OwnedTenant::default() };
+        edit(&mut tenant);
+        self.doc.tenants.push(tenant);
+        self
+    }
+
+    /// Adds a ready node with `gpu_count` GPUs of `model`, each with `gpu_memory_mb` MiB, and
+    /// [`FIXTURE_NODE_CPU_MILLIS`] / [`FIXTURE_NODE_MEMORY_MB`] all free.
+    pub fn node(self, name: &str, gpu_count: u32, model: &str, gpu_memory_mb: u32) -> Self {
+        self.node_with(name, gpu_count, model, gpu_memory_mb, |_| {})
+    }
+
+    /// Adds a node as [`node`](Self::node) does and lets `edit` set its fields (state, CPU, cost).
+    /// GPU fields are set with [`gpu`](Self::gpu).
+    #[track_caller]
+    pub fn node_with(
+        mut self,
+        name: &str,
+        gpu_count: u32,
+        model: &str,
+        gpu_memory_mb: u32,
+        edit: impl FnOnce(&mut OwnedNode),
+    ) -> Self {
+        if self.doc.nodes.iter().any(|n| n.name == name) {
+            panic!("fixture already has a node named {name:?}");
+        }
+        let node_index = self.doc.nodes.len() as u32;
+        let gpu_first = self.doc.gpus.len() as u32;
+        let mut node = OwnedNode {
+            name: name.to_owned(),
+            state: NodeState::Ready,
+            cpu_millis: FIXTURE_NODE_CPU_MILLIS,
+            cpu_millis_free: FIXTURE_NODE_CPU_MILLIS,
+            memory_mb: FIXTURE_NODE_MEMORY_MB,
+            memory_mb_free: FIXTURE_NODE_MEMORY_MB,
+            gpu_first,
+            gpu_count,
+            ..OwnedNode::default()
+        };
+        edit(&mut node);
+        // GPUs of one node are contiguous; the node's range is fixed here, whatever `edit` did.
+        node.gpu_first = gpu_first;
+        node.gpu_count = gpu_count;
+        self.doc.nodes.push(node);
+        for device_index in 0..gpu_count {
+            self.doc.gpus.push(OwnedGpu {
+                node: node_index,
+                device_index,
+                model: model.to_owned(),
+                memory_mb: gpu_memory_mb,
+                ..OwnedGpu::default()
+            });
+        }
+        self
+    }
+
+    /// Adds a node without GPUs, with this much CPU and memory free.
+    pub fn cpu_node(self, name: &str, cpu_millis: u32, memory_mb: u32) -> Self {
+        self.node_with(name, 0, "", 0, |n| {
+            n.cpu_millis = cpu_millis;
+            n.cpu_millis_free = cpu_millis;
+            n.memory_mb = memory_mb;
+            n.memory_mb_free = memory_mb;
+        })
+    }
+
+    /// Lets `edit` set the fields of GPU `device_index` of `node` (live memory use, NVLink group).
+    #[track_caller]
+    pub fn gpu(mut self, node: &str, device_index: u32, edit: impl FnOnce(&mut OwnedGpu)) -> Self {
+        let gpu = self.gpu_index(node, device_index);
+        if let Some(g) = self.doc.gpus.get_mut(gpu as usize) {
+            edit(g);
+        }
+        self
+    }
+
+    /// Adds a pending workload of the default tenant needing `gpu_count` GPUs with
+    /// `gpu_memory_mb` MiB each (0 GPUs: a CPU workload). Submitted one second after the previous
+    /// workload, so submission order is the order of the calls.
+    pub fn pending(self, name: &str, gpu_count: u32, gpu_memory_mb: u32) -> Self {
+        self.pending_with(name, gpu_count, gpu_memory_mb, |_| {})
+    }
+
+    /// Adds a pending workload as [`pending`](Self::pending) does and lets `edit` set its fields
+    /// (priority, class, models, flags). To name its tenant, use [`workload_tenant`](Self::workload_tenant).
+    #[track_caller]
+    pub fn pending_with(
+        mut self,
+        name: &str,
+        gpu_count: u32,
+        gpu_memory_mb: u32,
+        edit: impl FnOnce(&mut OwnedWorkload),
+    ) -> Self {
+        let mut workload = self.new_workload(name, gpu_count, gpu_memory_mb);
+        edit(&mut workload);
+        self.doc.workloads.push(workload);
+        self
+    }
+
+    /// Adds a running workload of the default tenant holding GPUs `devices` of `node` (each GPU gets
+    /// it as holder), started a minute before now.
+    pub fn running(self, name: &str, node: &str, devices: &[u32]) -> Self {
+        self.running_with(name, node, devices, |_| {})
+    }
+
+    /// Adds a running workload as [`running`](Self::running) does and lets `edit` set its fields.
+    #[track_caller]
+    pub fn running_with(
+        mut self,
+        name: &str,
+        node: &str,
+        devices: &[u32],
+        edit: impl FnOnce(&mut OwnedWorkload),
+    ) -> Self {
+        let node_index = self.node_index(node);
+        let workload_index = self.doc.workloads.len() as u32;
+        let mut workload = self.new_workload(name, devices.len() as u32, 0);
+        workload.state = WorkloadState::Running;
+        workload.node = Some(node_index);
+        workload.started_ms = self.doc.now_ms.saturating_sub(60_000);
+        edit(&mut workload);
+        for &device in devices {
+            let gpu = self.gpu_index(node, device);
+            let g = &mut self.doc.gpus[gpu as usize];
+            if let Some(holder) = g.holder {
+                panic!("{node} device {device} is already held by workload {holder}");
+            }
+            g.holder = Some(workload_index);
+        }
+        self.doc.workloads.push(workload);
+        self
+    }
+
+    /// Moves workload `name` to tenant `tenant` (created if needed).
+    #[track_caller]
+    pub fn workload_tenant(mut self, name: &str, tenant: &str) -> Self {
+        let tenant = self.tenant_index(tenant);
+        let index = self.workload_index(name);
+        self.doc.workloads[index as usize].tenant = tenant;
+        self
+    }
+
+    /// The bytes the host would send.
+    pub fn encode(&self) -> Vec<u8> {
+        abi::encode_snapshot(&self.doc.as_snapshot())
+    }
+
+    /// Runs `policy` as the host would, through the ABI both ways, and checks its decisions.
+    pub fn evaluate<P: Policy + ?Sized>(&self, policy: &P) -> Result<Outcome, EvaluationError> {
+        let snapshot_bytes = self.encode();
+        let snapshot = decode_snapshot(&snapshot_bytes).map_err(|e| EvaluationError::InvalidFixture(e.to_string()))?;
+        let mut logs = Vec::new();
+        let output = match evaluate_encoded(policy, &snapshot_bytes, &mut logs) {
+            Ok(output) => output,
+            Err(failure) => return Err(EvaluationError::Failed { failure, logs }),
+        };
+        let decisions = decode_decisions(&output).map_err(|e| EvaluationError::InvalidFixture(e.to_string()))?;
+        let problems = check_decisions(&snapshot, &decisions);
+        if !problems.is_empty() {
+            return Err(EvaluationError::Refused { problems, logs });
+        }
+        Ok(Outcome {
+            decisions: decisions.into_iter().map(Decision::into_owned).collect(),
+            logs,
+            output_bytes: output.len(),
+            doc: self.doc.clone(),
+        })
+    }
+
+    /// A synthetic fleet for benchmarks and load tests: `nodes` ready nodes of `gpus_per_node` GPUs
+    /// (H100 and A100 alternating by node, 80 GiB, one NVLink domain per node), 16 tenants, and
+    /// `pending` workloads of mixed shapes (1, 2, 4 or 8 GPUs; 10 to 80 GiB; some model-restricted,
+    /// some CPU-only), with priorities and submission times from a seeded generator (same seed, same
+    /// fleet).
+    pub fn synthetic_fleet(nodes: u32, gpus_per_node: u32, pending: u32, seed: u64) -> Self {
+        let mut random = SplitMix64(seed);
+        let mut fixture = SnapshotFixture::new();
+        for t in 0..16 {
+            fixture = fixture.tenant_with(&format!("tenant-{t:02}"), |tenant| {
+                tenant.guaranteed_gpus = nodes * gpus_per_node / 16;
+                tenant.weight = 1 + (t % 4);
+                tenant.may_borrow = t % 2 == 0;
+            });
+        }
+        for n in 0..nodes {
+            let model = if n % 2 == 0 { "H100" } else { "A100" };
+            fixture = fixture.node_with(&format!("gpu-node-{n:04}"), gpus_per_node, model, 81_920, |node| {
+                node.cpu_millis = 128_000;
+                node.cpu_millis_free = 128_000;
+                node.memory_mb = 1_048_576;
+                node.memory_mb_free = 1_048_576;
+                node.cost_per_hour = 2.5 * gpus_per_node as f32;
+            });
+            let first = fixture.doc.gpus.len() - gpus_per_node as usize;
+            for gpu in &mut fixture.doc.gpus[first..] {
+                gpu.nvlink_group = Some(n);
+                gpu.memory_used_mb = (random.next() % 4) as u32 * 1024;
+            }
+        }
+        for w in 0..pending {
+            let roll = random.next();
+            let gpu_count = [1, 1, 1, 2, 2, 4, 8, 0][(roll % 8) as usize];
+            let gpu_memory_mb = [10_240, 20_480, 40_960, 79_872][((roll >> 8) % 4) as usize];
+            let class = WorkloadClass::ALL[((roll >> 16) % 7) as usize];
+            fixture.doc.workloads.push(OwnedWorkload {
+                id: format!("00000000-0000-4000-8000-{w:012}"),
+                name: format!("job-{w:05}"),
+                tenant: ((roll >> 24) % 16) as u32,
+                class,
+                state: WorkloadState::Pending,
+                priority: ((roll >> 32) % 100) as i32,
+                gpu_count,
+                gpu_memory_mb: if gpu_count == 0 { 0 } else { gpu_memory_mb },
+                gpu_models: if (roll >> 40) % 5 == 0 { "H100".to_owned() } else { String::new() },
+                cpu_millis: 4_000,
+                memory_mb: 16_384,
+                submitted_ms: FIXTURE_NOW_MS - 3_600_000 + u64::from(w) * 100,
+                cpu_capable: gpu_count == 0 || (roll >> 48) % 4 == 0,
+                gang: gpu_count > 1,
+                preemptible: class != WorkloadClass::RealtimeInference,
+                checkpointable: class.is_training_like(),
+                ..OwnedWorkload::default()
+            });
+        }
+        fixture
+    }
+
+    fn new_workload(&mut self, name: &str, gpu_count: u32, gpu_memory_mb: u32) -> OwnedWorkload {
+        if self.doc.workloads.iter().any(|w| w.name == name) {
+            panic!("fixture already has a workload named {name:?}");
+        }
+        let tenant = self.tenant_index("default");
+        let n = self.doc.workloads.len() as u64;
+        OwnedWorkload {
+            id: format!("00000000-0000-4000-8000-{n:012}"),
+            name: name.to_owned(),
+            tenant,
+            class: WorkloadClass::BatchInference,
+            state: WorkloadState::Pending,
+            gpu_count,
+            gpu_memory_mb,
+            cpu_millis: 1_000,
+            memory_mb: 4_096,
+            submitted_ms: self.doc.now_ms.saturating_sub(3_600_000) + n * 1_000,
+            gang: gpu_count > 1,
+            ..OwnedWorkload::default()
+        }
+    }
+
+    fn tenant_index(&mut self, name: &str) -> u32 {
+        if let Some(index) = self.doc.tenants.iter().position(|t| t.name == name) {
+            return index as u32;
+        }
+        self.doc.tenants.push(OwnedTenant { name: name.to_owned(), weight: 1, ..OwnedTenant::default() });
+        self.doc.tenants.len() as u32 - 1
+    }
+
+    #[track_caller]
+    fn node_index(&self, name: &str) -> u32 {
+        match self.doc.nodes.iter().position(|n| n.name == name) {
+            Some(index) => index as u32,
+            None => panic!("fixture has no node named {name:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn workload_index(&self, name: &str) -> u32 {
+        match self.doc.workloads.iter().position(|w| w.name == name) {
+            Some(index) => index as u32,
+            None => panic!("fixture has no workload named {name:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn gpu_index(&self, node: &str, device_index: u32) -> u32 {
+        let n = &self.doc.nodes[self.node_index(node) as usize];
+        if device_index >= n.gpu_count {
+            panic!("node {node:?} has {} GPUs; there is no device {device_index}", n.gpu_count);
+        }
+        n.gpu_first + device_index
+    }
+}
+
+/// Why [`SnapshotFixture::evaluate`] produced no outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvaluationError {
+    /// The policy returned `Err` (in the module: called `airtime.fail`).
+    Failed { failure: Failure, logs: Vec<LogLine> },
+    /// The host would refuse these decisions.
+    Refused { problems: Vec<DecisionProblem>, logs: Vec<LogLine> },
+    /// The fixture does not encode to a valid snapshot (a bug in the test).
+    InvalidFixture(String),
+}
+
+impl fmt::Display for EvaluationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EvaluationError::Failed { failure, .. } => write!(f, "the policy failed: {failure}"),
+            EvaluationError::Refused { problems, .. } => {
+                write!(f, "the host would refuse {} decisions:", problems.len())?;
+                for problem in problems {
+                    write!(f, "\n  {problem}")?;
+                }
+                Ok(())
+            }
+            EvaluationError::InvalidFixture(message) => write!(f, "invalid fixture: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for EvaluationError {}
+
+/// What a policy decided, readable by name.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The decisions as the host decoded them.
+    pub decisions: Vec<Decision<'static>>,
+    /// Lines the policy logged.
+    pub logs: Vec<LogLine>,
+    /// Size of the encoded decisions.
+    pub output_bytes: usize,
+    doc: OwnedSnapshot,
+}
+
+impl Outcome {
+    /// The decision for workload `name`, if the policy made one.
+    pub fn decision(&self, name: &str) -> Option<&Decision<'static>> {
+        let index = self.doc.workloads.iter().position(|w| w.name == name)? as u32;
+        self.decisions.iter().find(|d| d.workload == index)
+    }
+
+    /// Where `name` was placed: the node's name and the device indexes of its GPUs on that node
+    /// (empty for a CPU placement). `None` if it was not placed.
+    pub fn placement(&self, name: &str) -> Option<(&str, Vec<u32>)> {
+        match &self.decision(name)?.action {
+            Action::Place { node, gpus } => {
+                let node_name = self.doc.nodes.get(*node as usize)?.name.as_str();
+                let devices = gpus.iter().filter_map(|g| self.doc.gpus.get(*g as usize)).map(|g| g.device_index);
+                Some((node_name, devices.collect()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The node `name` was placed on.
+    pub fn placed_on(&self, name: &str) -> Option<&str> {
+        self.placement(name).map(|(node, _)| node)
+    }
+
+    /// The policy decided to keep `name` pending.
+    pub fn is_kept_pending(&self, name: &str) -> bool {
+        self.decision(name).is_some_and(|d| d.action == Action::KeepPending)
+    }
+
+    /// The policy decided to preempt `name`.
+    pub fn is_preempted(&self, name: &str) -> bool {
+        self.decision(name).is_some_and(|d| d.action == Action::Preempt)
+    }
+
+    /// The reason given for `name`.
+    pub fn reason(&self, name: &str) -> Option<&str> {
+        self.decision(name).map(|d| d.reason.as_ref())
+    }
+
+    /// Names of the placed workloads, in decision order.
+    pub fn placed(&self) -> Vec<&str> {
+        self.decisions
+            .iter()
+            .filter(|d| matches!(d.action, Action::Place { .. }))
+            .filter_map(|d| self.doc.workloads.get(d.workload as usize))
+            .map(|w| w.name.as_str())
+            .collect()
+    }
+}
+
+/// A small, fast, seedable generator (SplitMix64), so fixtures need no dependency.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}

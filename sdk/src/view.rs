@@ -1,0 +1,267 @@
+//! Questions policy authors ask of a snapshot, answered once here: which GPUs of a node are free,
+//! does a GPU fit a workload, which workloads are pending and in what order.
+//!
+//! Every lookup by index returns `Option` or an empty iterator for an index that names nothing, so
+//! no helper panics.
+
+use crate::abi::{Gpu, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass, WorkloadState};
+
+/// Milliseconds in a day.
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+impl<'a> Snapshot<'a> {
+    /// The tenant at `index`.
+    pub fn tenant(&self, index: u32) -> Option<&Tenant<'a>> {
+        self.tenants.get(index as usize)
+    }
+
+    /// The node at `index`.
+    pub fn node(&self, index: u32) -> Option<&Node<'a>> {
+        self.nodes.get(index as usize)
+    }
+
+    /// The GPU at `index`.
+    pub fn gpu(&self, index: u32) -> Option<&Gpu<'a>> {
+        self.gpus.get(index as usize)
+    }
+
+    /// The workload at `index`.
+    pub fn workload(&self, index: u32) -> Option<&Workload<'a>> {
+        self.workloads.get(index as usize)
+    }
+
+    /// The tenant this evaluation is for; `None` in the platform scope.
+    pub fn scope(&self) -> Option<&Tenant<'a>> {
+        self.scope_tenant.and_then(|index| self.tenant(index))
+    }
+
+    /// The settings, or all-zero settings when the platform has none.
+    pub fn settings_or_default(&self) -> Settings {
+        self.settings.unwrap_or_default()
+    }
+
+    /// `(index, node)` for every node.
+    pub fn nodes_indexed(&self) -> impl Iterator<Item = (u32, &Node<'a>)> + '_ {
+        self.nodes.iter().enumerate().map(|(i, n)| (i as u32, n))
+    }
+
+    /// `(index, node)` for nodes that take work.
+    pub fn ready_nodes(&self) -> impl Iterator<Item = (u32, &Node<'a>)> + '_ {
+        self.nodes_indexed().filter(|(_, n)| n.is_ready())
+    }
+
+    /// `(gpu index, gpu)` for every GPU of `node` (none for an index that names no node).
+    pub fn node_gpus(&self, node: u32) -> impl Iterator<Item = (u32, &Gpu<'a>)> + '_ {
+        let range = self.node(node).map(Node::gpu_range).unwrap_or(0..0);
+        let start = range.start as u32;
+        self.gpus.get(range).unwrap_or(&[]).iter().enumerate().map(move |(i, g)| (start + i as u32, g))
+    }
+
+    /// `(gpu index, gpu)` for the GPUs of `node` that no workload holds.
+    pub fn free_gpus(&self, node: u32) -> impl Iterator<Item = (u32, &Gpu<'a>)> + '_ {
+        self.node_gpus(node).filter(|(_, g)| g.is_free())
+    }
+
+    /// `(gpu index, gpu)` for the GPUs `workload` holds.
+    pub fn held_gpus(&self, workload: u32) -> impl Iterator<Item = (u32, &Gpu<'a>)> + '_ {
+        self.gpus
+            .iter()
+            .enumerate()
+            .filter(move |(_, g)| g.holder == Some(workload))
+            .map(|(i, g)| (i as u32, g))
+    }
+
+    /// `(index, workload)` for every workload.
+    pub fn workloads_indexed(&self) -> impl Iterator<Item = (u32, &Workload<'a>)> + '_ {
+        self.workloads.iter().enumerate().map(|(i, w)| (i as u32, w))
+    }
+
+    /// `(index, workload)` for pending workloads, in table order.
+    pub fn pending(&self) -> impl Iterator<Item = (u32, &Workload<'a>)> + '_ {
+        self.workloads_indexed().filter(|(_, w)| w.is_pending())
+    }
+
+    /// `(index, workload)` for running workloads, in table order.
+    pub fn running(&self) -> impl Iterator<Item = (u32, &Workload<'a>)> + '_ {
+        self.workloads_indexed().filter(|(_, w)| w.is_running())
+    }
+
+    /// Pending workloads, highest priority first, then earliest submitted, then table order (so the
+    /// order is total and the same on every run).
+    pub fn pending_by_priority(&self) -> Vec<(u32, &Workload<'a>)> {
+        let mut pending: Vec<_> = self.pending().collect();
+        pending.sort_by(|(ia, a), (ib, b)| {
+            b.priority.cmp(&a.priority).then(a.submitted_ms.cmp(&b.submitted_ms)).then(ia.cmp(ib))
+        });
+        pending
+    }
+
+    /// The hour of the day (0..24, UTC) at `now_ms`.
+    pub fn hour_utc(&self) -> u32 {
+        ((self.now_ms % DAY_MS) / (60 * 60 * 1000)) as u32
+    }
+
+    /// Whether `now_ms` falls in the night window of the settings (22:00 to 06:00 UTC).
+    pub fn is_night_utc(&self) -> bool {
+        let hour = self.hour_utc();
+        !(6..22).contains(&hour)
+    }
+
+    /// The workload's priority with the settings applied: `night_training_bonus` is added to
+    /// training and fine-tuning at night (22:00 to 06:00 UTC).
+    pub fn effective_priority(&self, workload: &Workload<'_>) -> i32 {
+        let bonus = match self.settings {
+            Some(settings) if workload.class.is_training_like() && self.is_night_utc() => {
+                settings.night_training_bonus
+            }
+            _ => 0,
+        };
+        workload.priority.saturating_add(bonus)
+    }
+
+    /// GPUs no workload holds, on nodes that take work.
+    pub fn free_gpu_total(&self) -> u32 {
+        self.gpus
+            .iter()
+            .filter(|g| g.is_free() && self.node(g.node).is_some_and(Node::is_ready))
+            .count() as u32
+    }
+}
+
+impl Node<'_> {
+    /// Takes work.
+    pub fn is_ready(&self) -> bool {
+        self.state == NodeState::Ready
+    }
+
+    /// Its GPUs' positions in [`Snapshot::gpus`].
+    pub fn gpu_range(&self) -> std::ops::Range<usize> {
+        let start = self.gpu_first as usize;
+        start..start.saturating_add(self.gpu_count as usize)
+    }
+
+    /// Has at least one GPU.
+    pub fn has_gpus(&self) -> bool {
+        self.gpu_count > 0
+    }
+
+    /// Has `cpu_millis` and `memory_mb` free.
+    pub fn has_room_for(&self, cpu_millis: u32, memory_mb: u32) -> bool {
+        self.cpu_millis_free >= cpu_millis && self.memory_mb_free >= memory_mb
+    }
+}
+
+impl Gpu<'_> {
+    /// No workload holds it.
+    pub fn is_free(&self) -> bool {
+        self.holder.is_none()
+    }
+
+    /// Memory not in use now (total minus live use), MiB.
+    pub fn memory_free_mb(&self) -> u32 {
+        self.memory_mb.saturating_sub(self.memory_used_mb)
+    }
+
+    /// Could serve one of `workload`'s GPUs: enough free memory now and an allowed model. Says
+    /// nothing of whether another workload holds it (see [`Gpu::is_free`]).
+    pub fn fits(&self, workload: &Workload<'_>) -> bool {
+        self.memory_free_mb() >= workload.gpu_memory_mb && workload.allows_model(self.model)
+    }
+}
+
+impl<'a> Workload<'a> {
+    pub fn is_pending(&self) -> bool {
+        self.state == WorkloadState::Pending
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.state == WorkloadState::Running
+    }
+
+    /// Needs at least one GPU (else it is placed on CPU).
+    pub fn needs_gpu(&self) -> bool {
+        self.gpu_count > 0
+    }
+
+    /// The allowed GPU models, trimmed, empty entries skipped. No models means any.
+    pub fn allowed_models(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.gpu_models.split(',').map(str::trim).filter(|m| !m.is_empty())
+    }
+
+    /// Whether `model` is allowed: the list is empty, or an entry equals `model` ignoring ASCII
+    /// case and surrounding spaces.
+    pub fn allows_model(&self, model: &str) -> bool {
+        let model = model.trim();
+        let mut any = false;
+        for allowed in self.allowed_models() {
+            if allowed.eq_ignore_ascii_case(model) {
+                return true;
+            }
+            any = true;
+        }
+        !any
+    }
+
+    /// What one of its GPUs must offer, with the model list parsed once (for loops over many GPUs).
+    pub fn gpu_need(&self) -> GpuNeed<'a> {
+        GpuNeed { count: self.gpu_count, memory_mb: self.gpu_memory_mb, models: self.allowed_models().collect() }
+    }
+
+    /// Milliseconds since it was submitted.
+    pub fn waiting_ms(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.submitted_ms)
+    }
+
+    /// Milliseconds it has been running; 0 when not running.
+    pub fn running_ms(&self, now_ms: u64) -> u64 {
+        if self.started_ms == 0 { 0 } else { now_ms.saturating_sub(self.started_ms) }
+    }
+}
+
+impl WorkloadClass {
+    /// Training or fine-tuning.
+    pub fn is_training_like(self) -> bool {
+        matches!(self, WorkloadClass::Training | WorkloadClass::FineTuning)
+    }
+
+    /// Real-time or batch inference.
+    pub fn is_inference(self) -> bool {
+        matches!(self, WorkloadClass::RealtimeInference | WorkloadClass::BatchInference)
+    }
+}
+
+/// What each GPU of a workload must offer; made by [`Workload::gpu_need`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuNeed<'a> {
+    /// How many GPUs.
+    pub count: u32,
+    /// Free memory on each, MiB.
+    pub memory_mb: u32,
+    /// Allowed models; empty allows any.
+    pub models: Vec<&'a str>,
+}
+
+impl GpuNeed<'_> {
+    /// `gpu` has the memory free now and an allowed model (whether it is held is not considered).
+    pub fn fits(&self, gpu: &Gpu<'_>) -> bool {
+        gpu.memory_free_mb() >= self.memory_mb && self.allows_model(gpu.model)
+    }
+
+    /// Whether `model` is allowed (same rule as [`Workload::allows_model`]).
+    pub fn allows_model(&self, model: &str) -> bool {
+        let model = model.trim();
+        self.models.is_empty() || self.models.iter().any(|m| m.eq_ignore_ascii_case(model))
+    }
+
+    /// "4 GPUs with ≥ 40960 MiB (H100 or A100)": the need in words, for reasons. With `adjective`
+    /// "free": "4 free GPUs with ≥ 40960 MiB".
+    pub fn describe(&self, adjective: &str) -> String {
+        let gpus = if self.count == 1 { "GPU" } else { "GPUs" };
+        let adjective = if adjective.is_empty() { String::new() } else { format!("{adjective} ") };
+        let mut text = format!("{} {adjective}{gpus} with ≥ {} MiB", self.count, self.memory_mb);
+        if !self.models.is_empty() {
+            text.push_str(&format!(" ({})", self.models.join(" or ")));
+        }
+        text
+    }
+}

@@ -1,0 +1,536 @@
+//! The ABI both ways: roundtrips of every field, the exact layout of docs/policy-abi.md, precise
+//! errors, and fuzzing of both decoders with random, truncated and mutated bytes (they must return
+//! `Ok` or `Err`, never panic, and never allocate beyond the buffer's size).
+
+use std::borrow::Cow;
+
+use airtime_policy_sdk::abi::{
+    AbiError, Action, Decision, Gpu, NONE, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass,
+    WorkloadState, decode_decisions, decode_snapshot, encode_decisions, encode_snapshot,
+};
+use airtime_policy_sdk::testing::SnapshotFixture;
+
+/// SplitMix64: a seeded generator, so every run fuzzes the same inputs and a failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn u32(&mut self) -> u32 {
+        self.next() as u32
+    }
+
+    fn text(&mut self) -> String {
+        let words = ["", "a", "gpu-node-7", "H100", "naïve", "训练", "🚀 rocket", "tenant,with,commas", "x\"y\\z"];
+        words[self.below(words.len() as u64) as usize].to_owned()
+    }
+}
+
+fn every_field_snapshot<'a>() -> Snapshot<'a> {
+    Snapshot {
+        now_ms: 1_700_000_123_456,
+        tenants: vec![
+            Tenant {
+                name: "acme",
+                guaranteed_gpus: 8,
+                weight: 3,
+                running_gpus: 2,
+                tier: -1,
+                decayed_gpu_hours: 12.5,
+                may_borrow: true,
+            },
+            Tenant { name: "globex", ..Tenant::default() },
+        ],
+        nodes: vec![
+            Node {
+                name: "n1",
+                state: NodeState::Ready,
+                cpu_millis: 64_000,
+                cpu_millis_free: 32_000,
+                memory_mb: 512_000,
+                memory_mb_free: 100_000,
+                gpu_first: 0,
+                gpu_count: 2,
+                cost_per_hour: 19.75,
+                cpu_util: 0.25,
+                simulated: true,
+            },
+            Node { name: "n2", state: NodeState::Draining, gpu_first: 2, gpu_count: 1, ..Node::default() },
+            Node { name: "cpu", state: NodeState::Unknown(9), gpu_first: 3, gpu_count: 0, ..Node::default() },
+        ],
+        gpus: vec![
+            Gpu {
+                node: 0,
+                device_index: 0,
+                model: "H100",
+                memory_mb: 81_920,
+                memory_used_mb: 1_024,
+                util: 0.5,
+                nvlink_group: Some(0),
+                holder: Some(1),
+                simulated: true,
+            },
+            Gpu { node: 0, device_index: 1, model: "H100", memory_mb: 81_920, ..Gpu::default() },
+            Gpu { node: 1, device_index: 0, model: "A100", memory_mb: 40_960, nvlink_group: None, ..Gpu::default() },
+        ],
+        workloads: vec![
+            Workload {
+                id: "0190c6a4-0000-7000-8000-000000000001",
+                name: "train-llama",
+                tenant: 0,
+                class: WorkloadClass::Training,
+                state: WorkloadState::Pending,
+                priority: -5,
+                gpu_count: 4,
+                gpu_memory_mb: 40_960,
+                gpu_models: "H100, A100",
+                cpu_millis: 8_000,
+                memory_mb: 65_536,
+                submitted_ms: 1_699_999_000_000,
+                started_ms: 0,
+                node: None,
+                preemptible: true,
+                checkpointable: true,
+                cpu_capable: false,
+                gang: true,
+                expected_duration_s: 3_600,
+            },
+            Workload {
+                id: "0190c6a4-0000-7000-8000-000000000002",
+                name: "serve",
+                tenant: 1,
+                class: WorkloadClass::RealtimeInference,
+                state: WorkloadState::Running,
+                gpu_count: 1,
+                started_ms: 1_699_999_500_000,
+                node: Some(0),
+                cpu_capable: true,
+                ..Workload::default()
+            },
+            Workload { name: "future", class: WorkloadClass::Unknown(42), state: WorkloadState::Unknown(7), ..Workload::default() },
+        ],
+        settings: Some(Settings {
+            burst_reserve_gpus: 2,
+            realtime_first: true,
+            min_runtime_s: 600,
+            grace_period_s: 30,
+            max_preemptions_per_hour: 4,
+            night_training_bonus: -3,
+        }),
+        params: r#"{"max": 3}"#,
+        scope_tenant: Some(1),
+    }
+}
+
+#[test]
+fn snapshot_roundtrips_every_field() {
+    let snapshot = every_field_snapshot();
+    let bytes = encode_snapshot(&snapshot);
+    assert_eq!(decode_snapshot(&bytes), Ok(snapshot));
+}
+
+#[test]
+fn empty_snapshot_roundtrips() {
+    let snapshot = Snapshot::default();
+    let bytes = encode_snapshot(&snapshot);
+    assert_eq!(bytes.len(), 88 + 2, "header and the params string \"{{}}\"");
+    assert_eq!(decode_snapshot(&bytes), Ok(snapshot));
+}
+
+#[test]
+fn snapshot_layout_matches_the_document() {
+    let snapshot = every_field_snapshot();
+    let bytes = encode_snapshot(&snapshot);
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    assert_eq!(&bytes[0..4], b"ATSN");
+    assert_eq!(u32_at(4), 1);
+    assert_eq!(u64_at(8), 1_700_000_123_456);
+    // Tables: {offset, count, stride} at 16, 28, 40, 52, 64, in that order after the 88-byte header.
+    let tables = [(16, 2, 32), (28, 3, 48), (40, 3, 40), (52, 3, 88), (64, 1, 32)];
+    let mut expected_offset = 88;
+    for (at, count, stride) in tables {
+        assert_eq!((u32_at(at), u32_at(at + 4), u32_at(at + 8)), (expected_offset, count, stride), "table at {at}");
+        expected_offset += count * stride;
+    }
+    assert_eq!(u32_at(84), 1, "scope tenant");
+    // Workload 0: priority at +28 (i32), submitted_ms at +56, node at +72 (NONE), flags at +76.
+    let w0 = u32_at(52) as usize;
+    assert_eq!(u32_at(w0 + 20), 2, "class training");
+    assert_eq!(u32_at(w0 + 28) as i32, -5);
+    assert_eq!(u64_at(w0 + 56), 1_699_999_000_000);
+    assert_eq!(u32_at(w0 + 72), NONE);
+    assert_eq!(u32_at(w0 + 76), 0b1011, "preemptible, checkpointable, gang");
+    // GPU 0: holder at +32, nvlink group at +28; GPU 2 has no group.
+    let g0 = u32_at(40) as usize;
+    assert_eq!(u32_at(g0 + 32), 1);
+    assert_eq!(u32_at(g0 + 40 * 2 + 28), NONE);
+    // Strings: model "H100" is stored once for both GPUs.
+    assert_eq!((u32_at(g0 + 8), u32_at(g0 + 12)), (u32_at(g0 + 40 + 8), 4));
+    let (offset, len) = (u32_at(76) as usize, u32_at(80) as usize);
+    assert_eq!(&bytes[offset..offset + len], br#"{"max": 3}"#);
+}
+
+#[test]
+fn decisions_roundtrip_and_match_the_document() {
+    let decisions = vec![
+        Decision::place(0, 1, vec![4, 5, 6], "best fit: 40 GB free on h200-3"),
+        Decision::preempt(7, "reclaimed for acme"),
+        Decision::keep_pending(8, "no node has 4 free GPUs with ≥ 40960 MiB"),
+        Decision::keep_pending(9, "no node has 4 free GPUs with ≥ 40960 MiB"),
+        Decision::place(10, 2, vec![], ""),
+    ];
+    let bytes = encode_decisions(&decisions);
+    assert_eq!(decode_decisions(&bytes), Ok(decisions.clone()));
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    assert_eq!(&bytes[0..4], b"ATDC");
+    assert_eq!(u32_at(4), 5);
+    let record = |i: usize| 8 + 32 * i;
+    assert_eq!((u32_at(record(0)), u32_at(record(0) + 4), u32_at(record(0) + 8)), (1, 0, 1));
+    let (gpus_at, gpus_len) = (u32_at(record(0) + 16) as usize, u32_at(record(0) + 20));
+    assert_eq!(gpus_len, 3, "len counts GPUs, not bytes");
+    assert_eq!((u32_at(gpus_at), u32_at(gpus_at + 4), u32_at(gpus_at + 8)), (4, 5, 6));
+    assert_eq!((u32_at(record(1)), u32_at(record(1) + 8)), (2, NONE));
+    assert_eq!(u32_at(record(2)), 3);
+    assert_eq!(u32_at(record(2) + 24), u32_at(record(3) + 24), "a repeated reason is stored once");
+    // Decoding borrows reasons from the buffer.
+    let decoded = decode_decisions(&bytes).expect("valid");
+    assert!(matches!(decoded[0].reason, Cow::Borrowed(_)));
+}
+
+#[test]
+fn larger_strides_from_a_newer_minor_version_are_skipped() {
+    // Rebuild the snapshot with every workload record padded to 96 bytes.
+    let snapshot = every_field_snapshot();
+    let bytes = encode_snapshot(&snapshot);
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let (offset, count) = (u32_at(52) as usize, u32_at(56) as usize);
+    let mut padded = bytes.clone();
+    let mut extra = Vec::new();
+    for i in 0..count {
+        extra.extend_from_slice(&bytes[offset + 88 * i..offset + 88 * (i + 1)]);
+        extra.extend_from_slice(&[0xAB; 8]);
+    }
+    let new_offset = padded.len() as u32;
+    padded.extend_from_slice(&extra);
+    padded[52..56].copy_from_slice(&new_offset.to_le_bytes());
+    padded[60..64].copy_from_slice(&96u32.to_le_bytes());
+    assert_eq!(decode_snapshot(&padded), Ok(snapshot));
+}
+
+#[test]
+fn errors_say_where_and_what() {
+    let mut bytes = encode_decisions(&[
+        Decision::keep_pending(0, "a"),
+        Decision::keep_pending(1, "b"),
+        Decision::keep_pending(2, "c"),
+        Decision::place(3, 0, vec![1, 2, 3, 4, 5, 6, 7, 8], "d"),
+    ]);
+    let record3 = 8 + 32 * 3;
+    bytes[record3 + 16..record3 + 20].copy_from_slice(&0x1200u32.to_le_bytes());
+    bytes.resize(4096, 0);
+    assert_eq!(
+        decode_decisions(&bytes).expect_err("gpu list out of bounds").to_string(),
+        "decision 3: gpu list at 0x1200+32 runs past the 4096-byte buffer"
+    );
+
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (vec![], "the 0-byte decision buffer is shorter than its 8-byte header"),
+        (b"ATSN\0\0\0\0".to_vec(), "decision header: magic is \"ATSN\" (bytes [41, 54, 53, 4e]), expected \"ATDC\""),
+        (
+            [b"ATDC".as_slice(), &1u32.to_le_bytes(), &[0; 32]].concat(),
+            "decision 0: unknown kind 0 (expected 1 place, 2 preempt or 3 keep pending)",
+        ),
+        (
+            [b"ATDC".as_slice(), &2u32.to_le_bytes(), &[0; 32]].concat(),
+            "snapshot header: decisions table (2 records of 32 bytes at 0x8) runs past the 40-byte buffer",
+        ),
+    ];
+    for (bytes, message) in cases {
+        assert_eq!(decode_decisions(&bytes).expect_err(message).to_string(), message);
+    }
+
+    let mut place = encode_decisions(&[Decision::place(0, 0, vec![], "x")]);
+    place[16..20].copy_from_slice(&NONE.to_le_bytes());
+    assert_eq!(
+        decode_decisions(&place).expect_err("no node").to_string(),
+        "decision 0: place names no node (node is NONE)"
+    );
+    let mut keep = encode_decisions(&[Decision::keep_pending(0, "x")]);
+    keep[16..20].copy_from_slice(&3u32.to_le_bytes());
+    assert_eq!(
+        decode_decisions(&keep).expect_err("node on keep").to_string(),
+        "decision 0: a keep pending decision must not name a node"
+    );
+    let mut utf8 = encode_decisions(&[Decision::keep_pending(0, "héllo")]);
+    let last = utf8.len() - 4;
+    utf8[last] = 0xFF;
+    assert_eq!(
+        decode_decisions(&utf8).expect_err("not utf-8").to_string(),
+        "decision 0: reason at 0x28 is not UTF-8 (invalid from byte 1)"
+    );
+}
+
+#[test]
+fn snapshot_errors_say_where_and_what() {
+    let good = encode_snapshot(&every_field_snapshot());
+    let u32_at = |bytes: &[u8], at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let set = |bytes: &mut Vec<u8>, at: usize, value: u32| bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+
+    let mut version = good.clone();
+    set(&mut version, 4, 2);
+    assert_eq!(
+        decode_snapshot(&version).expect_err("v2").to_string(),
+        "snapshot header: ABI version 2; this SDK speaks 1"
+    );
+    let mut stride = good.clone();
+    set(&mut stride, 60, 80);
+    assert_eq!(
+        decode_snapshot(&stride).expect_err("stride").to_string(),
+        "snapshot header: workloads table stride 80 is smaller than the 88-byte record"
+    );
+    let mut holder = good.clone();
+    let g0 = u32_at(&good, 40) as usize;
+    set(&mut holder, g0 + 32, 3);
+    assert_eq!(
+        decode_snapshot(&holder).expect_err("holder").to_string(),
+        "gpu 0: holder 3 is out of range; the workloads table has 3 records"
+    );
+    let mut range = good.clone();
+    let n1 = u32_at(&good, 28) as usize + 48;
+    set(&mut range, n1 + 32, 2);
+    assert_eq!(
+        decode_snapshot(&range).expect_err("range").to_string(),
+        "node 1: GPUs 2..4 run past the gpus table of 3 records"
+    );
+    let mut name = good.clone();
+    let w1 = u32_at(&good, 52) as usize + 88;
+    set(&mut name, w1 + 8, good.len() as u32 - 2);
+    set(&mut name, w1 + 12, 10);
+    assert_eq!(
+        decode_snapshot(&name).expect_err("name").to_string(),
+        format!("workload 1: name at {:#x}+10 runs past the {}-byte buffer", good.len() - 2, good.len())
+    );
+    let mut settings = good.clone();
+    set(&mut settings, 68, 2);
+    assert!(matches!(decode_snapshot(&settings), Err(AbiError::TooManySettings { count: 2 })));
+}
+
+#[test]
+fn random_valid_snapshots_roundtrip() {
+    let mut rng = Rng(7);
+    for _ in 0..300 {
+        let texts: Vec<String> = (0..64).map(|_| rng.text()).collect();
+        let mut text_at = 0;
+        let mut text = || {
+            text_at += 1;
+            texts[text_at % texts.len()].as_str()
+        };
+        let tenants = 1 + rng.below(4) as u32;
+        let nodes = rng.below(5) as u32;
+        let mut snapshot = Snapshot { now_ms: rng.next(), params: text(), ..Snapshot::default() };
+        for _ in 0..tenants {
+            snapshot.tenants.push(Tenant {
+                name: text(),
+                guaranteed_gpus: rng.u32(),
+                tier: rng.u32() as i32,
+                decayed_gpu_hours: rng.below(1_000_000) as f32 / 7.0,
+                may_borrow: rng.below(2) == 1,
+                ..Tenant::default()
+            });
+        }
+        let workloads = rng.below(6) as u32;
+        for n in 0..nodes {
+            let gpu_count = rng.below(4) as u32;
+            snapshot.nodes.push(Node {
+                name: text(),
+                state: NodeState::from_code(rng.below(4) as u32),
+                cpu_millis: rng.u32(),
+                gpu_first: snapshot.gpus.len() as u32,
+                gpu_count,
+                cost_per_hour: rng.below(1000) as f32 / 4.0,
+                ..Node::default()
+            });
+            for d in 0..gpu_count {
+                let holder = rng.below(u64::from(workloads) + 1) as u32;
+                snapshot.gpus.push(Gpu {
+                    node: n,
+                    device_index: d,
+                    model: text(),
+                    memory_mb: rng.u32(),
+                    util: 0.5,
+                    nvlink_group: (rng.below(2) == 0).then(|| rng.u32() % 1000),
+                    holder: (holder < workloads).then_some(holder),
+                    ..Gpu::default()
+                });
+            }
+        }
+        for _ in 0..workloads {
+            let node = rng.below(u64::from(nodes) + 1) as u32;
+            snapshot.workloads.push(Workload {
+                id: text(),
+                name: text(),
+                tenant: rng.below(u64::from(tenants)) as u32,
+                class: WorkloadClass::from_code(rng.below(9) as u32),
+                state: WorkloadState::from_code(rng.below(3) as u32),
+                priority: rng.u32() as i32,
+                gpu_models: text(),
+                submitted_ms: rng.next(),
+                node: (node < nodes).then_some(node),
+                preemptible: rng.below(2) == 0,
+                gang: rng.below(2) == 0,
+                ..Workload::default()
+            });
+        }
+        if rng.below(2) == 0 {
+            snapshot.settings = Some(Settings { night_training_bonus: rng.u32() as i32, ..Settings::default() });
+        }
+        snapshot.scope_tenant = (rng.below(2) == 0).then(|| rng.below(u64::from(tenants)) as u32);
+        let bytes = encode_snapshot(&snapshot);
+        assert_eq!(decode_snapshot(&bytes).as_ref(), Ok(&snapshot));
+    }
+}
+
+#[test]
+fn random_decisions_roundtrip() {
+    let mut rng = Rng(11);
+    for _ in 0..500 {
+        let texts: Vec<String> = (0..8).map(|_| rng.text()).collect();
+        let decisions: Vec<Decision<'_>> = (0..rng.below(20))
+            .map(|i| {
+                let reason = texts[i as usize % texts.len()].as_str();
+                match rng.below(3) {
+                    0 => Decision::place(rng.u32(), rng.u32() % NONE, (0..rng.below(9)).map(|_| rng.u32()).collect(), reason),
+                    1 => Decision::preempt(rng.u32(), reason),
+                    _ => Decision::keep_pending(rng.u32(), reason),
+                }
+            })
+            .collect();
+        let bytes = encode_decisions(&decisions);
+        assert_eq!(decode_decisions(&bytes), Ok(decisions));
+    }
+}
+
+/// Decodes and, when it decodes, checks the result is no larger than the input could justify.
+fn decode_both(bytes: &[u8]) {
+    if let Ok(snapshot) = decode_snapshot(bytes) {
+        // Tables may overlap, but each one fits in the buffer on its own.
+        for (count, size) in [
+            (snapshot.tenants.len(), 32),
+            (snapshot.nodes.len(), 48),
+            (snapshot.gpus.len(), 40),
+            (snapshot.workloads.len(), 88),
+        ] {
+            assert!(count * size <= bytes.len(), "{count} records of {size} bytes from {} bytes", bytes.len());
+        }
+    }
+    if let Ok(decisions) = decode_decisions(bytes) {
+        let gpus: usize = decisions
+            .iter()
+            .map(|d| match &d.action {
+                Action::Place { gpus, .. } => gpus.len(),
+                _ => 0,
+            })
+            .sum();
+        assert!(decisions.len() * 32 <= bytes.len() && gpus * 4 <= bytes.len(), "more than the input justifies");
+    }
+}
+
+#[test]
+fn fuzz_random_bytes() {
+    let mut rng = Rng(1);
+    for _ in 0..20_000 {
+        let len = rng.below(300) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        // Give half of them a valid magic, so decoding goes past the first check.
+        if len >= 4 && rng.below(2) == 0 {
+            let magic: &[u8; 4] = if rng.below(2) == 0 { b"ATSN" } else { b"ATDC" };
+            bytes[..4].copy_from_slice(magic);
+            if len >= 8 && magic == b"ATSN" {
+                bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+            }
+        }
+        decode_both(&bytes);
+    }
+}
+
+#[test]
+fn fuzz_every_truncation() {
+    let snapshot = encode_snapshot(&every_field_snapshot());
+    for len in 0..snapshot.len() {
+        assert!(decode_snapshot(&snapshot[..len]).is_err(), "a snapshot cut at {len} bytes must not decode");
+    }
+    let decisions = encode_decisions(&[
+        Decision::place(0, 1, vec![4, 5, 6], "best fit"),
+        Decision::keep_pending(8, "no room"),
+    ]);
+    for len in 0..decisions.len() {
+        assert!(decode_decisions(&decisions[..len]).is_err(), "decisions cut at {len} bytes must not decode");
+    }
+}
+
+#[test]
+fn fuzz_mutations_of_valid_buffers() {
+    let mut rng = Rng(3);
+    let fixture = SnapshotFixture::synthetic_fleet(6, 4, 20, 5).params(r#"{"a": 1}"#);
+    let seeds = [
+        encode_snapshot(&every_field_snapshot()),
+        fixture.encode(),
+        encode_decisions(&[
+            Decision::place(0, 1, vec![4, 5, 6], "best fit: 40 GB free"),
+            Decision::preempt(7, "reclaimed"),
+            Decision::keep_pending(8, "no room"),
+        ]),
+    ];
+    for _ in 0..30_000 {
+        let mut bytes = seeds[rng.below(seeds.len() as u64) as usize].clone();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(bytes.len() as u64) as usize;
+            match rng.below(4) {
+                // A random byte.
+                0 => bytes[at] = rng.next() as u8,
+                // A whole field set to an edge value, aligned to 4 like the fields.
+                1 => {
+                    let at = at & !3;
+                    let edge = [0, 1, 0x7FFF_FFFF, 0x8000_0000, NONE - 1, NONE, bytes.len() as u32][rng.below(7) as usize];
+                    if at + 4 <= bytes.len() {
+                        bytes[at..at + 4].copy_from_slice(&edge.to_le_bytes());
+                    }
+                }
+                // Flip a bit.
+                2 => bytes[at] ^= 1 << rng.below(8),
+                // Cut.
+                _ => bytes.truncate(at),
+            }
+            if bytes.is_empty() {
+                break;
+            }
+        }
+        decode_both(&bytes);
+    }
+}
+
+#[test]
+fn overlapping_gpu_lists_cannot_amplify_memory() {
+    // 100 decisions all pointing at the same 1,000-GPU list: 100,000 indexes from a 7 KB buffer.
+    let mut bytes = encode_decisions(&(0..100).map(|i| Decision::place(i, 0, vec![], "")).collect::<Vec<_>>());
+    let list_at = bytes.len() as u32;
+    bytes.extend(std::iter::repeat_n(0u8, 4_000));
+    for i in 0..100 {
+        let record = 8 + 32 * i;
+        bytes[record + 16..record + 20].copy_from_slice(&list_at.to_le_bytes());
+        bytes[record + 20..record + 24].copy_from_slice(&1_000u32.to_le_bytes());
+    }
+    let error = decode_decisions(&bytes).expect_err("amplification refused");
+    assert!(matches!(error, AbiError::TooManyGpuIndexes { .. }), "{error}");
+}

@@ -1,0 +1,193 @@
+//! The helpers policy authors lean on: snapshot views, the plan, the decision checks, and the
+//! native test harness itself.
+
+use airtime_policy_sdk::abi::decode_snapshot;
+use airtime_policy_sdk::check::check_decisions;
+use airtime_policy_sdk::prelude::*;
+use airtime_policy_sdk::testing::{EvaluationError, SnapshotFixture};
+
+fn fleet() -> SnapshotFixture {
+    SnapshotFixture::new()
+        .node("n1", 4, "H100", 81920)
+        .node_with("n2", 2, "A100", 40960, |n| n.state = NodeState::Draining)
+        .cpu_node("cpu", 32_000, 65_536)
+        .gpu("n1", 1, |g| g.memory_used_mb = 60_000)
+        .running("serving", "n1", &[0])
+        .pending_with("low", 1, 30_000, |w| w.priority = 1)
+        .pending_with("high-late", 1, 30_000, |w| w.priority = 5)
+        .pending_with("high-early", 2, 30_000, |w| {
+            w.priority = 5;
+            w.submitted_ms = 0;
+            w.gpu_models = " a100 , H200 ".into();
+        })
+}
+
+#[test]
+fn views_answer_the_usual_questions() {
+    let bytes = fleet().encode();
+    let s = decode_snapshot(&bytes).expect("valid");
+    let free: Vec<u32> = s.free_gpus(0).map(|(i, _)| i).collect();
+    assert_eq!(free, vec![1, 2, 3], "GPU 0 is held by `serving`");
+    assert_eq!(s.node_gpus(1).count(), 2);
+    assert_eq!(s.node_gpus(99).count(), 0, "an unknown node has no GPUs, no panic");
+    assert_eq!(s.held_gpus(0).map(|(i, _)| i).collect::<Vec<_>>(), vec![0]);
+    assert_eq!(s.ready_nodes().map(|(_, n)| n.name).collect::<Vec<_>>(), vec!["n1", "cpu"]);
+    assert_eq!(s.free_gpu_total(), 3, "n2 is draining");
+
+    let order: Vec<&str> = s.pending_by_priority().into_iter().map(|(_, w)| w.name).collect();
+    assert_eq!(order, vec!["high-early", "high-late", "low"]);
+
+    let (_, low) = s.pending().find(|(_, w)| w.name == "low").expect("low");
+    let (_, early) = s.pending().find(|(_, w)| w.name == "high-early").expect("early");
+    assert!(s.gpus[2].fits(low));
+    assert!(!s.gpus[1].fits(low), "60000 of 81920 MiB in use leaves 21920 < 30000");
+    assert!(!s.gpus[2].fits(early), "model H100 is not in ' a100 , H200 '");
+    assert!(s.gpus[4].fits(early), "A100 matches 'a100' ignoring case and spaces");
+    assert_eq!(early.allowed_models().collect::<Vec<_>>(), vec!["a100", "H200"]);
+    assert_eq!(early.gpu_need().describe("free"), "2 free GPUs with ≥ 30000 MiB (a100 or H200)");
+    assert_eq!(low.gpu_need().describe(""), "1 GPU with ≥ 30000 MiB");
+}
+
+#[test]
+fn night_bonus_applies_to_training_at_night_only() {
+    let settings = Settings { night_training_bonus: 50, ..Settings::default() };
+    let at = |hour: u64| {
+        SnapshotFixture::new()
+            .now_ms(1_700_006_400_000 / 86_400_000 * 86_400_000 + hour * 3_600_000)
+            .settings(settings)
+            .pending_with("train", 1, 1, |w| {
+                w.class = WorkloadClass::Training;
+                w.priority = 10;
+            })
+            .pending_with("serve", 1, 1, |w| {
+                w.class = WorkloadClass::RealtimeInference;
+                w.priority = 10;
+            })
+            .encode()
+    };
+    for (hour, night) in [(21, false), (22, true), (3, true), (5, true), (6, false), (12, false)] {
+        let bytes = at(hour);
+        let s = decode_snapshot(&bytes).expect("valid");
+        assert_eq!(s.hour_utc() as u64, hour);
+        assert_eq!(s.is_night_utc(), night, "hour {hour}");
+        assert_eq!(s.effective_priority(&s.workloads[0]), if night { 60 } else { 10 });
+        assert_eq!(s.effective_priority(&s.workloads[1]), 10, "inference gets no night bonus");
+    }
+}
+
+#[test]
+fn plan_refuses_what_is_taken_and_tracks_cpu() {
+    let bytes = fleet().pending("cpu-job", 0, 0).encode();
+    let s = decode_snapshot(&bytes).expect("valid");
+    let mut plan = Plan::new(&s);
+    assert_eq!(plan.free_gpu_total(), 3);
+    assert_eq!(
+        plan.place(1, 0, vec![0], "x").expect_err("held").to_string(),
+        "cannot place workload 1 (low): GPU 0 (n1 device 0) is already taken"
+    );
+    assert_eq!(
+        plan.place(1, 0, vec![4], "x").expect_err("other node").to_string(),
+        "cannot place workload 1 (low): GPU 4 is on node 1, not n1"
+    );
+    assert_eq!(
+        plan.place(1, 0, vec![2, 2], "x").expect_err("twice").to_string(),
+        "cannot place workload 1 (low): GPU 2 is listed twice"
+    );
+    assert_eq!(
+        plan.place(1, 7, vec![2], "x").expect_err("no node").to_string(),
+        "cannot place workload 1 (low): no node 7 (the snapshot has 3)"
+    );
+    plan.place(1, 0, vec![2], "ok").expect("free GPU");
+    assert_eq!((plan.free_gpu_count(0), plan.free_gpu_total()), (2, 2));
+    assert!(!plan.is_gpu_free(2));
+    assert_eq!(
+        plan.keep_pending(1, "x").expect_err("decided").to_string(),
+        "cannot keep pending workload 1 (low): it already has a decision"
+    );
+    // CPU placement takes CPU and memory (1000 mCPU, 4096 MiB by default in fixtures).
+    plan.place(4, 2, vec![], "cpu").expect("room");
+    assert_eq!((plan.cpu_free(2), plan.memory_free(2)), (31_000, 61_440));
+    assert_eq!(plan.decisions().len(), 2);
+    assert!(check_decisions(&s, plan.decisions()).is_empty());
+}
+
+#[test]
+fn check_finds_every_kind_of_problem() {
+    let bytes = fleet().encode();
+    let s = decode_snapshot(&bytes).expect("valid");
+    let decisions = vec![
+        Decision::place(1, 0, vec![1], "ok"),
+        Decision::place(2, 0, vec![1], "GPU taken by decision 0"),
+        Decision::place(1, 0, vec![2], "decided twice"),
+        Decision::place(3, 1, vec![4, 5], "draining node"),
+        Decision::preempt(1, "not running"),
+        Decision::keep_pending(0, "running, not pending"),
+        Decision::place(9, 0, vec![], "no such workload"),
+        Decision::place(3, 0, vec![0, 2], "GPU 0 held"),
+    ];
+    let problems: Vec<String> = check_decisions(&s, &decisions).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        problems,
+        vec![
+            "decision 1 (workload 2): place: GPU 1 (n1 device 1) is taken by an earlier decision",
+            "decision 2 (workload 1): workload 1 (low) already has a decision",
+            "decision 3 (workload 3): place: node n2 is draining",
+            "decision 4 (workload 1): workload 1 (low) already has a decision",
+            "decision 5 (workload 0): keep pending: workload serving is running, not pending",
+            "decision 6 (workload 9): no workload 9 (the snapshot has 4)",
+            "decision 7 (workload 3): workload 3 (high-early) already has a decision",
+        ]
+    );
+    let more = vec![
+        Decision::place(3, 0, vec![2], "count"),
+        Decision::place(2, 0, vec![], "gpu workload on CPU"),
+        Decision::preempt(0, "fine"),
+    ];
+    let problems: Vec<String> = check_decisions(&s, &more).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        problems,
+        vec![
+            "decision 0 (workload 3): place: workload high-early needs 2 GPUs, 1 were given",
+            "decision 1 (workload 2): place: workload high-late needs 1 GPUs and cannot run on CPU, but no GPU was given",
+        ]
+    );
+}
+
+struct Greedy;
+
+impl Policy for Greedy {
+    /// Places every pending workload on GPU 1 of node 0: wrong from the second one on.
+    fn evaluate<'s>(&self, s: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+        ctx.warn("about to misbehave");
+        if ctx.param_or("fail", false)? {
+            return Err(Failure::new("asked to fail"));
+        }
+        Ok(s.pending().map(|(i, _)| Decision::place(i, 0, vec![1], "greedy")).collect())
+    }
+}
+
+#[test]
+fn the_harness_refuses_what_the_host_would_refuse_and_reports_failures_with_logs() {
+    let error = fleet().evaluate(&Greedy).expect_err("GPU 1 placed twice");
+    let EvaluationError::Refused { problems, logs } = &error else { panic!("{error}") };
+    assert_eq!(problems.len(), 2);
+    assert_eq!(logs[0].message, "about to misbehave");
+    assert!(error.to_string().starts_with("the host would refuse 2 decisions:\n  decision 1"), "{error}");
+
+    let error = fleet().params(r#"{"fail": true}"#).evaluate(&Greedy).expect_err("fails");
+    assert_eq!(error.to_string(), "the policy failed: asked to fail");
+    let error = fleet().params(r#"{"fail": "yes"}"#).evaluate(&Greedy).expect_err("bad param");
+    assert_eq!(
+        error.to_string(),
+        "the policy failed: params.fail: expected true or false, found the string \"yes\""
+    );
+}
+
+#[test]
+fn synthetic_fleets_are_valid_and_repeatable() {
+    let a = SnapshotFixture::synthetic_fleet(10, 8, 100, 42).encode();
+    let b = SnapshotFixture::synthetic_fleet(10, 8, 100, 42).encode();
+    assert_eq!(a, b);
+    let s = decode_snapshot(&a).expect("valid");
+    assert_eq!((s.nodes.len(), s.gpus.len(), s.workloads.len(), s.tenants.len()), (10, 80, 100, 16));
+}
