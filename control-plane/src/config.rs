@@ -8,11 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 
 #[derive(Debug, Clone, Parser)]
-#[command(
-    name = "airtime-control-plane",
-    version,
-    about = "Airtime control plane"
-)]
+#[command(name = "airtime-control-plane", version, about = "Airtime control plane")]
 pub struct Config {
     /// Address to listen on. Port 0 picks a free port; the bound address is printed on stdout.
     #[arg(long, env = "AIRTIME_LISTEN", default_value = "127.0.0.1:8080")]
@@ -39,10 +35,6 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_NODE_LOST_AFTER_MS", default_value_t = 15000)]
     pub node_lost_after_ms: u64,
 
-    /// Grace period between SIGTERM (the checkpoint signal) and SIGKILL when a workload is stopped.
-    #[arg(long, env = "AIRTIME_GRACE_PERIOD_MS", default_value_t = 30000)]
-    pub grace_period_ms: u64,
-
     /// Largest JSON request body accepted, in bytes.
     #[arg(long, env = "AIRTIME_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -55,6 +47,15 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_REQUEST_TIMEOUT_MS", default_value_t = 60000)]
     pub request_timeout_ms: u64,
 
+    /// A policy that fails this many scheduling cycles in a row is suspended; its scope runs the
+    /// built-in policy until it is activated again.
+    #[arg(long, env = "AIRTIME_POLICY_SUSPEND_AFTER", default_value_t = 3)]
+    pub policy_suspend_after: u32,
+
+    /// Half-life of the decayed GPU usage that fair-share policies weigh, in hours.
+    #[arg(long, env = "AIRTIME_USAGE_HALF_LIFE_HOURS", default_value_t = 24.0)]
+    pub usage_half_life_hours: f64,
+
     /// How long telemetry history is kept, in hours.
     #[arg(long, env = "AIRTIME_TELEMETRY_RETENTION_HOURS", default_value_t = 24)]
     pub telemetry_retention_hours: u32,
@@ -65,12 +66,7 @@ pub struct Config {
 
     /// Secret that signs session tokens (HS256), at least 32 bytes. Required unless
     /// --jwt-secret-file is given. Every replica of the control plane needs the same one.
-    #[arg(
-        long,
-        env = "AIRTIME_JWT_SECRET",
-        hide_env_values = true,
-        conflicts_with = "jwt_secret_file"
-    )]
+    #[arg(long, env = "AIRTIME_JWT_SECRET", hide_env_values = true, conflicts_with = "jwt_secret_file")]
     pub jwt_secret: Option<crate::auth::SecretString>,
 
     /// File holding the session signing secret; created with a random secret (mode 0600) when it
@@ -140,16 +136,25 @@ impl Config {
         if self.node_lost_after_ms < 2 * self.heartbeat_interval_ms {
             return invalid("--node-lost-after-ms must be at least twice --heartbeat-interval-ms");
         }
+        if !(self.usage_half_life_hours.is_finite() && self.usage_half_life_hours > 0.0) {
+            return invalid("--usage-half-life-hours must be a positive number");
+        }
+        if self.policy_suspend_after == 0 {
+            return invalid("--policy-suspend-after must be at least 1");
+        }
         if self.db_max_connections < 2 {
-            return invalid(
-                "--db-max-connections must be at least 2 (the loop and the API each need one)",
-            );
+            return invalid("--db-max-connections must be at least 2 (the loop and the API each need one)");
         }
         if self.max_body_bytes < 1024 {
             return invalid("--max-body-bytes must be at least 1024");
         }
         if self.request_timeout_ms <= crate::api::agent::MAX_LONG_POLL_MS + 5000 {
             return invalid("--request-timeout-ms must exceed the agents' 30 s long-poll by 5 s");
+        }
+        if self.bootstrap_admin.is_none() && self.jwt_secret.is_none() && self.jwt_secret_file.is_none() {
+            return invalid(
+                "set --jwt-secret (AIRTIME_JWT_SECRET, at least 32 bytes) or --jwt-secret-file: it signs session tokens",
+            );
         }
         if let Some(secret) = &self.jwt_secret
             && secret.expose().len() < crate::auth::jwt::MIN_SECRET_LEN
@@ -202,10 +207,25 @@ impl Config {
 mod tests {
     use super::*;
 
+    const TEST_SECRET: &str = "a-test-secret-of-at-least-32-bytes!";
+
     fn parse(extra: &[&str]) -> Result<Config, ConfigError> {
         let mut args = vec!["airtime-control-plane", "--database-url", "postgres://x/y"];
+        if !extra.iter().any(|a| a.starts_with("--jwt-secret")) {
+            args.extend_from_slice(&["--jwt-secret", TEST_SECRET]);
+        }
         args.extend_from_slice(extra);
         Config::try_from_args(args)
+    }
+
+    #[test]
+    fn a_signing_secret_is_required_except_to_bootstrap() {
+        let bare = ["airtime-control-plane", "--database-url", "postgres://x/y"];
+        let err = Config::try_from_args(bare).expect_err("no secret");
+        assert!(err.to_string().contains("--jwt-secret"), "{err}");
+        let mut bootstrap = bare.to_vec();
+        bootstrap.extend_from_slice(&["--bootstrap-admin", "root@example.com"]);
+        assert!(Config::try_from_args(bootstrap).is_ok());
     }
 
     #[test]
@@ -223,13 +243,7 @@ mod tests {
 
     #[test]
     fn node_loss_must_allow_a_missed_heartbeat() {
-        let err = parse(&[
-            "--heartbeat-interval-ms",
-            "5000",
-            "--node-lost-after-ms",
-            "6000",
-        ])
-        .expect_err("too tight");
+        let err = parse(&["--heartbeat-interval-ms", "5000", "--node-lost-after-ms", "6000"]).expect_err("too tight");
         assert!(err.to_string().contains("--node-lost-after-ms"), "{err}");
     }
 
@@ -238,51 +252,28 @@ mod tests {
         let err = parse(&["--jwt-secret", "tooshort-secret"]).expect_err("short");
         assert!(err.to_string().contains("--jwt-secret"), "{err}");
         assert!(!err.to_string().contains("tooshort-secret"), "{err}");
-        let config =
-            parse(&["--jwt-secret", "0123456789abcdef0123456789abcdef"]).expect("long enough");
-        assert!(
-            !format!("{config:?}").contains("0123456789abcdef"),
-            "Debug must not show the secret"
-        );
-        assert_eq!(
-            config.signing_secret().expect("secret"),
-            b"0123456789abcdef0123456789abcdef"
-        );
+        let config = parse(&["--jwt-secret", "0123456789abcdef0123456789abcdef"]).expect("long enough");
+        assert!(!format!("{config:?}").contains("0123456789abcdef"), "Debug must not show the secret");
+        assert_eq!(config.signing_secret().expect("secret"), b"0123456789abcdef0123456789abcdef");
     }
 
     #[test]
     fn a_secret_file_is_created_once_and_reused() {
-        let dir =
-            std::env::temp_dir().join(format!("airtime-config-test-{}", uuid::Uuid::new_v4()));
+        let dir = std::env::temp_dir().join(format!("airtime-config-test-{}", uuid::Uuid::new_v4()));
         let path = dir.join("jwt.key");
         let path_arg = path.to_string_lossy().into_owned();
         let config = parse(&["--jwt-secret-file", &path_arg]).expect("file");
         let first = config.signing_secret().expect("created");
         assert!(first.len() >= 32);
-        assert_eq!(
-            config.signing_secret().expect("read"),
-            first,
-            "the same secret on the next start"
-        );
+        assert_eq!(config.signing_secret().expect("read"), first, "the same secret on the next start");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(&path)
-                .expect("metadata")
-                .permissions()
-                .mode();
+            let mode = std::fs::metadata(&path).expect("metadata").permissions().mode();
             assert_eq!(mode & 0o077, 0, "only the owner may read the key file");
         }
         let _ = std::fs::remove_dir_all(dir);
-        assert!(
-            parse(&[
-                "--jwt-secret-file",
-                &path_arg,
-                "--jwt-secret",
-                &"x".repeat(40)
-            ])
-            .is_err()
-        );
+        assert!(parse(&["--jwt-secret-file", &path_arg, "--jwt-secret", &"x".repeat(40)]).is_err());
     }
 
     #[test]

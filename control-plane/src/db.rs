@@ -15,9 +15,6 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
         .connect(url)
         .await
         .context("connecting to PostgreSQL (check --database-url / DATABASE_URL)")?;
-    MIGRATOR
-        .run(&pool)
-        .await
-        .context("applying database migrations")?;
+    MIGRATOR.run(&pool).await.context("applying database migrations")?;
     Ok(pool)
 }

@@ -52,22 +52,13 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::BadRequest {
-            code,
-            message: message.into(),
-        }
+        Self::BadRequest { code, message: message.into() }
     }
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
-        Self::Conflict {
-            code,
-            message: message.into(),
-        }
+        Self::Conflict { code, message: message.into() }
     }
     pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
-        Self::Unprocessable {
-            code,
-            message: message.into(),
-        }
+        Self::Unprocessable { code, message: message.into() }
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
@@ -76,9 +67,7 @@ impl ApiError {
     /// 429 for a wait, rounded up to whole seconds (at least 1).
     pub fn too_many_requests(wait: std::time::Duration) -> Self {
         let rounded_up = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        Self::TooManyRequests {
-            retry_after_s: rounded_up.max(1),
-        }
+        Self::TooManyRequests { retry_after_s: rounded_up.max(1) }
     }
 
     pub fn status(&self) -> StatusCode {
@@ -99,9 +88,7 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            Self::BadRequest { code, .. }
-            | Self::Conflict { code, .. }
-            | Self::Unprocessable { code, .. } => code,
+            Self::BadRequest { code, .. } | Self::Conflict { code, .. } | Self::Unprocessable { code, .. } => code,
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden(_) => "forbidden",
             Self::TooManyRequests { .. } => "rate_limited",
@@ -129,29 +116,18 @@ struct ErrorDetail<'a> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let Self::Internal(err) = &self {
-            tracing::error!(
-                error = format!("{err:#}"),
-                "internal error answering a request"
-            );
+            tracing::error!(error = format!("{err:#}"), "internal error answering a request");
         }
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code(),
-                message: self.to_string(),
-            },
-        };
+        let body = ErrorBody { error: ErrorDetail { code: self.code(), message: self.to_string() } };
         let mut response = (self.status(), Json(body)).into_response();
         match &self {
             Self::Unauthorized(_) => {
-                response.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"airtime\""),
-                );
-            }
-            Self::TooManyRequests { retry_after_s } => {
                 response
                     .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"airtime\""));
+            }
+            Self::TooManyRequests { retry_after_s } => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
             }
             _ => {}
         }

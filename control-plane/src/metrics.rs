@@ -11,9 +11,7 @@ use sqlx::PgPool;
 use crate::model::{NodeState, WorkloadState};
 
 /// Upper bounds of the cycle duration histogram, in seconds.
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
+const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 #[derive(Default)]
 pub struct Metrics {
@@ -57,86 +55,40 @@ impl Metrics {
             out,
             "# HELP airtime_scheduling_cycle_duration_seconds Time of one scheduling cycle, read to commit."
         );
-        let _ = writeln!(
-            out,
-            "# TYPE airtime_scheduling_cycle_duration_seconds histogram"
-        );
+        let _ = writeln!(out, "# TYPE airtime_scheduling_cycle_duration_seconds histogram");
         if let Ok(h) = self.cycles.lock() {
             for (i, bound) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "airtime_scheduling_cycle_duration_seconds_bucket{{le=\"{bound}\"}} {}",
-                    h.counts[i]
-                );
+                let _ =
+                    writeln!(out, "airtime_scheduling_cycle_duration_seconds_bucket{{le=\"{bound}\"}} {}", h.counts[i]);
             }
-            let _ = writeln!(
-                out,
-                "airtime_scheduling_cycle_duration_seconds_bucket{{le=\"+Inf\"}} {}",
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "airtime_scheduling_cycle_duration_seconds_sum {}",
-                h.sum
-            );
-            let _ = writeln!(
-                out,
-                "airtime_scheduling_cycle_duration_seconds_count {}",
-                h.count
-            );
+            let _ = writeln!(out, "airtime_scheduling_cycle_duration_seconds_bucket{{le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(out, "airtime_scheduling_cycle_duration_seconds_sum {}", h.sum);
+            let _ = writeln!(out, "airtime_scheduling_cycle_duration_seconds_count {}", h.count);
         }
-        let _ = writeln!(
-            out,
-            "# HELP airtime_scheduling_cycle_failures_total Cycles that failed and were retried."
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE airtime_scheduling_cycle_failures_total counter"
-        );
-        let _ = writeln!(
-            out,
-            "airtime_scheduling_cycle_failures_total {}",
-            self.cycle_failures.load(Ordering::Relaxed)
-        );
+        let _ = writeln!(out, "# HELP airtime_scheduling_cycle_failures_total Cycles that failed and were retried.");
+        let _ = writeln!(out, "# TYPE airtime_scheduling_cycle_failures_total counter");
+        let _ =
+            writeln!(out, "airtime_scheduling_cycle_failures_total {}", self.cycle_failures.load(Ordering::Relaxed));
 
         let by_state: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM workloads GROUP BY state")
-                .fetch_all(db)
-                .await?;
-        let pending = by_state
-            .iter()
-            .find(|(s, _)| s == "pending")
-            .map(|(_, n)| *n)
-            .unwrap_or(0);
-        let _ = writeln!(
-            out,
-            "# HELP airtime_queue_depth Workloads waiting for placement."
-        );
+            sqlx::query_as("SELECT state, count(*) FROM workloads GROUP BY state").fetch_all(db).await?;
+        let pending = by_state.iter().find(|(s, _)| s == "pending").map(|(_, n)| *n).unwrap_or(0);
+        let _ = writeln!(out, "# HELP airtime_queue_depth Workloads waiting for placement.");
         let _ = writeln!(out, "# TYPE airtime_queue_depth gauge");
         let _ = writeln!(out, "airtime_queue_depth {pending}");
         let _ = writeln!(out, "# HELP airtime_workloads Workloads by state.");
         let _ = writeln!(out, "# TYPE airtime_workloads gauge");
         for state in WorkloadState::ALL {
-            let n = by_state
-                .iter()
-                .find(|(s, _)| s == state.as_str())
-                .map(|(_, n)| *n)
-                .unwrap_or(0);
+            let n = by_state.iter().find(|(s, _)| s == state.as_str()).map(|(_, n)| *n).unwrap_or(0);
             let _ = writeln!(out, "airtime_workloads{{state=\"{}\"}} {n}", state.as_str());
         }
 
         let nodes: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM nodes GROUP BY state")
-                .fetch_all(db)
-                .await?;
+            sqlx::query_as("SELECT state, count(*) FROM nodes GROUP BY state").fetch_all(db).await?;
         let _ = writeln!(out, "# HELP airtime_nodes Nodes by state.");
         let _ = writeln!(out, "# TYPE airtime_nodes gauge");
         for state in NodeState::ALL {
-            let n = nodes
-                .iter()
-                .find(|(s, _)| s == state.as_str())
-                .map(|(_, n)| *n)
-                .unwrap_or(0);
+            let n = nodes.iter().find(|(s, _)| s == state.as_str()).map(|(_, n)| *n).unwrap_or(0);
             let _ = writeln!(out, "airtime_nodes{{state=\"{}\"}} {n}", state.as_str());
         }
         let (gpus, granted): (i64, i64) = sqlx::query_as(
@@ -145,10 +97,7 @@ impl Metrics {
         )
         .fetch_one(db)
         .await?;
-        let _ = writeln!(
-            out,
-            "# HELP airtime_gpus GPUs on live nodes, by whether a workload holds them."
-        );
+        let _ = writeln!(out, "# HELP airtime_gpus GPUs on live nodes, by whether a workload holds them.");
         let _ = writeln!(out, "# TYPE airtime_gpus gauge");
         let _ = writeln!(out, "airtime_gpus{{held=\"true\"}} {granted}");
         let _ = writeln!(out, "airtime_gpus{{held=\"false\"}} {}", gpus - granted);

@@ -83,10 +83,7 @@ impl WorkloadState {
 
     /// Holds a node (and its GPU grants): an agent runs it or is about to, or is stopping it.
     pub fn is_on_node(self) -> bool {
-        matches!(
-            self,
-            Self::Scheduled | Self::Running | Self::Preempting | Self::Cancelling
-        )
+        matches!(self, Self::Scheduled | Self::Running | Self::Preempting | Self::Cancelling)
     }
 
     pub fn is_terminal(self) -> bool {

@@ -5,9 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use airtime_policy_host::{
-    CompiledPolicy, Evaluation, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig,
-};
+use airtime_policy_host::{CompiledPolicy, EvaluationRecord, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
 use airtime_policy_sdk::abi;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -24,11 +22,26 @@ pub const FALLBACK_POLICY: &str = "priority-best-fit";
 
 /// A policy version ready to evaluate.
 pub struct LoadedPolicy {
+    pub policy_id: Uuid,
     pub version_id: Uuid,
     pub name: String,
     pub version: i32,
     pub compiled: CompiledPolicy,
+}
+
+/// A version chosen for a scope, with the parameters it was activated with and its limits.
+#[derive(Clone)]
+pub struct Selected {
+    pub policy: Arc<LoadedPolicy>,
+    /// JSON handed to the policy in the snapshot.
     pub params: String,
+    pub limits: PolicyLimits,
+}
+
+impl Selected {
+    pub fn label(&self) -> String {
+        format!("{} v{}", self.policy.name, self.policy.version)
+    }
 }
 
 pub struct PolicyCatalog {
@@ -42,9 +55,7 @@ pub struct PolicyCatalog {
 
 impl PolicyCatalog {
     pub fn new() -> anyhow::Result<Self> {
-        let parallel = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2);
+        let parallel = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         Ok(Self {
             runtime: PolicyRuntime::new(RuntimeConfig::default())?,
             compiled: Mutex::new(HashMap::new()),
@@ -60,12 +71,11 @@ impl PolicyCatalog {
             let mut tx = db.begin().await?;
             let policy_id = ensure_policy(&mut tx, None, name, true).await?;
             let sha = sha256_hex(wasm);
-            let latest: Option<(String,)> = sqlx::query_as(
-                "SELECT sha256 FROM policy_versions WHERE policy_id = $1 ORDER BY version DESC LIMIT 1",
-            )
-            .bind(policy_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let latest: Option<(String,)> =
+                sqlx::query_as("SELECT sha256 FROM policy_versions WHERE policy_id = $1 ORDER BY version DESC LIMIT 1")
+                    .bind(policy_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
             if latest.map(|(s,)| s) != Some(sha) {
                 insert_version(&mut tx, policy_id, None, wasm).await?;
                 tracing::info!(policy = name, "installed built-in policy version");
@@ -90,24 +100,64 @@ impl PolicyCatalog {
     }
 
     /// The version active for a scope, compiled (from the cache when it was compiled before).
-    pub async fn active(
-        &self,
-        db: &PgPool,
-        scope: &str,
-    ) -> anyhow::Result<Option<Arc<LoadedPolicy>>> {
-        let row: Option<(Uuid,)> =
-            sqlx::query_as("SELECT policy_version_id FROM policy_activations WHERE scope = $1")
-                .bind(scope)
-                .fetch_optional(db)
-                .await?;
+    /// None when nothing is active or the active policy is suspended: the scope runs the fallback.
+    pub async fn active(&self, db: &PgPool, scope: &str) -> anyhow::Result<Option<Selected>> {
+        let row: Option<(Uuid, serde_json::Value, serde_json::Value)> = sqlx::query_as(
+            "SELECT a.policy_version_id, a.params, p.limits FROM policy_activations a \
+             JOIN policy_versions v ON v.id = a.policy_version_id JOIN policies p ON p.id = v.policy_id \
+             WHERE a.scope = $1 AND a.suspended_at IS NULL",
+        )
+        .bind(scope)
+        .fetch_optional(db)
+        .await?;
         match row {
-            Some((version_id,)) => Ok(Some(self.load(db, version_id).await?)),
+            Some((version_id, params, limits)) => Ok(Some(self.select(db, version_id, params, limits).await?)),
             None => Ok(None),
         }
     }
 
-    /// The latest version of the built-in fallback policy.
-    pub async fn fallback(&self, db: &PgPool) -> anyhow::Result<Arc<LoadedPolicy>> {
+    /// The candidate evaluated in shadow for a scope, if any.
+    pub async fn shadow(&self, db: &PgPool, scope: &str) -> anyhow::Result<Option<Selected>> {
+        let row: Option<(Uuid, serde_json::Value, serde_json::Value)> = sqlx::query_as(
+            "SELECT s.policy_version_id, s.params, p.limits FROM policy_shadows s \
+             JOIN policy_versions v ON v.id = s.policy_version_id JOIN policies p ON p.id = v.policy_id \
+             WHERE s.scope = $1",
+        )
+        .bind(scope)
+        .fetch_optional(db)
+        .await?;
+        match row {
+            Some((version_id, params, limits)) => Ok(Some(self.select(db, version_id, params, limits).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A stored version by id, as it would run with its policy's limits and the given parameters.
+    pub async fn version(&self, db: &PgPool, version_id: Uuid, params: serde_json::Value) -> anyhow::Result<Selected> {
+        let (limits,): (serde_json::Value,) = sqlx::query_as(
+            "SELECT p.limits FROM policy_versions v JOIN policies p ON p.id = v.policy_id WHERE v.id = $1",
+        )
+        .bind(version_id)
+        .fetch_one(db)
+        .await?;
+        self.select(db, version_id, params, limits).await
+    }
+
+    async fn select(
+        &self,
+        db: &PgPool,
+        version_id: Uuid,
+        params: serde_json::Value,
+        limits: serde_json::Value,
+    ) -> anyhow::Result<Selected> {
+        let policy = self.load(db, version_id).await?;
+        // Limits were validated when set; a row that no longer parses runs with the defaults.
+        let limits = serde_json::from_value::<PolicyLimits>(limits).unwrap_or_default();
+        Ok(Selected { policy, params: params.to_string(), limits })
+    }
+
+    /// The latest version of the built-in fallback policy, with default parameters and limits.
+    pub async fn fallback(&self, db: &PgPool) -> anyhow::Result<Selected> {
         let (version_id,): (Uuid,) = sqlx::query_as(
             "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
              WHERE p.builtin AND p.name = $1 ORDER BY v.version DESC LIMIT 1",
@@ -115,30 +165,23 @@ impl PolicyCatalog {
         .bind(FALLBACK_POLICY)
         .fetch_one(db)
         .await?;
-        self.load(db, version_id).await
+        Ok(Selected { policy: self.load(db, version_id).await?, params: "{}".into(), limits: PolicyLimits::default() })
     }
 
     async fn load(&self, db: &PgPool, version_id: Uuid) -> anyhow::Result<Arc<LoadedPolicy>> {
         if let Some(hit) = self.cached(version_id) {
             return Ok(hit);
         }
-        let (name, version, wasm, params): (String, i32, Vec<u8>, serde_json::Value) =
-            sqlx::query_as(
-                "SELECT p.name, v.version, v.wasm, v.params FROM policy_versions v \
+        let (policy_id, name, version, wasm): (Uuid, String, i32, Vec<u8>) = sqlx::query_as(
+            "SELECT p.id, p.name, v.version, v.wasm FROM policy_versions v \
              JOIN policies p ON p.id = v.policy_id WHERE v.id = $1",
-            )
-            .bind(version_id)
-            .fetch_one(db)
-            .await?;
+        )
+        .bind(version_id)
+        .fetch_one(db)
+        .await?;
         let runtime = self.runtime.clone();
         let compiled = tokio::task::spawn_blocking(move || runtime.compile(&wasm)).await??;
-        let loaded = Arc::new(LoadedPolicy {
-            version_id,
-            name,
-            version,
-            compiled,
-            params: params.to_string(),
-        });
+        let loaded = Arc::new(LoadedPolicy { policy_id, version_id, name, version, compiled });
         if let Ok(mut cache) = self.compiled.lock() {
             cache.insert(version_id, loaded.clone());
         }
@@ -146,69 +189,60 @@ impl PolicyCatalog {
     }
 
     fn cached(&self, version_id: Uuid) -> Option<Arc<LoadedPolicy>> {
-        self.compiled
-            .lock()
-            .ok()
-            .and_then(|cache| cache.get(&version_id).cloned())
+        self.compiled.lock().ok().and_then(|cache| cache.get(&version_id).cloned())
     }
 
-    /// Evaluates a policy on a snapshot on a blocking thread, bounded in concurrency.
-    pub async fn evaluate(
-        &self,
-        policy: &Arc<LoadedPolicy>,
-        snapshot: Vec<u8>,
-    ) -> Result<Evaluation, EvaluateError> {
-        let _permit = self
-            .evaluations
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| EvaluateError::ShuttingDown)?;
+    /// Evaluates a policy on a snapshot on a blocking thread, bounded in concurrency and by the
+    /// policy's limits. Logs written before a failure are kept.
+    pub async fn evaluate(&self, selected: &Selected, snapshot: Vec<u8>) -> EvaluationRecord {
+        let failed = |error| EvaluationRecord {
+            result: Err(error),
+            logs: Vec::new(),
+            logs_dropped: 0,
+            elapsed: std::time::Duration::ZERO,
+            memory_bytes: 0,
+        };
+        let Ok(_permit) = self.evaluations.clone().acquire_owned().await else {
+            return failed(PolicyError::Internal { message: "the control plane is shutting down".into() });
+        };
         let runtime = self.runtime.clone();
-        let policy = policy.clone();
-        let limits = self.limits.clone();
-        tokio::task::spawn_blocking(move || runtime.evaluate(&policy.compiled, &snapshot, &limits))
+        let policy = selected.policy.clone();
+        let limits = selected.limits;
+        tokio::task::spawn_blocking(move || runtime.evaluate_recorded(&policy.compiled, &snapshot, &limits))
             .await
-            .map_err(|_| EvaluateError::ShuttingDown)?
-            .map_err(EvaluateError::Policy)
+            .unwrap_or_else(|_| failed(PolicyError::Internal { message: "the evaluation thread was lost".into() }))
+    }
+
+    /// Compiles a module that is not stored (a dry run of a candidate before upload).
+    pub async fn compile_unstored(&self, wasm: Vec<u8>, params: String) -> Result<Selected, PolicyError> {
+        let runtime = self.runtime.clone();
+        let compiled = tokio::task::spawn_blocking(move || runtime.compile(&wasm))
+            .await
+            .unwrap_or_else(|_| Err(PolicyError::Internal { message: "compilation was aborted".into() }))?;
+        let policy = Arc::new(LoadedPolicy {
+            policy_id: Uuid::nil(),
+            version_id: Uuid::nil(),
+            name: "unstored module".into(),
+            version: 0,
+            compiled,
+        });
+        Ok(Selected { policy, params, limits: self.limits })
     }
 
     /// Checks an uploaded module: it compiles, speaks our ABI, imports nothing it may not, and
     /// evaluates a small fixture snapshot into well-formed decisions. Nothing is stored on failure.
     pub async fn vet(&self, wasm: Vec<u8>) -> Result<(), PolicyError> {
         let runtime = self.runtime.clone();
-        let limits = self.limits.clone();
+        let limits = self.limits;
         tokio::task::spawn_blocking(move || {
             let compiled = runtime.compile(&wasm)?;
             let fixture = trial_snapshot();
-            let evaluation =
-                runtime.evaluate(&compiled, &abi::encode_snapshot(&fixture), &limits)?;
+            let evaluation = runtime.evaluate(&compiled, &abi::encode_snapshot(&fixture), &limits)?;
             abi::decode_decisions(&evaluation.output).map_err(PolicyError::MalformedOutput)?;
             Ok(())
         })
         .await
-        .unwrap_or_else(|_| {
-            Err(PolicyError::Trap {
-                message: "the trial evaluation was aborted".into(),
-            })
-        })
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum EvaluateError {
-    #[error(transparent)]
-    Policy(PolicyError),
-    #[error("the control plane is shutting down")]
-    ShuttingDown,
-}
-
-impl EvaluateError {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Policy(err) => err.kind(),
-            Self::ShuttingDown => "shutting_down",
-        }
+        .unwrap_or_else(|_| Err(PolicyError::Trap { message: "the trial evaluation was aborted".into() }))
     }
 }
 
@@ -225,10 +259,7 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
         holder,
         simulated: true,
     };
-    let workload = |id: &'static str,
-                    gpu_count: u32,
-                    state: abi::WorkloadState,
-                    node: Option<u32>| abi::Workload {
+    let workload = |id: &'static str, gpu_count: u32, state: abi::WorkloadState, node: Option<u32>| abi::Workload {
         id,
         name: id,
         tenant: 0,
@@ -273,31 +304,11 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
             cpu_util: 0.1,
             simulated: true,
         }],
-        gpus: vec![
-            gpu(0, 0, Some(2)),
-            gpu(0, 1, None),
-            gpu(0, 2, None),
-            gpu(0, 3, None),
-        ],
+        gpus: vec![gpu(0, 0, Some(2)), gpu(0, 1, None), gpu(0, 2, None), gpu(0, 3, None)],
         workloads: vec![
-            workload(
-                "00000000-0000-0000-0000-00000000000a",
-                2,
-                abi::WorkloadState::Pending,
-                None,
-            ),
-            workload(
-                "00000000-0000-0000-0000-00000000000b",
-                1,
-                abi::WorkloadState::Pending,
-                None,
-            ),
-            workload(
-                "00000000-0000-0000-0000-00000000000c",
-                1,
-                abi::WorkloadState::Running,
-                Some(0),
-            ),
+            workload("00000000-0000-0000-0000-00000000000a", 2, abi::WorkloadState::Pending, None),
+            workload("00000000-0000-0000-0000-00000000000b", 1, abi::WorkloadState::Pending, None),
+            workload("00000000-0000-0000-0000-00000000000c", 1, abi::WorkloadState::Running, Some(0)),
         ],
         settings: None,
         params: "{}",
@@ -315,14 +326,18 @@ async fn ensure_policy(
     name: &str,
     builtin: bool,
 ) -> sqlx::Result<Uuid> {
-    let existing: Option<(Uuid,)> = sqlx::query_as(
-        "SELECT id FROM policies WHERE tenant_id IS NOT DISTINCT FROM $1 AND name = $2 FOR UPDATE",
-    )
-    .bind(tenant_id)
-    .bind(name)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let existing: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM policies WHERE tenant_id IS NOT DISTINCT FROM $1 AND name = $2 FOR UPDATE")
+            .bind(tenant_id)
+            .bind(name)
+            .fetch_optional(&mut **tx)
+            .await?;
     if let Some((id,)) = existing {
+        // Uploading under the name of a deleted policy brings it back, with its history.
+        sqlx::query("UPDATE policies SET deleted_at = NULL WHERE id = $1 AND deleted_at IS NOT NULL")
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
         return Ok(id);
     }
     let id = Uuid::now_v7();
@@ -367,7 +382,10 @@ pub struct VersionView {
     pub size_bytes: i32,
     pub params: serde_json::Value,
     pub uploaded_at: DateTime<Utc>,
+    /// Decides for its scope now.
     pub active: bool,
+    /// Evaluated beside the active version every cycle, never applied.
+    pub shadow: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -379,6 +397,14 @@ pub struct PolicyView {
     pub builtin: bool,
     pub created_at: DateTime<Utc>,
     pub active_version: Option<i32>,
+    /// The parameters the active version runs with.
+    pub active_params: Option<serde_json::Value>,
+    /// Set when the policy failed too many cycles in a row; its scope runs the built-in meanwhile.
+    pub suspended_reason: Option<String>,
+    pub shadow_version: Option<i32>,
+    pub consecutive_failures: i32,
+    /// Per-evaluation limits (defaults where absent).
+    pub limits: PolicyLimits,
     pub versions: Vec<VersionView>,
 }
 
@@ -389,12 +415,15 @@ struct PolicyRow {
     tenant: Option<String>,
     builtin: bool,
     created_at: DateTime<Utc>,
+    limits: serde_json::Value,
+    consecutive_failures: i32,
 }
 
 pub async fn list(db: &PgPool) -> sqlx::Result<Vec<PolicyView>> {
     let rows: Vec<PolicyRow> = sqlx::query_as(
-        "SELECT p.id, p.name, t.name AS tenant, p.builtin, p.created_at FROM policies p \
-         LEFT JOIN tenants t ON t.id = p.tenant_id ORDER BY p.builtin DESC, p.name",
+        "SELECT p.id, p.name, t.name AS tenant, p.builtin, p.created_at, p.limits, p.consecutive_failures \
+         FROM policies p LEFT JOIN tenants t ON t.id = p.tenant_id WHERE p.deleted_at IS NULL \
+         ORDER BY p.builtin DESC, p.name",
     )
     .fetch_all(db)
     .await?;
@@ -407,8 +436,8 @@ pub async fn list(db: &PgPool) -> sqlx::Result<Vec<PolicyView>> {
 
 pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<PolicyView>> {
     let row: Option<PolicyRow> = sqlx::query_as(
-        "SELECT p.id, p.name, t.name AS tenant, p.builtin, p.created_at FROM policies p \
-         LEFT JOIN tenants t ON t.id = p.tenant_id WHERE p.id = $1",
+        "SELECT p.id, p.name, t.name AS tenant, p.builtin, p.created_at, p.limits, p.consecutive_failures \
+         FROM policies p LEFT JOIN tenants t ON t.id = p.tenant_id WHERE p.id = $1 AND p.deleted_at IS NULL",
     )
     .bind(id)
     .fetch_optional(db)
@@ -422,12 +451,24 @@ pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<PolicyView>> {
 async fn view(db: &PgPool, row: PolicyRow) -> sqlx::Result<PolicyView> {
     let versions: Vec<VersionView> = sqlx::query_as(
         "SELECT v.id, v.version, v.sha256, v.size_bytes, v.params, v.uploaded_at, \
-                EXISTS (SELECT 1 FROM policy_activations a WHERE a.policy_version_id = v.id) AS active \
-         FROM policy_versions v WHERE v.policy_id = $1 ORDER BY v.version DESC",
+                EXISTS (SELECT 1 FROM policy_activations a WHERE a.policy_version_id = v.id) AS active, \
+                EXISTS (SELECT 1 FROM policy_shadows s WHERE s.policy_version_id = v.id) AS shadow \
+         FROM policy_versions v WHERE v.policy_id = $1 AND v.deleted_at IS NULL ORDER BY v.version DESC",
     )
     .bind(row.id)
     .fetch_all(db)
     .await?;
+    let activation: Option<(serde_json::Value, Option<String>)> = sqlx::query_as(
+        "SELECT a.params, a.suspended_reason FROM policy_activations a \
+         JOIN policy_versions v ON v.id = a.policy_version_id WHERE v.policy_id = $1",
+    )
+    .bind(row.id)
+    .fetch_optional(db)
+    .await?;
+    let (active_params, suspended_reason) = match activation {
+        Some((params, reason)) => (Some(params), reason),
+        None => (None, None),
+    };
     Ok(PolicyView {
         id: row.id,
         name: row.name,
@@ -435,6 +476,11 @@ async fn view(db: &PgPool, row: PolicyRow) -> sqlx::Result<PolicyView> {
         builtin: row.builtin,
         created_at: row.created_at,
         active_version: versions.iter().find(|v| v.active).map(|v| v.version),
+        active_params,
+        suspended_reason,
+        shadow_version: versions.iter().find(|v| v.shadow).map(|v| v.version),
+        consecutive_failures: row.consecutive_failures,
+        limits: serde_json::from_value(row.limits).unwrap_or_default(),
         versions,
     })
 }
@@ -443,9 +489,7 @@ async fn view(db: &PgPool, row: PolicyRow) -> sqlx::Result<PolicyView> {
 pub async fn store_upload(db: &PgPool, name: &str, wasm: &[u8]) -> ApiResult<PolicyView> {
     let valid_name = !name.is_empty()
         && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.starts_with('-');
     if !valid_name {
         return Err(ApiError::bad_request(
@@ -468,59 +512,348 @@ pub async fn store_upload(db: &PgPool, name: &str, wasm: &[u8]) -> ApiResult<Pol
     let policy_id = ensure_policy(&mut tx, None, name, false).await?;
     insert_version(&mut tx, policy_id, None, wasm).await?;
     tx.commit().await?;
-    get(db, policy_id)
-        .await?
-        .ok_or(ApiError::NotFound("policy"))
+    get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
 }
 
-/// Makes a version the one that decides for the platform scope.
-pub async fn activate(db: &PgPool, policy_id: Uuid, version: Option<i32>) -> ApiResult<PolicyView> {
+/// The scope a policy decides for: `platform`, or the tenant id of a tenant's own policy.
+async fn scope_of(conn: &mut sqlx::PgConnection, policy_id: Uuid) -> ApiResult<String> {
+    let row: Option<(Option<Uuid>,)> =
+        sqlx::query_as("SELECT tenant_id FROM policies WHERE id = $1 AND deleted_at IS NULL")
+            .bind(policy_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let (tenant_id,) = row.ok_or(ApiError::NotFound("policy"))?;
+    Ok(tenant_id.map(|t| t.to_string()).unwrap_or_else(|| PLATFORM_SCOPE.to_owned()))
+}
+
+async fn version_id(conn: &mut sqlx::PgConnection, policy_id: Uuid, version: Option<i32>) -> ApiResult<Uuid> {
+    let row: Option<(Uuid,)> = sqlx::query_as(
+        "SELECT id FROM policy_versions WHERE policy_id = $1 AND deleted_at IS NULL \
+         AND ($2::int IS NULL OR version = $2) ORDER BY version DESC LIMIT 1",
+    )
+    .bind(policy_id)
+    .bind(version)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|(id,)| id).ok_or(ApiError::NotFound("policy version"))
+}
+
+fn check_params(params: &serde_json::Value) -> ApiResult<()> {
+    if !params.is_object() {
+        return Err(ApiError::unprocessable("invalid_params", "params must be a JSON object"));
+    }
+    if params.to_string().len() > 64 * 1024 {
+        return Err(ApiError::unprocessable("invalid_params", "params must be at most 64 KiB of JSON"));
+    }
+    Ok(())
+}
+
+/// Makes a version (the latest when none is named) the one that decides for its policy's scope,
+/// with these parameters. Clears a suspension and the failure count.
+pub async fn activate(
+    db: &PgPool,
+    policy_id: Uuid,
+    version: Option<i32>,
+    params: serde_json::Value,
+) -> ApiResult<PolicyView> {
+    check_params(&params)?;
     let mut tx = db.begin().await?;
-    let row: Option<(Uuid, Option<Uuid>)> = sqlx::query_as(
-        "SELECT v.id, p.tenant_id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
-         WHERE v.policy_id = $1 AND ($2::int IS NULL OR v.version = $2) ORDER BY v.version DESC LIMIT 1",
+    let scope = scope_of(&mut tx, policy_id).await?;
+    let version_id = version_id(&mut tx, policy_id, version).await?;
+    sqlx::query(
+        "INSERT INTO policy_activations (scope, policy_version_id, params) VALUES ($1, $2, $3) \
+         ON CONFLICT (scope) DO UPDATE SET policy_version_id = EXCLUDED.policy_version_id, \
+             params = EXCLUDED.params, activated_at = now(), suspended_at = NULL, suspended_reason = NULL",
+    )
+    .bind(&scope)
+    .bind(version_id)
+    .bind(&params)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE policies SET consecutive_failures = 0 WHERE id = $1").bind(policy_id).execute(&mut *tx).await?;
+    tx.commit().await?;
+    get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
+}
+
+/// Activates the version before the active one of this policy (its parameters kept).
+pub async fn rollback(db: &PgPool, policy_id: Uuid) -> ApiResult<PolicyView> {
+    let mut conn = db.acquire().await?;
+    let scope = scope_of(&mut conn, policy_id).await?;
+    let current: Option<(i32, serde_json::Value)> = sqlx::query_as(
+        "SELECT v.version, a.params FROM policy_activations a JOIN policy_versions v ON v.id = a.policy_version_id \
+         WHERE a.scope = $1 AND v.policy_id = $2",
+    )
+    .bind(&scope)
+    .bind(policy_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((current, params)) = current else {
+        return Err(ApiError::conflict("not_active", "this policy is not active; nothing to roll back"));
+    };
+    let previous: Option<(i32,)> = sqlx::query_as(
+        "SELECT version FROM policy_versions WHERE policy_id = $1 AND version < $2 AND deleted_at IS NULL \
+         ORDER BY version DESC LIMIT 1",
+    )
+    .bind(policy_id)
+    .bind(current)
+    .fetch_optional(&mut *conn)
+    .await?;
+    drop(conn);
+    let Some((previous,)) = previous else {
+        return Err(ApiError::conflict("no_previous_version", format!("version {current} is the oldest version")));
+    };
+    activate(db, policy_id, Some(previous), params).await
+}
+
+/// Deletes one version (or, with `version` None, the whole policy). An active or shadowed version
+/// cannot be deleted; the bytes stay for the decisions that name them, hidden from listings.
+pub async fn delete(db: &PgPool, policy_id: Uuid, version: Option<i32>) -> ApiResult<()> {
+    let mut tx = db.begin().await?;
+    let (builtin,): (bool,) = sqlx::query_as("SELECT builtin FROM policies WHERE id = $1 AND deleted_at IS NULL")
+        .bind(policy_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(ApiError::NotFound("policy"))?;
+    if builtin {
+        return Err(ApiError::conflict("builtin_policy", "built-in policies cannot be deleted"));
+    }
+    let in_use: Option<(i32,)> = sqlx::query_as(
+        "SELECT v.version FROM policy_versions v WHERE v.policy_id = $1 AND ($2::int IS NULL OR v.version = $2) \
+         AND (EXISTS (SELECT 1 FROM policy_activations a WHERE a.policy_version_id = v.id) \
+              OR EXISTS (SELECT 1 FROM policy_shadows s WHERE s.policy_version_id = v.id)) LIMIT 1",
     )
     .bind(policy_id)
     .bind(version)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((version_id, tenant_id)) = row else {
-        return Err(match version {
-            Some(_) => ApiError::NotFound("policy version"),
-            None => ApiError::NotFound("policy"),
-        });
-    };
-    let scope = tenant_id
-        .map(|t| t.to_string())
-        .unwrap_or_else(|| PLATFORM_SCOPE.to_owned());
+    if let Some((v,)) = in_use {
+        return Err(ApiError::conflict(
+            "version_in_use",
+            format!("version {v} is active or in shadow; activate another or stop the shadow first"),
+        ));
+    }
+    match version {
+        Some(v) => {
+            let n = sqlx::query(
+                "UPDATE policy_versions SET deleted_at = now() WHERE policy_id = $1 AND version = $2 AND deleted_at IS NULL",
+            )
+            .bind(policy_id)
+            .bind(v)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if n == 0 {
+                return Err(ApiError::NotFound("policy version"));
+            }
+        }
+        None => {
+            sqlx::query("UPDATE policy_versions SET deleted_at = now() WHERE policy_id = $1 AND deleted_at IS NULL")
+                .bind(policy_id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("UPDATE policies SET deleted_at = now() WHERE id = $1")
+                .bind(policy_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Starts evaluating a version in shadow beside its scope's active policy.
+pub async fn start_shadow(
+    db: &PgPool,
+    policy_id: Uuid,
+    version: Option<i32>,
+    params: serde_json::Value,
+) -> ApiResult<PolicyView> {
+    check_params(&params)?;
+    let mut tx = db.begin().await?;
+    let scope = scope_of(&mut tx, policy_id).await?;
+    let version_id = version_id(&mut tx, policy_id, version).await?;
     sqlx::query(
-        "INSERT INTO policy_activations (scope, policy_version_id) VALUES ($1, $2) \
-         ON CONFLICT (scope) DO UPDATE SET policy_version_id = EXCLUDED.policy_version_id, activated_at = now()",
+        "INSERT INTO policy_shadows (scope, policy_version_id, params) VALUES ($1, $2, $3) \
+         ON CONFLICT (scope) DO UPDATE SET policy_version_id = EXCLUDED.policy_version_id, params = EXCLUDED.params, \
+             started_at = now()",
     )
     .bind(&scope)
     .bind(version_id)
+    .bind(&params)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    get(db, policy_id)
-        .await?
-        .ok_or(ApiError::NotFound("policy"))
+    get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
 }
 
-/// Records a failed evaluation; the cycle went on with the fallback policy.
+pub async fn stop_shadow(db: &PgPool, policy_id: Uuid) -> ApiResult<()> {
+    let mut conn = db.acquire().await?;
+    let scope = scope_of(&mut conn, policy_id).await?;
+    sqlx::query(
+        "DELETE FROM policy_shadows s USING policy_versions v WHERE s.scope = $1 AND v.id = s.policy_version_id \
+         AND v.policy_id = $2",
+    )
+    .bind(&scope)
+    .bind(policy_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Sets the per-evaluation limits of a policy (every version), checked against the host's bounds.
+pub async fn set_limits(db: &PgPool, policy_id: Uuid, limits: &PolicyLimits) -> ApiResult<PolicyView> {
+    limits.validate().map_err(|e| ApiError::unprocessable("invalid_limits", e.to_string()))?;
+    let value = serde_json::to_value(limits).map_err(anyhow::Error::from)?;
+    let n = sqlx::query("UPDATE policies SET limits = $2 WHERE id = $1 AND deleted_at IS NULL")
+        .bind(policy_id)
+        .bind(value)
+        .execute(db)
+        .await?
+        .rows_affected();
+    if n == 0 {
+        return Err(ApiError::NotFound("policy"));
+    }
+    get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
+}
+
+/// Records a failed evaluation (the cycle went on with the fallback) and suspends the policy's
+/// activation once it has failed `suspend_after` cycles in a row. Returns whether it was suspended.
 pub async fn record_failure(
     db: &PgPool,
-    version_id: Uuid,
+    selected: &Selected,
+    cycle_id: Option<i64>,
     kind: &str,
     message: &str,
-) -> sqlx::Result<()> {
+    suspend_after: u32,
+) -> sqlx::Result<bool> {
+    let mut tx = db.begin().await?;
+    let message: String = message.chars().take(2000).collect();
     sqlx::query(
-        "INSERT INTO policy_failures (policy_version_id, kind, message) VALUES ($1, $2, $3)",
+        "INSERT INTO policy_failures (cycle_id, policy_version_id, tenant_id, kind, message) \
+         SELECT $1, v.id, v.tenant_id, $3, $4 FROM policy_versions v WHERE v.id = $2",
     )
-    .bind(version_id)
+    .bind(cycle_id)
+    .bind(selected.policy.version_id)
     .bind(kind)
-    .bind(message.chars().take(2000).collect::<String>())
+    .bind(&message)
+    .execute(&mut *tx)
+    .await?;
+    let (failures,): (i32,) = sqlx::query_as(
+        "UPDATE policies SET consecutive_failures = consecutive_failures + 1 WHERE id = $1 RETURNING consecutive_failures",
+    )
+    .bind(selected.policy.policy_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let suspended = failures >= suspend_after as i32
+        && sqlx::query(
+            "UPDATE policy_activations SET suspended_at = now(), suspended_reason = $2 \
+             WHERE policy_version_id = $1 AND suspended_at IS NULL",
+        )
+        .bind(selected.policy.version_id)
+        .bind(format!("failed {failures} cycles in a row; last: {kind}: {message}"))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+    tx.commit().await?;
+    Ok(suspended)
+}
+
+/// A good evaluation ends a run of failures.
+pub async fn record_success(db: &PgPool, selected: &Selected) -> sqlx::Result<()> {
+    sqlx::query("UPDATE policies SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0")
+        .bind(selected.policy.policy_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Keeps what a policy logged in a cycle.
+pub async fn record_logs(
+    db: &PgPool,
+    selected: &Selected,
+    cycle_id: Option<i64>,
+    logs: &[airtime_policy_host::PolicyLog],
+) -> sqlx::Result<()> {
+    if logs.is_empty() {
+        return Ok(());
+    }
+    let levels: Vec<String> = logs.iter().map(|l| format!("{:?}", l.level).to_lowercase()).collect();
+    let messages: Vec<String> = logs.iter().map(|l| l.message.clone()).collect();
+    sqlx::query(
+        "INSERT INTO policy_logs (policy_version_id, tenant_id, cycle_id, level, message) \
+         SELECT v.id, v.tenant_id, $2, l.level, l.message FROM policy_versions v, \
+                UNNEST($3::text[], $4::text[]) AS l(level, message) WHERE v.id = $1",
+    )
+    .bind(selected.policy.version_id)
+    .bind(cycle_id)
+    .bind(&levels)
+    .bind(&messages)
     .execute(db)
     .await?;
     Ok(())
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct FailureView {
+    pub id: i64,
+    pub cycle_id: Option<i64>,
+    pub version: i32,
+    pub kind: String,
+    pub message: String,
+    pub at: DateTime<Utc>,
+}
+
+pub async fn failures(db: &PgPool, policy_id: Uuid) -> sqlx::Result<Vec<FailureView>> {
+    sqlx::query_as(
+        "SELECT f.id, f.cycle_id, v.version, f.kind, f.message, f.at FROM policy_failures f \
+         JOIN policy_versions v ON v.id = f.policy_version_id WHERE v.policy_id = $1 ORDER BY f.id DESC LIMIT 200",
+    )
+    .bind(policy_id)
+    .fetch_all(db)
+    .await
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct LogView {
+    pub id: i64,
+    pub cycle_id: Option<i64>,
+    pub version: i32,
+    pub level: String,
+    pub message: String,
+    pub at: DateTime<Utc>,
+}
+
+pub async fn logs(db: &PgPool, policy_id: Uuid) -> sqlx::Result<Vec<LogView>> {
+    sqlx::query_as(
+        "SELECT l.id, l.cycle_id, v.version, l.level, l.message, l.at FROM policy_logs l \
+         JOIN policy_versions v ON v.id = l.policy_version_id WHERE v.policy_id = $1 ORDER BY l.id DESC LIMIT 500",
+    )
+    .bind(policy_id)
+    .fetch_all(db)
+    .await
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct ShadowResultView {
+    pub id: i64,
+    pub cycle_id: i64,
+    pub version: i32,
+    pub active_policy_name: String,
+    pub agreed: i32,
+    pub differed: i32,
+    pub diff: serde_json::Value,
+    pub error: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+pub async fn shadow_results(db: &PgPool, policy_id: Uuid) -> sqlx::Result<Vec<ShadowResultView>> {
+    sqlx::query_as(
+        "SELECT r.id, r.cycle_id, v.version, r.active_policy_name, r.agreed, r.differed, r.diff, r.error, r.at \
+         FROM shadow_results r JOIN policy_versions v ON v.id = r.shadow_version_id \
+         WHERE v.policy_id = $1 ORDER BY r.id DESC LIMIT 200",
+    )
+    .bind(policy_id)
+    .fetch_all(db)
+    .await
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, FromRef};
 use axum::http::StatusCode;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -13,6 +13,7 @@ use tower_http::compression::CompressionLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::auth::AuthContext;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policies::PolicyCatalog;
@@ -28,16 +29,24 @@ pub struct AppState {
     pub desired: DesiredStateChanged,
     pub metrics: Arc<Metrics>,
     pub policies: Arc<PolicyCatalog>,
+    /// Authentication: signing keys, rate limits, login throttling.
+    pub auth: Arc<AuthContext>,
+}
+
+impl FromRef<AppState> for Arc<AuthContext> {
+    fn from_ref(state: &AppState) -> Self {
+        state.auth.clone()
+    }
 }
 
 impl AppState {
     pub async fn new(db: PgPool, config: Config) -> anyhow::Result<Self> {
         let policies = PolicyCatalog::new().context("starting the policy runtime")?;
-        policies
-            .install_builtins(&db)
-            .await
-            .context("installing the built-in policies")?;
+        policies.install_builtins(&db).await.context("installing the built-in policies")?;
+        let secret = config.signing_secret()?;
+        let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;
         Ok(Self {
+            auth,
             db,
             config: Arc::new(config),
             wake: SchedulerWake::default(),
@@ -51,9 +60,12 @@ impl AppState {
 /// The whole HTTP surface: API, agent protocol, health, metrics and the dashboard.
 pub fn app(state: AppState) -> Router {
     let config = state.config.clone();
+    let (api, doc) = api::router(&config).split_for_parts();
+    api::openapi::install(doc);
+    // A route missing from the OpenAPI document is never served (see api::openapi).
+    let api = api.layer(axum::middleware::from_fn(api::openapi::documented_only));
     Router::new()
-        .nest("/api/v1", api::routes(&config))
-        .merge(api::health::routes())
+        .merge(api)
         .merge(web::routes())
         .fallback(api::not_found)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
@@ -70,9 +82,7 @@ pub fn app(state: AppState) -> Router {
 /// and serves HTTP until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let db = crate::db::connect(&config.database_url, config.db_max_connections).await?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
     let state = AppState::new(db, config).await?;
 
@@ -89,7 +99,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let router = app(state);
     let signal = shutdown.clone();
-    axum::serve(listener, router)
+    // Connect info gives handlers the peer address (login throttling, the audit log).
+    axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(async move {
             wait_for_signal().await;
             signal.cancel();

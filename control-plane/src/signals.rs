@@ -29,9 +29,7 @@ pub struct DesiredStateChanged {
 
 impl Default for DesiredStateChanged {
     fn default() -> Self {
-        Self {
-            tx: Arc::new(watch::channel(0).0),
-        }
+        Self { tx: Arc::new(watch::channel(0).0) }
     }
 }
 

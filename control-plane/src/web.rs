@@ -16,32 +16,14 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route(
             "/",
-            get(|| async {
-                (
-                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-                    INDEX_HTML,
-                )
-                    .into_response()
-            }),
+            get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML).into_response() }),
         )
         .route(
             "/app.js",
-            get(|| async {
-                (
-                    [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-                    APP_JS,
-                )
-                    .into_response()
-            }),
+            get(|| async { ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], APP_JS).into_response() }),
         )
         .route(
             "/style.css",
-            get(|| async {
-                (
-                    [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-                    STYLE_CSS,
-                )
-                    .into_response()
-            }),
+            get(|| async { ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE_CSS).into_response() }),
         )
 }

@@ -25,6 +25,7 @@ use uuid::Uuid;
 use crate::backoff::Backoff;
 use crate::client::{ClientError, ControlPlaneClient};
 use crate::config::{Config, WorkloadOutput};
+use crate::credential::{self, CredentialError, Secret};
 use crate::protocol::{
     Assignment, AssignmentAction, AssignmentsResponse, RegisterRequest, WorkloadEvent,
 };
@@ -55,6 +56,13 @@ pub enum AgentError {
     WorkDir { path: String, reason: String },
     #[error("the {0} task stopped unexpectedly: {1}")]
     TaskEnded(&'static str, String),
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    #[error(
+        "this node has no credential in {state_dir}: start the agent once with --enrolment-token \
+         (a one-time token from POST /api/v1/enrolment-tokens)"
+    )]
+    NoCredential { state_dir: String },
 }
 
 /// The node as the control plane currently knows it.
@@ -153,6 +161,28 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         "node agent starting"
     );
     let client = ControlPlaneClient::new(&config.control_plane)?;
+    // The stored credential when the node enrolled before; else the enrolment token, exchanged by
+    // the registration task before it registers.
+    let enrolment = match credential::load(&config.state_dir)? {
+        Some(stored) => {
+            client.set_credential(&stored)?;
+            if config.enrolment_token.is_some() {
+                tracing::info!(state_dir = %config.state_dir.display(), "using the stored node credential; the enrolment token is not needed");
+            }
+            None
+        }
+        None => match &config.enrolment_token {
+            Some(token) => Some(Enrolment {
+                token: token.clone(),
+                state_dir: config.state_dir.clone(),
+            }),
+            None => {
+                return Err(AgentError::NoCredential {
+                    state_dir: config.state_dir.display().to_string(),
+                });
+            }
+        },
+    };
     let session = Arc::new(Session::default());
     let output = match config.workload_output {
         WorkloadOutput::Log => OutputMode::Log,
@@ -168,6 +198,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         client.clone(),
         Arc::clone(&session),
         request,
+        enrolment,
     ));
     let mut heartbeat = tokio::spawn(send_heartbeats(
         client.clone(),
@@ -288,11 +319,45 @@ fn register_request(config: &Config, telemetry: &Telemetry) -> RegisterRequest {
     }
 }
 
+/// An enrolment still to do: the one-time token, and where to keep the credential it buys.
+struct Enrolment {
+    token: Secret,
+    state_dir: std::path::PathBuf,
+}
+
+/// Exchanges the enrolment token for the node's credential and stores it. `Ok(false)`: worth
+/// retrying (no answer yet); `Err`: the token was refused or the credential cannot be kept.
+async fn enrol(
+    client: &ControlPlaneClient,
+    name: &str,
+    enrolment: &Enrolment,
+) -> Result<bool, String> {
+    match client.enrol(&enrolment.token, name).await {
+        Ok(enrolled) => {
+            let credential = Secret::new(enrolled.credential);
+            credential::store(&enrolment.state_dir, &credential).map_err(|e| e.to_string())?;
+            client
+                .set_credential(&credential)
+                .map_err(|e| e.to_string())?;
+            tracing::info!(credential_id = %enrolled.credential_id, state_dir = %enrolment.state_dir.display(), "enrolled; the node credential is stored");
+            Ok(true)
+        }
+        Err(error) if error.is_retryable() => {
+            tracing::warn!(%error, step = "enrol", "cannot register yet");
+            Ok(false)
+        }
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 /// Registers whenever the node is not registered, retrying until the control plane accepts.
+/// Enrols first when the node has no credential yet; a refused enrolment token ends the task (and
+/// the agent), since no retry can make it valid.
 async fn keep_registered(
     client: ControlPlaneClient,
     session: Arc<Session>,
     request: RegisterRequest,
+    enrolment: Option<Enrolment>,
 ) {
     let mut generation = 0;
     loop {
@@ -300,6 +365,18 @@ async fn keep_registered(
         // Capped low: registering is cheap, and a node waiting on it runs nothing.
         let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
         let mut failures = 0_u32;
+        if let Some(enrolment) = &enrolment {
+            while !client.has_credential() {
+                match enrol(&client, &request.name, enrolment).await {
+                    Ok(true) => {}
+                    Ok(false) => sleep(backoff.next_delay()).await,
+                    Err(reason) => {
+                        tracing::error!(%reason, "the control plane refused the enrolment token; create a new one (POST /api/v1/enrolment-tokens)");
+                        return;
+                    }
+                }
+            }
+        }
         let response = loop {
             match client.register(&request).await {
                 Ok(response) => break response,
@@ -310,6 +387,8 @@ async fn keep_registered(
                         if worth_a_warning(failures) {
                             tracing::warn!(%error, failures, retry_in_ms = delay.as_millis(), "cannot register yet");
                         }
+                    } else if error.is_unauthorized() {
+                        tracing::error!(%error, retry_in_ms = delay.as_millis(), "the control plane refused this node's credential (revoked?); enrol the node again with a token made for its name");
                     } else {
                         // A refusal will not fix itself, but the agent may have workloads running:
                         // keep trying, loudly, rather than exit.

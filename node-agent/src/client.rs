@@ -2,17 +2,20 @@
 //! It knows nothing of retries or loops; callers decide with [`ClientError::is_retryable`].
 
 use std::error::Error as _;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use reqwest::header::{AUTHORIZATION, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 use uuid::Uuid;
 
+use crate::credential::Secret;
 use crate::protocol::{
-    AssignmentsResponse, ErrorResponse, RegisterRequest, RegisterResponse, TelemetryReport,
-    WorkloadEvent, codes,
+    AssignmentsResponse, EnrolRequest, EnrolResponse, ErrorResponse, RegisterRequest,
+    RegisterResponse, TelemetryReport, WorkloadEvent, codes,
 };
 
 /// Bound on a plain call; a control plane slower than this is treated as unreachable.
@@ -57,6 +60,11 @@ impl ClientError {
         self.is_api(StatusCode::NOT_FOUND, codes::NODE_NOT_FOUND)
     }
 
+    /// The credential (or enrolment token) was refused: revoked, expired, used or unknown.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, Self::Api { status, .. } if *status == StatusCode::UNAUTHORIZED)
+    }
+
     /// The event's attempt is no longer current: drop the event.
     pub fn is_stale_attempt(&self) -> bool {
         self.is_api(StatusCode::CONFLICT, codes::STALE_ATTEMPT)
@@ -85,6 +93,8 @@ pub struct ControlPlaneClient {
     http: reqwest::Client,
     /// `…/api/v1/agent`, without a trailing slash.
     base: String,
+    /// `Bearer <node credential>`, marked sensitive; set once the node has enrolled.
+    credential: Arc<RwLock<Option<HeaderValue>>>,
 }
 
 impl ControlPlaneClient {
@@ -98,7 +108,57 @@ impl ControlPlaneClient {
             "{}/api/v1/agent",
             control_plane.as_str().trim_end_matches('/')
         );
-        Ok(Self { http, base })
+        Ok(Self {
+            http,
+            base,
+            credential: Arc::default(),
+        })
+    }
+
+    /// Sends `credential` as `Authorization: Bearer` on every later call.
+    pub fn set_credential(&self, credential: &Secret) -> Result<(), ClientError> {
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {}", credential.expose())).map_err(|_| {
+                ClientError::Build("the node credential is not a valid header value".into())
+            })?;
+        value.set_sensitive(true);
+        *self
+            .credential
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(value);
+        Ok(())
+    }
+
+    pub fn has_credential(&self) -> bool {
+        self.credential
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let credential = self
+            .credential
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match credential {
+            Some(value) => request.header(AUTHORIZATION, value),
+            None => request,
+        }
+    }
+
+    /// Exchanges a one-time enrolment token for the node's own credential.
+    pub async fn enrol(&self, token: &Secret, name: &str) -> Result<EnrolResponse, ClientError> {
+        let url = format!("{}/enrol", self.base);
+        let request = EnrolRequest {
+            enrolment_token: token.expose().to_owned(),
+            name: name.to_owned(),
+        };
+        let response = self
+            .send_json(self.http.post(url), &request, REQUEST_TIMEOUT)
+            .await?;
+        decode(response).await
     }
 
     pub async fn register(
@@ -137,7 +197,9 @@ impl ControlPlaneClient {
             self.base,
             wait.as_millis()
         );
-        let request = self.http.get(url).timeout(wait + LONG_POLL_MARGIN);
+        let request = self
+            .authorized(self.http.get(url))
+            .timeout(wait + LONG_POLL_MARGIN);
         let response = request.send().await.map_err(|e| ClientError::network(&e))?;
         decode(check_status(response).await?).await
     }
@@ -163,7 +225,8 @@ impl ControlPlaneClient {
         body: &T,
         timeout: Duration,
     ) -> Result<reqwest::Response, ClientError> {
-        let response = request
+        let response = self
+            .authorized(request)
             .json(body)
             .timeout(timeout)
             .send()

@@ -15,6 +15,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use reqwest::Url;
 use thiserror::Error;
 
+use crate::credential::Secret;
+
 /// Command-line flags as given. Turn them into a [`Config`] with [`Config::resolve`].
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -86,6 +88,15 @@ pub struct Cli {
     /// Log format. The level comes from RUST_LOG (default: info).
     #[arg(long, env = "AIRTIME_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// One-time enrolment token from the control plane (`POST /api/v1/enrolment-tokens`), exchanged
+    /// at the first start for the node's own credential. Not needed once the credential is stored.
+    #[arg(long, env = "AIRTIME_ENROLMENT_TOKEN", hide_env_values = true)]
+    pub enrolment_token: Option<Secret>,
+
+    /// Where the agent keeps its state: the node's credential (`node-credential`, mode 0600).
+    #[arg(long, env = "AIRTIME_STATE_DIR", default_value = ".airtime-agent")]
+    pub state_dir: PathBuf,
 }
 
 impl Cli {
@@ -138,6 +149,8 @@ pub struct Config {
     pub work_dir: PathBuf,
     pub workload_output: WorkloadOutput,
     pub log_format: LogFormat,
+    pub enrolment_token: Option<Secret>,
+    pub state_dir: PathBuf,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -196,6 +209,10 @@ impl Config {
             work_dir: cli.work_dir,
             workload_output: cli.workload_output,
             log_format: cli.log_format,
+            enrolment_token: cli
+                .enrolment_token
+                .filter(|t| !t.expose().trim().is_empty()),
+            state_dir: cli.state_dir,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! - [`config`]: flags and `AIRTIME_…` variables, parsed without touching the environment in tests;
 //! - [`protocol`]: the messages of `docs/agent-protocol.md`;
 //! - [`client`]: one typed method per protocol call, no retries;
+//! - [`credential`]: the node's credential, from a one-time enrolment token, kept in `--state-dir`;
 //! - [`telemetry`]: host CPU/memory (`sysinfo`), real GPUs (NVML), simulated GPUs;
 //! - [`runner`]: workload processes — spawn, SIGTERM/SIGKILL, exit reports — with no HTTP;
 //! - [`agent`]: the loops (register, heartbeat, long-poll, reconcile, deliver events).
@@ -18,6 +19,7 @@ pub mod agent;
 mod backoff;
 pub mod client;
 pub mod config;
+pub mod credential;
 pub mod protocol;
 pub mod runner;
 pub mod telemetry;

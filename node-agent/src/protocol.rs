@@ -22,6 +22,38 @@ pub enum GpuSource {
     None,
 }
 
+/// `POST /api/v1/agent/enrol`: the one-time enrolment token for the node's own credential.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnrolRequest {
+    pub enrolment_token: String,
+    pub name: String,
+}
+
+impl std::fmt::Debug for EnrolRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrolRequest")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Answer to an enrolment: the credential, shown once.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnrolResponse {
+    pub credential: String,
+    pub credential_id: Uuid,
+    pub node_name: String,
+}
+
+impl std::fmt::Debug for EnrolResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrolResponse")
+            .field("credential_id", &self.credential_id)
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `POST /api/v1/agent/register`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RegisterRequest {

@@ -39,9 +39,14 @@ fn start_agent(
                 .unwrap_or_else(|_| "airtime_node_agent=debug".into()),
         )
         .try_init();
+    let state_dir = work_dir.join(".state").display().to_string();
     let work_dir = work_dir.display().to_string();
     let mut args = vec![
         "airtime-node-agent",
+        "--enrolment-token",
+        support::ENROLMENT_TOKEN,
+        "--state-dir",
+        &state_dir,
         "--control-plane",
         url,
         "--name",

@@ -61,6 +61,8 @@ fn waits_for_the_control_plane_and_stops_on_sigterm() -> TestResult {
         .env("AIRTIME_NODE_NAME", "cli-test")
         .env("AIRTIME_LABELS", "zone=a,rack=r1")
         .env("AIRTIME_WORK_DIR", work_dir.path())
+        .env("AIRTIME_STATE_DIR", work_dir.path().join("state"))
+        .env("AIRTIME_ENROLMENT_TOKEN", support::ENROLMENT_TOKEN)
         .env("AIRTIME_LOG_FORMAT", "json")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -96,6 +98,10 @@ fn waits_for_the_control_plane_and_stops_on_sigterm() -> TestResult {
     }
     let all = log.join("\n");
     assert!(all.contains("\"name\":\"cli-test\""), "{all}");
+    assert!(
+        !all.contains(support::ENROLMENT_TOKEN),
+        "the enrolment token must never be logged"
+    );
     // This test machine may or may not have NVIDIA GPUs; either way the agent says which.
     assert!(
         all.contains("NVML not available (") && all.contains("); running as a CPU node")
@@ -130,6 +136,9 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
         let mut command = tokio::process::Command::from(agent());
         command
             .args(["--control-plane", &url, "--name", &name, "--no-nvml"])
+            .args(["--enrolment-token", support::ENROLMENT_TOKEN])
+            .arg("--state-dir")
+            .arg(work_dir.path().join("state"))
             .arg("--work-dir")
             .arg(work_dir.path())
             .stdout(Stdio::null())
@@ -150,6 +159,7 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
     assert!(alive(pid), "the workload should outlive a SIGKILLed agent");
 
     let mut second = spawn_agent()?;
+    // The restarted agent reads back its stored credential: one enrolment in all.
     let exited = cp.wait_for_event(workload, "exited").await;
     let message = exited["message"].as_str().unwrap_or_default();
     assert!(
@@ -165,6 +175,16 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
         .filter(|e| e["event"] == "started")
         .count();
     assert_eq!(started_count, 1);
+    assert_eq!(
+        cp.recorded().enrolments,
+        1,
+        "the second agent reused the stored credential"
+    );
+    assert_eq!(
+        cp.recorded().unauthorized,
+        0,
+        "every call carried the credential"
+    );
 
     kill(
         Pid::from_raw(i32::try_from(second.id().ok_or("no pid")?)?),
@@ -172,6 +192,54 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
     )?;
     let status = tokio::time::timeout(Duration::from_secs(15), second.wait()).await??;
     assert!(status.success(), "{status}");
+    Ok(())
+}
+
+/// Without a stored credential or an enrolment token, the agent says how to enrol and exits.
+#[test]
+fn an_agent_without_a_credential_says_how_to_enrol() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let output = agent()
+        .args([
+            "--control-plane",
+            "http://127.0.0.1:1",
+            "--name",
+            "n",
+            "--no-nvml",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .arg("--work-dir")
+        .arg(dir.path())
+        .output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--enrolment-token"), "{stderr}");
+    Ok(())
+}
+
+/// A refused enrolment token stops the agent with a message saying what to do, and is never logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_enrolment_token_stops_the_agent() -> TestResult {
+    let (cp, url) = start_fake().await?;
+    let dir = tempfile::tempdir()?;
+    let output = tokio::process::Command::from(agent())
+        .args(["--control-plane", &url, "--name", "n", "--no-nvml"])
+        .args(["--enrolment-token", "et_not-the-right-one"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--work-dir")
+        .arg(dir.path())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(20), output).await??;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("refused the enrolment token"), "{stderr}");
+    assert!(!stderr.contains("et_not-the-right-one"), "{stderr}");
+    assert_eq!(cp.recorded().enrolments, 0);
+    assert!(cp.recorded().registrations.is_empty());
+    assert!(!dir.path().join("state/node-credential").exists());
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! [`export_policy!`](crate::export_policy) which turns it into a module the host can run.
 //!
 //! This module compiles on every target. On `wasm32` the exports and the host imports come alive
-//! (see [`exports`]); elsewhere logging goes to a buffer that [`crate::testing`] reads, so the same
+//! (in `guest::exports`, the one module with `unsafe`); elsewhere logging goes to a buffer that [`crate::testing`] reads, so the same
 //! policy is unit-tested natively with `cargo test`.
 
 use std::fmt;

@@ -4,22 +4,27 @@
 //!
 //! The binaries are the ones `cargo build --workspace --bins` leaves in the target directory (the
 //! test command in the README builds them first). `AIRTIME_BIN_DIR` points elsewhere.
+//!
+//! Access control: [`ControlPlane::start`] bootstraps a platform admin ([`ADMIN_EMAIL`]) with the
+//! binary's `--bootstrap-admin`, logs in, and [`ControlPlane::api`] acts as that admin;
+//! [`ControlPlane::anonymous`] sends no credential. [`NodeAgent::start`] gives each agent a
+//! one-time enrolment token made for its name and a state directory of its own.
 
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// The server tests create their databases on; `AIRTIME_TEST_DATABASE_URL` overrides it.
 pub fn admin_url() -> String {
-    std::env::var("AIRTIME_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("AIRTIME_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 /// A database of its own for one test, dropped when the test ends.
@@ -35,24 +40,13 @@ impl TestDb {
         let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
             .await
             .with_context(|| format!("connecting to PostgreSQL at {admin} (is it running?)"))?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await?;
-        let base = admin
-            .rsplit_once('/')
-            .map(|(b, _)| b.to_owned())
-            .unwrap_or(admin);
-        Ok(TestDb {
-            url: format!("{base}/{name}"),
-            name,
-        })
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await?;
+        let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin);
+        Ok(TestDb { url: format!("{base}/{name}"), name })
     }
 
     pub async fn pool(&self) -> anyhow::Result<sqlx::PgPool> {
-        Ok(sqlx::postgres::PgPoolOptions::new()
-            .max_connections(2)
-            .connect(&self.url)
-            .await?)
+        Ok(sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&self.url).await?)
     }
 }
 
@@ -61,21 +55,14 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs outside async; a short-lived thread with its own runtime does the cleanup.
         let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             rt.block_on(async {
-                if let Ok(mut conn) =
-                    <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url()).await
-                {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&mut conn)
-                    .await;
+                if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url()).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                        .execute(&mut conn)
+                        .await;
                 }
             });
         })
@@ -84,14 +71,12 @@ impl Drop for TestDb {
 }
 
 pub fn bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("AIRTIME_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-            target.join("debug")
-        });
+    let dir = std::env::var_os("AIRTIME_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        target.join("debug")
+    });
     let path = dir.join(name);
     assert!(
         path.exists(),
@@ -101,36 +86,50 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The session signing secret every test control plane runs with (unless a test passes its own).
+pub const TEST_JWT_SECRET: &str = "airtime-test-signing-secret-0123456789abcdef";
+/// The platform admin the harness bootstraps, and its password.
+pub const ADMIN_EMAIL: &str = "admin@airtime.test";
+pub const ADMIN_PASSWORD: &str = "harness admin password 0f the tests";
+
 /// A running control plane on a free port, killed when dropped.
 pub struct ControlPlane {
     pub url: String,
     child: Child,
+    /// The bootstrapped platform admin's session token.
+    pub admin_token: String,
+    /// Everything the control plane wrote to stdout (its log) so far.
+    logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl ControlPlane {
+    /// Bootstraps the platform admin (once per database), starts the control plane and logs in.
     pub async fn start(db: &TestDb, extra: &[&str]) -> anyhow::Result<ControlPlane> {
+        Self::start_with_env(db, extra, &[]).await
+    }
+
+    /// [`ControlPlane::start`] with extra environment variables (e.g. `RUST_LOG`).
+    pub async fn start_with_env(db: &TestDb, extra: &[&str], env: &[(&str, &str)]) -> anyhow::Result<ControlPlane> {
+        // Refused (and harmless) when a platform admin exists already: a restart on the same database.
+        Command::new(bin("airtime-control-plane"))
+            .args(["--database-url", &db.url, "--bootstrap-admin", ADMIN_EMAIL])
+            .env("AIRTIME_BOOTSTRAP_PASSWORD", ADMIN_PASSWORD)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .status()
+            .await
+            .context("bootstrapping the platform admin")?;
+        let secret_given = extra.iter().any(|a| a.starts_with("--jwt-secret"));
+        let secret: &[&str] = if secret_given { &[] } else { &["--jwt-secret", TEST_JWT_SECRET] };
         let mut child = Command::new(bin("airtime-control-plane"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--database-url",
-                &db.url,
-                "--tick-ms",
-                "200",
-            ])
-            .args([
-                "--heartbeat-interval-ms",
-                "500",
-                "--node-lost-after-ms",
-                "3000",
-                "--grace-period-ms",
-                "2000",
-            ])
+            .args(["--listen", "127.0.0.1:0", "--database-url", &db.url, "--tick-ms", "200"])
+            .args(["--heartbeat-interval-ms", "500", "--node-lost-after-ms", "3000"])
+            .args(secret)
             .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()),
-            )
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()))
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -138,23 +137,74 @@ impl ControlPlane {
             .context("starting airtime-control-plane")?;
         let stdout = child.stdout.take().context("control plane stdout")?;
         let mut lines = BufReader::new(stdout).lines();
+        let logs = Arc::new(Mutex::new(Vec::new()));
         let url = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await? {
                 if let Some(url) = line.strip_prefix("airtime control plane listening on ") {
                     return Ok::<_, anyhow::Error>(url.trim().to_owned());
                 }
+                logs.lock().unwrap_or_else(PoisonError::into_inner).push(line);
             }
             bail!("the control plane exited before listening")
         })
         .await
         .context("the control plane did not start listening within 60 s")??;
-        // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(ControlPlane { url, child })
+        // Keep draining stdout (kept as the log) so the child never blocks on a full pipe.
+        let sink = Arc::clone(&logs);
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+            }
+        });
+        let session = Api::new(&url)
+            .post("/api/v1/auth/login", &json!({"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}))
+            .await?;
+        anyhow::ensure!(session.status == 200, "the platform admin cannot log in: {} {}", session.status, session.body);
+        let admin_token = session.body["token"].as_str().context("no session token")?.to_owned();
+        Ok(ControlPlane { url, child, admin_token, logs })
     }
 
+    /// A client acting as the bootstrapped platform admin.
     pub fn api(&self) -> Api {
+        Api::new(&self.url).with_token(&self.admin_token)
+    }
+
+    /// A client that sends no credential.
+    pub fn anonymous(&self) -> Api {
         Api::new(&self.url)
+    }
+
+    /// A client acting with `token` (a session or an API token).
+    pub fn api_as(&self, token: &str) -> Api {
+        Api::new(&self.url).with_token(token)
+    }
+
+    /// The control plane's log lines so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// A one-time enrolment token for a node of this name (it replaces the node's credential).
+    pub async fn enrolment_token(&self, node_name: &str) -> anyhow::Result<String> {
+        let created = self.api().created("/api/v1/enrolment-tokens", &json!({"node_name": node_name})).await?;
+        Ok(created["token"].as_str().context("no enrolment token")?.to_owned())
+    }
+
+    /// Creates a user with `role` in `tenant` (creating the tenant when missing) and returns a
+    /// session token for them.
+    pub async fn user(&self, tenant: &str, email: &str, role: &str) -> anyhow::Result<String> {
+        let api = self.api();
+        let exists = api.get("/api/v1/tenants").await?;
+        let known = exists.body.as_array().is_some_and(|ts| ts.iter().any(|t| t["name"] == tenant));
+        if !known {
+            api.created("/api/v1/tenants", &json!({"name": tenant})).await?;
+        }
+        let password = format!("{email} long password");
+        api.created("/api/v1/users", &json!({"email": email, "password": password, "tenant": tenant, "role": role}))
+            .await?;
+        let session =
+            self.anonymous().created("/api/v1/auth/login", &json!({"email": email, "password": password})).await?;
+        Ok(session["token"].as_str().context("no token")?.to_owned())
     }
 
     pub async fn stop(mut self) {
@@ -166,26 +216,67 @@ impl ControlPlane {
 pub struct NodeAgent {
     pub name: String,
     child: Child,
+    /// Its `--state-dir`, where it keeps its credential.
+    state: tempfile::TempDir,
+    logs: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl NodeAgent {
+    /// Starts an agent enrolled with a fresh enrolment token made for its name.
     pub async fn start(cp: &ControlPlane, name: &str, extra: &[&str]) -> anyhow::Result<NodeAgent> {
-        let child = Command::new(bin("airtime-node-agent"))
+        Self::spawn(cp, name, extra, false).await
+    }
+
+    /// [`NodeAgent::start`], keeping the agent's log (stderr) for [`NodeAgent::logs`].
+    pub async fn start_logged(cp: &ControlPlane, name: &str, extra: &[&str]) -> anyhow::Result<NodeAgent> {
+        Self::spawn(cp, name, extra, true).await
+    }
+
+    async fn spawn(cp: &ControlPlane, name: &str, extra: &[&str], keep_logs: bool) -> anyhow::Result<NodeAgent> {
+        let token = cp.enrolment_token(name).await?;
+        let state = tempfile::tempdir()?;
+        let mut child = Command::new(bin("airtime-node-agent"))
             .args(["--control-plane", &cp.url, "--name", name])
+            .arg("--state-dir")
+            .arg(state.path())
             .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            .env("AIRTIME_ENROLMENT_TOKEN", &token)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
+            .stderr(if keep_logs { Stdio::piped() } else { Stdio::inherit() })
             .kill_on_drop(true)
             .spawn()
             .context("starting airtime-node-agent")?;
-        Ok(NodeAgent {
-            name: name.to_owned(),
-            child,
+        let logs = match child.stderr.take() {
+            Some(stderr) => {
+                let logs = Arc::new(Mutex::new(Vec::new()));
+                let sink = Arc::clone(&logs);
+                let mut lines = BufReader::new(stderr).lines();
+                tokio::spawn(async move {
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        sink.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+                    }
+                });
+                Some(logs)
+            }
+            None => None,
+        };
+        Ok(NodeAgent { name: name.to_owned(), child, state, logs })
+    }
+
+    /// The node credential the agent stored after enrolling (waits up to 30 s for it).
+    pub async fn credential(&self) -> anyhow::Result<String> {
+        let file = self.state.path().join("node-credential");
+        eventually("the agent's stored credential", Duration::from_secs(30), || {
+            let file = file.clone();
+            async move { Ok(std::fs::read_to_string(&file).ok().map(|c| c.trim().to_owned())) }
         })
+        .await
+    }
+
+    /// The agent's log lines so far (agents started with [`NodeAgent::start_logged`]).
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.as_ref().map(|l| l.lock().unwrap_or_else(PoisonError::into_inner).clone()).unwrap_or_default()
     }
 
     /// Kills the agent at once (SIGKILL), as a crash or a lost host would.
@@ -203,6 +294,8 @@ impl NodeAgent {
 pub struct Api {
     base: String,
     http: reqwest::Client,
+    /// Sent as `Authorization: Bearer` when set.
+    token: Option<String>,
 }
 
 pub struct Answer {
@@ -212,10 +305,31 @@ pub struct Answer {
 
 impl Api {
     pub fn new(base: &str) -> Api {
-        Api {
-            base: base.trim_end_matches('/').to_owned(),
-            http: reqwest::Client::new(),
+        Api { base: base.trim_end_matches('/').to_owned(), http: reqwest::Client::new(), token: None }
+    }
+
+    /// The same client, authenticating with `token`.
+    pub fn with_token(&self, token: &str) -> Api {
+        Api { token: Some(token.to_owned()), ..self.clone() }
+    }
+
+    /// The bearer token this client sends, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// Any method, with an optional JSON body.
+    pub async fn request(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Answer> {
+        let method = reqwest::Method::from_bytes(method.as_bytes())?;
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(body) = body {
+            req = req.json(body);
         }
+        self.send(req).await
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Answer> {
+        self.send(self.http.delete(self.url(path))).await
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -230,54 +344,34 @@ impl Api {
         self.send(self.http.post(self.url(path)).json(body)).await
     }
 
-    pub async fn post_raw(
-        &self,
-        path: &str,
-        content_type: &str,
-        body: Vec<u8>,
-    ) -> anyhow::Result<Answer> {
-        self.send(
-            self.http
-                .post(self.url(path))
-                .header("content-type", content_type)
-                .body(body),
-        )
-        .await
+    pub async fn post_raw(&self, path: &str, content_type: &str, body: Vec<u8>) -> anyhow::Result<Answer> {
+        self.send(self.http.post(self.url(path)).header("content-type", content_type).body(body)).await
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> anyhow::Result<Answer> {
+        let req = match &self.token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        };
         let resp = req.send().await?;
         let status = resp.status().as_u16();
         let text = resp.text().await?;
-        let body = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
+        let body =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         Ok(Answer { status, body })
     }
 
     /// GET that must answer 200.
     pub async fn ok(&self, path: &str) -> anyhow::Result<Value> {
         let answer = self.get(path).await?;
-        anyhow::ensure!(
-            answer.status == 200,
-            "GET {path} answered {}: {}",
-            answer.status,
-            answer.body
-        );
+        anyhow::ensure!(answer.status == 200, "GET {path} answered {}: {}", answer.status, answer.body);
         Ok(answer.body)
     }
 
     /// POST that must answer 2xx.
     pub async fn created(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let answer = self.post(path, body).await?;
-        anyhow::ensure!(
-            (200..300).contains(&answer.status),
-            "POST {path} answered {}: {}",
-            answer.status,
-            answer.body
-        );
+        anyhow::ensure!((200..300).contains(&answer.status), "POST {path} answered {}: {}", answer.status, answer.body);
         Ok(answer.body)
     }
 }
@@ -309,12 +403,7 @@ where
 }
 
 /// Waits until the workload is in `state` and returns its detail.
-pub async fn workload_reaches(
-    api: &Api,
-    id: &str,
-    state: &str,
-    timeout: Duration,
-) -> anyhow::Result<Value> {
+pub async fn workload_reaches(api: &Api, id: &str, state: &str, timeout: Duration) -> anyhow::Result<Value> {
     let path = format!("/api/v1/workloads/{id}");
     eventually(&format!("workload {id} to be {state}"), timeout, || {
         let api = api.clone();
@@ -329,20 +418,13 @@ pub async fn workload_reaches(
 
 /// Waits until `count` nodes are registered and ready.
 pub async fn nodes_ready(api: &Api, count: usize) -> anyhow::Result<Value> {
-    eventually(
-        &format!("{count} ready nodes"),
-        Duration::from_secs(30),
-        || {
-            let api = api.clone();
-            async move {
-                let nodes = api.ok("/api/v1/nodes").await?;
-                let ready = nodes
-                    .as_array()
-                    .map(|a| a.iter().filter(|n| n["state"] == "ready").count())
-                    .unwrap_or(0);
-                Ok((ready >= count).then_some(nodes))
-            }
-        },
-    )
+    eventually(&format!("{count} ready nodes"), Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            let nodes = api.ok("/api/v1/nodes").await?;
+            let ready = nodes.as_array().map(|a| a.iter().filter(|n| n["state"] == "ready").count()).unwrap_or(0);
+            Ok((ready >= count).then_some(nodes))
+        }
+    })
     .await
 }

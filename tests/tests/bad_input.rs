@@ -11,44 +11,27 @@ use serde_json::{Value, json};
 
 async fn row_counts(db: &sqlx::PgPool) -> Vec<i64> {
     let mut counts = Vec::new();
-    for table in [
-        "workloads",
-        "workload_events",
-        "policies",
-        "policy_versions",
-        "nodes",
-        "gpus",
-        "decisions",
-        "tenants",
-    ] {
+    for table in
+        ["workloads", "workload_events", "policies", "policy_versions", "nodes", "gpus", "decisions", "tenants"]
+    {
         let (n,): (i64,) =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-                .fetch_one(db)
-                .await
-                .unwrap();
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"))).fetch_one(db).await.unwrap();
         counts.push(n);
     }
     counts
 }
 
-async fn raw(
-    api: &Api,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: Vec<u8>,
-) -> (u16, Value) {
+async fn raw(api: &Api, method: &str, path: &str, content_type: &str, body: Vec<u8>) -> (u16, Value) {
     let client = reqwest::Client::new();
     let req = match method {
         "POST" => client.post(api.url(path)),
         _ => client.get(api.url(path)),
     };
-    let resp = req
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let req = match api.token() {
+        Some(token) => req.bearer_auth(token),
+        None => req,
+    };
+    let resp = req.header("content-type", content_type).body(body).send().await.unwrap();
     let status = resp.status().as_u16();
     let body: Value = resp.json().await.unwrap_or(Value::Null);
     (status, body)
@@ -59,10 +42,10 @@ async fn bad_requests_get_a_clear_json_error_change_nothing_and_scheduling_goes_
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "sim", &["--simulate-gpus", "1:L4:24576"])
-        .await
-        .unwrap();
+    let agent = NodeAgent::start(&cp, "sim", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
     let nodes = nodes_ready(&api, 1).await.unwrap();
+    // The agent routes are called with the node's own credential.
+    let agent_api = cp.api_as(&agent.credential().await.unwrap());
     let node_id = nodes[0]["id"].as_str().unwrap().to_owned();
     let pool = db.pool().await.unwrap();
     let before = row_counts(&pool).await;
@@ -94,6 +77,7 @@ async fn bad_requests_get_a_clear_json_error_change_nothing_and_scheduling_goes_
         // A node agent sending garbage.
         ("POST", "/api/v1/agent/register".into(), json, br#"{"garbage": true}"#.to_vec(), 400, "invalid_body"),
         ("POST", "/api/v1/agent/register".into(), json, br#"{"name":"","hostname":"h","cpu_millis":1,"memory_mb":1,"agent_version":"x","gpu_source":"none"}"#.to_vec(), 422, "invalid_registration"),
+        ("POST", "/api/v1/agent/register".into(), json, br#"{"name":"not-sim","hostname":"h","cpu_millis":1,"memory_mb":1,"agent_version":"x","gpu_source":"none"}"#.to_vec(), 404, "node_not_found"),
         ("POST", format!("/api/v1/agent/nodes/{node_id}/telemetry"), json, br#"{"cpu_util": 7.5, "memory_used_mb": 1}"#.to_vec(), 422, "invalid_telemetry"),
         ("POST", format!("/api/v1/agent/nodes/{}/telemetry", uuid::Uuid::new_v4()), json, br#"{"cpu_util": 0.5, "memory_used_mb": 1}"#.to_vec(), 404, "node_not_found"),
         ("POST", format!("/api/v1/agent/nodes/{node_id}/workloads/{}/events", uuid::Uuid::new_v4()), json, br#"{"attempt":1,"event":"exploded"}"#.to_vec(), 400, "invalid_body"),
@@ -101,18 +85,13 @@ async fn bad_requests_get_a_clear_json_error_change_nothing_and_scheduling_goes_
         ("GET", format!("/api/v1/agent/nodes/{node_id}/assignments?after=banana"), json, vec![], 400, "invalid_query"),
     ];
     for (method, path, content_type, body, status, code) in cases {
-        let (got, answer) = raw(&api, method, &path, content_type, body).await;
+        let caller = if path.starts_with("/api/v1/agent/") { &agent_api } else { &api };
+        let (got, answer) = raw(caller, method, &path, content_type, body).await;
         assert_eq!(got, status, "{method} {path}: {answer}");
         assert_eq!(answer["error"]["code"], code, "{method} {path}: {answer}");
         let message = answer["error"]["message"].as_str().unwrap_or_default();
-        assert!(
-            !message.is_empty(),
-            "{method} {path}: the error says what is wrong"
-        );
-        assert!(
-            !message.to_lowercase().contains("sql"),
-            "{method} {path}: no internals leak: {message}"
-        );
+        assert!(!message.is_empty(), "{method} {path}: the error says what is wrong");
+        assert!(!message.to_lowercase().contains("sql"), "{method} {path}: no internals leak: {message}");
     }
 
     assert_eq!(row_counts(&pool).await, before, "bad input wrote nothing");
@@ -125,34 +104,19 @@ async fn bad_requests_get_a_clear_json_error_change_nothing_and_scheduling_goes_
         )
         .await
         .unwrap();
-    workload_reaches(
-        &api,
-        ok["id"].as_str().unwrap(),
-        "succeeded",
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    workload_reaches(&api, ok["id"].as_str().unwrap(), "succeeded", Duration::from_secs(30)).await.unwrap();
 
     // Health, readiness and metrics answer.
     assert_eq!(api.ok("/healthz").await.unwrap()["status"], "ok");
     assert_eq!(api.ok("/readyz").await.unwrap()["status"], "ready");
-    let metrics = reqwest::get(api.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = reqwest::get(api.url("/metrics")).await.unwrap().text().await.unwrap();
     for family in [
         "airtime_scheduling_cycle_duration_seconds_count",
         "airtime_queue_depth",
         "airtime_workloads{state=\"succeeded\"} 1",
         "airtime_nodes{state=\"ready\"} 1",
     ] {
-        assert!(
-            metrics.contains(family),
-            "metrics lack {family}:\n{metrics}"
-        );
+        assert!(metrics.contains(family), "metrics lack {family}:\n{metrics}");
     }
     cp.stop().await;
 }

@@ -11,30 +11,17 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(30);
 
 fn scratch_file(tag: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!(
-        "airtime-e2e-{tag}-{}",
-        uuid::Uuid::new_v4().simple()
-    ))
+    std::env::temp_dir().join(format!("airtime-e2e-{tag}-{}", uuid::Uuid::new_v4().simple()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_submitted_workload_is_placed_by_the_wasm_policy_run_by_the_agent_and_its_exit_recorded()
-{
+async fn a_submitted_workload_is_placed_by_the_wasm_policy_run_by_the_agent_and_its_exit_recorded() {
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(
-        &cp,
-        "sim-gpu-1",
-        &[
-            "--simulate-gpus",
-            "2:H100-SXM:81920",
-            "--cost-per-hour",
-            "8.5",
-        ],
-    )
-    .await
-    .unwrap();
+    let _agent = NodeAgent::start(&cp, "sim-gpu-1", &["--simulate-gpus", "2:H100-SXM:81920", "--cost-per-hour", "8.5"])
+        .await
+        .unwrap();
 
     // The node joins with its simulated GPUs, marked as simulated.
     let nodes = nodes_ready(&api, 1).await.unwrap();
@@ -42,25 +29,13 @@ async fn a_submitted_workload_is_placed_by_the_wasm_policy_run_by_the_agent_and_
     assert_eq!(node["name"], "sim-gpu-1");
     assert_eq!(node["simulated"], true);
     assert_eq!(node["gpus"].as_array().unwrap().len(), 2);
-    assert!(
-        node["gpus"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|g| g["simulated"] == true && g["model"] == "H100-SXM")
-    );
-    assert!(
-        node["cpu_millis"].as_i64().unwrap() > 0,
-        "real host CPU is reported: {node}"
-    );
+    assert!(node["gpus"].as_array().unwrap().iter().all(|g| g["simulated"] == true && g["model"] == "H100-SXM"));
+    assert!(node["cpu_millis"].as_i64().unwrap() > 0, "real host CPU is reported: {node}");
 
     // A short real command that records what the agent gave it.
     let out = scratch_file("env");
-    let script = format!(
-        "echo \"$CUDA_VISIBLE_DEVICES $AIRTIME_ATTEMPT\" > {}; date +%s%N >> {}",
-        out.display(),
-        out.display()
-    );
+    let script =
+        format!("echo \"$CUDA_VISIBLE_DEVICES $AIRTIME_ATTEMPT\" > {}; date +%s%N >> {}", out.display(), out.display());
     let submitted = api
         .created(
             "/api/v1/workloads",
@@ -77,84 +52,43 @@ async fn a_submitted_workload_is_placed_by_the_wasm_policy_run_by_the_agent_and_
     assert_eq!(submitted["state"], "pending");
     let id = submitted["id"].as_str().unwrap().to_owned();
 
-    let done = workload_reaches(&api, &id, "succeeded", WAIT)
-        .await
-        .unwrap();
+    let done = workload_reaches(&api, &id, "succeeded", WAIT).await.unwrap();
     assert_eq!(done["exit_code"], 0);
 
     // It ran on a simulated GPU, with CUDA_VISIBLE_DEVICES set to that GPU and the attempt named.
     let written = std::fs::read_to_string(&out).unwrap();
     let mut lines = written.lines();
     let env_line = lines.next().unwrap();
-    assert!(
-        env_line == "0 1" || env_line == "1 1",
-        "CUDA_VISIBLE_DEVICES and attempt: {env_line:?}"
-    );
+    assert!(env_line == "0 1" || env_line == "1 1", "CUDA_VISIBLE_DEVICES and attempt: {env_line:?}");
     let started_ns: i64 = lines.next().unwrap().trim().parse().unwrap();
     let _ = std::fs::remove_file(&out);
 
     // The state history tells the story, in order.
-    let states: Vec<&str> = done["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["to_state"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        states,
-        ["pending", "scheduled", "running", "succeeded"],
-        "{}",
-        done["history"]
-    );
+    let states: Vec<&str> =
+        done["history"].as_array().unwrap().iter().map(|e| e["to_state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["pending", "scheduled", "running", "succeeded"], "{}", done["history"]);
 
     // The decision is recorded with the policy version and the reason it gave.
     let decisions = done["decisions"].as_array().unwrap();
-    let place = decisions
-        .iter()
-        .find(|d| d["kind"] == "place")
-        .expect("a place decision");
-    assert!(
-        place["policy_name"]
-            .as_str()
-            .unwrap()
-            .starts_with("priority-best-fit v"),
-        "{place}"
-    );
+    let place = decisions.iter().find(|d| d["kind"] == "place").expect("a place decision");
+    assert!(place["policy_name"].as_str().unwrap().starts_with("priority-best-fit v"), "{place}");
     assert!(!place["reason"].as_str().unwrap().is_empty(), "{place}");
     assert_eq!(place["node_name"], "sim-gpu-1");
     assert_eq!(place["gpu_ids"].as_array().unwrap().len(), 1);
 
     // The same decision over the decisions API.
-    let listed = api
-        .ok(&format!("/api/v1/decisions?workload_id={id}"))
-        .await
-        .unwrap();
-    assert!(
-        listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|d| d["id"] == place["id"])
-    );
+    let listed = api.ok(&format!("/api/v1/decisions?workload_id={id}")).await.unwrap();
+    assert!(listed.as_array().unwrap().iter().any(|d| d["id"] == place["id"]));
 
     // Decision to process start, measured: decided_at (commit time upper bound) to the child's clock.
     let decided_ns = chrono_ns(place["decided_at"].as_str().unwrap());
     let latency_ms = (started_ns - decided_ns) as f64 / 1e6;
     println!("decision → process start: {latency_ms:.1} ms");
-    assert!(
-        latency_ms < 1000.0,
-        "decision to process start took {latency_ms:.1} ms"
-    );
+    assert!(latency_ms < 1000.0, "decision to process start took {latency_ms:.1} ms");
 
     // The GPU is free again and the workload is listed by state.
     let gpus = api.ok("/api/v1/gpus").await.unwrap();
-    assert!(
-        gpus.as_array()
-            .unwrap()
-            .iter()
-            .all(|g| g["workload_id"].is_null()),
-        "{gpus}"
-    );
+    assert!(gpus.as_array().unwrap().iter().all(|g| g["workload_id"].is_null()), "{gpus}");
     let succeeded = api.ok("/api/v1/workloads?state=succeeded").await.unwrap();
     assert_eq!(succeeded.as_array().unwrap().len(), 1);
 
@@ -166,9 +100,7 @@ async fn a_failing_command_is_recorded_failed_and_a_cancelled_one_is_stopped() {
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "sim-gpu-2", &["--simulate-gpus", "1:A100:40960"])
-        .await
-        .unwrap();
+    let _agent = NodeAgent::start(&cp, "sim-gpu-2", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();
 
     let failing = api
@@ -179,14 +111,9 @@ async fn a_failing_command_is_recorded_failed_and_a_cancelled_one_is_stopped() {
         )
         .await
         .unwrap();
-    let failed = workload_reaches(&api, failing["id"].as_str().unwrap(), "failed", WAIT)
-        .await
-        .unwrap();
+    let failed = workload_reaches(&api, failing["id"].as_str().unwrap(), "failed", WAIT).await.unwrap();
     assert_eq!(failed["exit_code"], 3);
-    assert!(
-        failed["message"].as_str().unwrap().contains("code 3"),
-        "{failed}"
-    );
+    assert!(failed["message"].as_str().unwrap().contains("code 3"), "{failed}");
 
     // A program that does not exist fails to start, and says why.
     let missing = api
@@ -197,14 +124,9 @@ async fn a_failing_command_is_recorded_failed_and_a_cancelled_one_is_stopped() {
         )
         .await
         .unwrap();
-    let failed = workload_reaches(&api, missing["id"].as_str().unwrap(), "failed", WAIT)
-        .await
-        .unwrap();
+    let failed = workload_reaches(&api, missing["id"].as_str().unwrap(), "failed", WAIT).await.unwrap();
     assert!(
-        failed["message"]
-            .as_str()
-            .unwrap()
-            .contains("failed to start")
+        failed["message"].as_str().unwrap().contains("failed to start")
             || failed["message"].as_str().unwrap().len() > 3,
         "{failed}"
     );
@@ -220,36 +142,20 @@ async fn a_failing_command_is_recorded_failed_and_a_cancelled_one_is_stopped() {
         .unwrap();
     let id = long["id"].as_str().unwrap();
     workload_reaches(&api, id, "running", WAIT).await.unwrap();
-    let cancel = api
-        .post(&format!("/api/v1/workloads/{id}/cancel"), &Value::Null)
-        .await
-        .unwrap();
+    let cancel = api.post(&format!("/api/v1/workloads/{id}/cancel"), &Value::Null).await.unwrap();
     assert_eq!(cancel.status, 202, "{}", cancel.body);
     let cancelled = workload_reaches(&api, id, "cancelled", WAIT).await.unwrap();
-    let states: Vec<&str> = cancelled["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["to_state"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        states,
-        ["pending", "scheduled", "running", "cancelling", "cancelled"]
-    );
+    let states: Vec<&str> =
+        cancelled["history"].as_array().unwrap().iter().map(|e| e["to_state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["pending", "scheduled", "running", "cancelling", "cancelled"]);
 
     // Cancelling a finished workload is a conflict, with the error shape.
-    let again = api
-        .post(&format!("/api/v1/workloads/{id}/cancel"), &Value::Null)
-        .await
-        .unwrap();
+    let again = api.post(&format!("/api/v1/workloads/{id}/cancel"), &Value::Null).await.unwrap();
     assert_eq!(again.status, 409);
     assert_eq!(again.body["error"]["code"], "already_finished");
     cp.stop().await;
 }
 
 fn chrono_ns(rfc3339: &str) -> i64 {
-    chrono::DateTime::parse_from_rfc3339(rfc3339)
-        .unwrap()
-        .timestamp_nanos_opt()
-        .unwrap()
+    chrono::DateTime::parse_from_rfc3339(rfc3339).unwrap().timestamp_nanos_opt().unwrap()
 }

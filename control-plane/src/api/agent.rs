@@ -26,10 +26,7 @@ pub fn routes() -> Router<AppState> {
         .route("/register", post(register))
         .route("/nodes/{node_id}/telemetry", post(telemetry))
         .route("/nodes/{node_id}/assignments", get(assignments))
-        .route(
-            "/nodes/{node_id}/workloads/{workload_id}/events",
-            post(event),
-        )
+        .route("/nodes/{node_id}/workloads/{workload_id}/events", post(event))
 }
 
 #[derive(Debug, Serialize)]
@@ -38,20 +35,13 @@ struct Registered {
     heartbeat_interval_ms: u64,
 }
 
-async fn register(
-    State(state): State<AppState>,
-    Json(req): Json<Registration>,
-) -> ApiResult<axum::Json<Registered>> {
-    registry::check_registration(&req)
-        .map_err(|m| ApiError::unprocessable("invalid_registration", m))?;
+async fn register(State(state): State<AppState>, Json(req): Json<Registration>) -> ApiResult<axum::Json<Registered>> {
+    registry::check_registration(&req).map_err(|m| ApiError::unprocessable("invalid_registration", m))?;
     let node_id = registry::register(&state.db, &req).await?;
     tracing::info!(node = %req.name, %node_id, gpus = req.gpus.len(), source = ?req.gpu_source, "node registered");
     state.desired.announce();
     state.wake.wake();
-    Ok(axum::Json(Registered {
-        node_id,
-        heartbeat_interval_ms: state.config.heartbeat_interval_ms,
-    }))
+    Ok(axum::Json(Registered { node_id, heartbeat_interval_ms: state.config.heartbeat_interval_ms }))
 }
 
 async fn telemetry(
@@ -59,8 +49,7 @@ async fn telemetry(
     Path(node_id): Path<Uuid>,
     Json(report): Json<TelemetryReport>,
 ) -> ApiResult<StatusCode> {
-    registry::check_telemetry(&report)
-        .map_err(|m| ApiError::unprocessable("invalid_telemetry", m))?;
+    registry::check_telemetry(&report).map_err(|m| ApiError::unprocessable("invalid_telemetry", m))?;
     if !registry::record_telemetry(&state.db, node_id, &report).await? {
         return Err(node_not_found());
     }
@@ -107,14 +96,11 @@ async fn assignments(
     Path(node_id): Path<Uuid>,
     Query(q): Query<AssignmentsQuery>,
 ) -> ApiResult<axum::Json<DesiredState>> {
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_LONG_POLL_MS));
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_LONG_POLL_MS));
     // Subscribe before reading, so a change between the read and the wait is not missed.
     let mut changes = state.desired.subscribe();
     loop {
-        let version = desired_version(&state, node_id)
-            .await?
-            .ok_or_else(node_not_found)?;
+        let version = desired_version(&state, node_id).await?.ok_or_else(node_not_found)?;
         if version > q.after || q.after == 0 || tokio::time::Instant::now() >= deadline {
             return Ok(axum::Json(desired_state(&state, node_id, version).await?));
         }
@@ -144,11 +130,12 @@ struct AssignmentRow {
     reason: Option<String>,
 }
 
-async fn desired_state(
-    state: &AppState,
-    node_id: Uuid,
-    version: u64,
-) -> sqlx::Result<DesiredState> {
+async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::Result<DesiredState> {
+    let (grace_s,): (i32,) = sqlx::query_as("SELECT grace_period_s FROM priority_settings WHERE id")
+        .fetch_optional(&state.db)
+        .await?
+        .unwrap_or((30,));
+    let grace_period_ms = u64::from(grace_s.max(0) as u32) * 1000;
     let rows: Vec<AssignmentRow> = sqlx::query_as(
         "SELECT w.id, w.attempt, w.state, w.command, w.env, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
@@ -171,14 +158,11 @@ async fn desired_state(
                 command: r.command,
                 env: serde_json::from_value(r.env).unwrap_or_default(),
                 gpu_indices: r.gpu_indices,
-                grace_period_ms: state.config.grace_period_ms,
+                grace_period_ms,
             }
         })
         .collect();
-    Ok(DesiredState {
-        version,
-        assignments,
-    })
+    Ok(DesiredState { version, assignments })
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,24 +193,14 @@ async fn event(
     Path((node_id, workload_id)): Path<(Uuid, Uuid)>,
     Json(report): Json<EventReport>,
 ) -> ApiResult<StatusCode> {
-    let message = report
-        .message
-        .map(|m| m.chars().take(2000).collect::<String>());
+    let message = report.message.map(|m| m.chars().take(2000).collect::<String>());
     let event = match report.event {
         EventKind::Started => AgentEvent::Started { pid: report.pid },
-        EventKind::Exited => AgentEvent::Exited {
-            exit_code: report.exit_code,
-            signal: report.signal,
-            message,
-        },
-        EventKind::FailedToStart => AgentEvent::FailedToStart {
-            message: message.unwrap_or_default(),
-        },
+        EventKind::Exited => AgentEvent::Exited { exit_code: report.exit_code, signal: report.signal, message },
+        EventKind::FailedToStart => AgentEvent::FailedToStart { message: message.unwrap_or_default() },
     };
     let mut tx = state.db.begin().await?;
-    let outcome =
-        transitions::apply_agent_event(&mut tx, node_id, workload_id, report.attempt, &event)
-            .await?;
+    let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, report.attempt, &event).await?;
     let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });
     if freed {
         sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
@@ -245,10 +219,7 @@ async fn event(
         EventOutcome::Unchanged => Ok(StatusCode::NO_CONTENT),
         EventOutcome::StaleAttempt { current } => Err(ApiError::conflict(
             "stale_attempt",
-            format!(
-                "attempt {} is over; the current attempt is {current}",
-                report.attempt
-            ),
+            format!("attempt {} is over; the current attempt is {current}", report.attempt),
         )),
         EventOutcome::NotFound => Err(ApiError::NotFound("workload on this node")),
     }

@@ -26,8 +26,8 @@ use crate::auth::audit::{self, AuditActor, AuditEntry, AuditFilter, Change};
 use crate::auth::bootstrap::valid_login_name;
 use crate::auth::caller::ClientIp;
 use crate::auth::tokens::{
-    self, API_TOKEN_SELECT, ApiTokenView, ENROLMENT_SELECT, EnrolmentTokenView,
-    NODE_CREDENTIAL_SELECT, NodeCredentialView,
+    self, API_TOKEN_SELECT, ApiTokenView, ENROLMENT_SELECT, EnrolmentTokenView, NODE_CREDENTIAL_SELECT,
+    NodeCredentialView,
 };
 use crate::auth::{AuthContext, Caller, Role, SecretString, password};
 use crate::error::{ApiError, ApiResult};
@@ -56,16 +56,10 @@ where
         .route("/users", get(list_users).post(create_user))
         .route("/users/{id}", get(get_user).patch(update_user))
         .route("/tenants/{tenant_id}/members", get(list_members))
-        .route(
-            "/tenants/{tenant_id}/members/{user_id}",
-            put(set_member).delete(remove_member),
-        )
+        .route("/tenants/{tenant_id}/members/{user_id}", put(set_member).delete(remove_member))
         .route("/tokens", get(list_tokens).post(create_token))
         .route("/tokens/{id}", delete(revoke_token))
-        .route(
-            "/enrolment-tokens",
-            get(list_enrolment_tokens).post(create_enrolment_token),
-        )
+        .route("/enrolment-tokens", get(list_enrolment_tokens).post(create_enrolment_token))
         .route("/enrolment-tokens/{id}", delete(revoke_enrolment_token))
         .route("/node-credentials", get(list_node_credentials))
         .route("/node-credentials/{id}", delete(revoke_node_credential))
@@ -119,9 +113,7 @@ async fn login(
     if name.is_empty() || name.len() > 254 {
         return Err(ApiError::Unauthorized(BAD_LOGIN));
     }
-    auth.logins
-        .check(name, ip, Instant::now())
-        .map_err(ApiError::too_many_requests)?;
+    auth.logins.check(name, ip, Instant::now()).map_err(ApiError::too_many_requests)?;
     let user: Option<LoginUser> = sqlx::query_as(
         "SELECT id, email, password_hash, platform_admin, disabled FROM users WHERE lower(email) = lower($1)",
     )
@@ -151,23 +143,17 @@ async fn login(
             Some(wanted) => memberships.iter().find(|(_, name, _)| name == wanted),
             None if memberships.len() == 1 => memberships.first(),
             None if memberships.is_empty() => {
-                return Err(ApiError::forbidden(
-                    "this account has no role in any tenant; ask a tenant admin",
-                ));
+                return Err(ApiError::forbidden("this account has no role in any tenant; ask a tenant admin"));
             }
             None => {
                 let names: Vec<&str> = memberships.iter().map(|(_, n, _)| n.as_str()).collect();
                 return Err(ApiError::unprocessable(
                     "choose_tenant",
-                    format!(
-                        "this account belongs to several tenants; name one in \"tenant\": {}",
-                        names.join(", ")
-                    ),
+                    format!("this account belongs to several tenants; name one in \"tenant\": {}", names.join(", ")),
                 ));
             }
         };
-        let (id, name, role) =
-            chosen.ok_or_else(|| ApiError::forbidden("this account has no role in that tenant"))?;
+        let (id, name, role) = chosen.ok_or_else(|| ApiError::forbidden("this account has no role in that tenant"))?;
         (*role, Some(*id), Some(name.clone()))
     };
     let (token, claims) = auth.keys.issue(user.id, &user.email, role, tenant_id)?;
@@ -205,11 +191,7 @@ async fn me(State(auth): State<Arc<AuthContext>>, caller: Caller) -> ApiResult<a
         role: caller.role,
         tenant_id: caller.tenant,
         tenant,
-        credential: if caller.is_session() {
-            "session"
-        } else {
-            "api_token"
-        },
+        credential: if caller.is_session() { "session" } else { "api_token" },
         api_token_id: (!caller.is_session()).then(|| caller.actor_id()),
     }))
 }
@@ -228,12 +210,9 @@ async fn change_password(
     Json(req): Json<ChangePassword>,
 ) -> ApiResult<StatusCode> {
     if !caller.is_session() {
-        return Err(ApiError::forbidden(
-            "change a password with a session, not an API token",
-        ));
+        return Err(ApiError::forbidden("change a password with a session, not an API token"));
     }
-    password::check_strength(&req.new_password)
-        .map_err(|m| ApiError::unprocessable("weak_password", m))?;
+    password::check_strength(&req.new_password).map_err(|m| ApiError::unprocessable("weak_password", m))?;
     let (phc,): (String,) = sqlx::query_as("SELECT password_hash FROM users WHERE id = $1")
         .bind(caller.user_id)
         .fetch_one(&auth.db)
@@ -248,12 +227,8 @@ async fn change_password(
         .bind(hash)
         .execute(&mut *tx)
         .await?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(&caller),
-        Change::new("user.password_change", "user", caller.user_id),
-    )
-    .await?;
+    audit::record(&mut tx, &AuditActor::from(&caller), Change::new("user.password_change", "user", caller.user_id))
+        .await?;
     tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -296,11 +271,7 @@ const MEMBERSHIP_SELECT: &str = "SELECT m.user_id, u.email, m.tenant_id, t.name 
 
 /// Users the caller may see: every user for a platform admin; the members of their tenant for a
 /// tenant admin (with only that tenant's membership shown).
-async fn users_visible(
-    auth: &AuthContext,
-    scope: Option<Uuid>,
-    only: Option<Uuid>,
-) -> ApiResult<Vec<UserView>> {
+async fn users_visible(auth: &AuthContext, scope: Option<Uuid>, only: Option<Uuid>) -> ApiResult<Vec<UserView>> {
     let rows: Vec<UserRow> = sqlx::query_as(
         "SELECT u.id, u.email, u.platform_admin, u.disabled, u.created_at FROM users u \
          WHERE ($1::uuid IS NULL OR EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.tenant_id = $1)) \
@@ -321,11 +292,7 @@ async fn users_visible(
     Ok(rows
         .into_iter()
         .map(|r| UserView {
-            memberships: memberships
-                .iter()
-                .filter(|m| m.user_id == r.id)
-                .map(clone_membership)
-                .collect(),
+            memberships: memberships.iter().filter(|m| m.user_id == r.id).map(clone_membership).collect(),
             id: r.id,
             email: r.email,
             platform_admin: r.platform_admin,
@@ -346,14 +313,9 @@ fn clone_membership(m: &MembershipView) -> MembershipView {
     }
 }
 
-async fn list_users(
-    State(auth): State<Arc<AuthContext>>,
-    caller: Caller,
-) -> ApiResult<axum::Json<Vec<UserView>>> {
+async fn list_users(State(auth): State<Arc<AuthContext>>, caller: Caller) -> ApiResult<axum::Json<Vec<UserView>>> {
     caller.require_role(Role::TenantAdmin)?;
-    Ok(axum::Json(
-        users_visible(&auth, caller.tenant_filter(), None).await?,
-    ))
+    Ok(axum::Json(users_visible(&auth, caller.tenant_filter(), None).await?))
 }
 
 async fn get_user(
@@ -370,11 +332,7 @@ async fn get_user(
         return Err(ApiError::NotFound("user"));
     };
     let users = users_visible(&auth, scope, Some(id)).await?;
-    users
-        .into_iter()
-        .next()
-        .map(axum::Json)
-        .ok_or(ApiError::NotFound("user"))
+    users.into_iter().next().map(axum::Json).ok_or(ApiError::NotFound("user"))
 }
 
 #[derive(Debug, Deserialize)]
@@ -404,19 +362,12 @@ async fn create_user(
     }
     let email = req.email.trim();
     if !valid_login_name(email) {
-        return Err(ApiError::unprocessable(
-            "invalid_user",
-            "email must be 1 to 254 characters without spaces",
-        ));
+        return Err(ApiError::unprocessable("invalid_user", "email must be 1 to 254 characters without spaces"));
     }
-    password::check_strength(&req.password)
-        .map_err(|m| ApiError::unprocessable("weak_password", m))?;
+    password::check_strength(&req.password).map_err(|m| ApiError::unprocessable("weak_password", m))?;
     let role = req.role.unwrap_or(Role::TenantMember);
     if role == Role::PlatformAdmin {
-        return Err(ApiError::unprocessable(
-            "invalid_role",
-            "a tenant role is viewer, tenant_member or tenant_admin",
-        ));
+        return Err(ApiError::unprocessable("invalid_role", "a tenant role is viewer, tenant_member or tenant_admin"));
     }
     // The tenant of the membership: named, or the caller's own.
     let tenant = match (&req.tenant, caller.tenant) {
@@ -428,10 +379,7 @@ async fn create_user(
         caller.ensure_can_admin(t, "tenant")?;
     }
     if tenant.is_none() && !req.platform_admin {
-        return Err(ApiError::unprocessable(
-            "no_tenant",
-            "name the tenant the user belongs to (\"tenant\")",
-        ));
+        return Err(ApiError::unprocessable("no_tenant", "name the tenant the user belongs to (\"tenant\")"));
     }
     let hash = password::hash_blocking(req.password).await?;
     let id = Uuid::now_v7();
@@ -446,10 +394,7 @@ async fn create_user(
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
-        return Err(ApiError::conflict(
-            "user_exists",
-            "a user with this login name exists",
-        ));
+        return Err(ApiError::conflict("user_exists", "a user with this login name exists"));
     }
     if let Some(t) = tenant {
         sqlx::query("INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, $3)")
@@ -462,11 +407,9 @@ async fn create_user(
     audit::record(
         &mut tx,
         &AuditActor::from(&caller),
-        Change::new("user.create", "user", id)
-            .tenant(tenant)
-            .detail(serde_json::json!({
-                "email": email, "platform_admin": req.platform_admin, "role": tenant.map(|_| role),
-            })),
+        Change::new("user.create", "user", id).tenant(tenant).detail(serde_json::json!({
+            "email": email, "platform_admin": req.platform_admin, "role": tenant.map(|_| role),
+        })),
     )
     .await?;
     tx.commit().await?;
@@ -508,9 +451,7 @@ async fn update_user(
         None => None,
     };
     let mut tx = auth.db.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('airtime.platform_admins'))")
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('airtime.platform_admins'))").execute(&mut *tx).await?;
     let updated = sqlx::query(
         "UPDATE users SET disabled = COALESCE($2, disabled), platform_admin = COALESCE($3, platform_admin), \
              password_hash = COALESCE($4, password_hash), sessions_valid_after = now() WHERE id = $1",
@@ -525,14 +466,9 @@ async fn update_user(
         return Err(ApiError::NotFound("user"));
     }
     let (admins,): (i64,) =
-        sqlx::query_as("SELECT count(*) FROM users WHERE platform_admin AND NOT disabled")
-            .fetch_one(&mut *tx)
-            .await?;
+        sqlx::query_as("SELECT count(*) FROM users WHERE platform_admin AND NOT disabled").fetch_one(&mut *tx).await?;
     if admins == 0 {
-        return Err(ApiError::conflict(
-            "last_platform_admin",
-            "this would leave no active platform admin",
-        ));
+        return Err(ApiError::conflict("last_platform_admin", "this would leave no active platform admin"));
     }
     audit::record(
         &mut tx,
@@ -581,17 +517,12 @@ async fn set_member(
 ) -> ApiResult<axum::Json<MembershipView>> {
     caller.ensure_can_admin(tenant_id, "tenant")?;
     if req.role == Role::PlatformAdmin {
-        return Err(ApiError::unprocessable(
-            "invalid_role",
-            "a tenant role is viewer, tenant_member or tenant_admin",
-        ));
+        return Err(ApiError::unprocessable("invalid_role", "a tenant role is viewer, tenant_member or tenant_admin"));
     }
     ensure_tenant_exists(&auth, tenant_id).await?;
     let mut tx = auth.db.begin().await?;
-    let exists: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM users WHERE id = $1")
-        .bind(user_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let exists: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM users WHERE id = $1").bind(user_id).fetch_optional(&mut *tx).await?;
     if exists.is_none() {
         return Err(ApiError::NotFound("user"));
     }
@@ -613,13 +544,12 @@ async fn set_member(
     )
     .await?;
     tx.commit().await?;
-    let member = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{MEMBERSHIP_SELECT} WHERE m.tenant_id = $1 AND m.user_id = $2"
-    )))
-    .bind(tenant_id)
-    .bind(user_id)
-    .fetch_one(&auth.db)
-    .await?;
+    let member =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{MEMBERSHIP_SELECT} WHERE m.tenant_id = $1 AND m.user_id = $2")))
+            .bind(tenant_id)
+            .bind(user_id)
+            .fetch_one(&auth.db)
+            .await?;
     Ok(axum::Json(member))
 }
 
@@ -667,11 +597,7 @@ async fn list_tokens(
     Query(filter): Query<TokenFilter>,
 ) -> ApiResult<axum::Json<Vec<ApiTokenView>>> {
     // Tenant admins see their tenant's tokens, platform admins every token, others their own.
-    let owner = if caller.role >= Role::TenantAdmin {
-        None
-    } else {
-        Some(caller.user_id)
-    };
+    let owner = if caller.role >= Role::TenantAdmin { None } else { Some(caller.user_id) };
     let tokens = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "{API_TOKEN_SELECT} WHERE ($1::uuid IS NULL OR k.tenant_id = $1) AND ($2::uuid IS NULL OR k.owner_id = $2) \
            AND ($3::text IS NULL OR t.name = $3) \
@@ -717,17 +643,11 @@ async fn create_token(
 ) -> ApiResult<(StatusCode, axum::Json<CreatedToken>)> {
     let name = req.name.trim();
     if name.is_empty() || name.len() > 100 || name.chars().any(char::is_control) {
-        return Err(ApiError::unprocessable(
-            "invalid_token",
-            "name must be 1 to 100 printable characters",
-        ));
+        return Err(ApiError::unprocessable("invalid_token", "name must be 1 to 100 printable characters"));
     }
     let days = req.expires_in_days.unwrap_or(DEFAULT_TOKEN_DAYS);
     if days == 0 || days > MAX_TOKEN_DAYS {
-        return Err(ApiError::unprocessable(
-            "invalid_token",
-            format!("expires_in_days must be 1 to {MAX_TOKEN_DAYS}"),
-        ));
+        return Err(ApiError::unprocessable("invalid_token", format!("expires_in_days must be 1 to {MAX_TOKEN_DAYS}")));
     }
     let tenant = match &req.tenant {
         Some(t) => {
@@ -736,34 +656,18 @@ async fn create_token(
         }
         None => caller.tenant,
     };
-    let ceiling = if tenant.is_some() {
-        caller.role.min(Role::TenantAdmin)
-    } else {
-        caller.role
-    };
+    let ceiling = if tenant.is_some() { caller.role.min(Role::TenantAdmin) } else { caller.role };
     let role = req.role.unwrap_or(ceiling);
     if role > ceiling {
-        return Err(ApiError::forbidden(format!(
-            "a token may have at most your role ({ceiling})"
-        )));
+        return Err(ApiError::forbidden(format!("a token may have at most your role ({ceiling})")));
     }
     if (role == Role::PlatformAdmin) != tenant.is_none() {
-        return Err(ApiError::unprocessable(
-            "invalid_role",
-            "a tenant token has a tenant role",
-        ));
+        return Err(ApiError::unprocessable("invalid_role", "a tenant token has a tenant role"));
     }
     let expires_at = Utc::now() + ChronoDuration::days(i64::from(days));
     let mut tx = auth.db.begin().await?;
-    let (view, secret) = tokens::create_api_token(
-        &mut tx,
-        caller.user_id,
-        tenant,
-        name,
-        role,
-        Some(expires_at),
-    )
-    .await?;
+    let (view, secret) =
+        tokens::create_api_token(&mut tx, caller.user_id, tenant, name, role, Some(expires_at)).await?;
     audit::record(
         &mut tx,
         &AuditActor::from(&caller),
@@ -773,13 +677,7 @@ async fn create_token(
     )
     .await?;
     tx.commit().await?;
-    Ok((
-        StatusCode::CREATED,
-        axum::Json(CreatedToken {
-            token: secret.expose().to_owned(),
-            view,
-        }),
-    ))
+    Ok((StatusCode::CREATED, axum::Json(CreatedToken { token: secret.expose().to_owned(), view })))
 }
 
 async fn revoke_token(
@@ -807,19 +705,13 @@ async fn revoke_token(
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(&caller),
-        Change::new("token.revoke", "api_token", id).tenant(tenant),
-    )
-    .await?;
+    audit::record(&mut tx, &AuditActor::from(&caller), Change::new("token.revoke", "api_token", id).tenant(tenant))
+        .await?;
     tx.commit().await?;
-    let view = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{API_TOKEN_SELECT} WHERE k.id = $1"
-    )))
-    .bind(id)
-    .fetch_one(&auth.db)
-    .await?;
+    let view = sqlx::query_as(sqlx::AssertSqlSafe(format!("{API_TOKEN_SELECT} WHERE k.id = $1")))
+        .bind(id)
+        .fetch_one(&auth.db)
+        .await?;
     Ok(axum::Json(view))
 }
 
@@ -854,10 +746,7 @@ async fn create_enrolment_token(
     if let Some(name) = &req.node_name
         && !valid_node_name(name)
     {
-        return Err(ApiError::unprocessable(
-            "invalid_node_name",
-            "node_name must be 1 to 253 printable characters",
-        ));
+        return Err(ApiError::unprocessable("invalid_node_name", "node_name must be 1 to 253 printable characters"));
     }
     let minutes = req.expires_in_minutes.unwrap_or(DEFAULT_ENROLMENT_MINUTES);
     if minutes == 0 || minutes > MAX_ENROLMENT_MINUTES {
@@ -868,13 +757,8 @@ async fn create_enrolment_token(
     }
     let expires_at = Utc::now() + ChronoDuration::minutes(i64::from(minutes));
     let mut tx = auth.db.begin().await?;
-    let (view, secret) = tokens::create_enrolment_token(
-        &mut tx,
-        caller.user_id,
-        req.node_name.as_deref(),
-        expires_at,
-    )
-    .await?;
+    let (view, secret) =
+        tokens::create_enrolment_token(&mut tx, caller.user_id, req.node_name.as_deref(), expires_at).await?;
     audit::record(
         &mut tx,
         &AuditActor::from(&caller),
@@ -883,13 +767,7 @@ async fn create_enrolment_token(
     )
     .await?;
     tx.commit().await?;
-    Ok((
-        StatusCode::CREATED,
-        axum::Json(CreatedEnrolmentToken {
-            token: secret.expose().to_owned(),
-            view,
-        }),
-    ))
+    Ok((StatusCode::CREATED, axum::Json(CreatedEnrolmentToken { token: secret.expose().to_owned(), view })))
 }
 
 async fn list_enrolment_tokens(
@@ -897,11 +775,9 @@ async fn list_enrolment_tokens(
     caller: Caller,
 ) -> ApiResult<axum::Json<Vec<EnrolmentTokenView>>> {
     caller.require_platform_admin()?;
-    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{ENROLMENT_SELECT} ORDER BY created_at DESC LIMIT 1000"
-    )))
-    .fetch_all(&auth.db)
-    .await?;
+    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!("{ENROLMENT_SELECT} ORDER BY created_at DESC LIMIT 1000")))
+        .fetch_all(&auth.db)
+        .await?;
     Ok(axum::Json(rows))
 }
 
@@ -920,12 +796,8 @@ async fn revoke_enrolment_token(
     .fetch_optional(&mut *tx)
     .await?;
     let view = view.ok_or(ApiError::NotFound("enrolment token"))?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(&caller),
-        Change::new("enrolment_token.revoke", "enrolment_token", id),
-    )
-    .await?;
+    audit::record(&mut tx, &AuditActor::from(&caller), Change::new("enrolment_token.revoke", "enrolment_token", id))
+        .await?;
     tx.commit().await?;
     Ok(axum::Json(view))
 }
@@ -935,11 +807,10 @@ async fn list_node_credentials(
     caller: Caller,
 ) -> ApiResult<axum::Json<Vec<NodeCredentialView>>> {
     caller.require_platform_admin()?;
-    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{NODE_CREDENTIAL_SELECT} ORDER BY node_name, created_at DESC"
-    )))
-    .fetch_all(&auth.db)
-    .await?;
+    let rows =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_CREDENTIAL_SELECT} ORDER BY node_name, created_at DESC")))
+            .fetch_all(&auth.db)
+            .await?;
     Ok(axum::Json(rows))
 }
 
@@ -995,27 +866,20 @@ async fn enrol(
     Json(req): Json<EnrolRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<Enrolled>)> {
     if !valid_node_name(&req.name) {
-        return Err(ApiError::unprocessable(
-            "invalid_node_name",
-            "name must be 1 to 253 printable characters",
-        ));
+        return Err(ApiError::unprocessable("invalid_node_name", "name must be 1 to 253 printable characters"));
     }
     // Keyed on the address alone: a guesser cycling node names is throttled all the same.
-    auth.logins
-        .check(ENROL_THROTTLE_KEY, ip, Instant::now())
-        .map_err(ApiError::too_many_requests)?;
+    auth.logins.check(ENROL_THROTTLE_KEY, ip, Instant::now()).map_err(ApiError::too_many_requests)?;
     let mut tx = auth.db.begin().await?;
-    let (view, credential, token_id) =
-        match tokens::enrol(&mut tx, &req.enrolment_token, &req.name).await? {
-            Ok(done) => done,
-            Err(refusal) => {
-                drop(tx);
-                auth.logins
-                    .record_failure(ENROL_THROTTLE_KEY, ip, Instant::now());
-                tracing::warn!(node = %req.name, ip = ?ip, reason = %refusal, "enrolment refused");
-                return Err(ApiError::Unauthorized(BAD_ENROLMENT));
-            }
-        };
+    let (view, credential, token_id) = match tokens::enrol(&mut tx, &req.enrolment_token, &req.name).await? {
+        Ok(done) => done,
+        Err(refusal) => {
+            drop(tx);
+            auth.logins.record_failure(ENROL_THROTTLE_KEY, ip, Instant::now());
+            tracing::warn!(node = %req.name, ip = ?ip, reason = %refusal, "enrolment refused");
+            return Err(ApiError::Unauthorized(BAD_ENROLMENT));
+        }
+    };
     audit::record(
         &mut tx,
         &AuditActor::anonymous("node", &req.name, ip),
@@ -1050,32 +914,22 @@ async fn list_audit(
     Query(filter): Query<AuditFilter>,
 ) -> ApiResult<axum::Json<Vec<AuditEntry>>> {
     caller.require_role(Role::TenantAdmin)?;
-    Ok(axum::Json(
-        audit::list(&auth.db, caller.tenant_filter(), &filter).await?,
-    ))
+    Ok(axum::Json(audit::list(&auth.db, caller.tenant_filter(), &filter).await?))
 }
 
 // ---------------------------------------------------------------------------------------------
 
 async fn tenant_name(auth: &AuthContext, tenant: Option<Uuid>) -> ApiResult<Option<String>> {
     let Some(id) = tenant else { return Ok(None) };
-    let row: Option<(String,)> = sqlx::query_as("SELECT name FROM tenants WHERE id = $1")
-        .bind(id)
-        .fetch_optional(&auth.db)
-        .await?;
+    let row: Option<(String,)> =
+        sqlx::query_as("SELECT name FROM tenants WHERE id = $1").bind(id).fetch_optional(&auth.db).await?;
     Ok(row.map(|(n,)| n))
 }
 
 /// A tenant by name, as the caller may see it: another tenant is as unknown as a missing one.
-async fn visible_tenant_by_name(
-    auth: &AuthContext,
-    caller: &Caller,
-    name: &str,
-) -> ApiResult<Uuid> {
-    let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM tenants WHERE name = $1")
-        .bind(name)
-        .fetch_optional(&auth.db)
-        .await?;
+async fn visible_tenant_by_name(auth: &AuthContext, caller: &Caller, name: &str) -> ApiResult<Uuid> {
+    let row: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM tenants WHERE name = $1").bind(name).fetch_optional(&auth.db).await?;
     match row {
         Some((id,)) if caller.can_read_tenant(id) => Ok(id),
         _ => Err(ApiError::NotFound("tenant")),
@@ -1083,9 +937,7 @@ async fn visible_tenant_by_name(
 }
 
 async fn ensure_tenant_exists(auth: &AuthContext, tenant: Uuid) -> ApiResult<()> {
-    let row: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM tenants WHERE id = $1")
-        .bind(tenant)
-        .fetch_optional(&auth.db)
-        .await?;
+    let row: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM tenants WHERE id = $1").bind(tenant).fetch_optional(&auth.db).await?;
     row.map(|_| ()).ok_or(ApiError::NotFound("tenant"))
 }

@@ -17,7 +17,5 @@ async fn list(
     State(state): State<AppState>,
     Query(filter): Query<DecisionFilter>,
 ) -> ApiResult<axum::Json<Vec<DecisionView>>> {
-    Ok(axum::Json(
-        record::list_decisions(&state.db, &filter).await?,
-    ))
+    Ok(axum::Json(record::list_decisions(&state.db, &filter).await?))
 }

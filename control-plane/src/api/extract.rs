@@ -31,14 +31,12 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
         JsonRejection::MissingJsonContentType(_) => {
             ApiError::UnsupportedMediaType("expected Content-Type: application/json".into())
         }
-        JsonRejection::JsonSyntaxError(err) => ApiError::bad_request(
-            "malformed_json",
-            format!("malformed JSON: {}", inner_message(&err)),
-        ),
-        JsonRejection::JsonDataError(err) => ApiError::bad_request(
-            "invalid_body",
-            format!("invalid request body: {}", inner_message(&err)),
-        ),
+        JsonRejection::JsonSyntaxError(err) => {
+            ApiError::bad_request("malformed_json", format!("malformed JSON: {}", inner_message(&err)))
+        }
+        JsonRejection::JsonDataError(err) => {
+            ApiError::bad_request("invalid_body", format!("invalid request body: {}", inner_message(&err)))
+        }
         JsonRejection::BytesRejection(err) => {
             if err.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge
@@ -79,10 +77,9 @@ where
 
 fn path_rejection(rejection: PathRejection) -> ApiError {
     match rejection {
-        PathRejection::FailedToDeserializePathParams(err) => ApiError::bad_request(
-            "invalid_path",
-            format!("invalid path parameter: {}", err.body_text()),
-        ),
+        PathRejection::FailedToDeserializePathParams(err) => {
+            ApiError::bad_request("invalid_path", format!("invalid path parameter: {}", err.body_text()))
+        }
         other => ApiError::bad_request("invalid_path", other.body_text()),
     }
 }
@@ -100,10 +97,9 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(value)) => Ok(Query(value)),
-            Err(QueryRejection::FailedToDeserializeQueryString(err)) => Err(ApiError::bad_request(
-                "invalid_query",
-                format!("invalid query string: {}", inner_message(&err)),
-            )),
+            Err(QueryRejection::FailedToDeserializeQueryString(err)) => {
+                Err(ApiError::bad_request("invalid_query", format!("invalid query string: {}", inner_message(&err))))
+            }
             Err(other) => Err(ApiError::bad_request("invalid_query", other.body_text())),
         }
     }

@@ -22,26 +22,14 @@ async fn list_nodes(State(state): State<AppState>) -> ApiResult<axum::Json<Vec<N
     Ok(axum::Json(fleet::list_nodes(&state.db).await?))
 }
 
-async fn get_node(
-    State(state): State<AppState>,
-    Path(id): Path<Uuid>,
-) -> ApiResult<axum::Json<NodeView>> {
-    fleet::get_node(&state.db, id)
-        .await?
-        .map(axum::Json)
-        .ok_or(ApiError::NotFound("node"))
+async fn get_node(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<NodeView>> {
+    fleet::get_node(&state.db, id).await?.map(axum::Json).ok_or(ApiError::NotFound("node"))
 }
 
 async fn list_gpus(State(state): State<AppState>) -> ApiResult<axum::Json<Vec<GpuView>>> {
     Ok(axum::Json(fleet::list_gpus(&state.db).await?))
 }
 
-async fn get_gpu(
-    State(state): State<AppState>,
-    Path(id): Path<Uuid>,
-) -> ApiResult<axum::Json<GpuView>> {
-    fleet::get_gpu(&state.db, id)
-        .await?
-        .map(axum::Json)
-        .ok_or(ApiError::NotFound("gpu"))
+async fn get_gpu(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<GpuView>> {
+    fleet::get_gpu(&state.db, id).await?.map(axum::Json).ok_or(ApiError::NotFound("gpu"))
 }

@@ -11,10 +11,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 
 pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/metrics", get(metrics))
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -31,11 +28,5 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
 
 async fn metrics(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     let body = state.metrics.render(&state.db).await?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    ))
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body))
 }

@@ -7,24 +7,33 @@ pub mod decisions;
 pub mod extract;
 pub mod fleet;
 pub mod health;
+pub mod openapi;
 pub mod policies;
+pub mod settings;
 pub mod tenants;
 pub mod workloads;
 
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::server::AppState;
 
-pub fn routes(config: &Config) -> Router<AppState> {
-    Router::new()
+/// The whole API, documented: `/api/v1/…` and the health routes. `split_for_parts` gives the axum
+/// router and the OpenAPI document, which therefore list exactly the same routes.
+pub fn router(config: &Config) -> OpenApiRouter<AppState> {
+    let v1 = OpenApiRouter::new()
         .merge(fleet::routes())
         .merge(workloads::routes())
-        .merge(policies::routes(config))
+        .merge(OpenApiRouter::from(policies::routes(config)))
         .merge(decisions::routes())
         .merge(tenants::routes())
+        .merge(OpenApiRouter::from(settings::routes()))
+        .merge(auth::routes())
         .nest("/agent", agent::routes())
+        .routes(routes!(openapi::openapi_json));
+    OpenApiRouter::with_openapi(openapi::base()).nest("/api/v1", v1).merge(health::routes())
 }
 
 /// Unknown routes get the same JSON error shape as everything else.

@@ -63,22 +63,12 @@ async fn create(
 ) -> ApiResult<(StatusCode, axum::Json<TenantView>)> {
     let valid = !req.name.is_empty()
         && req.name.len() <= 63
-        && req
-            .name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && req.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !req.name.starts_with('-');
     if !valid {
-        return Err(ApiError::unprocessable(
-            "invalid_tenant",
-            "name must be 1 to 63 lowercase letters, digits or '-'",
-        ));
+        return Err(ApiError::unprocessable("invalid_tenant", "name must be 1 to 63 lowercase letters, digits or '-'"));
     }
-    if req.guaranteed_gpus > 100_000
-        || req.weight == 0
-        || req.weight > 10_000
-        || !(-1000..=1000).contains(&req.tier)
-    {
+    if req.guaranteed_gpus > 100_000 || req.weight == 0 || req.weight > 10_000 || !(-1000..=1000).contains(&req.tier) {
         return Err(ApiError::unprocessable(
             "invalid_tenant",
             "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000",
@@ -99,10 +89,5 @@ async fn create(
     .await?;
     created
         .map(|t| (StatusCode::CREATED, axum::Json(t)))
-        .ok_or_else(|| {
-            ApiError::conflict(
-                "tenant_exists",
-                format!("a tenant named {:?} exists", req.name),
-            )
-        })
+        .ok_or_else(|| ApiError::conflict("tenant_exists", format!("a tenant named {:?} exists", req.name)))
 }

@@ -34,10 +34,7 @@ async fn list(
     Ok(axum::Json(workloads::list(&state.db, &filter).await?))
 }
 
-async fn detail(
-    State(state): State<AppState>,
-    Path(id): Path<Uuid>,
-) -> ApiResult<axum::Json<WorkloadDetail>> {
+async fn detail(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<WorkloadDetail>> {
     Ok(axum::Json(workloads::detail(&state.db, id).await?))
 }
 

@@ -24,43 +24,23 @@ pub struct AuditActor {
 impl AuditActor {
     /// The control plane itself (bootstrap, start-up).
     pub fn system(name: &str) -> Self {
-        Self {
-            kind: "system",
-            id: None,
-            name: name.to_owned(),
-            source_ip: None,
-        }
+        Self { kind: "system", id: None, name: name.to_owned(), source_ip: None }
     }
     /// Someone not yet authenticated (a login, an enrolment): named by what they claimed.
     pub fn anonymous(kind: &'static str, name: &str, source_ip: Option<IpAddr>) -> Self {
-        Self {
-            kind,
-            id: None,
-            name: name.chars().take(254).collect(),
-            source_ip,
-        }
+        Self { kind, id: None, name: name.chars().take(254).collect(), source_ip }
     }
 }
 
 impl From<&Caller> for AuditActor {
     fn from(c: &Caller) -> Self {
-        Self {
-            kind: c.actor_kind(),
-            id: Some(c.actor_id()),
-            name: c.actor_name(),
-            source_ip: c.source_ip,
-        }
+        Self { kind: c.actor_kind(), id: Some(c.actor_id()), name: c.actor_name(), source_ip: c.source_ip }
     }
 }
 
 impl From<&NodeCaller> for AuditActor {
     fn from(n: &NodeCaller) -> Self {
-        Self {
-            kind: "node",
-            id: Some(n.credential_id),
-            name: n.node_name.clone(),
-            source_ip: n.source_ip,
-        }
+        Self { kind: "node", id: Some(n.credential_id), name: n.node_name.clone(), source_ip: n.source_ip }
     }
 }
 
@@ -98,11 +78,7 @@ impl<'a> Change<'a> {
 }
 
 /// Appends an audit row in the caller's transaction.
-pub async fn record(
-    conn: &mut PgConnection,
-    actor: &AuditActor,
-    change: Change<'_>,
-) -> sqlx::Result<()> {
+pub async fn record(conn: &mut PgConnection, actor: &AuditActor, change: Change<'_>) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO audit_log (actor_kind, actor_id, actor_name, tenant_id, action, target_kind, target_id, \
              detail, source_ip) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::inet)",
@@ -154,11 +130,7 @@ pub struct AuditFilter {
 }
 
 /// Audit entries, newest first. `scope` restricts them to one tenant (`None`: everything).
-pub async fn list(
-    db: &sqlx::PgPool,
-    scope: Option<Uuid>,
-    f: &AuditFilter,
-) -> sqlx::Result<Vec<AuditEntry>> {
+pub async fn list(db: &sqlx::PgPool, scope: Option<Uuid>, f: &AuditFilter) -> sqlx::Result<Vec<AuditEntry>> {
     sqlx::query_as(
         "SELECT a.id, a.at, a.actor_kind, a.actor_id, a.actor_name, a.tenant_id, t.name AS tenant, a.action, \
                 a.target_kind, a.target_id, a.detail, host(a.source_ip) AS source_ip \

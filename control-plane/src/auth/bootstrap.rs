@@ -23,10 +23,7 @@ pub fn read_password() -> anyhow::Result<SecretString> {
         return Ok(SecretString::new(from_env));
     }
     let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .context("reading the password from standard input")?;
+    std::io::stdin().lock().read_line(&mut line).context("reading the password from standard input")?;
     let line = line.trim_end_matches(['\r', '\n']).to_owned();
     if line.is_empty() {
         bail!("no password: set {PASSWORD_ENV} or write it on standard input");
@@ -36,46 +33,32 @@ pub fn read_password() -> anyhow::Result<SecretString> {
 
 /// Whether a login name is acceptable: 1 to 254 printable characters without spaces.
 pub fn valid_login_name(email: &str) -> bool {
-    !email.is_empty()
-        && email.len() <= 254
-        && !email.chars().any(|c| c.is_control() || c.is_whitespace())
+    !email.is_empty() && email.len() <= 254 && !email.chars().any(|c| c.is_control() || c.is_whitespace())
 }
 
 /// Creates the first platform admin, unless one exists. Serialised by a transaction-level advisory
 /// lock so two bootstraps at once cannot both succeed.
-pub async fn create_first_admin(
-    db: &PgPool,
-    email: &str,
-    password: &SecretString,
-) -> anyhow::Result<Uuid> {
+pub async fn create_first_admin(db: &PgPool, email: &str, password: &SecretString) -> anyhow::Result<Uuid> {
     if !valid_login_name(email) {
         bail!("the login name must be 1 to 254 characters without spaces");
     }
     password::check_strength(password).map_err(|m| anyhow::anyhow!(m))?;
     let hash = password::hash_blocking(password.clone()).await?;
     let mut tx = db.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('airtime.bootstrap_admin'))")
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('airtime.bootstrap_admin'))").execute(&mut *tx).await?;
     let (admins,): (i64,) =
-        sqlx::query_as("SELECT count(*) FROM users WHERE platform_admin AND NOT disabled")
-            .fetch_one(&mut *tx)
-            .await?;
+        sqlx::query_as("SELECT count(*) FROM users WHERE platform_admin AND NOT disabled").fetch_one(&mut *tx).await?;
     if admins > 0 {
-        bail!(
-            "a platform admin exists already; bootstrap refused (platform admins create further users over the API)"
-        );
+        bail!("a platform admin exists already; bootstrap refused (platform admins create further users over the API)");
     }
     let id = Uuid::now_v7();
-    sqlx::query(
-        "INSERT INTO users (id, email, password_hash, platform_admin) VALUES ($1, $2, $3, true)",
-    )
-    .bind(id)
-    .bind(email)
-    .bind(&hash)
-    .execute(&mut *tx)
-    .await
-    .context("creating the user (is the login name taken by a user who is not an admin?)")?;
+    sqlx::query("INSERT INTO users (id, email, password_hash, platform_admin) VALUES ($1, $2, $3, true)")
+        .bind(id)
+        .bind(email)
+        .bind(&hash)
+        .execute(&mut *tx)
+        .await
+        .context("creating the user (is the login name taken by a user who is not an admin?)")?;
     audit::record(
         &mut tx,
         &AuditActor::system("bootstrap"),

@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{Method, header};
 use uuid::Uuid;
@@ -23,8 +23,7 @@ use crate::error::{ApiError, ApiResult};
 const MISSING: &str = "authentication required: send Authorization: Bearer <token>";
 const INVALID: &str = "invalid, expired or revoked credentials";
 const EXPIRED: &str = "the session has expired; log in again";
-const NOT_AN_AGENT: &str =
-    "this endpoint is for node agents; authenticate with the node's credential";
+const NOT_AN_AGENT: &str = "this endpoint is for node agents; authenticate with the node's credential";
 
 /// How the caller authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,11 +56,7 @@ impl Caller {
     /// 403 unless the caller is a platform admin. For platform routes (fleet changes, tenants,
     /// quotas, the platform policy): their existence is no secret.
     pub fn require_platform_admin(&self) -> ApiResult<()> {
-        if self.is_platform_admin() {
-            Ok(())
-        } else {
-            Err(ApiError::forbidden("this needs a platform admin"))
-        }
+        if self.is_platform_admin() { Ok(()) } else { Err(ApiError::forbidden("this needs a platform admin")) }
     }
 
     /// 403 unless the caller's role is at least `min` (in its own tenant).
@@ -69,20 +64,13 @@ impl Caller {
         if self.role >= min {
             Ok(())
         } else {
-            Err(ApiError::forbidden(format!(
-                "this needs the {min} role; you have {}",
-                self.role
-            )))
+            Err(ApiError::forbidden(format!("this needs the {min} role; you have {}", self.role)))
         }
     }
 
     /// The tenant every query must be restricted to: `None` means all tenants (platform admins).
     pub fn tenant_filter(&self) -> Option<Uuid> {
-        if self.is_platform_admin() {
-            None
-        } else {
-            self.tenant
-        }
+        if self.is_platform_admin() { None } else { self.tenant }
     }
 
     /// Whether the caller may see the data of `tenant`.
@@ -103,11 +91,7 @@ impl Caller {
     /// 404 (`what` not found) unless the caller may see `tenant`'s data: another tenant's
     /// resource is indistinguishable from one that does not exist.
     pub fn ensure_visible(&self, tenant: Uuid, what: &'static str) -> ApiResult<()> {
-        if self.can_read_tenant(tenant) {
-            Ok(())
-        } else {
-            Err(ApiError::NotFound(what))
-        }
+        if self.can_read_tenant(tenant) { Ok(()) } else { Err(ApiError::NotFound(what)) }
     }
 
     /// 404 for another tenant's resource, 403 when the caller sees it but may not change it.
@@ -170,23 +154,16 @@ pub struct NodeCaller {
 }
 
 impl NodeCaller {
-    /// 404 unless `node_id` is this agent's own node: an agent cannot act for another node, nor
-    /// learn whether another node id exists.
+    /// `404 node_not_found` unless `node_id` is this agent's own node: an agent cannot act for
+    /// another node, nor learn whether another node id exists (the answer is the one an unknown
+    /// node gets, which also tells the agent to register again).
     pub fn ensure_node(&self, node_id: Uuid) -> ApiResult<()> {
-        if self.node_id == Some(node_id) {
-            Ok(())
-        } else {
-            Err(ApiError::NotFound("node"))
-        }
+        if self.node_id == Some(node_id) { Ok(()) } else { Err(ApiError::NodeNotFound) }
     }
 
-    /// 404 unless `name` is the node this credential was enrolled for (registration).
+    /// `404 node_not_found` unless `name` is the node this credential was enrolled for.
     pub fn ensure_node_name(&self, name: &str) -> ApiResult<()> {
-        if self.node_name == name {
-            Ok(())
-        } else {
-            Err(ApiError::NotFound("node"))
-        }
+        if self.node_name == name { Ok(()) } else { Err(ApiError::NodeNotFound) }
     }
 }
 
@@ -195,13 +172,8 @@ pub fn bearer(parts: &Parts) -> ApiResult<Option<&str>> {
     let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
-    let value = value
-        .to_str()
-        .map_err(|_| ApiError::Unauthorized(INVALID))?;
-    let (scheme, token) = value
-        .trim()
-        .split_once(' ')
-        .ok_or(ApiError::Unauthorized(INVALID))?;
+    let value = value.to_str().map_err(|_| ApiError::Unauthorized(INVALID))?;
+    let (scheme, token) = value.trim().split_once(' ').ok_or(ApiError::Unauthorized(INVALID))?;
     let token = token.trim();
     if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.len() > 4096 {
         return Err(ApiError::Unauthorized(INVALID));
@@ -211,10 +183,7 @@ pub fn bearer(parts: &Parts) -> ApiResult<Option<&str>> {
 
 /// The peer address, when the server was started with connect info.
 pub fn source_ip(parts: &Parts) -> Option<IpAddr> {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip())
+    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip())
 }
 
 /// The peer address as an extractor (never fails; `None` without connect info), for the routes
@@ -250,21 +219,15 @@ where
             Some(TokenKind::Node) => {
                 // A valid node credential is known, but may only use the agent endpoints.
                 node_caller(&auth, token, ip).await?;
-                return Err(ApiError::forbidden(
-                    "node credentials may only use the agent endpoints",
-                ));
+                return Err(ApiError::forbidden("node credentials may only use the agent endpoints"));
             }
             Some(TokenKind::Enrolment) => {
-                return Err(ApiError::Unauthorized(
-                    "an enrolment token is only exchanged at POST /agent/enrol",
-                ));
+                return Err(ApiError::Unauthorized("an enrolment token is only exchanged at POST /agent/enrol"));
             }
             None => session_caller(&auth, token, ip).await?,
         };
         if is_mutating(&parts.method) {
-            auth.mutations
-                .check(&caller.rate_key(), Instant::now())
-                .map_err(ApiError::too_many_requests)?;
+            auth.mutations.check(&caller.rate_key(), Instant::now()).map_err(ApiError::too_many_requests)?;
         }
         Ok(caller)
     }
@@ -283,21 +246,26 @@ where
         match TokenKind::of(token) {
             Some(TokenKind::Node) => {}
             Some(TokenKind::Enrolment) => {
-                return Err(ApiError::Unauthorized(
-                    "exchange the enrolment token at POST /agent/enrol first",
-                ));
+                return Err(ApiError::Unauthorized("exchange the enrolment token at POST /agent/enrol first"));
             }
             // A person's or an API token's credential is refused like a bad one: agents' endpoints
             // are for agents only.
             _ => return Err(ApiError::Unauthorized(NOT_AN_AGENT)),
         }
         let caller = node_caller(&auth, token, source_ip(parts)).await?;
+        // Every agent route naming a node is scoped to the caller's own node, checked here before
+        // any body is read.
+        if let Ok(params) = RawPathParams::from_request_parts(parts, state).await
+            && let Some((_, value)) = params.iter().find(|(key, _)| *key == "node_id")
+        {
+            let node_id = Uuid::parse_str(value)
+                .map_err(|_| ApiError::bad_request("invalid_path", "invalid path parameter: node_id is not a UUID"))?;
+            caller.ensure_node(node_id)?;
+        }
         if is_mutating(&parts.method) {
             // Agents report telemetry and events often: their bucket is ten times larger.
             let key = format!("node:{}", caller.credential_id);
-            auth.node_mutations
-                .check(&key, Instant::now())
-                .map_err(ApiError::too_many_requests)?;
+            auth.node_mutations.check(&key, Instant::now()).map_err(ApiError::too_many_requests)?;
         }
         Ok(caller)
     }
@@ -327,9 +295,7 @@ async fn session_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> 
     let role = match (claims.role, claims.tenant) {
         (Role::PlatformAdmin, None) if platform_admin => Role::PlatformAdmin,
         // The role the user holds now, which may be lower (or higher) than when the session began.
-        (claimed, Some(_)) if claimed != Role::PlatformAdmin => {
-            member_role.ok_or(ApiError::Unauthorized(INVALID))?
-        }
+        (claimed, Some(_)) if claimed != Role::PlatformAdmin => member_role.ok_or(ApiError::Unauthorized(INVALID))?,
         _ => return Err(ApiError::Unauthorized(INVALID)),
     };
     Ok(Caller {
@@ -358,11 +324,7 @@ struct ApiTokenAuth {
     stale: bool,
 }
 
-async fn api_token_caller(
-    auth: &AuthContext,
-    token: &str,
-    ip: Option<IpAddr>,
-) -> ApiResult<Caller> {
+async fn api_token_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> ApiResult<Caller> {
     if !tokens::well_formed(token, TokenKind::Api) {
         return Err(ApiError::Unauthorized(INVALID));
     }
@@ -385,37 +347,21 @@ async fn api_token_caller(
         return Err(ApiError::Unauthorized(INVALID));
     }
     // The owner's authority now: a token never outlives or outranks its owner's role.
-    let owner_role = if t.platform_admin {
-        Some(Role::PlatformAdmin)
-    } else {
-        t.member_role
-    };
+    let owner_role = if t.platform_admin { Some(Role::PlatformAdmin) } else { t.member_role };
     let role = match owner_role {
-        Some(owner_role) if t.tenant_id.is_some() || owner_role == Role::PlatformAdmin => {
-            t.role.min(owner_role)
-        }
+        Some(owner_role) if t.tenant_id.is_some() || owner_role == Role::PlatformAdmin => t.role.min(owner_role),
         _ => return Err(ApiError::Unauthorized(INVALID)),
     };
     // A platform admin's tenant token acts in its tenant with at most tenant_admin.
-    let role = if t.tenant_id.is_some() {
-        role.min(Role::TenantAdmin)
-    } else {
-        role
-    };
+    let role = if t.tenant_id.is_some() { role.min(Role::TenantAdmin) } else { role };
     if t.stale {
         // Last use, to the minute: one write per token per minute at most.
-        sqlx::query("UPDATE api_tokens SET last_used_at = now() WHERE id = $1")
-            .bind(t.id)
-            .execute(&auth.db)
-            .await?;
+        sqlx::query("UPDATE api_tokens SET last_used_at = now() WHERE id = $1").bind(t.id).execute(&auth.db).await?;
     }
     Ok(Caller {
         user_id: t.owner_id,
         user_name: t.owner,
-        credential: Credential::ApiToken {
-            id: t.id,
-            name: t.name,
-        },
+        credential: Credential::ApiToken { id: t.id, name: t.name },
         role,
         tenant: t.tenant_id,
         source_ip: ip,
@@ -446,12 +392,7 @@ async fn node_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> Api
             .execute(&auth.db)
             .await?;
     }
-    Ok(NodeCaller {
-        credential_id,
-        node_name,
-        node_id,
-        source_ip: ip,
-    })
+    Ok(NodeCaller { credential_id, node_name, node_id, source_ip: ip })
 }
 
 #[cfg(test)]
@@ -463,9 +404,7 @@ mod tests {
         Caller {
             user_id: Uuid::new_v4(),
             user_name: "ada@example.com".into(),
-            credential: Credential::Session {
-                jti: Uuid::new_v4(),
-            },
+            credential: Credential::Session { jti: Uuid::new_v4() },
             role,
             tenant,
             source_ip: None,
@@ -485,11 +424,7 @@ mod tests {
         let admin = caller(Role::PlatformAdmin, None);
         let any = Uuid::new_v4();
         assert_eq!(admin.tenant_filter(), None);
-        assert!(
-            admin.can_read_tenant(any)
-                && admin.can_write_tenant(any)
-                && admin.can_admin_tenant(any)
-        );
+        assert!(admin.can_read_tenant(any) && admin.can_write_tenant(any) && admin.can_admin_tenant(any));
         assert!(admin.require_platform_admin().is_ok());
     }
 
@@ -506,15 +441,9 @@ mod tests {
                 c.ensure_can_write(theirs, "workload"),
                 c.ensure_can_admin(theirs, "workload"),
             ] {
-                assert!(
-                    matches!(result, Err(ApiError::NotFound("workload"))),
-                    "{role}: {result:?}"
-                );
+                assert!(matches!(result, Err(ApiError::NotFound("workload"))), "{role}: {result:?}");
             }
-            assert!(matches!(
-                c.require_platform_admin(),
-                Err(ApiError::Forbidden(_))
-            ));
+            assert!(matches!(c.require_platform_admin(), Err(ApiError::Forbidden(_))));
         }
     }
 
@@ -523,16 +452,10 @@ mod tests {
         let mine = Uuid::new_v4();
         let viewer = caller(Role::Viewer, Some(mine));
         assert!(viewer.ensure_visible(mine, "w").is_ok());
-        assert!(matches!(
-            viewer.ensure_can_write(mine, "w"),
-            Err(ApiError::Forbidden(_))
-        ));
+        assert!(matches!(viewer.ensure_can_write(mine, "w"), Err(ApiError::Forbidden(_))));
         let member = caller(Role::TenantMember, Some(mine));
         assert!(member.ensure_can_write(mine, "w").is_ok());
-        assert!(matches!(
-            member.ensure_can_admin(mine, "w"),
-            Err(ApiError::Forbidden(_))
-        ));
+        assert!(matches!(member.ensure_can_admin(mine, "w"), Err(ApiError::Forbidden(_))));
         let admin = caller(Role::TenantAdmin, Some(mine));
         assert!(admin.ensure_can_admin(mine, "w").is_ok());
     }
@@ -547,16 +470,10 @@ mod tests {
             source_ip: None,
         };
         assert!(agent.ensure_node(own).is_ok());
-        assert!(matches!(
-            agent.ensure_node(Uuid::new_v4()),
-            Err(ApiError::NotFound("node"))
-        ));
+        assert!(matches!(agent.ensure_node(Uuid::new_v4()), Err(ApiError::NodeNotFound)));
         assert!(agent.ensure_node_name("gpu-1").is_ok());
         assert!(agent.ensure_node_name("gpu-2").is_err());
-        let unregistered = NodeCaller {
-            node_id: None,
-            ..agent
-        };
+        let unregistered = NodeCaller { node_id: None, ..agent };
         assert!(unregistered.ensure_node(own).is_err());
     }
 
@@ -564,30 +481,18 @@ mod tests {
     fn the_bearer_scheme_is_parsed_strictly() {
         assert_eq!(bearer(&parts(None)).expect("absent"), None);
         assert_eq!(bearer(&parts(Some("Bearer abc"))).expect("ok"), Some("abc"));
-        assert_eq!(
-            bearer(&parts(Some("bearer   abc "))).expect("ok"),
-            Some("abc")
-        );
+        assert_eq!(bearer(&parts(Some("bearer   abc "))).expect("ok"), Some("abc"));
         for bad in ["Basic YWRhOnB3", "Bearer", "Bearer ", "abc", "Token abc"] {
-            assert!(
-                matches!(bearer(&parts(Some(bad))), Err(ApiError::Unauthorized(_))),
-                "{bad}"
-            );
+            assert!(matches!(bearer(&parts(Some(bad))), Err(ApiError::Unauthorized(_))), "{bad}");
         }
     }
 
     #[test]
     fn the_actor_names_the_token_and_its_owner() {
         let mut c = caller(Role::TenantMember, Some(Uuid::new_v4()));
-        assert_eq!(
-            (c.actor_kind(), c.actor_name().as_str()),
-            ("user", "ada@example.com")
-        );
+        assert_eq!((c.actor_kind(), c.actor_name().as_str()), ("user", "ada@example.com"));
         let id = Uuid::new_v4();
-        c.credential = Credential::ApiToken {
-            id,
-            name: "ci".into(),
-        };
+        c.credential = Credential::ApiToken { id, name: "ci".into() };
         assert_eq!(c.actor_kind(), "api_token");
         assert_eq!(c.actor_id(), id);
         assert_eq!(c.actor_name(), "ada@example.com (token ci)");

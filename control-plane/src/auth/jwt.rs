@@ -72,10 +72,8 @@ impl JwtKeys {
         if secret.len() < MIN_SECRET_LEN {
             return Err(KeyError::TooShort);
         }
-        let encoding =
-            EncodingKey::from_secret(secret).map_err(|e| KeyError::Unusable(e.to_string()))?;
-        let decoding =
-            DecodingKey::from_secret(secret).map_err(|e| KeyError::Unusable(e.to_string()))?;
+        let encoding = EncodingKey::from_secret(secret).map_err(|e| KeyError::Unusable(e.to_string()))?;
+        let decoding = DecodingKey::from_secret(secret).map_err(|e| KeyError::Unusable(e.to_string()))?;
         // Only HS256: a token whose header names another algorithm ("none", RS256 with our secret as
         // a public key, …) is refused before its signature is looked at.
         let mut validation = Validation::new(Algorithm::HS256);
@@ -83,12 +81,7 @@ impl JwtKeys {
         validation.set_issuer(&[ISSUER]);
         validation.set_audience(&[AUDIENCE]);
         validation.set_required_spec_claims(&["exp", "iat", "iss", "aud", "sub"]);
-        Ok(Self {
-            encoding,
-            decoding,
-            validation,
-            ttl,
-        })
+        Ok(Self { encoding, decoding, validation, ttl })
     }
 
     pub fn ttl(&self) -> Duration {
@@ -157,22 +150,17 @@ pub fn load_or_create_secret(path: &std::path::Path) -> anyhow::Result<Vec<u8>> 
         }
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             }
             let mut bytes = [0u8; 32];
-            getrandom::fill(&mut bytes)
-                .map_err(|e| anyhow::anyhow!("reading random bytes: {e}"))?;
+            getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("reading random bytes: {e}"))?;
             let secret = hex::encode(bytes);
             let mut options = std::fs::OpenOptions::new();
             options.write(true).create_new(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut file = options
-                .open(path)
-                .with_context(|| format!("creating {}", path.display()))?;
-            file.write_all(secret.as_bytes())
-                .with_context(|| format!("writing {}", path.display()))?;
+            let mut file = options.open(path).with_context(|| format!("creating {}", path.display()))?;
+            file.write_all(secret.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
             tracing::info!(path = %path.display(), "created a new session signing secret");
             Ok(secret.into_bytes())
         }
@@ -181,10 +169,7 @@ pub fn load_or_create_secret(path: &std::path::Path) -> anyhow::Result<Vec<u8>> 
 }
 
 pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -201,15 +186,10 @@ mod tests {
     fn a_session_round_trips_with_its_claims() {
         let user = Uuid::new_v4();
         let tenant = Some(Uuid::new_v4());
-        let (token, issued) = keys()
-            .issue(user, "ada@example.com", Role::TenantMember, tenant)
-            .expect("issue");
+        let (token, issued) = keys().issue(user, "ada@example.com", Role::TenantMember, tenant).expect("issue");
         let claims = keys().verify(&token).expect("valid");
         assert_eq!(claims, issued);
-        assert_eq!(
-            (claims.sub, claims.role, claims.tenant),
-            (user, Role::TenantMember, tenant)
-        );
+        assert_eq!((claims.sub, claims.role, claims.tenant), (user, Role::TenantMember, tenant));
         assert_eq!(claims.exp - claims.iat, 600);
         assert_eq!(claims.iss, ISSUER);
     }
@@ -217,41 +197,27 @@ mod tests {
     #[test]
     fn an_expired_session_is_refused_as_expired() {
         let long_ago = now_secs() - 3600;
-        let (token, _) = keys()
-            .issue_at(Uuid::new_v4(), "a", Role::Viewer, None, long_ago)
-            .expect("issue");
+        let (token, _) = keys().issue_at(Uuid::new_v4(), "a", Role::Viewer, None, long_ago).expect("issue");
         assert_eq!(keys().verify(&token), Err(JwtError::Expired));
         // Within the leeway it is still accepted.
         let just_now = now_secs() - 600 - LEEWAY_SECS + 2;
-        let (token, _) = keys()
-            .issue_at(Uuid::new_v4(), "a", Role::Viewer, None, just_now)
-            .expect("issue");
+        let (token, _) = keys().issue_at(Uuid::new_v4(), "a", Role::Viewer, None, just_now).expect("issue");
         assert!(keys().verify(&token).is_ok());
     }
 
     #[test]
     fn a_token_signed_with_another_key_is_invalid() {
-        let other = JwtKeys::new(
-            b"another-secret-another-secret-another",
-            Duration::from_secs(600),
-        )
-        .expect("keys");
-        let (token, _) = other
-            .issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None)
-            .expect("issue");
+        let other = JwtKeys::new(b"another-secret-another-secret-another", Duration::from_secs(600)).expect("keys");
+        let (token, _) = other.issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None).expect("issue");
         assert_eq!(keys().verify(&token), Err(JwtError::Invalid));
     }
 
     #[test]
     fn a_tampered_payload_is_invalid() {
-        let (token, _) = keys()
-            .issue(Uuid::new_v4(), "a", Role::Viewer, None)
-            .expect("issue");
+        let (token, _) = keys().issue(Uuid::new_v4(), "a", Role::Viewer, None).expect("issue");
         let parts: Vec<&str> = token.split('.').collect();
         // Swap in the payload of a platform admin's token, keeping the viewer's signature.
-        let (admin, _) = keys()
-            .issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None)
-            .expect("issue");
+        let (admin, _) = keys().issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None).expect("issue");
         let admin_payload = admin.split('.').nth(1).expect("payload");
         let forged = format!("{}.{}.{}", parts[0], admin_payload, parts[2]);
         assert_eq!(keys().verify(&forged), Err(JwtError::Invalid));
@@ -261,14 +227,9 @@ mod tests {
     fn the_none_algorithm_and_garbage_are_invalid() {
         // {"alg":"none","typ":"JWT"} . {"sub":...,"role":"platform_admin",...} . (no signature)
         let header = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0";
-        let (token, _) = keys()
-            .issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None)
-            .expect("issue");
+        let (token, _) = keys().issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None).expect("issue");
         let payload = token.split('.').nth(1).expect("payload");
-        assert_eq!(
-            keys().verify(&format!("{header}.{payload}.")),
-            Err(JwtError::Invalid)
-        );
+        assert_eq!(keys().verify(&format!("{header}.{payload}.")), Err(JwtError::Invalid));
         assert_eq!(keys().verify("not.a.jwt"), Err(JwtError::Invalid));
         assert_eq!(keys().verify(""), Err(JwtError::Invalid));
     }
@@ -307,9 +268,6 @@ mod tests {
 
     #[test]
     fn a_short_secret_is_refused() {
-        assert!(matches!(
-            JwtKeys::new(b"short", Duration::from_secs(60)),
-            Err(KeyError::TooShort)
-        ));
+        assert!(matches!(JwtKeys::new(b"short", Duration::from_secs(60)), Err(KeyError::TooShort)));
     }
 }

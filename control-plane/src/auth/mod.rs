@@ -37,9 +37,7 @@ use crate::auth::rate_limit::{LoginThrottle, RateLimiter};
 
 /// A role: what a caller may do. Within a tenant, `Viewer < TenantMember < TenantAdmin`; a platform
 /// admin may do everything, in every tenant.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum Role {
@@ -54,12 +52,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [
-        Self::Viewer,
-        Self::TenantMember,
-        Self::TenantAdmin,
-        Self::PlatformAdmin,
-    ];
+    pub const ALL: [Role; 4] = [Self::Viewer, Self::TenantMember, Self::TenantAdmin, Self::PlatformAdmin];
     /// The roles a membership in a tenant can carry.
     pub const TENANT_ROLES: [Role; 3] = [Self::Viewer, Self::TenantMember, Self::TenantAdmin];
 
@@ -162,21 +155,13 @@ pub struct AuthContext {
 impl AuthContext {
     pub fn new(db: PgPool, jwt_secret: &[u8], settings: AuthSettings) -> anyhow::Result<Arc<Self>> {
         let keys = JwtKeys::new(jwt_secret, settings.session_ttl)?;
-        let mutations =
-            RateLimiter::per_minute(settings.mutations_per_minute, settings.mutation_burst);
+        let mutations = RateLimiter::per_minute(settings.mutations_per_minute, settings.mutation_burst);
         let node_mutations = RateLimiter::per_minute(
             settings.mutations_per_minute.saturating_mul(10),
             settings.mutation_burst.saturating_mul(10),
         );
         let logins = LoginThrottle::new(settings.login_max_failures);
-        Ok(Arc::new(Self {
-            db,
-            keys,
-            settings,
-            mutations,
-            node_mutations,
-            logins,
-        }))
+        Ok(Arc::new(Self { db, keys, settings, mutations, node_mutations, logins }))
     }
 }
 
@@ -200,8 +185,7 @@ mod tests {
         let secret = SecretString::new("hunter2-hunter2");
         assert!(!format!("{secret:?}").contains("hunter2"));
         assert!(!format!("{secret}").contains("hunter2"));
-        let parsed: SecretString =
-            serde_json::from_str("\"hunter2-hunter2\"").expect("plain string");
+        let parsed: SecretString = serde_json::from_str("\"hunter2-hunter2\"").expect("plain string");
         assert_eq!(parsed.expose(), "hunter2-hunter2");
     }
 }

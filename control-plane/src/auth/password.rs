@@ -23,9 +23,7 @@ pub fn check_strength(password: &SecretString) -> Result<(), String> {
     let p = password.expose();
     let chars = p.chars().count();
     if chars < MIN_LEN {
-        return Err(format!(
-            "the password must be at least {MIN_LEN} characters"
-        ));
+        return Err(format!("the password must be at least {MIN_LEN} characters"));
     }
     if p.len() > MAX_LEN {
         return Err(format!("the password must be at most {MAX_LEN} bytes"));
@@ -50,17 +48,14 @@ pub fn verify(password: &SecretString, phc: &str) -> bool {
         return false;
     }
     // The parameters come from the PHC string itself.
-    hasher()
-        .verify_password(password.expose().as_bytes(), phc)
-        .is_ok()
+    hasher().verify_password(password.expose().as_bytes(), phc).is_ok()
 }
 
 /// Spends the same work as a real verification, for a user name that does not exist, so the
 /// answer's timing does not tell which names exist.
 pub fn verify_dummy(password: &SecretString) {
     static DUMMY: OnceLock<String> = OnceLock::new();
-    let dummy = DUMMY
-        .get_or_init(|| hash(&SecretString::new("airtime-no-such-user-dummy")).unwrap_or_default());
+    let dummy = DUMMY.get_or_init(|| hash(&SecretString::new("airtime-no-such-user-dummy")).unwrap_or_default());
     let _ = verify(password, dummy);
 }
 
@@ -91,15 +86,9 @@ mod tests {
         let password = SecretString::new("correct horse battery staple");
         let first = hash(&password).expect("hash");
         let second = hash(&password).expect("hash");
-        assert!(
-            first.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
-            "{first}"
-        );
+        assert!(first.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{first}");
         assert_ne!(first, second, "each hash has its own salt");
-        assert!(
-            !first.contains("correct horse"),
-            "the hash must not contain the password"
-        );
+        assert!(!first.contains("correct horse"), "the hash must not contain the password");
         assert!(verify(&password, &first));
         assert!(verify(&password, &second));
     }
@@ -107,39 +96,20 @@ mod tests {
     #[test]
     fn a_wrong_password_or_a_bad_hash_never_verifies() {
         let phc = hash(&SecretString::new("correct horse battery staple")).expect("hash");
-        assert!(!verify(
-            &SecretString::new("correct horse battery stapl"),
-            &phc
-        ));
+        assert!(!verify(&SecretString::new("correct horse battery stapl"), &phc));
         assert!(!verify(&SecretString::new(""), &phc));
-        assert!(!verify(
-            &SecretString::new("correct horse battery staple"),
-            "not a hash"
-        ));
-        assert!(!verify(
-            &SecretString::new("x"),
-            "$argon2id$v=19$m=19456,t=2,p=1$garbage"
-        ));
+        assert!(!verify(&SecretString::new("correct horse battery staple"), "not a hash"));
+        assert!(!verify(&SecretString::new("x"), "$argon2id$v=19$m=19456,t=2,p=1$garbage"));
         // Another algorithm, even a valid PHC string, is refused.
-        assert!(!verify(
-            &SecretString::new("x"),
-            "$2b$12$abcdefghijklmnopqrstuv"
-        ));
+        assert!(!verify(&SecretString::new("x"), "$2b$12$abcdefghijklmnopqrstuv"));
     }
 
     #[test]
     fn weak_passwords_are_refused_with_a_reason() {
-        assert!(
-            check_strength(&SecretString::new("short"))
-                .expect_err("short")
-                .contains("12")
-        );
+        assert!(check_strength(&SecretString::new("short")).expect_err("short").contains("12"));
         assert!(check_strength(&SecretString::new("aaaaaaaaaaaaaaaa")).is_err());
         assert!(check_strength(&SecretString::new("x".repeat(MAX_LEN) + "y")).is_err());
-        assert_eq!(
-            check_strength(&SecretString::new("a long passphrase")),
-            Ok(())
-        );
+        assert_eq!(check_strength(&SecretString::new("a long passphrase")), Ok(()));
     }
 
     #[tokio::test]
@@ -147,9 +117,6 @@ mod tests {
         let password = SecretString::new("another long passphrase");
         let phc = hash_blocking(password.clone()).await.expect("hash");
         assert!(verify_blocking(password.clone(), Some(phc)).await);
-        assert!(
-            !verify_blocking(password, None).await,
-            "an unknown user never verifies"
-        );
+        assert!(!verify_blocking(password, None).await, "an unknown user never verifies");
     }
 }

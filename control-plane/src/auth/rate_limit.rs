@@ -64,14 +64,9 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
         };
         if buckets.len() >= MAX_KEYS && !buckets.contains_key(key) {
             let (capacity, rate) = (self.capacity, self.refill_per_sec);
-            buckets.retain(|_, b| {
-                b.tokens + rate * now.saturating_duration_since(b.updated).as_secs_f64() < capacity
-            });
+            buckets.retain(|_, b| b.tokens + rate * now.saturating_duration_since(b.updated).as_secs_f64() < capacity);
         }
-        let bucket = buckets.entry(key.clone()).or_insert(Bucket {
-            tokens: self.capacity,
-            updated: now,
-        });
+        let bucket = buckets.entry(key.clone()).or_insert(Bucket { tokens: self.capacity, updated: now });
         let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * self.refill_per_sec).min(self.capacity);
         bucket.updated = now;
@@ -79,9 +74,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
             bucket.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Duration::from_secs_f64(
-                (1.0 - bucket.tokens) / self.refill_per_sec,
-            ))
+            Err(Duration::from_secs_f64((1.0 - bucket.tokens) / self.refill_per_sec))
         }
     }
 }
@@ -100,10 +93,7 @@ pub struct LoginThrottle {
 
 impl LoginThrottle {
     pub fn new(max_failures: u32) -> Self {
-        Self {
-            max_failures,
-            failures: Mutex::new(HashMap::new()),
-        }
+        Self { max_failures, failures: Mutex::new(HashMap::new()) }
     }
 
     fn key(user: &str, ip: Option<IpAddr>) -> (String, Option<IpAddr>) {
@@ -132,11 +122,7 @@ impl LoginThrottle {
             return Ok(());
         }
         let wait = self.lockout(f.count);
-        if since < wait {
-            Err(wait - since)
-        } else {
-            Ok(())
-        }
+        if since < wait { Err(wait - since) } else { Ok(()) }
     }
 
     pub fn record_failure(&self, user: &str, ip: Option<IpAddr>, now: Instant) {
@@ -146,10 +132,7 @@ impl LoginThrottle {
         if failures.len() >= MAX_KEYS {
             failures.retain(|_, f| now.saturating_duration_since(f.last) < FAILURE_WINDOW);
         }
-        let entry = failures.entry(Self::key(user, ip)).or_insert(Failures {
-            count: 0,
-            last: now,
-        });
+        let entry = failures.entry(Self::key(user, ip)).or_insert(Failures { count: 0, last: now });
         if now.saturating_duration_since(entry.last) >= FAILURE_WINDOW {
             entry.count = 0;
         }
@@ -198,11 +181,7 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(limiter.check(&"a", t0), Ok(()));
         assert!(limiter.check(&"a", t0).is_err());
-        assert_eq!(
-            limiter.check(&"b", t0),
-            Ok(()),
-            "another token is not slowed by the first"
-        );
+        assert_eq!(limiter.check(&"b", t0), Ok(()), "another token is not slowed by the first");
     }
 
     #[test]
@@ -232,39 +211,22 @@ mod tests {
         let ip = Some(IpAddr::from([10, 0, 0, 1]));
         let t0 = Instant::now();
         for i in 0..3 {
-            assert_eq!(
-                throttle.check("Ada@Example.com", ip, t0),
-                Ok(()),
-                "attempt {i}"
-            );
+            assert_eq!(throttle.check("Ada@Example.com", ip, t0), Ok(()), "attempt {i}");
             throttle.record_failure("ada@example.com", ip, t0);
         }
         // Fourth attempt: 1 s after the last failure.
-        let wait = throttle
-            .check("ada@example.com", ip, t0)
-            .expect_err("throttled");
+        let wait = throttle.check("ada@example.com", ip, t0).expect_err("throttled");
         assert_eq!(wait, Duration::from_secs(1));
-        assert_eq!(
-            throttle.check("ada@example.com", ip, t0 + Duration::from_secs(1)),
-            Ok(())
-        );
+        assert_eq!(throttle.check("ada@example.com", ip, t0 + Duration::from_secs(1)), Ok(()));
         throttle.record_failure("ada@example.com", ip, t0 + Duration::from_secs(1));
-        let wait = throttle
-            .check("ada@example.com", ip, t0 + Duration::from_secs(1))
-            .expect_err("doubled");
+        let wait = throttle.check("ada@example.com", ip, t0 + Duration::from_secs(1)).expect_err("doubled");
         assert_eq!(wait, Duration::from_secs(2));
         // Another address or another user name is not throttled.
-        assert_eq!(
-            throttle.check("ada@example.com", Some(IpAddr::from([10, 0, 0, 2])), t0),
-            Ok(())
-        );
+        assert_eq!(throttle.check("ada@example.com", Some(IpAddr::from([10, 0, 0, 2])), t0), Ok(()));
         assert_eq!(throttle.check("bob@example.com", ip, t0), Ok(()));
         // A success forgets the failures.
         throttle.record_success("ADA@example.com", ip);
-        assert_eq!(
-            throttle.check("ada@example.com", ip, t0 + Duration::from_secs(1)),
-            Ok(())
-        );
+        assert_eq!(throttle.check("ada@example.com", ip, t0 + Duration::from_secs(1)), Ok(()));
     }
 
     #[test]
@@ -278,9 +240,6 @@ mod tests {
         assert_eq!(throttle.check("x", None, t0 + FAILURE_WINDOW), Ok(()));
         // After the window, counting starts again from zero.
         throttle.record_failure("x", None, t0 + FAILURE_WINDOW);
-        assert_eq!(
-            throttle.check("x", None, t0 + FAILURE_WINDOW),
-            Err(Duration::from_secs(1))
-        );
+        assert_eq!(throttle.check("x", None, t0 + FAILURE_WINDOW), Err(Duration::from_secs(1)));
     }
 }

@@ -35,9 +35,7 @@ impl TokenKind {
 
     /// The kind a bearer token claims by its prefix; `None` for anything else (a JWT).
     pub fn of(token: &str) -> Option<TokenKind> {
-        [Self::Api, Self::Enrolment, Self::Node]
-            .into_iter()
-            .find(|k| token.starts_with(k.prefix()))
+        [Self::Api, Self::Enrolment, Self::Node].into_iter().find(|k| token.starts_with(k.prefix()))
     }
 }
 
@@ -50,9 +48,7 @@ pub struct NewSecret {
 
 impl std::fmt::Debug for NewSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NewSecret")
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
+        f.debug_struct("NewSecret").field("prefix", &self.prefix).finish_non_exhaustive()
     }
 }
 
@@ -64,11 +60,7 @@ pub fn generate(kind: TokenKind) -> anyhow::Result<NewSecret> {
     let token = format!("{}{body}", kind.prefix());
     let prefix = format!("{}{}", kind.prefix(), &body[..VISIBLE_HEX]);
     let sha256 = hash(&token);
-    Ok(NewSecret {
-        token: SecretString::new(token),
-        sha256,
-        prefix,
-    })
+    Ok(NewSecret { token: SecretString::new(token), sha256, prefix })
 }
 
 /// The stored form of a token: sha256, hex.
@@ -78,9 +70,9 @@ pub fn hash(token: &str) -> String {
 
 /// A token whose shape cannot be ours is refused before any lookup.
 pub fn well_formed(token: &str, kind: TokenKind) -> bool {
-    token.strip_prefix(kind.prefix()).is_some_and(|body| {
-        body.len() == 2 * SECRET_BYTES && body.bytes().all(|b| b.is_ascii_hexdigit())
-    })
+    token
+        .strip_prefix(kind.prefix())
+        .is_some_and(|body| body.len() == 2 * SECRET_BYTES && body.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// An API token as listed: never its secret.
@@ -131,12 +123,10 @@ pub async fn create_api_token(
     .bind(expires_at)
     .execute(&mut *conn)
     .await?;
-    let view = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{API_TOKEN_SELECT} WHERE k.id = $1"
-    )))
-    .bind(id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let view = sqlx::query_as(sqlx::AssertSqlSafe(format!("{API_TOKEN_SELECT} WHERE k.id = $1")))
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
     Ok((view, secret.token))
 }
 
@@ -154,7 +144,8 @@ pub struct EnrolmentTokenView {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-pub const ENROLMENT_SELECT: &str = "SELECT id, prefix, node_name, created_by, created_at, expires_at, used_at, revoked_at FROM enrolment_tokens";
+pub const ENROLMENT_SELECT: &str =
+    "SELECT id, prefix, node_name, created_by, created_at, expires_at, used_at, revoked_at FROM enrolment_tokens";
 
 pub async fn create_enrolment_token(
     conn: &mut PgConnection,
@@ -210,7 +201,8 @@ pub struct NodeCredentialView {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-pub const NODE_CREDENTIAL_SELECT: &str = "SELECT id, node_name, node_id, prefix, created_at, last_used_at, revoked_at FROM node_credentials";
+pub const NODE_CREDENTIAL_SELECT: &str =
+    "SELECT id, node_name, node_id, prefix, created_at, last_used_at, revoked_at FROM node_credentials";
 
 /// Exchanges a one-time enrolment token for a node credential, in the caller's transaction: the
 /// token is marked used (row-locked, so two agents racing with one token cannot both win). A token
@@ -240,14 +232,7 @@ pub async fn enrol(
     .bind(hash(enrolment_token.expose()))
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(Row {
-        id: token_id,
-        node_name: for_node,
-        expired,
-        used,
-        revoked,
-    }) = row
-    else {
+    let Some(Row { id: token_id, node_name: for_node, expired, used, revoked }) = row else {
         return Ok(Err(EnrolError::Unknown));
     };
     if revoked {
@@ -262,12 +247,11 @@ pub async fn enrol(
     if for_node.as_deref().is_some_and(|n| n != node_name) {
         return Ok(Err(EnrolError::OtherNode));
     }
-    let live: Option<(Uuid,)> = sqlx::query_as(
-        "SELECT id FROM node_credentials WHERE node_name = $1 AND revoked_at IS NULL FOR UPDATE",
-    )
-    .bind(node_name)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let live: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM node_credentials WHERE node_name = $1 AND revoked_at IS NULL FOR UPDATE")
+            .bind(node_name)
+            .fetch_optional(&mut *conn)
+            .await?;
     if live.is_some() {
         if for_node.is_none() {
             return Ok(Err(EnrolError::AlreadyEnrolled));
@@ -277,15 +261,10 @@ pub async fn enrol(
             .execute(&mut *conn)
             .await?;
     }
-    sqlx::query("UPDATE enrolment_tokens SET used_at = now() WHERE id = $1")
-        .bind(token_id)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query("UPDATE enrolment_tokens SET used_at = now() WHERE id = $1").bind(token_id).execute(&mut *conn).await?;
     let secret = generate(TokenKind::Node)?;
-    let existing_node: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM nodes WHERE name = $1")
-        .bind(node_name)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let existing_node: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM nodes WHERE name = $1").bind(node_name).fetch_optional(&mut *conn).await?;
     let view = sqlx::query_as(
         "INSERT INTO node_credentials (id, node_name, node_id, secret_sha256, prefix, enrolment_token_id) \
          VALUES ($1, $2, $3, $4, $5, $6) \
@@ -317,15 +296,9 @@ mod tests {
             assert_eq!(TokenKind::of(token), Some(kind));
             assert_eq!(secret.sha256, hash(token));
             assert_eq!(secret.sha256.len(), 64);
-            assert!(
-                !secret.sha256.contains(&token[3..]),
-                "the hash is not the secret"
-            );
+            assert!(!secret.sha256.contains(&token[3..]), "the hash is not the secret");
             assert!(token.starts_with(&secret.prefix) && secret.prefix.len() == 11);
-            assert!(
-                !format!("{secret:?}").contains(&token[11..]),
-                "Debug shows the prefix only"
-            );
+            assert!(!format!("{secret:?}").contains(&token[11..]), "Debug shows the prefix only");
         }
     }
 
@@ -340,23 +313,14 @@ mod tests {
     #[test]
     fn the_hash_is_sha256_hex() {
         // sha256("abc"), FIPS 180-2 test vector.
-        assert_eq!(
-            hash("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(hash("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
     #[test]
     fn malformed_tokens_are_recognised() {
         assert!(!well_formed("at_short", TokenKind::Api));
-        assert!(!well_formed(
-            &format!("at_{}", "g".repeat(64)),
-            TokenKind::Api
-        ));
-        assert!(!well_formed(
-            &format!("nc_{}", "a".repeat(64)),
-            TokenKind::Api
-        ));
+        assert!(!well_formed(&format!("at_{}", "g".repeat(64)), TokenKind::Api));
+        assert!(!well_formed(&format!("nc_{}", "a".repeat(64)), TokenKind::Api));
         assert_eq!(TokenKind::of("eyJhbGciOiJIUzI1NiJ9.x.y"), None);
     }
 }

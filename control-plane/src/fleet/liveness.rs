@@ -58,12 +58,7 @@ pub async fn mark_lost_nodes(state: &AppState) -> sqlx::Result<usize> {
         .await?
         .rows_affected();
         if still_silent == 1 {
-            transitions::requeue_node(
-                &mut tx,
-                *node_id,
-                &format!("node {name} was lost (no heartbeat)"),
-            )
-            .await?;
+            transitions::requeue_node(&mut tx, *node_id, &format!("node {name} was lost (no heartbeat)")).await?;
         }
         tx.commit().await?;
     }

@@ -147,19 +147,14 @@ fn node_view(r: NodeRow, gpus: Vec<GpuView>) -> NodeView {
         agent_version: r.agent_version,
         registered_at: r.registered_at,
         last_seen_at: r.last_seen_at,
-        telemetry: NodeTelemetry {
-            cpu_util: r.cpu_util,
-            memory_used_mb: r.memory_used_mb,
-        },
+        telemetry: NodeTelemetry { cpu_util: r.cpu_util, memory_used_mb: r.memory_used_mb },
         gpus,
     }
 }
 
 pub async fn list_nodes(db: &PgPool) -> sqlx::Result<Vec<NodeView>> {
     let nodes: Vec<NodeRow> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_SELECT} ORDER BY name")))
-            .fetch_all(db)
-            .await?;
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_SELECT} ORDER BY name"))).fetch_all(db).await?;
     let mut gpus = list_gpus(db).await?;
     Ok(nodes
         .into_iter()
@@ -173,39 +168,28 @@ pub async fn list_nodes(db: &PgPool) -> sqlx::Result<Vec<NodeView>> {
 
 pub async fn get_node(db: &PgPool, id: Uuid) -> sqlx::Result<Option<NodeView>> {
     let Some(node): Option<NodeRow> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_SELECT} WHERE id = $1")))
-            .bind(id)
-            .fetch_optional(db)
-            .await?
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_SELECT} WHERE id = $1"))).bind(id).fetch_optional(db).await?
     else {
         return Ok(None);
     };
-    let gpus: Vec<GpuRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{GPU_SELECT} AND g.node_id = $1 ORDER BY g.device_index"
-    )))
-    .bind(id)
-    .fetch_all(db)
-    .await?;
-    Ok(Some(node_view(
-        node,
-        gpus.into_iter().map(GpuView::from).collect(),
-    )))
+    let gpus: Vec<GpuRow> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{GPU_SELECT} AND g.node_id = $1 ORDER BY g.device_index")))
+            .bind(id)
+            .fetch_all(db)
+            .await?;
+    Ok(Some(node_view(node, gpus.into_iter().map(GpuView::from).collect())))
 }
 
 pub async fn list_gpus(db: &PgPool) -> sqlx::Result<Vec<GpuView>> {
-    let rows: Vec<GpuRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{GPU_SELECT} ORDER BY n.name, g.device_index"
-    )))
-    .fetch_all(db)
-    .await?;
+    let rows: Vec<GpuRow> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{GPU_SELECT} ORDER BY n.name, g.device_index")))
+            .fetch_all(db)
+            .await?;
     Ok(rows.into_iter().map(GpuView::from).collect())
 }
 
 pub async fn get_gpu(db: &PgPool, id: Uuid) -> sqlx::Result<Option<GpuView>> {
     let row: Option<GpuRow> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{GPU_SELECT} AND g.id = $1")))
-            .bind(id)
-            .fetch_optional(db)
-            .await?;
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("{GPU_SELECT} AND g.id = $1"))).bind(id).fetch_optional(db).await?;
     Ok(row.map(GpuView::from))
 }

@@ -92,10 +92,7 @@ pub fn check_registration(r: &Registration) -> Result<(), String> {
             return Err(format!("GPU index {} is out of range (0..=63)", gpu.index));
         }
         if gpu.model.is_empty() || gpu.model.len() > 128 {
-            return Err(format!(
-                "GPU {}: model must be 1 to 128 characters",
-                gpu.index
-            ));
+            return Err(format!("GPU {}: model must be 1 to 128 characters", gpu.index));
         }
         if i64::try_from(gpu.memory_mb).is_err() {
             return Err(format!("GPU {}: memory_mb is out of range", gpu.index));
@@ -160,10 +157,7 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     .fetch_one(&mut *tx)
     .await?;
 
-    sqlx::query("UPDATE gpus SET present = false WHERE node_id = $1")
-        .bind(node_id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query("UPDATE gpus SET present = false WHERE node_id = $1").bind(node_id).execute(&mut *tx).await?;
     for gpu in &r.gpus {
         sqlx::query(
             "INSERT INTO gpus (id, node_id, device_index, uuid, model, memory_mb, nvlink_group, simulated) \
@@ -190,11 +184,7 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
 
 /// Records a telemetry report and counts it as the node's heartbeat. Returns false for an unknown
 /// node (the agent registers again).
-pub async fn record_telemetry(
-    db: &PgPool,
-    node_id: Uuid,
-    t: &TelemetryReport,
-) -> sqlx::Result<bool> {
+pub async fn record_telemetry(db: &PgPool, node_id: Uuid, t: &TelemetryReport) -> sqlx::Result<bool> {
     let mut tx = db.begin().await?;
     let updated = sqlx::query(
         "UPDATE nodes SET last_seen_at = now(), cpu_util = $2, memory_used_mb = $3, \
@@ -209,29 +199,19 @@ pub async fn record_telemetry(
     if updated.rows_affected() == 0 {
         return Ok(false);
     }
-    sqlx::query(
-        "INSERT INTO node_telemetry (node_id, cpu_util, memory_used_mb) VALUES ($1, $2, $3)",
-    )
-    .bind(node_id)
-    .bind(t.cpu_util)
-    .bind(t.memory_used_mb as i64)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query("INSERT INTO node_telemetry (node_id, cpu_util, memory_used_mb) VALUES ($1, $2, $3)")
+        .bind(node_id)
+        .bind(t.cpu_util)
+        .bind(t.memory_used_mb as i64)
+        .execute(&mut *tx)
+        .await?;
     if !t.gpus.is_empty() {
         let index: Vec<i32> = t.gpus.iter().map(|g| g.index as i32).collect();
         let util: Vec<Option<f32>> = t.gpus.iter().map(|g| g.util).collect();
-        let mem: Vec<Option<i64>> = t
-            .gpus
-            .iter()
-            .map(|g| g.memory_used_mb.map(|m| m as i64))
-            .collect();
+        let mem: Vec<Option<i64>> = t.gpus.iter().map(|g| g.memory_used_mb.map(|m| m as i64)).collect();
         let temp: Vec<Option<f32>> = t.gpus.iter().map(|g| g.temperature_c).collect();
         let power: Vec<Option<f32>> = t.gpus.iter().map(|g| g.power_w).collect();
-        let ecc: Vec<Option<i64>> = t
-            .gpus
-            .iter()
-            .map(|g| g.ecc_errors.map(|e| e as i64))
-            .collect();
+        let ecc: Vec<Option<i64>> = t.gpus.iter().map(|g| g.ecc_errors.map(|e| e as i64)).collect();
         // One statement for all GPUs: latest values on the row, and one history sample each.
         sqlx::query(
             "WITH s AS (SELECT * FROM UNNEST($2::int[], $3::real[], $4::bigint[], $5::real[], $6::real[], $7::bigint[]) \

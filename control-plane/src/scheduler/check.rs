@@ -11,28 +11,17 @@ use crate::scheduler::fleet_view::FleetView;
 /// A decision as the policy returned it, in snapshot indexes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Proposal {
-    Place {
-        workload: usize,
-        node: usize,
-        gpus: Vec<usize>,
-        reason: String,
-    },
-    Preempt {
-        workload: usize,
-        reason: String,
-    },
-    KeepPending {
-        workload: usize,
-        reason: String,
-    },
+    Place { workload: usize, node: usize, gpus: Vec<usize>, reason: String },
+    Preempt { workload: usize, reason: String },
+    KeepPending { workload: usize, reason: String },
 }
 
 impl Proposal {
     pub fn workload(&self) -> usize {
         match self {
-            Self::Place { workload, .. }
-            | Self::Preempt { workload, .. }
-            | Self::KeepPending { workload, .. } => *workload,
+            Self::Place { workload, .. } | Self::Preempt { workload, .. } | Self::KeepPending { workload, .. } => {
+                *workload
+            }
         }
     }
 }
@@ -65,11 +54,7 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
     let mut out = Checked::default();
     let mut decided: HashSet<usize> = HashSet::new();
     let mut taken_gpus: HashSet<usize> = HashSet::new();
-    let mut cpu_free: Vec<u64> = fleet
-        .nodes
-        .iter()
-        .map(|n| u64::from(n.cpu_millis_free))
-        .collect();
+    let mut cpu_free: Vec<u64> = fleet.nodes.iter().map(|n| u64::from(n.cpu_millis_free)).collect();
     let mut mem_free: Vec<u64> = fleet.nodes.iter().map(|n| n.memory_mb_free).collect();
 
     for proposal in proposals {
@@ -77,17 +62,11 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
         let Some(w) = fleet.workloads.get(index) else {
             out.refused.push(Refusal {
                 workload: None,
-                reason: format!(
-                    "names workload #{index}, but the snapshot has {}",
-                    fleet.workloads.len()
-                ),
+                reason: format!("names workload #{index}, but the snapshot has {}", fleet.workloads.len()),
             });
             continue;
         };
-        let refuse = |why: String| Refusal {
-            workload: Some(index),
-            reason: why,
-        };
+        let refuse = |why: String| Refusal { workload: Some(index), reason: why };
         if let Scope::Tenant(t) = scope
             && w.tenant != t
         {
@@ -98,10 +77,7 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
             continue;
         }
         if !decided.insert(index) {
-            out.refused.push(refuse(format!(
-                "a second decision for workload {} in one cycle",
-                w.id
-            )));
+            out.refused.push(refuse(format!("a second decision for workload {} in one cycle", w.id)));
             continue;
         }
         match &proposal {
@@ -117,43 +93,30 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
             }
             Proposal::Preempt { .. } => {
                 if !matches!(w.state, WorkloadState::Scheduled | WorkloadState::Running) {
-                    out.refused.push(refuse(format!(
-                        "preempt workload {}, which is {}",
-                        w.id,
-                        w.state.as_str()
-                    )));
+                    out.refused.push(refuse(format!("preempt workload {}, which is {}", w.id, w.state.as_str())));
                     continue;
                 }
                 if !w.preemptible {
-                    out.refused.push(refuse(format!(
-                        "preempt workload {}, which is not preemptible",
-                        w.id
-                    )));
+                    out.refused.push(refuse(format!("preempt workload {}, which is not preemptible", w.id)));
+                    continue;
+                }
+                if let Err(why) = preemption_allowed(fleet, index) {
+                    out.refused.push(refuse(why));
                     continue;
                 }
             }
             Proposal::Place { node, gpus, .. } => {
                 if w.state != WorkloadState::Pending {
-                    out.refused.push(refuse(format!(
-                        "place workload {}, which is {}",
-                        w.id,
-                        w.state.as_str()
-                    )));
+                    out.refused.push(refuse(format!("place workload {}, which is {}", w.id, w.state.as_str())));
                     continue;
                 }
                 let Some(n) = fleet.nodes.get(*node) else {
-                    out.refused.push(refuse(format!(
-                        "place on node #{node}, but the snapshot has {}",
-                        fleet.nodes.len()
-                    )));
+                    out.refused
+                        .push(refuse(format!("place on node #{node}, but the snapshot has {}", fleet.nodes.len())));
                     continue;
                 };
                 if n.state != NodeState::Ready {
-                    out.refused.push(refuse(format!(
-                        "place on node {}, which is {}",
-                        n.name,
-                        n.state.as_str()
-                    )));
+                    out.refused.push(refuse(format!("place on node {}, which is {}", n.name, n.state.as_str())));
                     continue;
                 }
                 if let Err(why) = check_gpus(fleet, index, *node, gpus, &taken_gpus) {
@@ -177,6 +140,32 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
         out.accepted.push(proposal);
     }
     out
+}
+
+/// The platform's preemption rules, which no policy can override: minimum runtime, the cap on
+/// preemptions per hour, and (when set) only checkpointable work.
+pub fn preemption_allowed(fleet: &FleetView, workload: usize) -> Result<(), String> {
+    let w = &fleet.workloads[workload];
+    let rules = &fleet.settings;
+    if rules.checkpointable_only && !w.checkpointable {
+        return Err(format!("preempt workload {}: only checkpointable work may be preempted", w.id));
+    }
+    if let Some(started) = w.started_at {
+        let ran = (fleet.now - started).num_seconds();
+        if ran < i64::from(rules.min_runtime_s) {
+            return Err(format!(
+                "preempt workload {}: it has run {ran} s of its protected {} s minimum runtime",
+                w.id, rules.min_runtime_s
+            ));
+        }
+    }
+    if w.preemptions_last_hour >= rules.max_preemptions_per_hour.max(0) as u32 {
+        return Err(format!(
+            "preempt workload {}: already preempted {} times in the last hour (cap {})",
+            w.id, w.preemptions_last_hour, rules.max_preemptions_per_hour
+        ));
+    }
+    Ok(())
 }
 
 fn check_gpus(
@@ -208,15 +197,9 @@ fn check_gpus(
     let mut seen = HashSet::new();
     for &g in gpus {
         let Some(gpu) = fleet.gpus.get(g) else {
-            return Err(format!(
-                "GPU #{g} does not exist (the snapshot has {})",
-                fleet.gpus.len()
-            ));
+            return Err(format!("GPU #{g} does not exist (the snapshot has {})", fleet.gpus.len()));
         };
-        let label = format!(
-            "GPU {} of node {}",
-            gpu.device_index, fleet.nodes[gpu.node].name
-        );
+        let label = format!("GPU {} of node {}", gpu.device_index, fleet.nodes[gpu.node].name);
         if gpu.node != node {
             return Err(format!("{label} is not on node {}", n.name));
         }
@@ -227,15 +210,10 @@ fn check_gpus(
             return Err(format!("{label} is occupied"));
         }
         if taken.contains(&g) {
-            return Err(format!(
-                "{label} was already given to another workload this cycle"
-            ));
+            return Err(format!("{label} was already given to another workload this cycle"));
         }
         if !w.allows_model(&gpu.model) {
-            return Err(format!(
-                "{label} is a {}, not one of the allowed models ({})",
-                gpu.model, w.gpu_models
-            ));
+            return Err(format!("{label} is a {}, not one of the allowed models ({})", gpu.model, w.gpu_models));
         }
         let free = gpu.memory_mb.saturating_sub(gpu.memory_used_mb);
         if free < w.gpu_memory_mb {
@@ -264,6 +242,7 @@ mod tests {
             tier: 0,
             may_borrow: true,
             running_gpus: 0,
+            decayed_gpu_hours: 0.0,
         };
         let node = |name: &str, first: usize, count: usize| NodeEntry {
             id: Uuid::new_v4(),
@@ -312,9 +291,11 @@ mod tests {
             started_at: None,
             node: None,
             pending_reason: None,
+            preemptions_last_hour: 0,
         };
         FleetView {
             now: chrono::Utc::now(),
+            settings: Default::default(),
             tenants: vec![tenant("a"), tenant("b")],
             nodes: vec![node("n1", 0, 2), node("n2", 2, 1)],
             gpus: vec![gpu(0, 0, None), gpu(0, 1, None), gpu(1, 0, Some(3))],
@@ -328,12 +309,7 @@ mod tests {
     }
 
     fn place(workload: usize, node: usize, gpus: &[usize]) -> Proposal {
-        Proposal::Place {
-            workload,
-            node,
-            gpus: gpus.to_vec(),
-            reason: "test".into(),
-        }
+        Proposal::Place { workload, node, gpus: gpus.to_vec(), reason: "test".into() }
     }
 
     fn refusal_of(proposals: Vec<Proposal>, scope: Scope) -> String {
@@ -344,11 +320,7 @@ mod tests {
 
     #[test]
     fn a_sound_placement_is_accepted() {
-        let checked = check(
-            &fleet(),
-            Scope::Platform,
-            vec![place(0, 0, &[0]), place(1, 0, &[1])],
-        );
+        let checked = check(&fleet(), Scope::Platform, vec![place(0, 0, &[0]), place(1, 0, &[1])]);
         assert_eq!(checked.accepted.len(), 2);
         assert!(checked.refused.is_empty());
     }
@@ -356,11 +328,7 @@ mod tests {
     #[test]
     fn each_unsound_decision_is_refused_with_its_reason() {
         let cases: Vec<(Vec<Proposal>, Scope, &str)> = vec![
-            (
-                vec![place(0, 0, &[0]), place(1, 0, &[0])],
-                Scope::Platform,
-                "already given",
-            ),
+            (vec![place(0, 0, &[0]), place(1, 0, &[0])], Scope::Platform, "already given"),
             (vec![place(0, 1, &[2])], Scope::Platform, "occupied"),
             (vec![place(0, 0, &[2])], Scope::Platform, "not on node"),
             (vec![place(0, 0, &[9])], Scope::Platform, "does not exist"),
@@ -369,39 +337,55 @@ mod tests {
             (vec![place(3, 0, &[0])], Scope::Platform, "running"),
             (vec![place(9, 0, &[0])], Scope::Platform, "snapshot has 4"),
             (vec![place(0, 7, &[0])], Scope::Platform, "node #7"),
-            (
-                vec![place(2, 0, &[0, 1])],
-                Scope::Tenant(0),
-                "outside this policy's scope",
-            ),
+            (vec![place(2, 0, &[0, 1])], Scope::Tenant(0), "outside this policy's scope"),
             (vec![place(0, 0, &[])], Scope::Platform, "not cpu_capable"),
+            (vec![Proposal::Preempt { workload: 3, reason: String::new() }], Scope::Platform, "not preemptible"),
             (
-                vec![Proposal::Preempt {
-                    workload: 3,
-                    reason: String::new(),
-                }],
-                Scope::Platform,
-                "not preemptible",
-            ),
-            (
-                vec![
-                    place(0, 0, &[0]),
-                    Proposal::KeepPending {
-                        workload: 0,
-                        reason: String::new(),
-                    },
-                ],
+                vec![place(0, 0, &[0]), Proposal::KeepPending { workload: 0, reason: String::new() }],
                 Scope::Platform,
                 "second decision",
             ),
         ];
         for (proposals, scope, expected) in cases {
             let reason = refusal_of(proposals, scope);
-            assert!(
-                reason.contains(expected),
-                "{reason:?} should contain {expected:?}"
-            );
+            assert!(reason.contains(expected), "{reason:?} should contain {expected:?}");
         }
+    }
+
+    #[test]
+    fn preemption_rules_protect_young_often_preempted_and_uncheckpointable_work() {
+        let mut f = fleet();
+        f.workloads[3].preemptible = true;
+        f.workloads[3].started_at = Some(f.now - chrono::Duration::seconds(30));
+        let preempt = || vec![Proposal::Preempt { workload: 3, reason: "burst".into() }];
+        assert!(check(&f, Scope::Platform, preempt()).refused.is_empty());
+
+        f.settings.min_runtime_s = 600;
+        let refused = check(&f, Scope::Platform, preempt()).refused;
+        assert!(refused[0].reason.contains("minimum runtime"), "{refused:?}");
+
+        f.settings.min_runtime_s = 0;
+        f.workloads[3].preemptions_last_hour = 4;
+        let refused = check(&f, Scope::Platform, preempt()).refused;
+        assert!(refused[0].reason.contains("cap 4"), "{refused:?}");
+
+        f.workloads[3].preemptions_last_hour = 0;
+        f.settings.checkpointable_only = true;
+        let refused = check(&f, Scope::Platform, preempt()).refused;
+        assert!(refused[0].reason.contains("checkpointable"), "{refused:?}");
+    }
+
+    #[test]
+    fn a_tenant_view_holds_only_its_work_and_its_grant() {
+        let f = fleet();
+        // Tenant b (index 1) runs workload 3 on n2's GPU 2, and is granted n1's GPU 1 this cycle.
+        let t = f.tenant_view(1, &[1], &[]);
+        assert_eq!(t.workloads, vec![2, 3]);
+        assert_eq!(t.nodes, vec![0, 1]);
+        assert_eq!(t.gpus, vec![1, 2]);
+        assert_eq!(t.view.gpus[1].holder, Some(1), "its running workload, renumbered");
+        assert_eq!((t.view.nodes[1].gpu_first, t.view.nodes[1].gpu_count), (1, 1));
+        assert!(t.view.workloads.iter().all(|w| w.tenant == 1));
     }
 
     #[test]
@@ -409,10 +393,6 @@ mod tests {
         let mut f = fleet();
         f.gpus[0].memory_used_mb = 50000;
         let checked = check(&f, Scope::Platform, vec![place(0, 0, &[0])]);
-        assert!(
-            checked.refused[0].reason.contains("31920 MiB free"),
-            "{:?}",
-            checked.refused
-        );
+        assert!(checked.refused[0].reason.contains("31920 MiB free"), "{:?}", checked.refused);
     }
 }

@@ -19,6 +19,8 @@ pub struct TenantEntry {
     pub tier: i32,
     pub may_borrow: bool,
     pub running_gpus: u32,
+    /// GPU-hours used, decayed with a half-life (fair share).
+    pub decayed_gpu_hours: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +76,8 @@ pub struct WorkloadEntry {
     pub started_at: Option<DateTime<Utc>>,
     pub node: Option<usize>,
     pub pending_reason: Option<String>,
+    /// Times it was preempted in the last hour (the cap in the priority settings).
+    pub preemptions_last_hour: u32,
 }
 
 impl WorkloadEntry {
@@ -82,9 +86,59 @@ impl WorkloadEntry {
     }
 }
 
+/// The platform's priority settings (see `migrations/0003_*`), as the scheduler reads them.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct PrioritySettings {
+    pub burst_reserve_gpus: i32,
+    pub realtime_first: bool,
+    pub min_runtime_s: i32,
+    pub grace_period_s: i32,
+    pub max_preemptions_per_hour: i32,
+    pub checkpointable_only: bool,
+    pub night_training_bonus: i32,
+    pub night_start_hour: i32,
+    pub night_end_hour: i32,
+}
+
+impl Default for PrioritySettings {
+    fn default() -> Self {
+        PrioritySettings {
+            burst_reserve_gpus: 0,
+            realtime_first: true,
+            min_runtime_s: 0,
+            grace_period_s: 30,
+            max_preemptions_per_hour: 4,
+            checkpointable_only: false,
+            night_training_bonus: 0,
+            night_start_hour: 22,
+            night_end_hour: 6,
+        }
+    }
+}
+
+impl PrioritySettings {
+    pub async fn load(conn: &mut PgConnection) -> sqlx::Result<PrioritySettings> {
+        let row: Option<PrioritySettings> = sqlx::query_as(
+            "SELECT burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, max_preemptions_per_hour, \
+                    checkpointable_only, night_training_bonus, night_start_hour, night_end_hour \
+             FROM priority_settings WHERE id",
+        )
+        .fetch_optional(conn)
+        .await?;
+        Ok(row.unwrap_or_default())
+    }
+
+    /// Whether `hour` (UTC) falls in the night window, which may wrap midnight.
+    pub fn is_night(&self, hour: u32) -> bool {
+        let (start, end, hour) = (self.night_start_hour as u32, self.night_end_hour as u32, hour);
+        if start <= end { (start..end).contains(&hour) } else { hour >= start || hour < end }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct FleetView {
     pub now: DateTime<Utc>,
+    pub settings: PrioritySettings,
     pub tenants: Vec<TenantEntry>,
     pub nodes: Vec<NodeEntry>,
     pub gpus: Vec<GpuEntry>,
@@ -93,17 +147,12 @@ pub struct FleetView {
 
 impl FleetView {
     pub fn pending_count(&self) -> usize {
-        self.workloads
-            .iter()
-            .filter(|w| w.state == WorkloadState::Pending)
-            .count()
+        self.workloads.iter().filter(|w| w.state == WorkloadState::Pending).count()
     }
 
     /// Reads the fleet and the queue in one repeatable-read transaction so they agree.
     pub async fn load(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
-        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *conn).await?;
         let result = Self::load_inner(conn).await;
         // A read-only transaction: ending it cannot lose anything.
         sqlx::query("COMMIT").execute(&mut *conn).await?;
@@ -112,30 +161,30 @@ impl FleetView {
 
     async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
         let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *conn).await?;
+        let settings = PrioritySettings::load(&mut *conn).await?;
 
-        let tenant_rows: Vec<(Uuid, String, i32, i32, i32, bool, i64)> = sqlx::query_as(
+        let tenant_rows: Vec<(Uuid, String, i32, i32, i32, bool, i64, f64)> = sqlx::query_as(
             "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, \
-                    (SELECT count(*) FROM gpu_grants g WHERE g.tenant_id = t.id) \
+                    (SELECT count(*) FROM gpu_grants g WHERE g.tenant_id = t.id), \
+                    COALESCE((SELECT u.decayed_gpu_hours FROM tenant_usage u WHERE u.tenant_id = t.id), 0) \
              FROM tenants t ORDER BY t.name",
         )
         .fetch_all(&mut *conn)
         .await?;
         let tenants: Vec<TenantEntry> = tenant_rows
             .into_iter()
-            .map(
-                |(id, name, guaranteed, weight, tier, may_borrow, running)| TenantEntry {
-                    id,
-                    name,
-                    guaranteed_gpus: guaranteed.max(0) as u32,
-                    weight: weight.max(1) as u32,
-                    tier,
-                    may_borrow,
-                    running_gpus: running.max(0) as u32,
-                },
-            )
+            .map(|(id, name, guaranteed, weight, tier, may_borrow, running, usage)| TenantEntry {
+                id,
+                name,
+                guaranteed_gpus: guaranteed.max(0) as u32,
+                weight: weight.max(1) as u32,
+                tier,
+                may_borrow,
+                running_gpus: running.max(0) as u32,
+                decayed_gpu_hours: usage.max(0.0),
+            })
             .collect();
-        let tenant_index: HashMap<Uuid, usize> =
-            tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+        let tenant_index: HashMap<Uuid, usize> = tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
 
         // Lost nodes take no work; draining ones are shown so policies can see what runs there.
         let node_rows: Vec<(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, i64, i64)> =
@@ -150,34 +199,33 @@ impl FleetView {
             .await?;
         let mut nodes: Vec<NodeEntry> = node_rows
             .into_iter()
-            .map(
-                |(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used)| {
-                    let cpu_millis = cpu.max(0) as u32;
-                    let memory_mb = mem.max(0) as u64;
-                    NodeEntry {
-                        id,
-                        name,
-                        state,
-                        cpu_millis,
-                        memory_mb,
-                        cpu_millis_free: cpu_millis.saturating_sub(cpu_used.max(0) as u32),
-                        memory_mb_free: memory_mb.saturating_sub(mem_used.max(0) as u64),
-                        cost_per_hour: cost.unwrap_or(0.0),
-                        cpu_util: util.unwrap_or(0.0),
-                        simulated,
-                        gpu_first: 0,
-                        gpu_count: 0,
-                    }
-                },
-            )
+            .map(|(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used)| {
+                let cpu_millis = cpu.max(0) as u32;
+                let memory_mb = mem.max(0) as u64;
+                NodeEntry {
+                    id,
+                    name,
+                    state,
+                    cpu_millis,
+                    memory_mb,
+                    cpu_millis_free: cpu_millis.saturating_sub(cpu_used.max(0) as u32),
+                    memory_mb_free: memory_mb.saturating_sub(mem_used.max(0) as u64),
+                    cost_per_hour: cost.unwrap_or(0.0),
+                    cpu_util: util.unwrap_or(0.0),
+                    simulated,
+                    gpu_first: 0,
+                    gpu_count: 0,
+                }
+            })
             .collect();
-        let node_index: HashMap<Uuid, usize> =
-            nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+        let node_index: HashMap<Uuid, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
 
         let workload_rows: Vec<WorkloadRow> = sqlx::query_as(
             "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
                     memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
-                    started_at, node_id, pending_reason \
+                    started_at, node_id, pending_reason, \
+                    (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
+                       AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') AS preemptions_last_hour \
              FROM workloads WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling') \
              ORDER BY submitted_at, id",
         )
@@ -208,14 +256,11 @@ impl FleetView {
                     started_at: r.started_at,
                     node: r.node_id.and_then(|n| node_index.get(&n).copied()),
                     pending_reason: r.pending_reason,
+                    preemptions_last_hour: r.preemptions_last_hour.max(0) as u32,
                 })
             })
             .collect();
-        let workload_index: HashMap<Uuid, usize> = workloads
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (w.id, i))
-            .collect();
+        let workload_index: HashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
 
         let gpu_rows: Vec<(Uuid, Uuid, i32, String, i64, Option<i64>, Option<f32>, Option<i32>, bool, Option<Uuid>)> =
             sqlx::query_as(
@@ -227,9 +272,7 @@ impl FleetView {
             .fetch_all(&mut *conn)
             .await?;
         let mut gpus = Vec::with_capacity(gpu_rows.len());
-        for (id, node_id, device_index, model, memory_mb, used, util, nvlink, simulated, holder) in
-            gpu_rows
-        {
+        for (id, node_id, device_index, model, memory_mb, used, util, nvlink, simulated, holder) in gpu_rows {
             let Some(&node) = node_index.get(&node_id) else {
                 continue;
             };
@@ -255,13 +298,7 @@ impl FleetView {
             }
             node.gpu_count += 1;
         }
-        Ok(FleetView {
-            now,
-            tenants,
-            nodes,
-            gpus,
-            workloads,
-        })
+        Ok(FleetView { now, settings, tenants, nodes, gpus, workloads })
     }
 }
 
@@ -286,4 +323,69 @@ struct WorkloadRow {
     started_at: Option<DateTime<Utc>>,
     node_id: Option<Uuid>,
     pending_reason: Option<String>,
+    preemptions_last_hour: i64,
+}
+
+/// A tenant's part of the fleet: what its own policy may see and use this cycle.
+#[derive(Debug)]
+pub struct TenantView {
+    pub view: FleetView,
+    /// Index in the tenant view → index in the full view.
+    pub workloads: Vec<usize>,
+    pub nodes: Vec<usize>,
+    pub gpus: Vec<usize>,
+}
+
+impl FleetView {
+    /// The part of the fleet a tenant's policy works in: the tenant's own workloads (no other
+    /// tenant's work is visible to it), the GPUs the platform granted it this cycle plus those its
+    /// running work holds, and the nodes those GPUs are on (or that it was given CPU placements on).
+    pub fn tenant_view(&self, tenant: usize, granted_gpus: &[usize], granted_nodes: &[usize]) -> TenantView {
+        let workloads: Vec<usize> = (0..self.workloads.len()).filter(|&w| self.workloads[w].tenant == tenant).collect();
+        let gpu_set: std::collections::BTreeSet<usize> = granted_gpus
+            .iter()
+            .copied()
+            .chain((0..self.gpus.len()).filter(|&g| self.gpus[g].holder.is_some_and(|h| workloads.contains(&h))))
+            .collect();
+        let node_set: std::collections::BTreeSet<usize> =
+            gpu_set.iter().map(|&g| self.gpus[g].node).chain(granted_nodes.iter().copied()).collect();
+        let nodes: Vec<usize> = node_set.into_iter().collect();
+        // GPUs grouped by node, in node order, so each node's GPUs stay one contiguous run.
+        let gpus: Vec<usize> =
+            nodes.iter().flat_map(|&n| gpu_set.iter().copied().filter(move |&g| self.gpus[g].node == n)).collect();
+        let node_pos = |n: usize| nodes.iter().position(|&x| x == n);
+        let workload_pos = |w: usize| workloads.iter().position(|&x| x == w);
+        let mut view = FleetView {
+            now: self.now,
+            settings: self.settings.clone(),
+            tenants: self.tenants.clone(),
+            nodes: nodes.iter().map(|&n| NodeEntry { gpu_first: 0, gpu_count: 0, ..self.nodes[n].clone() }).collect(),
+            gpus: gpus
+                .iter()
+                .filter_map(|&g| {
+                    let gpu = &self.gpus[g];
+                    Some(GpuEntry {
+                        node: node_pos(gpu.node)?,
+                        holder: gpu.holder.and_then(workload_pos),
+                        ..gpu.clone()
+                    })
+                })
+                .collect(),
+            workloads: workloads
+                .iter()
+                .map(|&w| {
+                    let entry = &self.workloads[w];
+                    WorkloadEntry { node: entry.node.and_then(node_pos), ..entry.clone() }
+                })
+                .collect(),
+        };
+        for (i, gpu) in view.gpus.iter().enumerate() {
+            let node = &mut view.nodes[gpu.node];
+            if node.gpu_count == 0 {
+                node.gpu_first = i;
+            }
+            node.gpu_count += 1;
+        }
+        TenantView { view, workloads, nodes, gpus }
+    }
 }

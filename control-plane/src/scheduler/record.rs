@@ -43,8 +43,8 @@ pub struct CycleRecord<'a> {
 pub async fn apply(
     db: &PgPool,
     fleet: &FleetView,
-    accepted: &[Proposal],
-    refused: &[Refusal],
+    accepted: &[(Proposal, &Decider)],
+    refused: &[(Refusal, &Decider)],
     record: CycleRecord<'_>,
 ) -> sqlx::Result<CycleOutcome> {
     let mut tx = db.begin().await?;
@@ -61,23 +61,14 @@ pub async fn apply(
     .fetch_one(&mut *tx)
     .await?;
 
-    let mut outcome = CycleOutcome {
-        cycle_id,
-        placed: 0,
-        preempted: 0,
-        pending: 0,
-        refused: refused.len(),
-        nodes_changed: false,
-    };
-    let decider = record.decider;
-    let mut late_refusals: Vec<Refusal> = Vec::new();
+    let mut outcome =
+        CycleOutcome { cycle_id, placed: 0, preempted: 0, pending: 0, refused: refused.len(), nodes_changed: false };
+    let mut late_refusals: Vec<(Refusal, &Decider)> = Vec::new();
 
-    for proposal in accepted {
+    for &(ref proposal, decider) in accepted {
         let w = &fleet.workloads[proposal.workload()];
         match proposal {
-            Proposal::Place {
-                node, gpus, reason, ..
-            } => {
+            Proposal::Place { node, gpus, reason, .. } => {
                 let n = &fleet.nodes[*node];
                 let gpu_ids: Vec<Uuid> = gpus.iter().map(|&g| fleet.gpus[g].id).collect();
                 // A savepoint per placement: one that lost a race rolls back alone.
@@ -94,10 +85,13 @@ pub async fn apply(
                 .rows_affected();
                 if moved == 0 {
                     sp.rollback().await?;
-                    late_refusals.push(Refusal {
-                        workload: Some(proposal.workload()),
-                        reason: format!("workload {} is no longer pending", w.id),
-                    });
+                    late_refusals.push((
+                        Refusal {
+                            workload: Some(proposal.workload()),
+                            reason: format!("workload {} is no longer pending", w.id),
+                        },
+                        decider,
+                    ));
                     continue;
                 }
                 let granted = sqlx::query(
@@ -112,29 +106,27 @@ pub async fn apply(
                 .rows_affected();
                 if granted != gpu_ids.len() as u64 {
                     sp.rollback().await?;
-                    late_refusals.push(Refusal {
-                        workload: Some(proposal.workload()),
-                        reason: "a GPU it was given was granted to another workload meanwhile"
-                            .into(),
-                    });
+                    late_refusals.push((
+                        Refusal {
+                            workload: Some(proposal.workload()),
+                            reason: "a GPU it was given was granted to another workload meanwhile".into(),
+                        },
+                        decider,
+                    ));
                     continue;
                 }
                 sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
                     .bind(n.id)
                     .execute(&mut *sp)
                     .await?;
-                let (attempt,): (i32,) =
-                    sqlx::query_as("SELECT attempt FROM workloads WHERE id = $1")
-                        .bind(w.id)
-                        .fetch_one(&mut *sp)
-                        .await?;
+                let (attempt,): (i32,) = sqlx::query_as("SELECT attempt FROM workloads WHERE id = $1")
+                    .bind(w.id)
+                    .fetch_one(&mut *sp)
+                    .await?;
                 let where_ = if gpus.is_empty() {
                     format!("placed on {} (CPU)", n.name)
                 } else {
-                    let list: Vec<String> = gpus
-                        .iter()
-                        .map(|&g| fleet.gpus[g].device_index.to_string())
-                        .collect();
+                    let list: Vec<String> = gpus.iter().map(|&g| fleet.gpus[g].device_index.to_string()).collect();
                     format!("placed on {} GPUs [{}]", n.name, list.join(","))
                 };
                 transitions::record_event(
@@ -165,17 +157,21 @@ pub async fn apply(
             }
             Proposal::Preempt { reason, .. } => {
                 let moved: Option<(Uuid, i32)> = sqlx::query_as(
-                    "UPDATE workloads SET state = 'preempting', updated_at = now() \
+                    "UPDATE workloads SET state = 'preempting', updated_at = now(), preempted_reason = $2 \
                      WHERE id = $1 AND state IN ('scheduled', 'running') RETURNING node_id, attempt",
                 )
                 .bind(w.id)
+                .bind(reason)
                 .fetch_optional(&mut *tx)
                 .await?;
                 let Some((node_id, attempt)) = moved else {
-                    late_refusals.push(Refusal {
-                        workload: Some(proposal.workload()),
-                        reason: format!("workload {} is no longer running", w.id),
-                    });
+                    late_refusals.push((
+                        Refusal {
+                            workload: Some(proposal.workload()),
+                            reason: format!("workload {} is no longer running", w.id),
+                        },
+                        decider,
+                    ));
                     continue;
                 };
                 sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
@@ -240,21 +236,10 @@ pub async fn apply(
         }
     }
 
-    for refusal in refused.iter().chain(late_refusals.iter()) {
+    for (refusal, decider) in refused.iter().chain(late_refusals.iter()) {
         if let Some(index) = refusal.workload {
             let reason = format!("refused by the control plane: {}", refusal.reason);
-            insert_decision(
-                &mut tx,
-                cycle_id,
-                fleet,
-                index,
-                "rejected",
-                None,
-                &[],
-                &reason,
-                decider,
-            )
-            .await?;
+            insert_decision(&mut tx, cycle_id, fleet, index, "rejected", None, &[], &reason, decider).await?;
         }
     }
     outcome.refused += late_refusals.len();

@@ -26,11 +26,7 @@ pub fn class(c: WorkloadClass) -> abi::WorkloadClass {
 }
 
 /// Builds the ABI snapshot for one scope (`scope_tenant` None: the platform scope).
-pub fn build<'a>(
-    fleet: &'a FleetView,
-    params: &'a str,
-    scope_tenant: Option<usize>,
-) -> abi::Snapshot<'a> {
+pub fn build<'a>(fleet: &'a FleetView, params: &'a str, scope_tenant: Option<usize>) -> abi::Snapshot<'a> {
     let ms = |t: chrono::DateTime<chrono::Utc>| u64::try_from(t.timestamp_millis()).unwrap_or(0);
     abi::Snapshot {
         now_ms: ms(fleet.now),
@@ -43,7 +39,7 @@ pub fn build<'a>(
                 weight: t.weight,
                 running_gpus: t.running_gpus,
                 tier: t.tier,
-                decayed_gpu_hours: 0.0,
+                decayed_gpu_hours: t.decayed_gpu_hours as f32,
                 may_borrow: t.may_borrow,
             })
             .collect(),
@@ -112,9 +108,23 @@ pub fn build<'a>(
                 expected_duration_s: w.expected_duration_s,
             })
             .collect(),
-        settings: None,
+        settings: Some(settings(fleet)),
         params,
         scope_tenant: scope_tenant.map(to_index),
+    }
+}
+
+fn settings(fleet: &FleetView) -> abi::Settings {
+    let s = &fleet.settings;
+    let hour = chrono::Timelike::hour(&fleet.now);
+    abi::Settings {
+        burst_reserve_gpus: s.burst_reserve_gpus.max(0) as u32,
+        realtime_first: s.realtime_first,
+        min_runtime_s: s.min_runtime_s.max(0) as u32,
+        grace_period_s: s.grace_period_s.max(0) as u32,
+        max_preemptions_per_hour: s.max_preemptions_per_hour.max(0) as u32,
+        // The host resolves the time window, so policies need no clock or calendar logic.
+        night_training_bonus: if s.is_night(hour) { s.night_training_bonus } else { 0 },
     }
 }
 

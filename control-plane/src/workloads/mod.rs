@@ -66,10 +66,7 @@ pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 impl SubmitWorkload {
     /// A precise reason the submission is refused, before anything is written.
     pub fn check(&self) -> Result<(), String> {
-        if self.name.trim().is_empty()
-            || self.name.len() > 200
-            || self.name.chars().any(char::is_control)
-        {
+        if self.name.trim().is_empty() || self.name.len() > 200 || self.name.chars().any(char::is_control) {
             return Err("name must be 1 to 200 printable characters".into());
         }
         if self.command.is_empty() || self.command[0].is_empty() {
@@ -79,11 +76,7 @@ impl SubmitWorkload {
             return Err("command has more than 1024 arguments or a NUL byte".into());
         }
         if !PRIORITY_RANGE.contains(&self.priority) {
-            return Err(format!(
-                "priority must be between {} and {}",
-                PRIORITY_RANGE.start(),
-                PRIORITY_RANGE.end()
-            ));
+            return Err(format!("priority must be between {} and {}", PRIORITY_RANGE.start(), PRIORITY_RANGE.end()));
         }
         for (key, value) in &self.env {
             let valid_key = !key.is_empty()
@@ -93,9 +86,7 @@ impl SubmitWorkload {
                 return Err(format!("env name {key:?} is not a valid variable name"));
             }
             if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("AIRTIME_") {
-                return Err(format!(
-                    "env {key} is set by Airtime and cannot be overridden"
-                ));
+                return Err(format!("env {key} is set by Airtime and cannot be overridden"));
             }
             if value.contains('\0') {
                 return Err(format!("env {key} contains a NUL byte"));
@@ -109,24 +100,15 @@ impl SubmitWorkload {
             return Err("a workload without GPUs must ask for cpu_millis".into());
         }
         if r.cpu_capable && r.cpu_millis == 0 {
-            return Err(
-                "a cpu_capable workload must say what it needs on CPU (resources.cpu_millis)"
-                    .into(),
-            );
+            return Err("a cpu_capable workload must say what it needs on CPU (resources.cpu_millis)".into());
         }
         if r.gpu_count == 0 && (r.gpu_memory_mb > 0 || !r.gpu_models.is_empty()) {
             return Err("gpu_memory_mb and gpu_models need gpu_count of at least 1".into());
         }
-        if r.gpu_memory_mb > 4 * 1024 * 1024
-            || r.memory_mb > i64::MAX as u64 / 2
-            || r.cpu_millis > 1_000_000
-        {
+        if r.gpu_memory_mb > 4 * 1024 * 1024 || r.memory_mb > i64::MAX as u64 / 2 || r.cpu_millis > 1_000_000 {
             return Err("a resource request is out of range".into());
         }
-        if r.gpu_models
-            .iter()
-            .any(|m| m.is_empty() || m.contains(',') || m.len() > 128)
-        {
+        if r.gpu_models.iter().any(|m| m.is_empty() || m.contains(',') || m.len() > 128) {
             return Err("gpu_models entries must be 1 to 128 characters without commas".into());
         }
         Ok(())
@@ -197,19 +179,13 @@ const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.nam
      FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
 
 pub async fn submit(db: &PgPool, req: &SubmitWorkload) -> ApiResult<WorkloadView> {
-    req.check()
-        .map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
+    req.check().map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
     let tenant_name = req.tenant.as_deref().unwrap_or("default");
     let mut tx = db.begin().await?;
-    let tenant: Option<(Uuid,)> = sqlx::query_as("SELECT id FROM tenants WHERE name = $1")
-        .bind(tenant_name)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let tenant: Option<(Uuid,)> =
+        sqlx::query_as("SELECT id FROM tenants WHERE name = $1").bind(tenant_name).fetch_optional(&mut *tx).await?;
     let Some((tenant_id,)) = tenant else {
-        return Err(ApiError::unprocessable(
-            "unknown_tenant",
-            format!("no tenant named {tenant_name:?}"),
-        ));
+        return Err(ApiError::unprocessable("unknown_tenant", format!("no tenant named {tenant_name:?}")));
     };
     let id = Uuid::now_v7();
     let r = &req.resources;
@@ -238,27 +214,13 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload) -> ApiResult<WorkloadView
     .bind(serde_json::to_value(&req.env).unwrap_or_default())
     .execute(&mut *tx)
     .await?;
-    transitions::record_event(
-        &mut tx,
-        id,
-        tenant_id,
-        None,
-        WorkloadState::Pending,
-        0,
-        "submitted",
-    )
-    .await?;
+    transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;
     tx.commit().await?;
     get(db, id).await?.ok_or(ApiError::NotFound("workload"))
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<WorkloadView>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{WORKLOAD_SELECT} WHERE w.id = $1"
-    )))
-    .bind(id)
-    .fetch_optional(db)
-    .await
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{WORKLOAD_SELECT} WHERE w.id = $1"))).bind(id).fetch_optional(db).await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -297,29 +259,21 @@ pub async fn detail(db: &PgPool, id: Uuid) -> ApiResult<WorkloadDetail> {
     .await?;
     let decisions = crate::scheduler::record::list_decisions(
         db,
-        &crate::scheduler::record::DecisionFilter {
-            workload_id: Some(id),
-            ..Default::default()
-        },
+        &crate::scheduler::record::DecisionFilter { workload_id: Some(id), ..Default::default() },
     )
     .await?;
-    Ok(WorkloadDetail {
-        workload,
-        history,
-        decisions,
-    })
+    Ok(WorkloadDetail { workload, history, decisions })
 }
 
 /// Cancels a workload: a pending one at once, one on a node through its agent (SIGTERM, then
 /// SIGKILL after the grace period). Returns whether a node's desired state changed.
 pub async fn cancel(db: &PgPool, id: Uuid) -> ApiResult<(WorkloadView, bool)> {
     let mut tx = db.begin().await?;
-    let row: Option<(Uuid, WorkloadState, i32, Option<Uuid>)> = sqlx::query_as(
-        "SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
+    let row: Option<(Uuid, WorkloadState, i32, Option<Uuid>)> =
+        sqlx::query_as("SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
     let Some((tenant_id, state, attempt, node_id)) = row else {
         return Err(ApiError::NotFound("workload"));
     };
@@ -345,12 +299,10 @@ pub async fn cancel(db: &PgPool, id: Uuid) -> ApiResult<(WorkloadView, bool)> {
             false
         }
         WorkloadState::Scheduled | WorkloadState::Running | WorkloadState::Preempting => {
-            sqlx::query(
-                "UPDATE workloads SET state = 'cancelling', updated_at = now() WHERE id = $1",
-            )
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query("UPDATE workloads SET state = 'cancelling', updated_at = now() WHERE id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
                 .bind(node_id)
                 .execute(&mut *tx)

@@ -36,12 +36,10 @@ pub async fn record_event(
 /// nothing): placed, running and preempting work becomes pending again with its GPUs released;
 /// work being cancelled is cancelled.
 pub async fn requeue_node(tx: &mut Tx<'_>, node_id: Uuid, why: &str) -> sqlx::Result<u64> {
-    sqlx::query(
-        "DELETE FROM gpu_grants WHERE workload_id IN (SELECT id FROM workloads WHERE node_id = $1)",
-    )
-    .bind(node_id)
-    .execute(&mut **tx)
-    .await?;
+    sqlx::query("DELETE FROM gpu_grants WHERE workload_id IN (SELECT id FROM workloads WHERE node_id = $1)")
+        .bind(node_id)
+        .execute(&mut **tx)
+        .await?;
     let moved = sqlx::query(
         "WITH old AS (SELECT id, state FROM workloads WHERE node_id = $1 FOR UPDATE), \
               moved AS (UPDATE workloads w \
@@ -65,17 +63,9 @@ pub async fn requeue_node(tx: &mut Tx<'_>, node_id: Uuid, why: &str) -> sqlx::Re
 /// What an agent reports about one attempt of a workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentEvent {
-    Started {
-        pid: Option<u32>,
-    },
-    Exited {
-        exit_code: Option<i32>,
-        signal: Option<i32>,
-        message: Option<String>,
-    },
-    FailedToStart {
-        message: String,
-    },
+    Started { pid: Option<u32> },
+    Exited { exit_code: Option<i32>, signal: Option<i32>, message: Option<String> },
+    FailedToStart { message: String },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -106,12 +96,11 @@ pub async fn apply_agent_event(
     attempt: i32,
     event: &AgentEvent,
 ) -> sqlx::Result<EventOutcome> {
-    let Some(w): Option<Locked> = sqlx::query_as(
-        "SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE",
-    )
-    .bind(workload_id)
-    .fetch_optional(&mut **tx)
-    .await?
+    let Some(w): Option<Locked> =
+        sqlx::query_as("SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE")
+            .bind(workload_id)
+            .fetch_optional(&mut **tx)
+            .await?
     else {
         return Ok(EventOutcome::NotFound);
     };
@@ -121,11 +110,7 @@ pub async fn apply_agent_event(
     if w.node_id != Some(node_id) {
         // The attempt is current but no longer on this node: it was requeued while the agent was
         // away, and will get a new attempt when placed again.
-        return Ok(if w.state.is_on_node() {
-            EventOutcome::NotFound
-        } else {
-            EventOutcome::Unchanged
-        });
+        return Ok(if w.state.is_on_node() { EventOutcome::NotFound } else { EventOutcome::Unchanged });
     }
     use WorkloadState as S;
     let (to, detail, exit_code, message) = match (event, w.state) {
@@ -138,27 +123,11 @@ pub async fn apply_agent_event(
                 .bind(workload_id)
                 .execute(&mut **tx)
                 .await?;
-            record_event(
-                &mut **tx,
-                workload_id,
-                w.tenant_id,
-                Some(w.state),
-                S::Running,
-                attempt,
-                &detail,
-            )
-            .await?;
+            record_event(&mut **tx, workload_id, w.tenant_id, Some(w.state), S::Running, attempt, &detail).await?;
             return Ok(EventOutcome::Applied);
         }
         (AgentEvent::Started { .. }, _) => return Ok(EventOutcome::Unchanged),
-        (
-            AgentEvent::Exited {
-                exit_code,
-                signal,
-                message,
-            },
-            state,
-        ) => {
+        (AgentEvent::Exited { exit_code, signal, message }, state) => {
             let how = match (exit_code, signal) {
                 (Some(code), _) => format!("exited with code {code}"),
                 (None, Some(sig)) => format!("killed by signal {sig}"),
@@ -169,53 +138,24 @@ pub async fn apply_agent_event(
                 None => how,
             };
             match state {
-                S::Scheduled | S::Running if *exit_code == Some(0) => {
-                    (S::Succeeded, how, *exit_code, None)
-                }
+                S::Scheduled | S::Running if *exit_code == Some(0) => (S::Succeeded, how, *exit_code, None),
                 S::Scheduled | S::Running => (S::Failed, how.clone(), *exit_code, Some(how)),
-                S::Preempting => (
-                    S::Pending,
-                    format!("preempted, {how}; requeued"),
-                    *exit_code,
-                    None,
-                ),
+                S::Preempting => (S::Pending, format!("preempted, {how}; requeued"), *exit_code, None),
                 S::Cancelling => (S::Cancelled, format!("cancelled, {how}"), *exit_code, None),
                 _ => return Ok(EventOutcome::Unchanged),
             }
         }
         (AgentEvent::FailedToStart { message }, state) => match state {
-            S::Scheduled | S::Running => (
-                S::Failed,
-                format!("failed to start: {message}"),
-                None,
-                Some(message.clone()),
-            ),
-            S::Preempting => (
-                S::Pending,
-                "preempted before it started; requeued".to_owned(),
-                None,
-                None,
-            ),
-            S::Cancelling => (
-                S::Cancelled,
-                "cancelled before it started".to_owned(),
-                None,
-                None,
-            ),
+            S::Scheduled | S::Running => {
+                (S::Failed, format!("failed to start: {message}"), None, Some(message.clone()))
+            }
+            S::Preempting => (S::Pending, "preempted before it started; requeued".to_owned(), None, None),
+            S::Cancelling => (S::Cancelled, "cancelled before it started".to_owned(), None, None),
             _ => return Ok(EventOutcome::Unchanged),
         },
     };
     leave_node(tx, workload_id, to, exit_code, message.as_deref()).await?;
-    record_event(
-        &mut **tx,
-        workload_id,
-        w.tenant_id,
-        Some(w.state),
-        to,
-        attempt,
-        &detail,
-    )
-    .await?;
+    record_event(&mut **tx, workload_id, w.tenant_id, Some(w.state), to, attempt, &detail).await?;
     Ok(EventOutcome::Applied)
 }
 
@@ -227,10 +167,7 @@ async fn leave_node(
     exit_code: Option<i32>,
     message: Option<&str>,
 ) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1")
-        .bind(workload_id)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1").bind(workload_id).execute(&mut **tx).await?;
     let terminal = to.is_terminal();
     sqlx::query(
         "UPDATE workloads SET state = $2, last_node_id = node_id, node_id = NULL, updated_at = now(), \

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::StatusCode;
+use axum::extract::{Path as UrlPath, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -24,6 +25,9 @@ use airtime_node_agent::protocol::{
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 pub const NODE_ID: &str = "0190a6a4-0000-7000-8000-0000000000aa";
+/// The one enrolment token the fake accepts, and the credential it gives for it.
+pub const ENROLMENT_TOKEN: &str = "et_fake-enrolment-token";
+pub const CREDENTIAL: &str = "nc_fake-node-credential";
 
 #[derive(Default)]
 pub struct Recorded {
@@ -37,6 +41,10 @@ pub struct Recorded {
     pub failing_events: u32,
     /// When the answer carrying each desired-state version left the server.
     pub answered: BTreeMap<u64, SystemTime>,
+    /// Enrolments accepted.
+    pub enrolments: u32,
+    /// Calls refused for a missing or wrong credential.
+    pub unauthorized: u32,
 }
 
 #[derive(Clone)]
@@ -185,6 +193,34 @@ pub async fn event(
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// `POST /api/v1/agent/enrol`: [`ENROLMENT_TOKEN`] buys [`CREDENTIAL`].
+pub async fn enrol(State(cp): State<FakeControlPlane>, Json(body): Json<Value>) -> Response {
+    if body["enrolment_token"] != ENROLMENT_TOKEN || !body["name"].is_string() {
+        return error(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    cp.recorded().enrolments += 1;
+    Json(json!({"credential": CREDENTIAL, "credential_id": Uuid::new_v4(), "node_name": body["name"]}))
+        .into_response()
+}
+
+/// Every call but the enrolment must carry the node credential, as the real control plane requires.
+async fn require_credential(
+    State(cp): State<FakeControlPlane>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let expected = format!("Bearer {CREDENTIAL}");
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if !request.uri().path().ends_with("/enrol") && given != Some(expected.as_str()) {
+        cp.recorded().unauthorized += 1;
+        return error(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    next.run(request).await
+}
+
 pub async fn start_fake() -> Result<(FakeControlPlane, String), std::io::Error> {
     let cp = FakeControlPlane {
         recorded: Arc::default(),
@@ -197,6 +233,7 @@ pub async fn start_fake() -> Result<(FakeControlPlane, String), std::io::Error> 
         ),
     };
     let app = Router::new()
+        .route("/api/v1/agent/enrol", post(enrol))
         .route("/api/v1/agent/register", post(register))
         .route("/api/v1/agent/nodes/{node_id}/telemetry", post(telemetry))
         .route(
@@ -207,6 +244,10 @@ pub async fn start_fake() -> Result<(FakeControlPlane, String), std::io::Error> 
             "/api/v1/agent/nodes/{node_id}/workloads/{workload_id}/events",
             post(event),
         )
+        .layer(middleware::from_fn_with_state(
+            cp.clone(),
+            require_credential,
+        ))
         .with_state(cp.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);

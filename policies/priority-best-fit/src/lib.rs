@@ -52,10 +52,7 @@ impl Policy for PriorityBestFit {
         });
 
         let mut plan = Plan::new(snapshot);
-        // Nodes that take work and still have a free GPU; shrinks as they fill, so a full fleet
-        // costs almost nothing per remaining workload.
-        let mut gpu_nodes: Vec<u32> =
-            snapshot.ready_nodes().filter(|(i, _)| plan.free_gpu_count(*i) > 0).map(|(i, _)| i).collect();
+        let mut by_free = FreeGpuIndex::new(snapshot, &plan);
         let mut failed_shapes: BTreeMap<Shape<'s>, String> = BTreeMap::new();
         let mut placed = 0u32;
 
@@ -94,7 +91,7 @@ impl Policy for PriorityBestFit {
             let found = if failed_shapes.contains_key(&shape) {
                 None
             } else {
-                best_gpu_fit(snapshot, &plan, &gpu_nodes, &need, prefer_nvlink)
+                best_gpu_fit(snapshot, &plan, &by_free, &need, prefer_nvlink)
             };
             match found {
                 Some(mut fit) => {
@@ -108,16 +105,15 @@ impl Policy for PriorityBestFit {
                         fit.model,
                         if left == 1 { "GPU" } else { "GPUs" },
                     );
+                    let free_before = plan.free_gpu_count(fit.node);
                     plan.place(index, fit.node, fit.gpus, reason)?;
                     placed += 1;
-                    if plan.free_gpu_count(fit.node) == 0 {
-                        gpu_nodes.retain(|&n| n != fit.node);
-                    }
+                    by_free.moved(fit.node, free_before, plan.free_gpu_count(fit.node));
                 }
                 None => {
                     let reason = failed_shapes
                         .entry(shape)
-                        .or_insert_with(|| no_gpu_reason(snapshot, &plan, &gpu_nodes, &need))
+                        .or_insert_with(|| no_gpu_reason(snapshot, &plan, &by_free, &need))
                         .clone();
                     place_on_cpu_or_wait(snapshot, &mut plan, index, workload, reason, &mut placed)?;
                 }
@@ -140,52 +136,90 @@ struct GpuFit<'a> {
     gpus: Vec<u32>,
     model: &'a str,
     one_nvlink_domain: bool,
-    /// (free GPUs left on the node, MiB left over on the chosen GPUs): smaller is a better fit.
-    score: (u32, u64),
 }
 
-/// The best node for `need` among `nodes`, or `None` when no node has enough free GPUs that fit.
+/// Ready nodes grouped by how many GPUs they have free in the plan, each group in node order, so
+/// the best fit is found by looking at the tightest nodes first instead of at the whole fleet.
+struct FreeGpuIndex {
+    /// `by_free[f]`: the ready nodes with exactly `f` free GPUs, ascending.
+    by_free: Vec<Vec<u32>>,
+}
+
+impl FreeGpuIndex {
+    fn new(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>) -> Self {
+        let mut by_free: Vec<Vec<u32>> = Vec::new();
+        for (node, _) in snapshot.ready_nodes() {
+            let free = plan.free_gpu_count(node) as usize;
+            if by_free.len() <= free {
+                by_free.resize_with(free + 1, Vec::new);
+            }
+            by_free[free].push(node);
+        }
+        FreeGpuIndex { by_free }
+    }
+
+    /// `node` went from `before` to `after` free GPUs.
+    fn moved(&mut self, node: u32, before: u32, after: u32) {
+        if let Some(group) = self.by_free.get_mut(before as usize)
+            && let Ok(at) = group.binary_search(&node)
+        {
+            group.remove(at);
+        }
+        if let Some(group) = self.by_free.get_mut(after as usize)
+            && let Err(at) = group.binary_search(&node)
+        {
+            group.insert(at, node);
+        }
+    }
+
+    /// `(free GPUs, nodes)` for every group with at least `count` free, tightest first.
+    fn at_least(&self, count: u32) -> impl Iterator<Item = (u32, &[u32])> {
+        self.by_free.iter().enumerate().skip(count as usize).map(|(free, nodes)| (free as u32, nodes.as_slice()))
+    }
+}
+
+/// The best node for `need`: the fewest free GPUs left over on the node, then the least memory left
+/// over on the chosen GPUs, then the lowest node index. `None` when no node has enough free GPUs
+/// that fit.
 fn best_gpu_fit<'a>(
     snapshot: &Snapshot<'a>,
     plan: &Plan<'_, 'a>,
-    nodes: &[u32],
+    by_free: &FreeGpuIndex,
     need: &GpuNeed<'_>,
     prefer_nvlink: bool,
 ) -> Option<GpuFit<'a>> {
-    let mut best: Option<GpuFit<'a>> = None;
     let mut candidates: Vec<(u32, &Gpu<'a>)> = Vec::new();
-    for &node in nodes {
-        let free = plan.free_gpu_count(node);
-        if free < need.count {
-            continue;
-        }
-        let left = free - need.count;
-        if best.as_ref().is_some_and(|b| b.score.0 < left) {
-            continue;
-        }
-        candidates.clear();
-        candidates.extend(plan.free_gpus(node).filter(|(_, g)| need.fits(g)));
-        if candidates.len() < need.count as usize {
-            continue;
-        }
-        // Tightest GPUs first: least free memory, then device order.
-        candidates.sort_by_key(|(i, g)| (g.memory_free_mb(), g.device_index, *i));
-        let (chosen, one_domain) = choose_gpus(&candidates, need.count as usize, prefer_nvlink);
-        let waste: u64 = chosen
-            .iter()
-            .filter_map(|&i| snapshot.gpu(i))
-            .map(|g| u64::from(g.memory_free_mb() - need.memory_mb))
-            .sum();
-        let score = (left, waste);
-        if best.as_ref().is_none_or(|b| score < b.score) {
-            let model = chosen.first().and_then(|&i| snapshot.gpu(i)).map_or("", |g| g.model);
-            best = Some(GpuFit { node, gpus: chosen, model, one_nvlink_domain: one_domain, score });
-            if score == (0, 0) {
-                break;
+    // Groups are visited tightest first; the first group with a fitting node holds the best fit,
+    // and within it the least memory left over wins (the first such node, as they are in order).
+    for (_, nodes) in by_free.at_least(need.count) {
+        let mut best: Option<(u64, GpuFit<'a>)> = None;
+        for &node in nodes {
+            candidates.clear();
+            candidates.extend(plan.free_gpus(node).filter(|(_, g)| need.fits(g)));
+            if candidates.len() < need.count as usize {
+                continue;
+            }
+            // Tightest GPUs first: least free memory, then device order.
+            candidates.sort_by_key(|(i, g)| (g.memory_free_mb(), g.device_index, *i));
+            let (chosen, one_domain) = choose_gpus(&candidates, need.count as usize, prefer_nvlink);
+            let waste: u64 = chosen
+                .iter()
+                .filter_map(|&i| snapshot.gpu(i))
+                .map(|g| u64::from(g.memory_free_mb() - need.memory_mb))
+                .sum();
+            if best.as_ref().is_none_or(|(least, _)| waste < *least) {
+                let model = chosen.first().and_then(|&i| snapshot.gpu(i)).map_or("", |g| g.model);
+                best = Some((waste, GpuFit { node, gpus: chosen, model, one_nvlink_domain: one_domain }));
+                if waste == 0 {
+                    break;
+                }
             }
         }
+        if let Some((_, fit)) = best {
+            return Some(fit);
+        }
     }
-    best
+    None
 }
 
 /// `count` GPUs from `candidates` (sorted tightest first), from one NVLink domain if one has enough
@@ -225,15 +259,16 @@ fn choose_gpus(candidates: &[(u32, &Gpu<'_>)], count: usize, prefer_nvlink: bool
 
 /// "no ready node has 4 free GPUs with ≥ 40960 MiB (H100); the most on one node is 2 (n7)", or, if
 /// the fleet could not fit it even with every GPU free, says so: it will wait until the fleet changes.
-fn no_gpu_reason(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, nodes: &[u32], need: &GpuNeed<'_>) -> String {
+fn no_gpu_reason(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, by_free: &FreeGpuIndex, need: &GpuNeed<'_>) -> String {
     let fits_when_idle = snapshot
         .ready_nodes()
         .any(|(n, _)| snapshot.node_gpus(n).filter(|(_, g)| need.fits(g)).count() >= need.count as usize);
     if !fits_when_idle {
         return format!("no ready node has {}, even with all its GPUs free", need.describe(""));
     }
-    let best = nodes
-        .iter()
+    let best = by_free
+        .at_least(1)
+        .flat_map(|(_, nodes)| nodes)
         .map(|&n| (plan.free_gpus(n).filter(|(_, g)| need.fits(g)).count(), n))
         .max_by_key(|&(count, n)| (count, std::cmp::Reverse(n)));
     let most = match best {

@@ -1,0 +1,206 @@
+//! The OpenAPI 3 document of the whole API, generated from the handlers themselves: every route is
+//! registered through `utoipa_axum::routes!`, which takes its path, method, parameters, bodies and
+//! responses from the handler's `#[utoipa::path]`, so the document cannot drift from the router.
+//! [`documented_only`] makes sure of the rest: a route under `/api/v1` that is not in the document
+//! answers 500 and logs why, so an undocumented route never ships unnoticed.
+//!
+//! Every operation names the least role that may call it in the extension [`ACCESS_EXTENSION`]
+//! (one of [`ACCESS_LEVELS`]); the access-matrix test reads it to know what to expect of each
+//! role, and the security requirement says which credential it takes.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use utoipa::Modify;
+use utoipa::OpenApi as _;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+
+use crate::error::ApiError;
+
+/// The extension on every operation naming who may call it.
+pub const ACCESS_EXTENSION: &str = "x-airtime-access";
+
+/// The access levels, from the most open:
+/// - `public`: anyone, no credential (login, enrolment, health, this document);
+/// - `viewer`: any person or API token with a role (what they see is their tenant's);
+/// - `tenant_member`: submit and cancel the tenant's work;
+/// - `tenant_admin`: the tenant's policies, members, tokens, audit log;
+/// - `platform_admin`: the fleet, tenants, quotas, priority settings, the platform policy;
+/// - `agent`: a node agent's own credential, for its own node only.
+pub const ACCESS_LEVELS: [&str; 6] = ["public", "viewer", "tenant_member", "tenant_admin", "platform_admin", "agent"];
+
+/// Security scheme names used in `security(...)` of the handlers.
+pub const SESSION: &str = "session";
+pub const API_TOKEN: &str = "api_token";
+pub const NODE_CREDENTIAL: &str = "node_credential";
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Airtime API",
+        description = "Airtime decides which workload runs on which GPU (or CPU) of a fleet, and explains \
+            every decision. Authenticate with `Authorization: Bearer <token>`: a session from \
+            `POST /api/v1/auth/login`, an API token (`at_…`), or — for node agents — the node's \
+            credential (`nc_…`). Errors are always `{\"error\": {\"code\", \"message\"}}`; another \
+            tenant's resource answers 404, exactly like one that does not exist.",
+        license(name = "Apache-2.0"),
+    ),
+    modifiers(&SecuritySchemes),
+    components(schemas(ErrorResponse, ErrorDetail)),
+    tags(
+        (name = "auth", description = "Logging in, the caller's account, users and memberships, API tokens"),
+        (name = "workloads", description = "Submit, list, inspect and cancel workloads"),
+        (name = "fleet", description = "Nodes and GPUs with their latest telemetry"),
+        (name = "policies", description = "Scheduling policies: Wasm modules, versions, activation"),
+        (name = "decisions", description = "What policies decided, and why"),
+        (name = "tenants", description = "Tenants and their quotas"),
+        (name = "settings", description = "Platform priority settings"),
+        (name = "audit", description = "Who changed what, when, from where"),
+        (name = "agent", description = "The node agents' protocol (docs/agent-protocol.md)"),
+        (name = "health", description = "Liveness, readiness, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// Every error: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct ErrorResponse {
+    error: ErrorDetail,
+}
+
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `unauthorized`, `not_found`, `invalid_body`, `rate_limited`, …
+    code: String,
+    /// What is wrong, for people. Never internals.
+    message: String,
+}
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = |format: &str, description: &str| {
+            SecurityScheme::Http(
+                Http::new(HttpAuthScheme::Bearer).bearer_format(format).description(Some(description)),
+            )
+        };
+        components.add_security_scheme(
+            SESSION,
+            bearer("JWT", "A session from POST /api/v1/auth/login (HS256 JWT, short-lived)."),
+        );
+        components.add_security_scheme(
+            API_TOKEN,
+            bearer("at_<64 hex>", "An API token from POST /api/v1/tokens, shown once at creation."),
+        );
+        components.add_security_scheme(
+            NODE_CREDENTIAL,
+            bearer("nc_<64 hex>", "A node agent's credential from POST /api/v1/agent/enrol, scoped to its node."),
+        );
+    }
+}
+
+struct Installed {
+    json: String,
+    paths: HashSet<String>,
+}
+
+static DOCUMENT: OnceLock<Installed> = OnceLock::new();
+
+/// Keeps the document split from the router (`server::app`), completed with the error responses
+/// every authenticated operation can give. The document is the same for every configuration, so
+/// the first one installed in a process is kept.
+pub fn install(mut doc: utoipa::openapi::OpenApi) {
+    complete(&mut doc);
+    let paths = doc.paths.paths.keys().cloned().collect();
+    let json = doc.to_pretty_json().unwrap_or_else(|_| "{}".into());
+    let _ = DOCUMENT.set(Installed { json, paths });
+}
+
+/// Adds 401, 403 and 429 to every operation that needs a credential, and 400 to every one.
+fn complete(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{RefOr, Response as DocResponse, ResponseBuilder};
+    let error = |description: &str| -> RefOr<DocResponse> {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    utoipa::openapi::ContentBuilder::new()
+                        .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorResponse")))
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    for item in doc.paths.paths.values_mut() {
+        for operation in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+            &mut item.head,
+            &mut item.options,
+            &mut item.trace,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let public = operation.security.as_ref().is_some_and(|s| {
+                s.iter().all(|r| serde_json::to_value(r).is_ok_and(|v| v.as_object().is_some_and(|o| o.is_empty())))
+            });
+            let responses = &mut operation.responses.responses;
+            responses.entry("400".into()).or_insert_with(|| error("Malformed request (body, path or query)"));
+            if !public {
+                responses.entry("401".into()).or_insert_with(|| error("No credential, or an invalid, expired or revoked one"));
+                responses.entry("403".into()).or_insert_with(|| error("The caller's role does not allow this"));
+                responses.entry("429".into()).or_insert_with(|| error("Too many requests from this credential; see Retry-After"));
+            }
+        }
+    }
+}
+
+/// The document as JSON (empty until the router was built).
+pub fn document_json() -> &'static str {
+    DOCUMENT.get().map_or("{}", |d| d.json.as_str())
+}
+
+fn documented_paths() -> Option<&'static HashSet<String>> {
+    DOCUMENT.get().map(|d| &d.paths)
+}
+
+/// Middleware: a matched route absent from the document is refused (500, logged) instead of served.
+pub async fn documented_only(request: Request, next: Next) -> Response {
+    if let Some(path) = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str)
+        && documented_paths().is_some_and(|paths| !paths.contains(path))
+    {
+        tracing::error!(route = path, "route missing from the OpenAPI document; annotate it with #[utoipa::path]");
+        return ApiError::Internal(anyhow::anyhow!("undocumented route {path}")).into_response();
+    }
+    next.run(request).await
+}
+
+/// `GET /api/v1/openapi.json`.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "health",
+    security(()),
+    extensions(("x-airtime-access" = json!("public"))),
+    responses((status = 200, description = "This document", content_type = "application/json"))
+)]
+pub async fn openapi_json() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], document_json())
+}
+
+/// The base document (info, tags, security schemes, error schema) the routes are added to.
+pub fn base() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
