@@ -18,6 +18,7 @@ pub mod policies;
 pub mod scheduler;
 pub mod server;
 pub mod signals;
+pub mod tenancy;
 pub mod web;
 pub mod workloads;
 

@@ -14,11 +14,15 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
+use crate::auth::audit::{self, AuditActor, Change};
 use crate::error::{ApiError, ApiResult};
 use crate::model::PLATFORM_SCOPE;
 
 /// The built-in policy every scope falls back to when its own policy fails.
 pub const FALLBACK_POLICY: &str = "priority-best-fit";
+
+/// The built-in policy the platform scope starts with (the fallback when it is not built).
+pub const DEFAULT_POLICY: &str = "slo-first";
 
 /// A policy version ready to evaluate.
 pub struct LoadedPolicy {
@@ -86,7 +90,11 @@ impl PolicyCatalog {
             "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
              WHERE p.builtin AND p.name = $1 ORDER BY v.version DESC LIMIT 1",
         )
-        .bind(FALLBACK_POLICY)
+        .bind(if airtime_builtin_policies::ALL.iter().any(|(name, _)| *name == DEFAULT_POLICY) {
+            DEFAULT_POLICY
+        } else {
+            FALLBACK_POLICY
+        })
         .fetch_one(db)
         .await?;
         sqlx::query(
@@ -374,12 +382,13 @@ async fn insert_version(
     Ok((id, version))
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct VersionView {
     pub id: Uuid,
     pub version: i32,
     pub sha256: String,
     pub size_bytes: i32,
+    #[schema(value_type = Object)]
     pub params: serde_json::Value,
     pub uploaded_at: DateTime<Utc>,
     /// Decides for its scope now.
@@ -388,7 +397,7 @@ pub struct VersionView {
     pub shadow: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PolicyView {
     pub id: Uuid,
     pub name: String,
@@ -398,12 +407,14 @@ pub struct PolicyView {
     pub created_at: DateTime<Utc>,
     pub active_version: Option<i32>,
     /// The parameters the active version runs with.
+    #[schema(value_type = Option<Object>)]
     pub active_params: Option<serde_json::Value>,
     /// Set when the policy failed too many cycles in a row; its scope runs the built-in meanwhile.
     pub suspended_reason: Option<String>,
     pub shadow_version: Option<i32>,
     pub consecutive_failures: i32,
     /// Per-evaluation limits (defaults where absent).
+    #[schema(value_type = Object)]
     pub limits: PolicyLimits,
     pub versions: Vec<VersionView>,
 }
@@ -419,12 +430,16 @@ struct PolicyRow {
     consecutive_failures: i32,
 }
 
-pub async fn list(db: &PgPool) -> sqlx::Result<Vec<PolicyView>> {
+/// Policies visible in `scope`: every one for `None` (platform admins); else the platform's and
+/// that tenant's own.
+pub async fn list(db: &PgPool, scope: Option<Uuid>) -> sqlx::Result<Vec<PolicyView>> {
     let rows: Vec<PolicyRow> = sqlx::query_as(
         "SELECT p.id, p.name, t.name AS tenant, p.builtin, p.created_at, p.limits, p.consecutive_failures \
          FROM policies p LEFT JOIN tenants t ON t.id = p.tenant_id WHERE p.deleted_at IS NULL \
+         AND ($1::uuid IS NULL OR p.tenant_id IS NULL OR p.tenant_id = $1) \
          ORDER BY p.builtin DESC, p.name",
     )
+    .bind(scope)
     .fetch_all(db)
     .await?;
     let mut out = Vec::with_capacity(rows.len());
@@ -485,8 +500,15 @@ async fn view(db: &PgPool, row: PolicyRow) -> sqlx::Result<PolicyView> {
     })
 }
 
-/// Stores an uploaded module that passed `vet` as the next version of the named platform policy.
-pub async fn store_upload(db: &PgPool, name: &str, wasm: &[u8]) -> ApiResult<PolicyView> {
+/// Stores an uploaded module that passed `vet` as the next version of the named policy: a platform
+/// policy (`tenant_id` None) or the tenant's own. Audited in the same transaction.
+pub async fn store_upload(
+    db: &PgPool,
+    tenant_id: Option<Uuid>,
+    name: &str,
+    wasm: &[u8],
+    actor: &AuditActor,
+) -> ApiResult<PolicyView> {
     let valid_name = !name.is_empty()
         && name.len() <= 63
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -499,8 +521,9 @@ pub async fn store_upload(db: &PgPool, name: &str, wasm: &[u8]) -> ApiResult<Pol
     }
     let mut tx = db.begin().await?;
     let existing: Option<(bool,)> =
-        sqlx::query_as("SELECT builtin FROM policies WHERE tenant_id IS NULL AND name = $1")
+        sqlx::query_as("SELECT builtin FROM policies WHERE tenant_id IS NOT DISTINCT FROM $2 AND name = $1")
             .bind(name)
+            .bind(tenant_id)
             .fetch_optional(&mut *tx)
             .await?;
     if existing == Some((true,)) {
@@ -509,10 +532,33 @@ pub async fn store_upload(db: &PgPool, name: &str, wasm: &[u8]) -> ApiResult<Pol
             format!("{name} is a built-in policy; upload under another name"),
         ));
     }
-    let policy_id = ensure_policy(&mut tx, None, name, false).await?;
-    insert_version(&mut tx, policy_id, None, wasm).await?;
+    let policy_id = ensure_policy(&mut tx, tenant_id, name, false).await?;
+    let (version_id, version) = insert_version(&mut tx, policy_id, tenant_id, wasm).await?;
+    audit::record(
+        &mut tx,
+        actor,
+        Change::new("policy.upload", "policy", policy_id).tenant(tenant_id).detail(serde_json::json!({
+            "name": name, "version": version, "version_id": version_id, "sha256": sha256_hex(wasm), "size_bytes": wasm.len(),
+        })),
+    )
+    .await?;
     tx.commit().await?;
     get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
+}
+
+/// The tenant of a scope (`None` for the platform scope), for the audit log.
+fn tenant_of_scope(scope: &str) -> Option<Uuid> {
+    Uuid::parse_str(scope).ok()
+}
+
+/// The tenant that owns a policy (`None` for a platform policy); not found when deleted or absent.
+pub async fn owner(db: &PgPool, policy_id: Uuid) -> ApiResult<Option<Uuid>> {
+    let row: Option<(Option<Uuid>,)> =
+        sqlx::query_as("SELECT tenant_id FROM policies WHERE id = $1 AND deleted_at IS NULL")
+            .bind(policy_id)
+            .fetch_optional(db)
+            .await?;
+    row.map(|(t,)| t).ok_or(ApiError::NotFound("policy"))
 }
 
 /// The scope a policy decides for: `platform`, or the tenant id of a tenant's own policy.
@@ -555,6 +601,7 @@ pub async fn activate(
     policy_id: Uuid,
     version: Option<i32>,
     params: serde_json::Value,
+    actor: &AuditActor,
 ) -> ApiResult<PolicyView> {
     check_params(&params)?;
     let mut tx = db.begin().await?;
@@ -571,12 +618,20 @@ pub async fn activate(
     .execute(&mut *tx)
     .await?;
     sqlx::query("UPDATE policies SET consecutive_failures = 0 WHERE id = $1").bind(policy_id).execute(&mut *tx).await?;
+    audit::record(
+        &mut tx,
+        actor,
+        Change::new("policy.activate", "policy", policy_id)
+            .tenant(tenant_of_scope(&scope))
+            .detail(serde_json::json!({"scope": scope, "version_id": version_id, "params": params})),
+    )
+    .await?;
     tx.commit().await?;
     get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
 }
 
 /// Activates the version before the active one of this policy (its parameters kept).
-pub async fn rollback(db: &PgPool, policy_id: Uuid) -> ApiResult<PolicyView> {
+pub async fn rollback(db: &PgPool, policy_id: Uuid, actor: &AuditActor) -> ApiResult<PolicyView> {
     let mut conn = db.acquire().await?;
     let scope = scope_of(&mut conn, policy_id).await?;
     let current: Option<(i32, serde_json::Value)> = sqlx::query_as(
@@ -602,14 +657,15 @@ pub async fn rollback(db: &PgPool, policy_id: Uuid) -> ApiResult<PolicyView> {
     let Some((previous,)) = previous else {
         return Err(ApiError::conflict("no_previous_version", format!("version {current} is the oldest version")));
     };
-    activate(db, policy_id, Some(previous), params).await
+    activate(db, policy_id, Some(previous), params, actor).await
 }
 
 /// Deletes one version (or, with `version` None, the whole policy). An active or shadowed version
 /// cannot be deleted; the bytes stay for the decisions that name them, hidden from listings.
-pub async fn delete(db: &PgPool, policy_id: Uuid, version: Option<i32>) -> ApiResult<()> {
+pub async fn delete(db: &PgPool, policy_id: Uuid, version: Option<i32>, actor: &AuditActor) -> ApiResult<()> {
     let mut tx = db.begin().await?;
-    let (builtin,): (bool,) = sqlx::query_as("SELECT builtin FROM policies WHERE id = $1 AND deleted_at IS NULL")
+    let (builtin, tenant_id): (bool, Option<Uuid>) =
+        sqlx::query_as("SELECT builtin, tenant_id FROM policies WHERE id = $1 AND deleted_at IS NULL")
         .bind(policy_id)
         .fetch_optional(&mut *tx)
         .await?
@@ -657,6 +713,14 @@ pub async fn delete(db: &PgPool, policy_id: Uuid, version: Option<i32>) -> ApiRe
                 .await?;
         }
     }
+    audit::record(
+        &mut tx,
+        actor,
+        Change::new(if version.is_some() { "policy.delete_version" } else { "policy.delete" }, "policy", policy_id)
+            .tenant(tenant_id)
+            .detail(serde_json::json!({"version": version})),
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -667,6 +731,7 @@ pub async fn start_shadow(
     policy_id: Uuid,
     version: Option<i32>,
     params: serde_json::Value,
+    actor: &AuditActor,
 ) -> ApiResult<PolicyView> {
     check_params(&params)?;
     let mut tx = db.begin().await?;
@@ -682,12 +747,20 @@ pub async fn start_shadow(
     .bind(&params)
     .execute(&mut *tx)
     .await?;
+    audit::record(
+        &mut tx,
+        actor,
+        Change::new("policy.shadow_start", "policy", policy_id)
+            .tenant(tenant_of_scope(&scope))
+            .detail(serde_json::json!({"scope": scope, "version_id": version_id, "params": params})),
+    )
+    .await?;
     tx.commit().await?;
     get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
 }
 
-pub async fn stop_shadow(db: &PgPool, policy_id: Uuid) -> ApiResult<()> {
-    let mut conn = db.acquire().await?;
+pub async fn stop_shadow(db: &PgPool, policy_id: Uuid, actor: &AuditActor) -> ApiResult<()> {
+    let mut conn = db.begin().await?;
     let scope = scope_of(&mut conn, policy_id).await?;
     sqlx::query(
         "DELETE FROM policy_shadows s USING policy_versions v WHERE s.scope = $1 AND v.id = s.policy_version_id \
@@ -697,22 +770,42 @@ pub async fn stop_shadow(db: &PgPool, policy_id: Uuid) -> ApiResult<()> {
     .bind(policy_id)
     .execute(&mut *conn)
     .await?;
+    audit::record(
+        &mut conn,
+        actor,
+        Change::new("policy.shadow_stop", "policy", policy_id).tenant(tenant_of_scope(&scope)),
+    )
+    .await?;
+    conn.commit().await?;
     Ok(())
 }
 
 /// Sets the per-evaluation limits of a policy (every version), checked against the host's bounds.
-pub async fn set_limits(db: &PgPool, policy_id: Uuid, limits: &PolicyLimits) -> ApiResult<PolicyView> {
+pub async fn set_limits(
+    db: &PgPool,
+    policy_id: Uuid,
+    limits: &PolicyLimits,
+    actor: &AuditActor,
+) -> ApiResult<PolicyView> {
     limits.validate().map_err(|e| ApiError::unprocessable("invalid_limits", e.to_string()))?;
     let value = serde_json::to_value(limits).map_err(anyhow::Error::from)?;
-    let n = sqlx::query("UPDATE policies SET limits = $2 WHERE id = $1 AND deleted_at IS NULL")
-        .bind(policy_id)
-        .bind(value)
-        .execute(db)
-        .await?
-        .rows_affected();
-    if n == 0 {
+    let mut tx = db.begin().await?;
+    let updated: Option<(Option<Uuid>,)> =
+        sqlx::query_as("UPDATE policies SET limits = $2 WHERE id = $1 AND deleted_at IS NULL RETURNING tenant_id")
+            .bind(policy_id)
+            .bind(&value)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((tenant_id,)) = updated else {
         return Err(ApiError::NotFound("policy"));
-    }
+    };
+    audit::record(
+        &mut tx,
+        actor,
+        Change::new("policy.limits", "policy", policy_id).tenant(tenant_id).detail(serde_json::json!({"limits": value})),
+    )
+    .await?;
+    tx.commit().await?;
     get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
 }
 
@@ -794,7 +887,7 @@ pub async fn record_logs(
     Ok(())
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct FailureView {
     pub id: i64,
     pub cycle_id: Option<i64>,
@@ -814,7 +907,7 @@ pub async fn failures(db: &PgPool, policy_id: Uuid) -> sqlx::Result<Vec<FailureV
     .await
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct LogView {
     pub id: i64,
     pub cycle_id: Option<i64>,
@@ -834,7 +927,7 @@ pub async fn logs(db: &PgPool, policy_id: Uuid) -> sqlx::Result<Vec<LogView>> {
     .await
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ShadowResultView {
     pub id: i64,
     pub cycle_id: i64,
@@ -842,6 +935,7 @@ pub struct ShadowResultView {
     pub active_policy_name: String,
     pub agreed: i32,
     pub differed: i32,
+    #[schema(value_type = Object)]
     pub diff: serde_json::Value,
     pub error: Option<String>,
     pub at: DateTime<Utc>,

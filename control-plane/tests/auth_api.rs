@@ -56,7 +56,7 @@ fn app(auth: Arc<AuthContext>) -> Router {
         node.node_name
     }
     Router::new()
-        .nest("/api/v1", airtime_control_plane::api::auth::routes())
+        .nest("/api/v1", Router::from(airtime_control_plane::api::auth::routes()))
         .route("/probe", get(whoami).post(whoami))
         .route("/node-probe", post(node_probe))
         .with_state(auth)

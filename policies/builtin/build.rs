@@ -22,6 +22,7 @@ const WASM_TARGET: &str = "wasm32-unknown-unknown";
 /// `OUT_DIR` that `src/lib.rs` includes.
 const POLICIES: &[(&str, &str)] = &[
     ("priority-best-fit", "priority_best_fit"),
+    ("slo-first", "slo_first"),
     ("airtime-policy-template", "airtime_policy_template"),
     ("airtime-sdk-probe", "airtime_sdk_probe"),
 ];
@@ -154,9 +155,9 @@ fn build_policies(workspace: &Path, target_dir: &Path) -> PathBuf {
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "true")
         .env("CARGO_PROFILE_RELEASE_INCREMENTAL", "false");
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("could not run `{}` to build the policy modules: {error}", cargo.to_string_lossy()));
+    let output = command.output().unwrap_or_else(|error| {
+        panic!("could not run `{}` to build the policy modules: {error}", cargo.to_string_lossy())
+    });
     if !output.status.success() {
         panic!(
             "building the policy modules failed ({}):\n{}\n{}",

@@ -128,7 +128,8 @@ impl PolicyRuntime {
     /// Builds the engine (pooling allocator, copy-on-write memory images, epoch interruption,
     /// bounded stack) and starts the epoch ticker.
     pub fn new(config: RuntimeConfig) -> Result<Self, PolicyError> {
-        let internal = |what: &str, error: wasmtime::Error| PolicyError::Internal { message: format!("{what}: {error:#}") };
+        let internal =
+            |what: &str, error: wasmtime::Error| PolicyError::Internal { message: format!("{what}: {error:#}") };
         if config.epoch_tick.is_zero() {
             return Err(PolicyError::Internal { message: "epoch_tick must be more than zero".to_owned() });
         }
@@ -146,7 +147,9 @@ impl PolicyRuntime {
             .max_tables_per_module(1)
             .table_elements(MAX_TABLE_ELEMENTS)
             // The ceiling of every policy's memory limit (the per-policy limit is a ResourceLimiter).
-            .max_memory_size(config.max_memory_bytes);
+            .max_memory_size(config.max_memory_bytes)
+            // Reused pages are zeroed in place rather than faulted in again (see the field's docs).
+            .linear_memory_keep_resident(config.memory_keep_resident);
 
         let mut wasm = Config::new();
         wasm
@@ -223,9 +226,11 @@ impl PolicyRuntime {
         check_imports(&module)?;
         check_exports(&module)?;
         check_resources(&module, &self.inner.config)?;
-        let pre = self.inner.linker.instantiate_pre(&module).map_err(|e| PolicyError::Internal {
-            message: format!("pre-instantiating a checked module: {e:#}"),
-        })?;
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|e| PolicyError::Internal { message: format!("pre-instantiating a checked module: {e:#}") })?;
         let policy = CompiledPolicy {
             inner: Arc::new(CompiledInner { sha256, module_len: wasm.len(), runtime_id: self.inner.id, pre }),
         };
@@ -240,10 +245,13 @@ impl PolicyRuntime {
     fn probe(&self, policy: &CompiledPolicy) -> Result<(), PolicyError> {
         let limits = self.inner.config.probe_limits;
         let mut store = self.store(&limits);
-        let instance = policy.inner.pre.instantiate(&mut store).map_err(|e| self.classify(e, &store, Phase::Instantiate))?;
+        let instance =
+            policy.inner.pre.instantiate(&mut store).map_err(|e| self.classify(e, &store, Phase::Instantiate))?;
         let version = instance
             .get_typed_func::<(), i32>(&mut store, EXPORT_ABI_VERSION)
-            .map_err(|e| PolicyError::Internal { message: format!("{EXPORT_ABI_VERSION} after its type was checked: {e:#}") })?
+            .map_err(|e| PolicyError::Internal {
+                message: format!("{EXPORT_ABI_VERSION} after its type was checked: {e:#}"),
+            })?
             .call(&mut store, ())
             .map_err(|e| self.classify(e, &store, Phase::Call))?;
         if u32::try_from(version).ok() != Some(ABI_VERSION) {
@@ -347,16 +355,17 @@ impl PolicyRuntime {
     ) -> Result<Vec<u8>, PolicyError> {
         let abi_error = |message: String| PolicyError::AbiViolation { message };
         let internal = |what: &str, e: wasmtime::Error| PolicyError::Internal { message: format!("{what}: {e:#}") };
-        let len = i32::try_from(snapshot.len())
-            .map_err(|_| PolicyError::Internal { message: format!("a {}-byte snapshot passes 2 GiB", snapshot.len()) })?;
+        let len = i32::try_from(snapshot.len()).map_err(|_| PolicyError::Internal {
+            message: format!("a {}-byte snapshot passes 2 GiB", snapshot.len()),
+        })?;
 
-        let instance = policy.inner.pre.instantiate(&mut *store).map_err(|e| self.classify(e, store, Phase::Instantiate))?;
+        let instance =
+            policy.inner.pre.instantiate(&mut *store).map_err(|e| self.classify(e, store, Phase::Instantiate))?;
         let memory = instance
             .get_memory(&mut *store, EXPORT_MEMORY)
             .ok_or_else(|| PolicyError::Internal { message: "checked module has no memory".to_owned() })?;
-        let alloc = instance
-            .get_typed_func::<i32, i32>(&mut *store, EXPORT_ALLOC)
-            .map_err(|e| internal(EXPORT_ALLOC, e))?;
+        let alloc =
+            instance.get_typed_func::<i32, i32>(&mut *store, EXPORT_ALLOC).map_err(|e| internal(EXPORT_ALLOC, e))?;
         let evaluate = instance
             .get_typed_func::<(i32, i32), i64>(&mut *store, EXPORT_EVALUATE)
             .map_err(|e| internal(EXPORT_EVALUATE, e))?;
@@ -375,7 +384,7 @@ impl PolicyRuntime {
         let packed = evaluate.call(&mut *store, (ptr, len));
         store.data_mut().memory_bytes = memory.data_size(&*store) as u64;
         let packed = packed.map_err(|e| self.classify(e, store, Phase::Call))?;
-        let (out_ptr, out_len) = ((packed as u64 >> 32) as usize, (packed as u64 & 0xFFFF_FFFF) as u64);
+        let (out_ptr, out_len) = ((packed as u64 >> 32) as usize, packed as u64 & 0xFFFF_FFFF);
         if out_len > limits.max_output_bytes {
             return Err(PolicyError::OutputTooLarge { len: out_len, limit: limits.max_output_bytes });
         }
@@ -685,7 +694,9 @@ fn check_imports(module: &Module) -> Result<(), PolicyError> {
 fn check_exports(module: &Module) -> Result<(), PolicyError> {
     use ValType::{I32, I64};
     let find = |name: &str, expected: &str| {
-        module.get_export(name).ok_or_else(|| PolicyError::MissingExport { name: name.to_owned(), expected: expected.to_owned() })
+        module
+            .get_export(name)
+            .ok_or_else(|| PolicyError::MissingExport { name: name.to_owned(), expected: expected.to_owned() })
     };
     let memory = find(EXPORT_MEMORY, "a memory")?;
     match &memory {
@@ -698,11 +709,8 @@ fn check_exports(module: &Module) -> Result<(), PolicyError> {
             });
         }
     }
-    let functions: [(&str, &[ValType], &[ValType]); 3] = [
-        (EXPORT_ABI_VERSION, &[], &[I32]),
-        (EXPORT_ALLOC, &[I32], &[I32]),
-        (EXPORT_EVALUATE, &[I32, I32], &[I64]),
-    ];
+    let functions: [(&str, &[ValType], &[ValType]); 3] =
+        [(EXPORT_ABI_VERSION, &[], &[I32]), (EXPORT_ALLOC, &[I32], &[I32]), (EXPORT_EVALUATE, &[I32, I32], &[I64])];
     for (name, params, results) in functions {
         let expected = signature(params, results);
         let ty = find(name, &expected)?;

@@ -208,7 +208,8 @@ pub struct Settings {
     pub min_runtime_s: u32,
     pub grace_period_s: u32,
     pub max_preemptions_per_hour: u32,
-    /// Priority added to training and fine-tuning from 22:00 to 06:00 UTC.
+    /// Priority added to training and fine-tuning now: the host resolves the platform's night
+    /// window, so this is 0 outside it.
     pub night_training_bonus: i32,
 }
 
@@ -292,8 +293,11 @@ code_enum! {
     pub enum WorkloadState {
         #[default]
         Pending = 0 => "pending",
-        /// Running, scheduled, or being preempted: it holds its resources.
+        /// Running or scheduled: it holds its resources.
         Running = 1 => "running",
+        /// Being preempted or cancelled: it still holds its resources and will release them within
+        /// the grace period. Preempting it again changes nothing.
+        Stopping = 2 => "stopping",
     }
 }
 
@@ -373,10 +377,6 @@ impl<'a> Decision<'a> {
 
     /// The same decision, owning its reason.
     pub fn into_owned(self) -> Decision<'static> {
-        Decision {
-            workload: self.workload,
-            action: self.action,
-            reason: Cow::Owned(self.reason.into_owned()),
-        }
+        Decision { workload: self.workload, action: self.action, reason: Cow::Owned(self.reason.into_owned()) }
     }
 }

@@ -1,14 +1,19 @@
-//! Checks of decisions against the snapshot they answer, which every host wants before acting:
-//! indexes name real records, GPUs belong to the node and are free, nothing is decided or taken
-//! twice, and each action suits the workload's state.
+//! Checks of decisions against the snapshot they answer: the rules every host applies before acting
+//! (`ARCHITECTURE.md`, "What the host checks in every policy decision"), so a policy's tests fail
+//! where the control plane would refuse its output.
 //!
-//! These are the rules of the ABI itself. The control plane adds its own (quotas, tenant scope,
-//! preemption rules) on top; it can act on the decisions that pass and record the problems of those
-//! that do not.
+//! Indexes name real records; nothing is decided twice; a placement is for a pending workload, on a
+//! ready node with the CPU and memory it asks for, with exactly `gpu_count` distinct GPUs of that node
+//! that are free (not held, not given earlier in the cycle), of an allowed model, with enough free
+//! memory by live telemetry; a CPU placement (no GPUs) only for CPU-only or CPU-capable work; a
+//! preemption only of running, preemptible work.
+//!
+//! The control plane adds rules of its own on top (tenant scope, quotas, the preemption settings).
+//! It can act on the decisions that pass and record the problems of those that do not.
 
 use std::fmt;
 
-use crate::abi::{Action, Decision, Snapshot};
+use crate::abi::{Action, Decision, Node, Snapshot, Workload};
 
 /// Why one decision cannot be carried out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,114 +34,163 @@ impl fmt::Display for DecisionProblem {
 
 /// Every problem of `decisions` against `snapshot`; empty when all can be carried out.
 ///
-/// Decisions are judged in order: when two take the same GPU or decide the same workload, the
-/// later one is the problem.
+/// Decisions are judged in order, each against what the earlier accepted ones took: when two take
+/// the same GPU, or more CPU than a node has, or decide the same workload, the later one is the
+/// problem.
 pub fn check_decisions(snapshot: &Snapshot<'_>, decisions: &[Decision<'_>]) -> Vec<DecisionProblem> {
-    let mut problems = Vec::new();
-    let mut decided = vec![false; snapshot.workloads.len()];
-    let mut gpu_taken = vec![false; snapshot.gpus.len()];
-    for (position, decision) in decisions.iter().enumerate() {
-        let mut problem = |text: String| {
-            problems.push(DecisionProblem { decision: position, workload: decision.workload, problem: text });
-        };
+    let mut cycle = Cycle {
+        snapshot,
+        decided: vec![false; snapshot.workloads.len()],
+        gpu_taken: vec![false; snapshot.gpus.len()],
+        cpu_free: snapshot.nodes.iter().map(|n| n.cpu_millis_free).collect(),
+        memory_free: snapshot.nodes.iter().map(|n| n.memory_mb_free).collect(),
+    };
+    decisions
+        .iter()
+        .enumerate()
+        .filter_map(|(position, decision)| {
+            cycle.check(decision).err().map(|problem| DecisionProblem {
+                decision: position,
+                workload: decision.workload,
+                problem,
+            })
+        })
+        .collect()
+}
+
+/// What the decisions accepted so far took.
+struct Cycle<'s, 'a> {
+    snapshot: &'s Snapshot<'a>,
+    decided: Vec<bool>,
+    gpu_taken: Vec<bool>,
+    cpu_free: Vec<u32>,
+    memory_free: Vec<u32>,
+}
+
+impl Cycle<'_, '_> {
+    /// Checks one decision and, if it passes, records what it takes.
+    fn check(&mut self, decision: &Decision<'_>) -> Result<(), String> {
+        let snapshot = self.snapshot;
         let Some(workload) = snapshot.workload(decision.workload) else {
-            problem(format!(
-                "no workload {} (the snapshot has {})",
-                decision.workload,
-                snapshot.workloads.len()
-            ));
-            continue;
+            return Err(format!("no workload {} (the snapshot has {})", decision.workload, snapshot.workloads.len()));
         };
-        let seen = decided.get_mut(decision.workload as usize);
-        if seen.as_deref() == Some(&true) {
-            problem(format!("workload {} ({}) already has a decision", decision.workload, workload.name));
-            continue;
-        }
-        if let Some(seen) = seen {
-            *seen = true;
+        match self.decided.get_mut(decision.workload as usize) {
+            Some(true) => {
+                return Err(format!("workload {} ({}) already has a decision", decision.workload, workload.name));
+            }
+            // The first decision for a workload claims it, even if refused below.
+            Some(decided) => *decided = true,
+            None => {}
         }
         match &decision.action {
-            Action::Place { node, gpus } => {
-                if !workload.is_pending() {
-                    problem(format!("place: workload {} is {}, not pending", workload.name, workload.state));
-                    continue;
-                }
-                let Some(n) = snapshot.node(*node) else {
-                    problem(format!("place: no node {node} (the snapshot has {})", snapshot.nodes.len()));
-                    continue;
-                };
-                if !n.is_ready() {
-                    problem(format!("place: node {} is {}", n.name, n.state));
-                    continue;
-                }
-                if gpus.is_empty() {
-                    if workload.needs_gpu() && !workload.cpu_capable {
-                        problem(format!(
-                            "place: workload {} needs {} GPUs and cannot run on CPU, but no GPU was given",
-                            workload.name, workload.gpu_count
-                        ));
-                    }
-                    continue;
-                }
-                if gpus.len() != workload.gpu_count as usize {
-                    problem(format!(
-                        "place: workload {} needs {} GPUs, {} were given",
-                        workload.name,
-                        workload.gpu_count,
-                        gpus.len()
-                    ));
-                    continue;
-                }
-                for (i, &gpu) in gpus.iter().enumerate() {
-                    let Some(g) = snapshot.gpu(gpu) else {
-                        problem(format!("place: no GPU {gpu} (the snapshot has {})", snapshot.gpus.len()));
-                        break;
-                    };
-                    if g.node != *node {
-                        let other = snapshot.node(g.node).map_or("?", |n| n.name);
-                        problem(format!("place: GPU {gpu} is on node {other}, not {}", n.name));
-                        break;
-                    }
-                    if gpus.get(..i).is_some_and(|before| before.contains(&gpu)) {
-                        problem(format!("place: GPU {gpu} is listed twice"));
-                        break;
-                    }
-                    if let Some(holder) = g.holder {
-                        let name = snapshot.workload(holder).map_or("?", |w| w.name);
-                        problem(format!(
-                            "place: GPU {gpu} ({} device {}) is held by {name}",
-                            n.name, g.device_index
-                        ));
-                        break;
-                    }
-                    if gpu_taken.get(gpu as usize).copied().unwrap_or(false) {
-                        problem(format!(
-                            "place: GPU {gpu} ({} device {}) is taken by an earlier decision",
-                            n.name, g.device_index
-                        ));
-                        break;
-                    }
-                }
-                if problems.last().is_some_and(|p| p.decision == position) {
-                    continue;
-                }
-                for &gpu in gpus {
-                    if let Some(taken) = gpu_taken.get_mut(gpu as usize) {
-                        *taken = true;
-                    }
-                }
-            }
+            Action::Place { node, gpus } => self.check_place(workload, *node, gpus)?,
             Action::Preempt => {
+                if workload.is_stopping() {
+                    return Err(format!("preempt: workload {} is already stopping", workload.name));
+                }
                 if !workload.is_running() {
-                    problem(format!("preempt: workload {} is {}, not running", workload.name, workload.state));
+                    return Err(format!("preempt: workload {} is {}, not running", workload.name, workload.state));
+                }
+                if !workload.preemptible {
+                    return Err(format!("preempt: workload {} is not preemptible", workload.name));
                 }
             }
             Action::KeepPending => {
                 if !workload.is_pending() {
-                    problem(format!("keep pending: workload {} is {}, not pending", workload.name, workload.state));
+                    return Err(format!("keep pending: workload {} is {}, not pending", workload.name, workload.state));
                 }
             }
         }
+        Ok(())
     }
-    problems
+
+    fn check_place(&mut self, workload: &Workload<'_>, node: u32, gpus: &[u32]) -> Result<(), String> {
+        let snapshot = self.snapshot;
+        let name = workload.name;
+        if !workload.is_pending() {
+            return Err(format!("place: workload {name} is {}, not pending", workload.state));
+        }
+        let Some(n) = snapshot.node(node) else {
+            return Err(format!("place: no node {node} (the snapshot has {})", snapshot.nodes.len()));
+        };
+        if !n.is_ready() {
+            return Err(format!("place: node {} is {}", n.name, n.state));
+        }
+        let (cpu, memory) = (self.cpu_free[node as usize], self.memory_free[node as usize]);
+        if cpu < workload.cpu_millis || memory < workload.memory_mb {
+            return Err(format!(
+                "place: node {} has {cpu} mCPU and {memory} MiB free; workload {name} needs {} mCPU and {} MiB",
+                n.name, workload.cpu_millis, workload.memory_mb
+            ));
+        }
+        if gpus.is_empty() {
+            if workload.needs_gpu() && !workload.cpu_capable {
+                return Err(format!(
+                    "place: workload {name} needs {} GPUs and cannot run on CPU, but no GPU was given",
+                    workload.gpu_count
+                ));
+            }
+        } else {
+            if gpus.len() != workload.gpu_count as usize {
+                return Err(format!(
+                    "place: workload {name} needs {} GPUs, {} were given",
+                    workload.gpu_count,
+                    gpus.len()
+                ));
+            }
+            for (i, &gpu) in gpus.iter().enumerate() {
+                self.check_gpu(workload, node, n, gpu, gpus.get(..i).unwrap_or(&[]))?;
+            }
+            for &gpu in gpus {
+                self.gpu_taken[gpu as usize] = true;
+            }
+        }
+        self.cpu_free[node as usize] -= workload.cpu_millis;
+        self.memory_free[node as usize] -= workload.memory_mb;
+        Ok(())
+    }
+
+    fn check_gpu(
+        &self,
+        workload: &Workload<'_>,
+        node: u32,
+        n: &Node<'_>,
+        gpu: u32,
+        before: &[u32],
+    ) -> Result<(), String> {
+        let snapshot = self.snapshot;
+        let Some(g) = snapshot.gpu(gpu) else {
+            return Err(format!("place: no GPU {gpu} (the snapshot has {})", snapshot.gpus.len()));
+        };
+        let device = format!("GPU {gpu} ({} device {})", n.name, g.device_index);
+        if g.node != node {
+            let other = snapshot.node(g.node).map_or("?", |n| n.name);
+            return Err(format!("place: GPU {gpu} is on node {other}, not {}", n.name));
+        }
+        if before.contains(&gpu) {
+            return Err(format!("place: GPU {gpu} is listed twice"));
+        }
+        if let Some(holder) = g.holder {
+            let holder = snapshot.workload(holder).map_or("?", |w| w.name);
+            return Err(format!("place: {device} is held by {holder}"));
+        }
+        if self.gpu_taken.get(gpu as usize).copied().unwrap_or(false) {
+            return Err(format!("place: {device} is taken by an earlier decision"));
+        }
+        if !workload.allows_model(g.model) {
+            return Err(format!(
+                "place: {device} is a {}; workload {} allows {}",
+                g.model, workload.name, workload.gpu_models
+            ));
+        }
+        if g.memory_free_mb() < workload.gpu_memory_mb {
+            return Err(format!(
+                "place: {device} has {} MiB free; workload {} needs {} MiB on each GPU",
+                g.memory_free_mb(),
+                workload.name,
+                workload.gpu_memory_mb
+            ));
+        }
+        Ok(())
+    }
 }

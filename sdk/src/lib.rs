@@ -29,6 +29,10 @@
 //!         for (index, workload) in snapshot.pending_by_priority() {
 //!             let need = workload.gpu_need();
 //!             let choice = snapshot.ready_nodes().find_map(|(node, _)| {
+//!                 // The host reserves CPU and memory for every placement, GPU or not.
+//!                 if plan.cpu_free(node) < workload.cpu_millis || plan.memory_free(node) < workload.memory_mb {
+//!                     return None;
+//!                 }
 //!                 let gpus: Vec<u32> = plan
 //!                     .free_gpus(node)
 //!                     .filter(|(_, gpu)| need.fits(gpu))

@@ -127,9 +127,9 @@ impl<'a> Params<'a> {
     pub fn get<T: FromParam>(&self, key: &str) -> Result<Option<T>, ParamError> {
         match self.value(key)? {
             None | Some(Json::Null) => Ok(None),
-            Some(value) => T::from_param(value)
-                .map(Some)
-                .map_err(|expected| ParamError::new(format!("params.{key}: expected {expected}, found {}", value.kind()))),
+            Some(value) => T::from_param(value).map(Some).map_err(|expected| {
+                ParamError::new(format!("params.{key}: expected {expected}, found {}", value.kind()))
+            }),
         }
     }
 
@@ -454,7 +454,7 @@ mod tests {
         assert_eq!(params.get::<i32>("neg"), Ok(Some(-1)));
         assert_eq!(params.get::<u32>("whole"), Ok(Some(40)));
         assert_eq!(
-            params.get::<u32>("neg").unwrap_err().to_string(),
+            params.get::<u32>("neg").expect_err("negative").to_string(),
             "params.neg: expected an unsigned 32-bit integer, found -1"
         );
         assert!(params.get::<u32>("half").is_err());
@@ -466,10 +466,10 @@ mod tests {
         assert_eq!(Params::parse("").get_or("x", 3u32), Ok(3));
         let bad = Params::parse("{\"x\": ");
         assert!(bad.raw().starts_with('{'));
-        let error = bad.get::<u32>("x").unwrap_err().to_string();
+        let error = bad.get::<u32>("x").expect_err("bad JSON").to_string();
         assert!(error.starts_with("params are not valid JSON: unexpected end of input"), "{error}");
         let array = Params::parse("[1]");
-        assert_eq!(array.get::<u32>("x").unwrap_err().to_string(), "params must be a JSON object, found an array");
+        assert_eq!(array.get::<u32>("x").expect_err("not an object").to_string(), "params must be a JSON object, found an array");
     }
 
     #[test]

@@ -101,12 +101,12 @@ impl<'s, 'a> Plan<'s, 'a> {
         self.free_total
     }
 
-    /// CPU (thousandths of a core) still free on `node` after this plan's CPU placements.
+    /// CPU (thousandths of a core) still free on `node` after this plan's placements.
     pub fn cpu_free(&self, node: u32) -> u32 {
         self.cpu_free.get(node as usize).copied().unwrap_or(0)
     }
 
-    /// Memory (MiB) still free on `node` after this plan's CPU placements.
+    /// Memory (MiB) still free on `node` after this plan's placements.
     pub fn memory_free(&self, node: u32) -> u32 {
         self.memory_free.get(node as usize).copied().unwrap_or(0)
     }
@@ -116,11 +116,12 @@ impl<'s, 'a> Plan<'s, 'a> {
         self.decided.get(workload as usize).copied().unwrap_or(false)
     }
 
-    /// Places `workload` on `node` using `gpus`, taking them. With no GPUs it is a CPU placement and
-    /// takes the workload's `cpu_millis` and `memory_mb` from the node, which must have them.
+    /// Places `workload` on `node` using `gpus` (none: a CPU placement), taking them and the
+    /// workload's `cpu_millis` and `memory_mb` from the node, which must have them free: the host
+    /// reserves host CPU and memory for every placement.
     ///
-    /// Refused (and nothing taken) if the workload is unknown or already decided, the node unknown,
-    /// a GPU unknown, on another node, listed twice or already taken.
+    /// Refused (and nothing taken) if the workload is unknown or already decided, the node unknown
+    /// or short of CPU or memory, a GPU unknown, on another node, listed twice or already taken.
     pub fn place(
         &mut self,
         workload: u32,
@@ -129,7 +130,8 @@ impl<'s, 'a> Plan<'s, 'a> {
         reason: impl Into<Cow<'a, str>>,
     ) -> Result<(), PlanError> {
         let w = self.check_undecided(workload, "place")?;
-        let refuse = |why: String| PlanError { message: format!("cannot place workload {workload} ({}): {why}", w.name) };
+        let refuse =
+            |why: String| PlanError { message: format!("cannot place workload {workload} ({}): {why}", w.name) };
         let Some(n) = self.snapshot.node(node) else {
             return Err(refuse(format!("no node {node} (the snapshot has {})", self.snapshot.nodes.len())));
         };
@@ -147,20 +149,18 @@ impl<'s, 'a> Plan<'s, 'a> {
                 return Err(refuse(format!("GPU {gpu} ({} device {}) is already taken", n.name, g.device_index)));
             }
         }
-        if gpus.is_empty() {
-            let (cpu, memory) = (self.cpu_free(node), self.memory_free(node));
-            if cpu < w.cpu_millis || memory < w.memory_mb {
-                return Err(refuse(format!(
-                    "{} has {cpu} mCPU and {memory} MiB free; it needs {} mCPU and {} MiB",
-                    n.name, w.cpu_millis, w.memory_mb
-                )));
-            }
-            if let Some(c) = self.cpu_free.get_mut(node as usize) {
-                *c -= w.cpu_millis;
-            }
-            if let Some(m) = self.memory_free.get_mut(node as usize) {
-                *m -= w.memory_mb;
-            }
+        let (cpu, memory) = (self.cpu_free(node), self.memory_free(node));
+        if cpu < w.cpu_millis || memory < w.memory_mb {
+            return Err(refuse(format!(
+                "{} has {cpu} mCPU and {memory} MiB free; it needs {} mCPU and {} MiB",
+                n.name, w.cpu_millis, w.memory_mb
+            )));
+        }
+        if let Some(c) = self.cpu_free.get_mut(node as usize) {
+            *c -= w.cpu_millis;
+        }
+        if let Some(m) = self.memory_free.get_mut(node as usize) {
+            *m -= w.memory_mb;
         }
         for &gpu in &gpus {
             if let Some(taken) = self.gpu_taken.get_mut(gpu as usize) {
@@ -179,8 +179,13 @@ impl<'s, 'a> Plan<'s, 'a> {
     }
 
     /// Preempts `workload` (its GPUs stay taken for this cycle: they free up once it has stopped).
+    /// Refused if it is not running or not preemptible, as the host would refuse it.
     pub fn preempt(&mut self, workload: u32, reason: impl Into<Cow<'a, str>>) -> Result<(), PlanError> {
-        self.check_undecided(workload, "preempt")?;
+        let w = self.check_undecided(workload, "preempt")?;
+        if !w.is_running() || !w.preemptible {
+            let why = if w.is_running() { "not preemptible".to_owned() } else { format!("{}, not running", w.state) };
+            return Err(PlanError { message: format!("cannot preempt workload {workload} ({}): it is {why}", w.name) });
+        }
         self.mark(workload);
         self.decisions.push(Decision::preempt(workload, reason));
         Ok(())

@@ -112,7 +112,7 @@ impl SnapshotFixture {
         if self.doc.tenants.iter().any(|t| t.name == name) {
             panic!("fixture already has a tenant named {name:?}");
         }
-        let mut tenant = OwnedTenant { name: name.to_owned(), weight: 1, ..OwnedTenant::default() };
+        let mut tenant = OwnedTenant { name: name.to_owned(), weight: 1, may_borrow: true, ..OwnedTenant::default() };
         edit(&mut tenant);
         self.doc.tenants.push(tenant);
         self
@@ -212,7 +212,8 @@ impl SnapshotFixture {
     }
 
     /// Adds a running workload of the default tenant holding GPUs `devices` of `node` (each GPU gets
-    /// it as holder), started a minute before now.
+    /// it as holder, and the node's free CPU and memory shrink by what it asks for), started a
+    /// minute before now.
     pub fn running(self, name: &str, node: &str, devices: &[u32]) -> Self {
         self.running_with(name, node, devices, |_| {})
     }
@@ -233,6 +234,10 @@ impl SnapshotFixture {
         workload.node = Some(node_index);
         workload.started_ms = self.doc.now_ms.saturating_sub(60_000);
         edit(&mut workload);
+        if let Some(n) = self.doc.nodes.get_mut(node_index as usize) {
+            n.cpu_millis_free = n.cpu_millis_free.saturating_sub(workload.cpu_millis);
+            n.memory_mb_free = n.memory_mb_free.saturating_sub(workload.memory_mb);
+        }
         for &device in devices {
             let gpu = self.gpu_index(node, device);
             let g = &mut self.doc.gpus[gpu as usize];
@@ -293,7 +298,7 @@ impl SnapshotFixture {
             fixture = fixture.tenant_with(&format!("tenant-{t:02}"), |tenant| {
                 tenant.guaranteed_gpus = nodes * gpus_per_node / 16;
                 tenant.weight = 1 + (t % 4);
-                tenant.may_borrow = t % 2 == 0;
+                tenant.may_borrow = t.is_multiple_of(2);
             });
         }
         for n in 0..nodes {
@@ -325,11 +330,11 @@ impl SnapshotFixture {
                 priority: ((roll >> 32) % 100) as i32,
                 gpu_count,
                 gpu_memory_mb: if gpu_count == 0 { 0 } else { gpu_memory_mb },
-                gpu_models: if (roll >> 40) % 5 == 0 { "H100".to_owned() } else { String::new() },
+                gpu_models: if (roll >> 40).is_multiple_of(5) { "H100".to_owned() } else { String::new() },
                 cpu_millis: 4_000,
                 memory_mb: 16_384,
                 submitted_ms: FIXTURE_NOW_MS - 3_600_000 + u64::from(w) * 100,
-                cpu_capable: gpu_count == 0 || (roll >> 48) % 4 == 0,
+                cpu_capable: gpu_count == 0 || (roll >> 48).is_multiple_of(4),
                 gang: gpu_count > 1,
                 preemptible: class != WorkloadClass::RealtimeInference,
                 checkpointable: class.is_training_like(),
@@ -365,7 +370,12 @@ impl SnapshotFixture {
         if let Some(index) = self.doc.tenants.iter().position(|t| t.name == name) {
             return index as u32;
         }
-        self.doc.tenants.push(OwnedTenant { name: name.to_owned(), weight: 1, ..OwnedTenant::default() });
+        self.doc.tenants.push(OwnedTenant {
+            name: name.to_owned(),
+            weight: 1,
+            may_borrow: true,
+            ..OwnedTenant::default()
+        });
         self.doc.tenants.len() as u32 - 1
     }
 

@@ -64,11 +64,7 @@ impl<'a> Snapshot<'a> {
 
     /// `(gpu index, gpu)` for the GPUs `workload` holds.
     pub fn held_gpus(&self, workload: u32) -> impl Iterator<Item = (u32, &Gpu<'a>)> + '_ {
-        self.gpus
-            .iter()
-            .enumerate()
-            .filter(move |(_, g)| g.holder == Some(workload))
-            .map(|(i, g)| (i as u32, g))
+        self.gpus.iter().enumerate().filter(move |(_, g)| g.holder == Some(workload)).map(|(i, g)| (i as u32, g))
     }
 
     /// `(index, workload)` for every workload.
@@ -101,19 +97,20 @@ impl<'a> Snapshot<'a> {
         ((self.now_ms % DAY_MS) / (60 * 60 * 1000)) as u32
     }
 
-    /// Whether `now_ms` falls in the night window of the settings (22:00 to 06:00 UTC).
+    /// Whether `now_ms` falls between 22:00 and 06:00 UTC. The platform's own night window is
+    /// resolved by the host into `Settings::night_training_bonus` (0 outside it), which
+    /// [`Snapshot::effective_priority`] applies; this is for policies with their own notion of night.
     pub fn is_night_utc(&self) -> bool {
         let hour = self.hour_utc();
         !(6..22).contains(&hour)
     }
 
     /// The workload's priority with the settings applied: `night_training_bonus` is added to
-    /// training and fine-tuning at night (22:00 to 06:00 UTC).
+    /// training and fine-tuning. The host resolves the platform's night window, so the bonus in the
+    /// snapshot is non-zero only while it is night by the platform's settings.
     pub fn effective_priority(&self, workload: &Workload<'_>) -> i32 {
         let bonus = match self.settings {
-            Some(settings) if workload.class.is_training_like() && self.is_night_utc() => {
-                settings.night_training_bonus
-            }
+            Some(settings) if workload.class.is_training_like() => settings.night_training_bonus,
             _ => 0,
         };
         workload.priority.saturating_add(bonus)
@@ -121,10 +118,7 @@ impl<'a> Snapshot<'a> {
 
     /// GPUs no workload holds, on nodes that take work.
     pub fn free_gpu_total(&self) -> u32 {
-        self.gpus
-            .iter()
-            .filter(|g| g.is_free() && self.node(g.node).is_some_and(Node::is_ready))
-            .count() as u32
+        self.gpus.iter().filter(|g| g.is_free() && self.node(g.node).is_some_and(Node::is_ready)).count() as u32
     }
 }
 
@@ -174,8 +168,19 @@ impl<'a> Workload<'a> {
         self.state == WorkloadState::Pending
     }
 
+    /// Running or scheduled.
     pub fn is_running(&self) -> bool {
         self.state == WorkloadState::Running
+    }
+
+    /// Being preempted or cancelled: still holds its GPUs until its process is gone.
+    pub fn is_stopping(&self) -> bool {
+        self.state == WorkloadState::Stopping
+    }
+
+    /// Holds resources now: running, scheduled or stopping.
+    pub fn holds_resources(&self) -> bool {
+        matches!(self.state, WorkloadState::Running | WorkloadState::Stopping)
     }
 
     /// Needs at least one GPU (else it is placed on CPU).

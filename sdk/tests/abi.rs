@@ -117,7 +117,12 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 cpu_capable: true,
                 ..Workload::default()
             },
-            Workload { name: "future", class: WorkloadClass::Unknown(42), state: WorkloadState::Unknown(7), ..Workload::default() },
+            Workload {
+                name: "future",
+                class: WorkloadClass::Unknown(42),
+                state: WorkloadState::Unknown(7),
+                ..Workload::default()
+            },
         ],
         settings: Some(Settings {
             burst_reserve_gpus: 2,
@@ -410,7 +415,12 @@ fn random_decisions_roundtrip() {
             .map(|i| {
                 let reason = texts[i as usize % texts.len()].as_str();
                 match rng.below(3) {
-                    0 => Decision::place(rng.u32(), rng.u32() % NONE, (0..rng.below(9)).map(|_| rng.u32()).collect(), reason),
+                    0 => Decision::place(
+                        rng.u32(),
+                        rng.u32() % NONE,
+                        (0..rng.below(9)).map(|_| rng.u32()).collect(),
+                        reason,
+                    ),
                     1 => Decision::preempt(rng.u32(), reason),
                     _ => Decision::keep_pending(rng.u32(), reason),
                 }
@@ -470,10 +480,8 @@ fn fuzz_every_truncation() {
     for len in 0..snapshot.len() {
         assert!(decode_snapshot(&snapshot[..len]).is_err(), "a snapshot cut at {len} bytes must not decode");
     }
-    let decisions = encode_decisions(&[
-        Decision::place(0, 1, vec![4, 5, 6], "best fit"),
-        Decision::keep_pending(8, "no room"),
-    ]);
+    let decisions =
+        encode_decisions(&[Decision::place(0, 1, vec![4, 5, 6], "best fit"), Decision::keep_pending(8, "no room")]);
     for len in 0..decisions.len() {
         assert!(decode_decisions(&decisions[..len]).is_err(), "decisions cut at {len} bytes must not decode");
     }
@@ -502,7 +510,8 @@ fn fuzz_mutations_of_valid_buffers() {
                 // A whole field set to an edge value, aligned to 4 like the fields.
                 1 => {
                     let at = at & !3;
-                    let edge = [0, 1, 0x7FFF_FFFF, 0x8000_0000, NONE - 1, NONE, bytes.len() as u32][rng.below(7) as usize];
+                    let edge =
+                        [0, 1, 0x7FFF_FFFF, 0x8000_0000, NONE - 1, NONE, bytes.len() as u32][rng.below(7) as usize];
                     if at + 4 <= bytes.len() {
                         bytes[at..at + 4].copy_from_slice(&edge.to_le_bytes());
                     }

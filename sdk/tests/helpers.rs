@@ -49,14 +49,16 @@ fn views_answer_the_usual_questions() {
 }
 
 #[test]
-fn night_bonus_applies_to_training_at_night_only() {
-    let settings = Settings { night_training_bonus: 50, ..Settings::default() };
-    let at = |hour: u64| {
+fn the_night_bonus_the_host_resolved_lifts_training_and_fine_tuning_only() {
+    let fixture = |bonus| {
         SnapshotFixture::new()
-            .now_ms(1_700_006_400_000 / 86_400_000 * 86_400_000 + hour * 3_600_000)
-            .settings(settings)
+            .settings(Settings { night_training_bonus: bonus, ..Settings::default() })
             .pending_with("train", 1, 1, |w| {
                 w.class = WorkloadClass::Training;
+                w.priority = 10;
+            })
+            .pending_with("tune", 1, 1, |w| {
+                w.class = WorkloadClass::FineTuning;
                 w.priority = 10;
             })
             .pending_with("serve", 1, 1, |w| {
@@ -65,13 +67,18 @@ fn night_bonus_applies_to_training_at_night_only() {
             })
             .encode()
     };
-    for (hour, night) in [(21, false), (22, true), (3, true), (5, true), (6, false), (12, false)] {
-        let bytes = at(hour);
+    for (bonus, training) in [(50, 60), (0, 10), (-5, 5)] {
+        let bytes = fixture(bonus);
         let s = decode_snapshot(&bytes).expect("valid");
-        assert_eq!(s.hour_utc() as u64, hour);
-        assert_eq!(s.is_night_utc(), night, "hour {hour}");
-        assert_eq!(s.effective_priority(&s.workloads[0]), if night { 60 } else { 10 });
-        assert_eq!(s.effective_priority(&s.workloads[1]), 10, "inference gets no night bonus");
+        assert_eq!(s.effective_priority(&s.workloads[0]), training);
+        assert_eq!(s.effective_priority(&s.workloads[1]), training);
+        assert_eq!(s.effective_priority(&s.workloads[2]), 10, "inference gets no night bonus");
+    }
+    let day = 1_700_006_400_000 / 86_400_000 * 86_400_000;
+    for (hour, night) in [(21, false), (22, true), (3, true), (6, false)] {
+        let bytes = SnapshotFixture::new().now_ms(day + hour * 3_600_000).encode();
+        let s = decode_snapshot(&bytes).expect("valid");
+        assert_eq!((s.hour_utc() as u64, s.is_night_utc()), (hour, night));
     }
 }
 
@@ -104,65 +111,78 @@ fn plan_refuses_what_is_taken_and_tracks_cpu() {
         plan.keep_pending(1, "x").expect_err("decided").to_string(),
         "cannot keep pending workload 1 (low): it already has a decision"
     );
-    // CPU placement takes CPU and memory (1000 mCPU, 4096 MiB by default in fixtures).
+    // Every placement takes CPU and memory (1000 mCPU, 4096 MiB by default in fixtures).
+    assert_eq!((plan.cpu_free(0), plan.memory_free(0)), (62_000, 516_096), "`serving` and `low` take theirs");
     plan.place(4, 2, vec![], "cpu").expect("room");
     assert_eq!((plan.cpu_free(2), plan.memory_free(2)), (31_000, 61_440));
+    assert_eq!(
+        plan.preempt(0, "x").expect_err("not preemptible").to_string(),
+        "cannot preempt workload 0 (serving): it is not preemptible"
+    );
     assert_eq!(plan.decisions().len(), 2);
     assert!(check_decisions(&s, plan.decisions()).is_empty());
 }
 
 #[test]
 fn check_finds_every_kind_of_problem() {
-    let bytes = fleet().encode();
+    let bytes = fleet().pending_with("hog", 0, 0, |w| w.cpu_millis = 40_000).encode();
     let s = decode_snapshot(&bytes).expect("valid");
-    let decisions = vec![
-        Decision::place(1, 0, vec![1], "ok"),
-        Decision::place(2, 0, vec![1], "GPU taken by decision 0"),
-        Decision::place(1, 0, vec![2], "decided twice"),
-        Decision::place(3, 1, vec![4, 5], "draining node"),
-        Decision::preempt(1, "not running"),
-        Decision::keep_pending(0, "running, not pending"),
-        Decision::place(9, 0, vec![], "no such workload"),
-        Decision::place(3, 0, vec![0, 2], "GPU 0 held"),
-    ];
-    let problems: Vec<String> = check_decisions(&s, &decisions).iter().map(ToString::to_string).collect();
+    let problems = |decisions: &[Decision<'_>]| -> Vec<String> {
+        check_decisions(&s, decisions).iter().map(ToString::to_string).collect()
+    };
     assert_eq!(
-        problems,
+        problems(&[
+            Decision::place(1, 0, vec![2], "ok"),
+            Decision::place(2, 0, vec![2], "GPU taken by decision 0"),
+            Decision::place(1, 0, vec![3], "decided twice"),
+            Decision::place(3, 1, vec![4, 5], "draining node"),
+            Decision::preempt(1, "decided already"),
+            Decision::keep_pending(0, "running, not pending"),
+            Decision::place(9, 0, vec![], "no such workload"),
+            Decision::place(3, 0, vec![0, 2], "claimed by decision 3, though refused there"),
+        ]),
         vec![
-            "decision 1 (workload 2): place: GPU 1 (n1 device 1) is taken by an earlier decision",
+            "decision 1 (workload 2): place: GPU 2 (n1 device 2) is taken by an earlier decision",
             "decision 2 (workload 1): workload 1 (low) already has a decision",
             "decision 3 (workload 3): place: node n2 is draining",
             "decision 4 (workload 1): workload 1 (low) already has a decision",
             "decision 5 (workload 0): keep pending: workload serving is running, not pending",
-            "decision 6 (workload 9): no workload 9 (the snapshot has 4)",
+            "decision 6 (workload 9): no workload 9 (the snapshot has 5)",
             "decision 7 (workload 3): workload 3 (high-early) already has a decision",
         ]
     );
-    let more = vec![
-        Decision::place(3, 0, vec![2], "count"),
-        Decision::place(2, 0, vec![], "gpu workload on CPU"),
-        Decision::preempt(0, "fine"),
-    ];
-    let problems: Vec<String> = check_decisions(&s, &more).iter().map(ToString::to_string).collect();
     assert_eq!(
-        problems,
+        problems(&[
+            Decision::place(3, 0, vec![2], "count"),
+            Decision::place(2, 0, vec![], "gpu workload on CPU"),
+            Decision::preempt(0, "not preemptible"),
+            Decision::place(1, 0, vec![1], "too little free memory on device 1"),
+            Decision::place(4, 2, vec![], "more CPU than the node has"),
+        ]),
         vec![
             "decision 0 (workload 3): place: workload high-early needs 2 GPUs, 1 were given",
             "decision 1 (workload 2): place: workload high-late needs 1 GPUs and cannot run on CPU, but no GPU was given",
+            "decision 2 (workload 0): preempt: workload serving is not preemptible",
+            "decision 3 (workload 1): place: GPU 1 (n1 device 1) has 21920 MiB free; workload low needs 30000 MiB on each GPU",
+            "decision 4 (workload 4): place: node cpu has 32000 mCPU and 65536 MiB free; workload hog needs 40000 mCPU and 4096 MiB",
         ]
+    );
+    assert_eq!(
+        problems(&[Decision::place(3, 0, vec![2, 3], "model")]),
+        vec!["decision 0 (workload 3): place: GPU 2 (n1 device 2) is a H100; workload high-early allows  a100 , H200 "]
     );
 }
 
 struct Greedy;
 
 impl Policy for Greedy {
-    /// Places every pending workload on GPU 1 of node 0: wrong from the second one on.
+    /// Places every pending workload on GPU 2 of node 0: wrong from the second one on.
     fn evaluate<'s>(&self, s: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
         ctx.warn("about to misbehave");
         if ctx.param_or("fail", false)? {
             return Err(Failure::new("asked to fail"));
         }
-        Ok(s.pending().map(|(i, _)| Decision::place(i, 0, vec![1], "greedy")).collect())
+        Ok(s.pending().map(|(i, _)| Decision::place(i, 0, vec![2], "greedy")).collect())
     }
 }
 
@@ -177,10 +197,7 @@ fn the_harness_refuses_what_the_host_would_refuse_and_reports_failures_with_logs
     let error = fleet().params(r#"{"fail": true}"#).evaluate(&Greedy).expect_err("fails");
     assert_eq!(error.to_string(), "the policy failed: asked to fail");
     let error = fleet().params(r#"{"fail": "yes"}"#).evaluate(&Greedy).expect_err("bad param");
-    assert_eq!(
-        error.to_string(),
-        "the policy failed: params.fail: expected true or false, found the string \"yes\""
-    );
+    assert_eq!(error.to_string(), "the policy failed: params.fail: expected true or false, found the string \"yes\"");
 }
 
 #[test]

@@ -344,6 +344,10 @@ impl Api {
         self.send(self.http.post(self.url(path)).json(body)).await
     }
 
+    pub async fn put(&self, path: &str, body: &Value) -> anyhow::Result<Answer> {
+        self.send(self.http.put(self.url(path)).json(body)).await
+    }
+
     pub async fn post_raw(&self, path: &str, content_type: &str, body: Vec<u8>) -> anyhow::Result<Answer> {
         self.send(self.http.post(self.url(path)).header("content-type", content_type).body(body)).await
     }

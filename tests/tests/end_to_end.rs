@@ -71,7 +71,7 @@ async fn a_submitted_workload_is_placed_by_the_wasm_policy_run_by_the_agent_and_
     // The decision is recorded with the policy version and the reason it gave.
     let decisions = done["decisions"].as_array().unwrap();
     let place = decisions.iter().find(|d| d["kind"] == "place").expect("a place decision");
-    assert!(place["policy_name"].as_str().unwrap().starts_with("priority-best-fit v"), "{place}");
+    assert!(place["policy_name"].as_str().unwrap().starts_with("slo-first v"), "{place}");
     assert!(!place["reason"].as_str().unwrap().is_empty(), "{place}");
     assert_eq!(place["node_name"], "sim-gpu-1");
     assert_eq!(place["gpu_ids"].as_array().unwrap().len(), 1);

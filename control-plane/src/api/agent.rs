@@ -1,17 +1,21 @@
 //! The node agents' side of the API (see docs/agent-protocol.md): registration, telemetry (the
-//! heartbeat), the long-poll for the node's desired state, and workload events.
+//! heartbeat), the long-poll for the node's desired state, and workload events. Every call carries
+//! the node's own credential ([`NodeCaller`]): an agent registers only under the name it enrolled
+//! with and acts only for its own node (another node id is answered `404 node_not_found`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use crate::api::extract::{Json, Path, Query};
+use crate::api::openapi::ErrorResponse;
+use crate::auth::NodeCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::fleet::registry::{self, Registration, TelemetryReport};
 use crate::model::WorkloadState;
@@ -21,30 +25,75 @@ use crate::workloads::transitions::{self, AgentEvent, EventOutcome};
 /// The longest an assignments long-poll waits before answering with the unchanged state.
 pub const MAX_LONG_POLL_MS: u64 = 30_000;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/register", post(register))
-        .route("/nodes/{node_id}/telemetry", post(telemetry))
-        .route("/nodes/{node_id}/assignments", get(assignments))
-        .route("/nodes/{node_id}/workloads/{workload_id}/events", post(event))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(register))
+        .routes(routes!(telemetry))
+        .routes(routes!(assignments))
+        .routes(routes!(event))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct Registered {
     node_id: Uuid,
     heartbeat_interval_ms: u64,
 }
 
-async fn register(State(state): State<AppState>, Json(req): Json<Registration>) -> ApiResult<axum::Json<Registered>> {
+/// Register the node (again): idempotent by name; what the node ran before is requeued.
+#[utoipa::path(
+    post,
+    path = "/register",
+    tag = "agent",
+    request_body(content = Registration, example = json!({
+        "name": "gpu-node-7", "hostname": "gpu-node-7.example", "cpu_millis": 64000, "memory_mb": 524288,
+        "agent_version": "0.1.0", "gpu_source": "simulated",
+        "gpus": [{"index": 0, "model": "H100-SXM", "memory_mb": 81920, "simulated": true}]
+    })),
+    security(("node_credential" = [])),
+    extensions(("x-airtime-access" = json!("agent"))),
+    responses(
+        (status = 200, description = "Registered", body = Registered),
+        (status = 404, description = "`node_not_found`: the credential was enrolled for another name", body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn register(
+    node: NodeCaller,
+    State(state): State<AppState>,
+    Json(req): Json<Registration>,
+) -> ApiResult<axum::Json<Registered>> {
     registry::check_registration(&req).map_err(|m| ApiError::unprocessable("invalid_registration", m))?;
+    node.ensure_node_name(&req.name)?;
     let node_id = registry::register(&state.db, &req).await?;
+    // The credential is bound to the node's id from now on (ids are stable per name).
+    sqlx::query("UPDATE node_credentials SET node_id = $1 WHERE id = $2")
+        .bind(node_id)
+        .bind(node.credential_id)
+        .execute(&state.db)
+        .await?;
     tracing::info!(node = %req.name, %node_id, gpus = req.gpus.len(), source = ?req.gpu_source, "node registered");
     state.desired.announce();
     state.wake.wake();
     Ok(axum::Json(Registered { node_id, heartbeat_interval_ms: state.config.heartbeat_interval_ms }))
 }
 
+/// Telemetry, which doubles as the heartbeat.
+#[utoipa::path(
+    post,
+    path = "/nodes/{node_id}/telemetry",
+    tag = "agent",
+    params(("node_id" = Uuid, Path, description = "The agent's own node")),
+    request_body(content = TelemetryReport, example = json!({"cpu_util": 0.25, "memory_used_mb": 4096, "gpus": []})),
+    security(("node_credential" = [])),
+    extensions(("x-airtime-access" = json!("agent"))),
+    responses(
+        (status = 204, description = "Recorded"),
+        (status = 404, description = "`node_not_found`: register again", body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
 async fn telemetry(
+    _node: NodeCaller,
     State(state): State<AppState>,
     Path(node_id): Path<Uuid>,
     Json(report): Json<TelemetryReport>,
@@ -60,8 +109,9 @@ fn node_not_found() -> ApiError {
     ApiError::NodeNotFound
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct AssignmentsQuery {
     #[serde(default)]
     after: u64,
@@ -69,13 +119,13 @@ struct AssignmentsQuery {
     wait_ms: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DesiredState {
     pub version: u64,
     pub assignments: Vec<Assignment>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Assignment {
     pub workload_id: Uuid,
     pub attempt: i32,
@@ -91,7 +141,20 @@ pub struct Assignment {
 
 /// Long-poll: answers at once when the node's desired state is newer than `after`, else waits
 /// (woken as soon as a decision commits) up to `wait_ms`.
+#[utoipa::path(
+    get,
+    path = "/nodes/{node_id}/assignments",
+    tag = "agent",
+    params(("node_id" = Uuid, Path, description = "The agent's own node"), AssignmentsQuery),
+    security(("node_credential" = [])),
+    extensions(("x-airtime-access" = json!("agent"))),
+    responses(
+        (status = 200, description = "The desired state", body = DesiredState),
+        (status = 404, description = "`node_not_found`: register again", body = ErrorResponse)
+    )
+)]
 async fn assignments(
+    _node: NodeCaller,
     State(state): State<AppState>,
     Path(node_id): Path<Uuid>,
     Query(q): Query<AssignmentsQuery>,
@@ -165,7 +228,7 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
     Ok(DesiredState { version, assignments })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct EventReport {
     attempt: i32,
@@ -180,7 +243,7 @@ struct EventReport {
     message: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 enum EventKind {
     Started,
@@ -188,7 +251,26 @@ enum EventKind {
     FailedToStart,
 }
 
+/// A workload event: started, exited, failed to start.
+#[utoipa::path(
+    post,
+    path = "/nodes/{node_id}/workloads/{workload_id}/events",
+    tag = "agent",
+    params(
+        ("node_id" = Uuid, Path, description = "The agent's own node"),
+        ("workload_id" = Uuid, Path, description = "A workload assigned to that node")
+    ),
+    request_body(content = EventReport, example = json!({"attempt": 1, "event": "started", "pid": 4242})),
+    security(("node_credential" = [])),
+    extensions(("x-airtime-access" = json!("agent"))),
+    responses(
+        (status = 204, description = "Applied (or already known)"),
+        (status = 404, description = "Not a workload of this node", body = ErrorResponse),
+        (status = 409, description = "`stale_attempt`: the attempt is over", body = ErrorResponse)
+    )
+)]
 async fn event(
+    _node: NodeCaller,
     State(state): State<AppState>,
     Path((node_id, workload_id)): Path<(Uuid, Uuid)>,
     Json(report): Json<EventReport>,

@@ -13,15 +13,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Router;
 use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post, put};
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use crate::api::extract::{Json, Path, Query};
+use crate::api::openapi::ErrorResponse;
 use crate::auth::audit::{self, AuditActor, AuditEntry, AuditFilter, Change};
 use crate::auth::bootstrap::valid_login_name;
 use crate::auth::caller::ClientIp;
@@ -44,44 +45,45 @@ pub const MAX_ENROLMENT_MINUTES: u32 = 7 * 24 * 60;
 const BAD_LOGIN: &str = "invalid login name or password";
 const BAD_ENROLMENT: &str = "invalid, used or expired enrolment token";
 
-pub fn routes<S>() -> Router<S>
+pub fn routes<S>() -> OpenApiRouter<S>
 where
     Arc<AuthContext>: FromRef<S>,
     S: Clone + Send + Sync + 'static,
 {
-    Router::new()
-        .route("/auth/login", post(login))
-        .route("/auth/me", get(me))
-        .route("/auth/password", post(change_password))
-        .route("/users", get(list_users).post(create_user))
-        .route("/users/{id}", get(get_user).patch(update_user))
-        .route("/tenants/{tenant_id}/members", get(list_members))
-        .route("/tenants/{tenant_id}/members/{user_id}", put(set_member).delete(remove_member))
-        .route("/tokens", get(list_tokens).post(create_token))
-        .route("/tokens/{id}", delete(revoke_token))
-        .route("/enrolment-tokens", get(list_enrolment_tokens).post(create_enrolment_token))
-        .route("/enrolment-tokens/{id}", delete(revoke_enrolment_token))
-        .route("/node-credentials", get(list_node_credentials))
-        .route("/node-credentials/{id}", delete(revoke_node_credential))
-        .route("/agent/enrol", post(enrol))
-        .route("/audit", get(list_audit))
+    OpenApiRouter::new()
+        .routes(routes!(login))
+        .routes(routes!(me))
+        .routes(routes!(change_password))
+        .routes(routes!(list_users, create_user))
+        .routes(routes!(get_user, update_user))
+        .routes(routes!(list_members))
+        .routes(routes!(set_member, remove_member))
+        .routes(routes!(list_tokens, create_token))
+        .routes(routes!(revoke_token))
+        .routes(routes!(list_enrolment_tokens, create_enrolment_token))
+        .routes(routes!(revoke_enrolment_token))
+        .routes(routes!(list_node_credentials))
+        .routes(routes!(revoke_node_credential))
+        .routes(routes!(enrol))
+        .routes(routes!(list_audit))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Login and the caller's own account
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginRequest {
     /// The login name (an email address or a user name).
     pub email: String,
+    #[schema(value_type = String, format = Password)]
     pub password: SecretString,
     /// The tenant to act in, by name; needed only when the user belongs to several.
     #[serde(default)]
     pub tenant: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Session {
     /// The session token: send it as `Authorization: Bearer <token>`.
     pub token: String,
@@ -104,6 +106,15 @@ struct LoginUser {
     disabled: bool,
 }
 
+#[utoipa::path(
+    post,
+    path = "/auth/login",
+    tag = "auth",
+    request_body(content = LoginRequest, example = json!({"email": "ada@example.com", "password": "correct horse battery staple"})),
+    security(()),
+    extensions(("x-airtime-access" = json!("public"))),
+    responses((status = 200, description = "A session token", body = Session), (status = 401, description = "Wrong login name or password", body = ErrorResponse), (status = 429, description = "Too many failed logins from this address for this name", body = ErrorResponse))
+)]
 async fn login(
     State(auth): State<Arc<AuthContext>>,
     ClientIp(ip): ClientIp,
@@ -171,7 +182,7 @@ async fn login(
     }))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Me {
     pub user_id: Uuid,
     pub email: String,
@@ -183,6 +194,14 @@ pub struct Me {
     pub api_token_id: Option<Uuid>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/auth/me",
+    tag = "auth",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Who the caller is", body = Me))
+)]
 async fn me(State(auth): State<Arc<AuthContext>>, caller: Caller) -> ApiResult<axum::Json<Me>> {
     let tenant = tenant_name(&auth, caller.tenant).await?;
     Ok(axum::Json(Me {
@@ -196,14 +215,25 @@ async fn me(State(auth): State<Arc<AuthContext>>, caller: Caller) -> ApiResult<a
     }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangePassword {
+    #[schema(value_type = String, format = Password)]
     pub current_password: SecretString,
+    #[schema(value_type = String, format = Password)]
     pub new_password: SecretString,
 }
 
 /// Changes the caller's own password; every session of the user (this one included) ends.
+#[utoipa::path(
+    post,
+    path = "/auth/password",
+    tag = "auth",
+    request_body(content = ChangePassword, example = json!({"current_password": "correct horse battery staple", "new_password": "a brand new long passphrase"})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 204, description = "Changed; every session of the user ended"), (status = 422, description = "Weak new password or wrong current one", body = ErrorResponse))
+)]
 async fn change_password(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -218,7 +248,7 @@ async fn change_password(
         .fetch_one(&auth.db)
         .await?;
     if !password::verify_blocking(req.current_password, Some(phc)).await {
-        return Err(ApiError::forbidden("the current password is wrong"));
+        return Err(ApiError::unprocessable("wrong_password", "the current password is wrong"));
     }
     let hash = password::hash_blocking(req.new_password).await?;
     let mut tx = auth.db.begin().await?;
@@ -236,7 +266,7 @@ async fn change_password(
 // ---------------------------------------------------------------------------------------------
 // Users and memberships
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct MembershipView {
     pub user_id: Uuid,
     pub email: String,
@@ -246,7 +276,7 @@ pub struct MembershipView {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct UserView {
     pub id: Uuid,
     pub email: String,
@@ -313,11 +343,28 @@ fn clone_membership(m: &MembershipView) -> MembershipView {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/users",
+    tag = "auth",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "Users the caller manages", body = [UserView]))
+)]
 async fn list_users(State(auth): State<Arc<AuthContext>>, caller: Caller) -> ApiResult<axum::Json<Vec<UserView>>> {
     caller.require_role(Role::TenantAdmin)?;
     Ok(axum::Json(users_visible(&auth, caller.tenant_filter(), None).await?))
 }
 
+#[utoipa::path(
+    get,
+    path = "/users/{id}",
+    tag = "auth",
+    params(("id" = Uuid, Path, description = "User id; anyone may read their own")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "The user", body = UserView), (status = 404, description = "No such user the caller manages", body = ErrorResponse))
+)]
 async fn get_user(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -335,10 +382,11 @@ async fn get_user(
     users.into_iter().next().map(axum::Json).ok_or(ApiError::NotFound("user"))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateUser {
     pub email: String,
+    #[schema(value_type = String, format = Password)]
     pub password: SecretString,
     /// Platform admins only.
     #[serde(default)]
@@ -351,6 +399,15 @@ pub struct CreateUser {
     pub role: Option<Role>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/users",
+    tag = "auth",
+    request_body(content = CreateUser, example = json!({"email": "new-user@example.com", "password": "a long new passphrase", "role": "viewer"})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 201, description = "Created", body = UserView), (status = 409, description = "The login name is taken", body = ErrorResponse), (status = 422, description = "Invalid", body = ErrorResponse))
+)]
 async fn create_user(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -421,7 +478,7 @@ async fn create_user(
     Ok((StatusCode::CREATED, axum::Json(user)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateUser {
     #[serde(default)]
@@ -430,12 +487,23 @@ pub struct UpdateUser {
     pub platform_admin: Option<bool>,
     /// A new password (a reset by a platform admin).
     #[serde(default)]
+    #[schema(value_type = Option<String>, format = Password)]
     pub password: Option<SecretString>,
 }
 
 /// Platform admins: disable or enable a user, grant or withdraw platform admin, reset a password.
 /// Any of these ends the user's sessions. The last active platform admin cannot be disabled or
 /// demoted.
+#[utoipa::path(
+    patch,
+    path = "/users/{id}",
+    tag = "auth",
+    params(("id" = Uuid, Path, description = "User id")),
+    request_body(content = UpdateUser, example = json!({"disabled": false})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "Updated; the user's sessions ended", body = UserView), (status = 404, body = ErrorResponse), (status = 409, description = "It would leave no active platform admin", body = ErrorResponse))
+)]
 async fn update_user(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -487,12 +555,21 @@ async fn update_user(
     Ok(axum::Json(user))
 }
 
+#[utoipa::path(
+    get,
+    path = "/tenants/{tenant_id}/members",
+    tag = "auth",
+    params(("tenant_id" = Uuid, Path, description = "Tenant id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "The tenant's members", body = [MembershipView]), (status = 404, body = ErrorResponse))
+)]
 async fn list_members(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
     Path(tenant_id): Path<Uuid>,
 ) -> ApiResult<axum::Json<Vec<MembershipView>>> {
-    caller.ensure_visible(tenant_id, "tenant")?;
+    caller.ensure_can_admin(tenant_id, "tenant")?;
     let members = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "{MEMBERSHIP_SELECT} WHERE m.tenant_id = $1 ORDER BY lower(u.email)"
     )))
@@ -502,13 +579,23 @@ async fn list_members(
     Ok(axum::Json(members))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetMember {
     pub role: Role,
 }
 
 /// Gives a user a role in a tenant (or changes it). Tenant admins for their tenant, platform admins.
+#[utoipa::path(
+    put,
+    path = "/tenants/{tenant_id}/members/{user_id}",
+    tag = "auth",
+    params(("tenant_id" = Uuid, Path, description = "Tenant id"), ("user_id" = Uuid, Path, description = "User id")),
+    request_body(content = SetMember, example = json!({"role": "viewer"})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "The membership", body = MembershipView), (status = 404, body = ErrorResponse))
+)]
 async fn set_member(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -553,6 +640,15 @@ async fn set_member(
     Ok(axum::Json(member))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/tenants/{tenant_id}/members/{user_id}",
+    tag = "auth",
+    params(("tenant_id" = Uuid, Path, description = "Tenant id"), ("user_id" = Uuid, Path, description = "User id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 204, description = "Removed; the user's sessions in this tenant ended"), (status = 404, body = ErrorResponse))
+)]
 async fn remove_member(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -581,8 +677,9 @@ async fn remove_member(
 // ---------------------------------------------------------------------------------------------
 // API tokens
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct TokenFilter {
     /// Platform admins: only this tenant's tokens.
     pub tenant: Option<String>,
@@ -591,6 +688,15 @@ pub struct TokenFilter {
     pub include_revoked: bool,
 }
 
+#[utoipa::path(
+    get,
+    path = "/tokens",
+    tag = "auth",
+    params(TokenFilter),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Your tokens; your tenant's for a tenant admin; all for a platform admin. Never the secrets.", body = [ApiTokenView]))
+)]
 async fn list_tokens(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -613,7 +719,7 @@ async fn list_tokens(
     Ok(axum::Json(tokens))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     pub name: String,
@@ -628,7 +734,7 @@ pub struct CreateToken {
     pub expires_in_days: Option<u32>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CreatedToken {
     /// The token: shown this once, never again. Send it as `Authorization: Bearer <token>`.
     pub token: String,
@@ -636,6 +742,15 @@ pub struct CreatedToken {
     pub view: ApiTokenView,
 }
 
+#[utoipa::path(
+    post,
+    path = "/tokens",
+    tag = "auth",
+    request_body(content = CreateToken, example = json!({"name": "ci-deploy", "expires_in_days": 30})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 201, description = "The token, shown this once", body = CreatedToken), (status = 422, body = ErrorResponse))
+)]
 async fn create_token(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -680,6 +795,15 @@ async fn create_token(
     Ok((StatusCode::CREATED, axum::Json(CreatedToken { token: secret.expose().to_owned(), view })))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/tokens/{id}",
+    tag = "auth",
+    params(("id" = Uuid, Path, description = "Token id; its owner may revoke it too")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "Revoked", body = ApiTokenView), (status = 404, body = ErrorResponse))
+)]
 async fn revoke_token(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -718,7 +842,7 @@ async fn revoke_token(
 // ---------------------------------------------------------------------------------------------
 // Node enrolment
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEnrolmentToken {
     /// Only a node of this name may enrol with it; it then replaces that node's credential.
@@ -729,7 +853,7 @@ pub struct CreateEnrolmentToken {
     pub expires_in_minutes: Option<u32>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CreatedEnrolmentToken {
     /// The one-time token: shown this once. Give it to the agent (`--enrolment-token`).
     pub token: String,
@@ -737,6 +861,15 @@ pub struct CreatedEnrolmentToken {
     pub view: EnrolmentTokenView,
 }
 
+#[utoipa::path(
+    post,
+    path = "/enrolment-tokens",
+    tag = "auth",
+    request_body(content = CreateEnrolmentToken, example = json!({"expires_in_minutes": 60})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 201, description = "The one-time token, shown this once", body = CreatedEnrolmentToken), (status = 422, body = ErrorResponse))
+)]
 async fn create_enrolment_token(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -770,6 +903,14 @@ async fn create_enrolment_token(
     Ok((StatusCode::CREATED, axum::Json(CreatedEnrolmentToken { token: secret.expose().to_owned(), view })))
 }
 
+#[utoipa::path(
+    get,
+    path = "/enrolment-tokens",
+    tag = "auth",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "Enrolment tokens, never the secrets", body = [EnrolmentTokenView]))
+)]
 async fn list_enrolment_tokens(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -781,6 +922,15 @@ async fn list_enrolment_tokens(
     Ok(axum::Json(rows))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/enrolment-tokens/{id}",
+    tag = "auth",
+    params(("id" = Uuid, Path, description = "Enrolment token id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "Revoked", body = EnrolmentTokenView), (status = 404, body = ErrorResponse))
+)]
 async fn revoke_enrolment_token(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -802,6 +952,14 @@ async fn revoke_enrolment_token(
     Ok(axum::Json(view))
 }
 
+#[utoipa::path(
+    get,
+    path = "/node-credentials",
+    tag = "auth",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "Node credentials, never the secrets", body = [NodeCredentialView]))
+)]
 async fn list_node_credentials(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -815,6 +973,15 @@ async fn list_node_credentials(
 }
 
 /// Revokes a node's credential: its agent is refused from now on (a compromised or retired host).
+#[utoipa::path(
+    delete,
+    path = "/node-credentials/{id}",
+    tag = "auth",
+    params(("id" = Uuid, Path, description = "Node credential id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "Revoked: the node's agent is refused from now on", body = NodeCredentialView), (status = 404, body = ErrorResponse))
+)]
 async fn revoke_node_credential(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
@@ -841,15 +1008,16 @@ async fn revoke_node_credential(
     Ok(axum::Json(view))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnrolRequest {
+    #[schema(value_type = String, format = Password)]
     pub enrolment_token: SecretString,
     /// The node's name, as it will register.
     pub name: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Enrolled {
     /// The node's own credential: keep it (the agent stores it in its state directory) and send it
     /// as `Authorization: Bearer <credential>`. Shown this once.
@@ -860,6 +1028,15 @@ pub struct Enrolled {
 
 /// The agent's exchange: a one-time enrolment token for the node's own credential. Every refusal is
 /// the same 401 (the reason is logged); failures are throttled per address.
+#[utoipa::path(
+    post,
+    path = "/agent/enrol",
+    tag = "agent",
+    request_body(content = EnrolRequest, example = json!({"enrolment_token": "et_0000000000000000000000000000000000000000000000000000000000000000", "name": "gpu-node-7"})),
+    security(()),
+    extensions(("x-airtime-access" = json!("public"))),
+    responses((status = 201, description = "The node credential, shown this once", body = Enrolled), (status = 401, description = "Invalid, used, revoked or expired enrolment token", body = ErrorResponse), (status = 429, body = ErrorResponse))
+)]
 async fn enrol(
     State(auth): State<Arc<AuthContext>>,
     ClientIp(ip): ClientIp,
@@ -908,6 +1085,15 @@ fn valid_node_name(name: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Audit log
 
+#[utoipa::path(
+    get,
+    path = "/audit",
+    tag = "audit",
+    params(AuditFilter),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "Audit entries, newest first: every entry for a platform admin, the tenant's for a tenant admin", body = [AuditEntry]))
+)]
 async fn list_audit(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,

@@ -1,35 +1,95 @@
-//! Nodes and GPUs, with their latest telemetry.
+//! Nodes and GPUs, with their latest telemetry. Every authenticated caller sees the whole fleet, but
+//! which workload holds a GPU only for their own tenant's work (platform admins see everything):
+//! other tenants appear in aggregate, as held GPUs.
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::get;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use crate::api::extract::Path;
+use crate::api::openapi::ErrorResponse;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::fleet::{self, GpuView, NodeView};
 use crate::server::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/nodes", get(list_nodes))
-        .route("/nodes/{id}", get(get_node))
-        .route("/gpus", get(list_gpus))
-        .route("/gpus/{id}", get(get_gpu))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_nodes))
+        .routes(routes!(get_node))
+        .routes(routes!(list_gpus))
+        .routes(routes!(get_gpu))
 }
 
-async fn list_nodes(State(state): State<AppState>) -> ApiResult<axum::Json<Vec<NodeView>>> {
-    Ok(axum::Json(fleet::list_nodes(&state.db).await?))
+fn redact_node(caller: &Caller, node: &mut NodeView) {
+    for gpu in &mut node.gpus {
+        gpu.redact_holder(|t| caller.can_read_tenant(t));
+    }
 }
 
-async fn get_node(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<NodeView>> {
-    fleet::get_node(&state.db, id).await?.map(axum::Json).ok_or(ApiError::NotFound("node"))
+/// Every node with its GPUs and latest telemetry.
+#[utoipa::path(
+    get,
+    path = "/nodes",
+    tag = "fleet",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "The fleet", body = [NodeView]))
+)]
+async fn list_nodes(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<Vec<NodeView>>> {
+    let mut nodes = fleet::list_nodes(&state.db).await?;
+    nodes.iter_mut().for_each(|n| redact_node(&caller, n));
+    Ok(axum::Json(nodes))
 }
 
-async fn list_gpus(State(state): State<AppState>) -> ApiResult<axum::Json<Vec<GpuView>>> {
-    Ok(axum::Json(fleet::list_gpus(&state.db).await?))
+/// One node with its GPUs and latest telemetry.
+#[utoipa::path(
+    get,
+    path = "/nodes/{id}",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "Node id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "The node", body = NodeView), (status = 404, body = ErrorResponse))
+)]
+async fn get_node(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<NodeView>> {
+    let mut node = fleet::get_node(&state.db, id).await?.ok_or(ApiError::NotFound("node"))?;
+    redact_node(&caller, &mut node);
+    Ok(axum::Json(node))
 }
 
-async fn get_gpu(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<GpuView>> {
-    fleet::get_gpu(&state.db, id).await?.map(axum::Json).ok_or(ApiError::NotFound("gpu"))
+/// Every GPU with its latest telemetry and whether it is held.
+#[utoipa::path(
+    get,
+    path = "/gpus",
+    tag = "fleet",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "The GPUs", body = [GpuView]))
+)]
+async fn list_gpus(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<Vec<GpuView>>> {
+    let mut gpus = fleet::list_gpus(&state.db).await?;
+    gpus.iter_mut().for_each(|g| g.redact_holder(|t| caller.can_read_tenant(t)));
+    Ok(axum::Json(gpus))
+}
+
+/// One GPU.
+#[utoipa::path(
+    get,
+    path = "/gpus/{id}",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "GPU id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "The GPU", body = GpuView), (status = 404, body = ErrorResponse))
+)]
+async fn get_gpu(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<GpuView>> {
+    let mut gpu = fleet::get_gpu(&state.db, id).await?.ok_or(ApiError::NotFound("gpu"))?;
+    gpu.redact_holder(|t| caller.can_read_tenant(t));
+    Ok(axum::Json(gpu))
 }

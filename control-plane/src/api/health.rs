@@ -1,23 +1,41 @@
 //! Liveness, readiness (the database answers) and Prometheus metrics.
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
 use serde_json::json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/metrics", get(metrics))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(healthz)).routes(routes!(readyz)).routes(routes!(metrics))
 }
 
+/// Liveness: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    security(()),
+    extensions(("x-airtime-access" = json!("public"))),
+    responses((status = 200, description = "Alive", content_type = "application/json"))
+)]
 async fn healthz() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
 
+/// Readiness: the database answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    security(()),
+    extensions(("x-airtime-access" = json!("public"))),
+    responses((status = 200, description = "Ready", content_type = "application/json"), (status = 503, body = crate::api::openapi::ErrorResponse))
+)]
 async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     sqlx::query("SELECT 1")
         .execute(&state.db)
@@ -26,6 +44,15 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     Ok(axum::Json(json!({"status": "ready"})))
 }
 
+/// Prometheus metrics (fleet-wide aggregates; no tenant's workload is named).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    security(()),
+    extensions(("x-airtime-access" = json!("public"))),
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
+)]
 async fn metrics(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     let body = state.metrics.render(&state.db).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body))

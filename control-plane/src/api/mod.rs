@@ -26,10 +26,10 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
     let v1 = OpenApiRouter::new()
         .merge(fleet::routes())
         .merge(workloads::routes())
-        .merge(OpenApiRouter::from(policies::routes(config)))
+        .merge(policies::routes(config))
         .merge(decisions::routes())
         .merge(tenants::routes())
-        .merge(OpenApiRouter::from(settings::routes()))
+        .merge(settings::routes())
         .merge(auth::routes())
         .nest("/agent", agent::routes())
         .routes(routes!(openapi::openapi_json));

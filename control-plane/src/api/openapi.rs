@@ -16,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use utoipa::Modify;
 use utoipa::OpenApi as _;
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use crate::error::ApiError;
 
@@ -88,7 +88,11 @@ impl Modify for SecuritySchemes {
         let components = openapi.components.get_or_insert_with(Default::default);
         let bearer = |format: &str, description: &str| {
             SecurityScheme::Http(
-                Http::new(HttpAuthScheme::Bearer).bearer_format(format).description(Some(description)),
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format(format)
+                    .description(Some(description))
+                    .build(),
             )
         };
         components.add_security_scheme(

@@ -1,45 +1,82 @@
 //! Policy modules and their lifecycle: upload a `.wasm` (checked and trial-evaluated before it is
 //! stored), list, inspect, activate with parameters, roll back, delete, set limits, dry-run against
 //! the live fleet, run in shadow, and read failures, logs and shadow comparisons.
+//!
+//! Who may do what: platform policies are managed by platform admins, a tenant's own policies by
+//! that tenant's admins (a tenant admin's upload is a policy of their tenant). Anyone may see that
+//! platform policies exist; their failures, logs and shadow results (which name other tenants'
+//! work) and dry runs against the live fleet are for platform admins; limits are set by platform
+//! admins. Another tenant's policy is not found.
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::routing::{delete, get, post, put};
 use serde::Deserialize;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt as _};
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use airtime_policy_host::PolicyLimits;
 
 use crate::api::extract::{Json, Path, Query};
+use crate::api::openapi::ErrorResponse;
+use crate::auth::Caller;
+use crate::auth::audit::AuditActor;
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::policies::{self, FailureView, LogView, PolicyView, ShadowResultView};
 use crate::scheduler::{self, DryRun};
 use crate::server::AppState;
 
-pub fn routes(config: &Config) -> Router<AppState> {
+pub fn routes(config: &Config) -> OpenApiRouter<AppState> {
     let module_limit = DefaultBodyLimit::max(config.max_policy_bytes);
-    Router::new()
-        .route("/policies", post(upload).layer(module_limit).get(list))
-        .route("/policies/dry-run", post(dry_run_module).layer(module_limit))
-        .route("/policies/{id}", get(get_one).delete(delete_policy))
-        .route("/policies/{id}/activate", post(activate))
-        .route("/policies/{id}/rollback", post(rollback))
-        .route("/policies/{id}/limits", put(set_limits))
-        .route("/policies/{id}/shadow", put(start_shadow).delete(stop_shadow))
-        .route("/policies/{id}/dry-run", post(dry_run_version))
-        .route("/policies/{id}/versions/{version}", delete(delete_version))
-        .route("/policies/{id}/failures", get(failures))
-        .route("/policies/{id}/logs", get(logs))
-        .route("/policies/{id}/shadow-results", get(shadow_results))
+    OpenApiRouter::new()
+        .routes(routes!(upload).layer(module_limit))
+        .routes(routes!(list))
+        .routes(routes!(dry_run_module).layer(module_limit))
+        .routes(routes!(get_one, delete_policy))
+        .routes(routes!(activate))
+        .routes(routes!(rollback))
+        .routes(routes!(set_limits))
+        .routes(routes!(start_shadow, stop_shadow))
+        .routes(routes!(dry_run_version))
+        .routes(routes!(delete_version))
+        .routes(routes!(failures))
+        .routes(routes!(logs))
+        .routes(routes!(shadow_results))
 }
 
-#[derive(Debug, Deserialize)]
+/// What the caller wants to do with a policy.
+#[derive(Clone, Copy)]
+enum Need {
+    /// See that it exists and its versions.
+    Read,
+    /// Read what it did: failures, logs, shadow results (they name the work it decided on).
+    Details,
+    /// Change it: activate, roll back, shadow, delete.
+    Manage,
+}
+
+/// Checks the caller's right to a policy and returns its owner (None: a platform policy). Another
+/// tenant's policy is not found.
+async fn authorize(state: &AppState, caller: &Caller, id: Uuid, need: Need) -> ApiResult<Option<Uuid>> {
+    let owner = policies::owner(&state.db, id).await?;
+    match (owner, need) {
+        (Some(tenant), Need::Read | Need::Details) => caller.ensure_visible(tenant, "policy")?,
+        (Some(tenant), Need::Manage) => caller.ensure_can_admin(tenant, "policy")?,
+        (None, Need::Read) => {}
+        (None, Need::Details | Need::Manage) => caller.require_platform_admin()?,
+    }
+    Ok(owner)
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct UploadQuery {
+    /// The policy's name: 1 to 63 lowercase letters, digits or '-'.
+    #[param(example = "my-policy")]
     name: String,
 }
 
@@ -61,30 +98,71 @@ fn module_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiR
     Ok(body)
 }
 
-/// `POST /api/v1/policies?name=my-policy` with the module as the body (`Content-Type: application/wasm`).
+/// Upload a policy module as the next version of the named policy: a platform policy for a
+/// platform admin, the tenant's own for a tenant admin.
+#[utoipa::path(
+    post,
+    path = "/policies",
+    tag = "policies",
+    params(UploadQuery),
+    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The `.wasm` module"),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses(
+        (status = 201, description = "Stored (checked and trial-evaluated first)", body = PolicyView),
+        (status = 409, description = "A built-in policy's name", body = ErrorResponse),
+        (status = 413, body = ErrorResponse),
+        (status = 415, body = ErrorResponse),
+        (status = 422, description = "The module was refused", body = ErrorResponse)
+    )
+)]
 async fn upload(
+    caller: Caller,
     State(state): State<AppState>,
     Query(query): Query<UploadQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<(StatusCode, axum::Json<PolicyView>)> {
+    caller.require_role(crate::auth::Role::TenantAdmin)?;
     let body = module_body(&headers, body)?;
     state.policies.vet(body.to_vec()).await.map_err(|err| {
         ApiError::unprocessable("invalid_policy", format!("policy module refused ({}): {err}", err.kind()))
     })?;
-    let view = policies::store_upload(&state.db, &query.name, &body).await?;
+    let view =
+        policies::store_upload(&state.db, caller.tenant_filter(), &query.name, &body, &AuditActor::from(&caller))
+            .await?;
     Ok((StatusCode::CREATED, axum::Json(view)))
 }
 
-async fn list(State(state): State<AppState>) -> ApiResult<axum::Json<Vec<PolicyView>>> {
-    Ok(axum::Json(policies::list(&state.db).await?))
+/// The platform's policies and the caller's tenant's own (every policy for platform admins).
+#[utoipa::path(
+    get,
+    path = "/policies",
+    tag = "policies",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Policies with their versions", body = [PolicyView]))
+)]
+async fn list(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<Vec<PolicyView>>> {
+    Ok(axum::Json(policies::list(&state.db, caller.tenant_filter()).await?))
 }
 
-async fn get_one(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<PolicyView>> {
+/// One policy with its versions.
+#[utoipa::path(
+    get,
+    path = "/policies/{id}",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "The policy", body = PolicyView), (status = 404, body = ErrorResponse))
+)]
+async fn get_one(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<PolicyView>> {
+    authorize(&state, &caller, id, Need::Read).await?;
     policies::get(&state.db, id).await?.map(axum::Json).ok_or(ApiError::NotFound("policy"))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct VersionRequest {
     /// The version; the latest when absent.
@@ -92,6 +170,7 @@ struct VersionRequest {
     version: Option<i32>,
     /// JSON parameters handed to the policy in every snapshot.
     #[serde(default = "empty_object")]
+    #[schema(value_type = Object)]
     params: serde_json::Value,
 }
 
@@ -99,62 +178,160 @@ fn empty_object() -> serde_json::Value {
     serde_json::json!({})
 }
 
+/// Make a version (the latest by default) the one that decides for the policy's scope.
+#[utoipa::path(
+    post,
+    path = "/policies/{id}/activate",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    request_body(content = VersionRequest, example = json!({"params": {}})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "Active", body = PolicyView), (status = 404, body = ErrorResponse), (status = 422, body = ErrorResponse))
+)]
 async fn activate(
+    caller: Caller,
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
     Json(req): Json<VersionRequest>,
 ) -> ApiResult<axum::Json<PolicyView>> {
-    let view = policies::activate(&state.db, id, req.version, req.params).await?;
+    authorize(&state, &caller, id, Need::Manage).await?;
+    let view = policies::activate(&state.db, id, req.version, req.params, &AuditActor::from(&caller)).await?;
     state.wake.wake();
     Ok(axum::Json(view))
 }
 
-async fn rollback(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<PolicyView>> {
-    let view = policies::rollback(&state.db, id).await?;
+/// Activate the version before the active one.
+#[utoipa::path(
+    post,
+    path = "/policies/{id}/rollback",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "Rolled back", body = PolicyView), (status = 404, body = ErrorResponse), (status = 409, description = "Not active, or no older version", body = ErrorResponse))
+)]
+async fn rollback(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<PolicyView>> {
+    authorize(&state, &caller, id, Need::Manage).await?;
+    let view = policies::rollback(&state.db, id, &AuditActor::from(&caller)).await?;
     state.wake.wake();
     Ok(axum::Json(view))
 }
 
+/// Set the policy's per-evaluation limits (platform admins).
+#[utoipa::path(
+    put,
+    path = "/policies/{id}/limits",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    request_body(content = Object, description = "PolicyLimits (see docs/policy-abi.md); absent fields keep the defaults", example = json!({})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "Set", body = PolicyView), (status = 404, body = ErrorResponse), (status = 422, body = ErrorResponse))
+)]
 async fn set_limits(
+    caller: Caller,
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
     Json(limits): Json<PolicyLimits>,
 ) -> ApiResult<axum::Json<PolicyView>> {
-    Ok(axum::Json(policies::set_limits(&state.db, id, &limits).await?))
+    caller.require_platform_admin()?;
+    authorize(&state, &caller, id, Need::Manage).await?;
+    Ok(axum::Json(policies::set_limits(&state.db, id, &limits, &AuditActor::from(&caller)).await?))
 }
 
+/// Evaluate a version in shadow beside the active policy of its scope (never applied).
+#[utoipa::path(
+    put,
+    path = "/policies/{id}/shadow",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    request_body(content = VersionRequest, example = json!({"params": {}})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "In shadow", body = PolicyView), (status = 404, body = ErrorResponse))
+)]
 async fn start_shadow(
+    caller: Caller,
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
     Json(req): Json<VersionRequest>,
 ) -> ApiResult<axum::Json<PolicyView>> {
-    Ok(axum::Json(policies::start_shadow(&state.db, id, req.version, req.params).await?))
+    authorize(&state, &caller, id, Need::Manage).await?;
+    Ok(axum::Json(policies::start_shadow(&state.db, id, req.version, req.params, &AuditActor::from(&caller)).await?))
 }
 
-async fn stop_shadow(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
-    policies::stop_shadow(&state.db, id).await?;
+/// Stop the shadow evaluation of this policy.
+#[utoipa::path(
+    delete,
+    path = "/policies/{id}/shadow",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 204, description = "Stopped"), (status = 404, body = ErrorResponse))
+)]
+async fn stop_shadow(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+    authorize(&state, &caller, id, Need::Manage).await?;
+    policies::stop_shadow(&state.db, id, &AuditActor::from(&caller)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_policy(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
-    policies::delete(&state.db, id, None).await?;
+/// Delete a policy (not while a version is active or in shadow).
+#[utoipa::path(
+    delete,
+    path = "/policies/{id}",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorResponse), (status = 409, body = ErrorResponse))
+)]
+async fn delete_policy(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
+    authorize(&state, &caller, id, Need::Manage).await?;
+    policies::delete(&state.db, id, None, &AuditActor::from(&caller)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Delete one version (not the active or shadowed one).
+#[utoipa::path(
+    delete,
+    path = "/policies/{id}/versions/{version}",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id"), ("version" = i32, Path, description = "Version number")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorResponse), (status = 409, body = ErrorResponse))
+)]
 async fn delete_version(
+    caller: Caller,
     State(state): State<AppState>,
     Path((id, version)): Path<(Uuid, i32)>,
 ) -> ApiResult<StatusCode> {
-    policies::delete(&state.db, id, Some(version)).await?;
+    authorize(&state, &caller, id, Need::Manage).await?;
+    policies::delete(&state.db, id, Some(version), &AuditActor::from(&caller)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Dry-runs a stored version against the live fleet and queue.
+/// Dry-run a stored version against the live fleet and queue (platform admins: the snapshot holds
+/// every tenant's work).
+#[utoipa::path(
+    post,
+    path = "/policies/{id}/dry-run",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    request_body(content = VersionRequest, example = json!({"params": {}})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "What it would decide; nothing applied", body = Object), (status = 404, body = ErrorResponse))
+)]
 async fn dry_run_version(
+    caller: Caller,
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
     Json(req): Json<VersionRequest>,
 ) -> ApiResult<axum::Json<DryRun>> {
+    caller.require_platform_admin()?;
     let version_id: Option<(Uuid,)> = sqlx::query_as(
         "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
          WHERE v.policy_id = $1 AND p.deleted_at IS NULL AND v.deleted_at IS NULL \
@@ -169,21 +346,35 @@ async fn dry_run_version(
     Ok(axum::Json(scheduler::dry_run(&state, &selected).await?))
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct DryRunQuery {
     /// JSON parameters for the policy, URL-encoded.
     #[serde(default)]
     params: Option<String>,
 }
 
-/// Dry-runs a module that is not stored (the body is the `.wasm`).
+/// Dry-run a module that is not stored (the body is the `.wasm`) against the live fleet and queue
+/// (platform admins).
+#[utoipa::path(
+    post,
+    path = "/policies/dry-run",
+    tag = "policies",
+    params(DryRunQuery),
+    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The `.wasm` module"),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses((status = 200, description = "What it would decide; nothing applied or stored", body = Object), (status = 422, body = ErrorResponse))
+)]
 async fn dry_run_module(
+    caller: Caller,
     State(state): State<AppState>,
     Query(query): Query<DryRunQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<axum::Json<DryRun>> {
+    caller.require_platform_admin()?;
     let body = module_body(&headers, body)?;
     let params = query.params.unwrap_or_else(|| "{}".into());
     let parsed: serde_json::Value = serde_json::from_str(&params)
@@ -197,24 +388,51 @@ async fn dry_run_module(
     Ok(axum::Json(scheduler::dry_run(&state, &selected).await?))
 }
 
-async fn failures(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<Vec<FailureView>>> {
-    exists(&state, id).await?;
+/// The policy's failed evaluations, newest first.
+#[utoipa::path(
+    get,
+    path = "/policies/{id}/failures",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Failures (a platform policy's: platform admins only)", body = [FailureView]), (status = 404, body = ErrorResponse))
+)]
+async fn failures(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<Vec<FailureView>>> {
+    authorize(&state, &caller, id, Need::Details).await?;
     Ok(axum::Json(policies::failures(&state.db, id).await?))
 }
 
-async fn logs(State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<Vec<LogView>>> {
-    exists(&state, id).await?;
+/// What the policy logged from inside, newest first.
+#[utoipa::path(
+    get,
+    path = "/policies/{id}/logs",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Logs (a platform policy's: platform admins only)", body = [LogView]), (status = 404, body = ErrorResponse))
+)]
+async fn logs(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<Vec<LogView>>> {
+    authorize(&state, &caller, id, Need::Details).await?;
     Ok(axum::Json(policies::logs(&state.db, id).await?))
 }
 
+/// How the shadow version's decisions compared with the active policy's, newest first.
+#[utoipa::path(
+    get,
+    path = "/policies/{id}/shadow-results",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Comparisons (a platform policy's: platform admins only)", body = [ShadowResultView]), (status = 404, body = ErrorResponse))
+)]
 async fn shadow_results(
+    caller: Caller,
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<Vec<ShadowResultView>>> {
-    exists(&state, id).await?;
+    authorize(&state, &caller, id, Need::Details).await?;
     Ok(axum::Json(policies::shadow_results(&state.db, id).await?))
-}
-
-async fn exists(state: &AppState, id: Uuid) -> ApiResult<()> {
-    policies::get(&state.db, id).await?.map(|_| ()).ok_or(ApiError::NotFound("policy"))
 }

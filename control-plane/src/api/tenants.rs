@@ -1,22 +1,26 @@
 //! Tenants: the teams that own workloads and policies.
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use crate::api::extract::Json;
+use crate::api::openapi::ErrorResponse;
+use crate::auth::Caller;
+use crate::auth::audit::{self, AuditActor, Change};
 use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/tenants", get(list).post(create))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list, create)).routes(routes!(summary))
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct TenantView {
     pub id: Uuid,
     pub name: String,
@@ -27,7 +31,7 @@ pub struct TenantView {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
     pub name: String,
@@ -48,19 +52,64 @@ fn yes() -> bool {
     true
 }
 
-async fn list(State(state): State<AppState>) -> ApiResult<axum::Json<Vec<TenantView>>> {
+/// Who is within quota, borrowing or starved: per tenant, the GPUs it holds against its guarantee,
+/// its waiting work and the most common reason that work gives. Every tenant for platform admins;
+/// the caller's own tenant for everyone else.
+#[utoipa::path(
+    get,
+    path = "/tenants/summary",
+    tag = "tenants",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Standing of each tenant", body = [crate::tenancy::TenantStanding]))
+)]
+async fn summary(
+    caller: Caller,
+    State(state): State<AppState>,
+) -> ApiResult<axum::Json<Vec<crate::tenancy::TenantStanding>>> {
+    Ok(axum::Json(crate::tenancy::standings(&state.db, caller.tenant_filter()).await?))
+}
+
+/// Every tenant for platform admins; the caller's own tenant for everyone else.
+#[utoipa::path(
+    get,
+    path = "/tenants",
+    tag = "tenants",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "Tenants", body = [TenantView]))
+)]
+async fn list(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<Vec<TenantView>>> {
     let tenants = sqlx::query_as(
-        "SELECT id, name, guaranteed_gpus, weight, tier, may_borrow, created_at FROM tenants ORDER BY name",
+        "SELECT id, name, guaranteed_gpus, weight, tier, may_borrow, created_at FROM tenants \
+         WHERE ($1::uuid IS NULL OR id = $1) ORDER BY name",
     )
+    .bind(caller.tenant_filter())
     .fetch_all(&state.db)
     .await?;
     Ok(axum::Json(tenants))
 }
 
+/// Create a tenant with its quota (platform admins).
+#[utoipa::path(
+    post,
+    path = "/tenants",
+    tag = "tenants",
+    request_body(content = CreateTenant, example = json!({"name": "research", "guaranteed_gpus": 8, "weight": 2})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses(
+        (status = 201, description = "Created", body = TenantView),
+        (status = 409, description = "The name is taken", body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
 async fn create(
+    caller: Caller,
     State(state): State<AppState>,
     Json(req): Json<CreateTenant>,
 ) -> ApiResult<(StatusCode, axum::Json<TenantView>)> {
+    caller.require_platform_admin()?;
     let valid = !req.name.is_empty()
         && req.name.len() <= 63
         && req.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -74,6 +123,7 @@ async fn create(
             "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000",
         ));
     }
+    let mut tx = state.db.begin().await?;
     let created: Option<TenantView> = sqlx::query_as(
         "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow) VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (name) DO NOTHING \
@@ -85,9 +135,20 @@ async fn create(
     .bind(req.weight as i32)
     .bind(req.tier)
     .bind(req.may_borrow)
-    .fetch_optional(&state.db)
+    .fetch_optional(&mut *tx)
     .await?;
-    created
-        .map(|t| (StatusCode::CREATED, axum::Json(t)))
-        .ok_or_else(|| ApiError::conflict("tenant_exists", format!("a tenant named {:?} exists", req.name)))
+    let Some(created) = created else {
+        return Err(ApiError::conflict("tenant_exists", format!("a tenant named {:?} exists", req.name)));
+    };
+    audit::record(
+        &mut tx,
+        &AuditActor::from(&caller),
+        Change::new("tenant.create", "tenant", created.id).tenant(Some(created.id)).detail(serde_json::json!({
+            "name": created.name, "guaranteed_gpus": created.guaranteed_gpus, "weight": created.weight,
+            "tier": created.tier, "may_borrow": created.may_borrow,
+        })),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, axum::Json(created)))
 }

@@ -98,7 +98,7 @@ pub async fn record(conn: &mut PgConnection, actor: &AuditActor, change: Change<
 }
 
 /// An audit row as the API shows it.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct AuditEntry {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -110,12 +110,14 @@ pub struct AuditEntry {
     pub action: String,
     pub target_kind: String,
     pub target_id: Option<String>,
+    #[schema(value_type = Object)]
     pub detail: serde_json::Value,
     pub source_ip: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AuditFilter {
     /// Only this action (`token.create`, …).
     pub action: Option<String>,

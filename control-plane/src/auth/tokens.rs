@@ -76,7 +76,7 @@ pub fn well_formed(token: &str, kind: TokenKind) -> bool {
 }
 
 /// An API token as listed: never its secret.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ApiTokenView {
     pub id: Uuid,
     pub name: String,
@@ -131,7 +131,7 @@ pub async fn create_api_token(
 }
 
 /// An enrolment token as listed.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct EnrolmentTokenView {
     pub id: Uuid,
     pub prefix: String,
@@ -190,7 +190,7 @@ pub enum EnrolError {
 }
 
 /// A node credential as listed.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct NodeCredentialView {
     pub id: Uuid,
     pub node_name: String,

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::model::{GpuSource, NodeState};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct NodeView {
     pub id: Uuid,
     pub name: String,
@@ -19,6 +19,7 @@ pub struct NodeView {
     pub state: NodeState,
     pub cpu_millis: i32,
     pub memory_mb: i64,
+    #[schema(value_type = Object)]
     pub labels: serde_json::Value,
     pub cost_per_hour: Option<f64>,
     pub gpu_source: GpuSource,
@@ -31,13 +32,13 @@ pub struct NodeView {
     pub gpus: Vec<GpuView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct NodeTelemetry {
     pub cpu_util: Option<f32>,
     pub memory_used_mb: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct GpuView {
     pub id: Uuid,
     pub node_id: Uuid,
@@ -48,12 +49,29 @@ pub struct GpuView {
     pub memory_mb: i64,
     pub nvlink_group: Option<i32>,
     pub simulated: bool,
-    /// The workload that holds this GPU now, if any.
+    /// Whether a workload holds this GPU now.
+    pub held: bool,
+    /// The workload that holds this GPU now: shown only to its own tenant and platform admins
+    /// (others see only that the GPU is held).
     pub workload_id: Option<Uuid>,
+    /// The holder's tenant, for that redaction; never serialized.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub holder_tenant_id: Option<Uuid>,
     pub telemetry: GpuTelemetry,
 }
 
-#[derive(Debug, Serialize)]
+impl GpuView {
+    /// Hides who holds the GPU unless `sees(holder's tenant)`: fleet views show other tenants only
+    /// in aggregate.
+    pub fn redact_holder(&mut self, sees: impl Fn(Uuid) -> bool) {
+        if !self.holder_tenant_id.is_some_and(&sees) {
+            self.workload_id = None;
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct GpuTelemetry {
     pub util: Option<f32>,
     pub memory_used_mb: Option<i64>,
@@ -92,6 +110,7 @@ struct GpuRow {
     nvlink_group: Option<i32>,
     simulated: bool,
     workload_id: Option<Uuid>,
+    holder_tenant_id: Option<Uuid>,
     util: Option<f32>,
     memory_used_mb: Option<i64>,
     temperature_c: Option<f32>,
@@ -111,7 +130,9 @@ impl From<GpuRow> for GpuView {
             memory_mb: r.memory_mb,
             nvlink_group: r.nvlink_group,
             simulated: r.simulated,
+            held: r.workload_id.is_some(),
             workload_id: r.workload_id,
+            holder_tenant_id: r.holder_tenant_id,
             telemetry: GpuTelemetry {
                 util: r.util,
                 memory_used_mb: r.memory_used_mb,
@@ -124,7 +145,7 @@ impl From<GpuRow> for GpuView {
 }
 
 const GPU_SELECT: &str = "SELECT g.id, g.node_id, n.name AS node_name, g.device_index, g.uuid, g.model, \
-     g.memory_mb, g.nvlink_group, g.simulated, gr.workload_id, g.util, g.memory_used_mb, \
+     g.memory_mb, g.nvlink_group, g.simulated, gr.workload_id, gr.tenant_id AS holder_tenant_id, g.util, g.memory_used_mb, \
      g.temperature_c, g.power_w, g.ecc_errors \
      FROM gpus g JOIN nodes n ON n.id = g.node_id LEFT JOIN gpu_grants gr ON gr.gpu_id = g.id \
      WHERE g.present";

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::model::GpuSource;
 use crate::workloads::transitions;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Registration {
     pub name: String,
@@ -26,7 +26,7 @@ pub struct Registration {
     pub gpus: Vec<GpuInventory>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GpuInventory {
     pub index: u32,
@@ -39,7 +39,7 @@ pub struct GpuInventory {
     pub simulated: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryReport {
     pub cpu_util: f32,
@@ -48,7 +48,7 @@ pub struct TelemetryReport {
     pub gpus: Vec<GpuSample>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSample {
     pub index: u32,

@@ -237,9 +237,19 @@ pub async fn apply(
     }
 
     for (refusal, decider) in refused.iter().chain(late_refusals.iter()) {
-        if let Some(index) = refusal.workload {
+        if let Some(index) = &refusal.workload {
             let reason = format!("refused by the control plane: {}", refusal.reason);
-            insert_decision(&mut tx, cycle_id, fleet, index, "rejected", None, &[], &reason, decider).await?;
+            // A policy that repeats a refused decision every cycle is recorded once, not every tick.
+            let last: Option<(String, String)> = sqlx::query_as(
+                "SELECT kind, reason FROM decisions WHERE workload_id = $1 ORDER BY id DESC LIMIT 1",
+            )
+            .bind(fleet.workloads[*index].id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if last.is_some_and(|(kind, last_reason)| kind == "rejected" && last_reason == reason) {
+                continue;
+            }
+            insert_decision(&mut tx, cycle_id, fleet, *index, "rejected", None, &[], &reason, decider).await?;
         }
     }
     outcome.refused += late_refusals.len();
@@ -293,7 +303,7 @@ async fn insert_decision(
     Ok(())
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct DecisionView {
     pub id: i64,
     pub cycle_id: i64,
@@ -311,8 +321,9 @@ pub struct DecisionView {
     pub decided_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DecisionFilter {
     pub workload_id: Option<Uuid>,
     pub tenant: Option<String>,
@@ -321,6 +332,9 @@ pub struct DecisionFilter {
     pub before: Option<i64>,
     /// Most recent first; at most 1000, 100 by default.
     pub limit: Option<u32>,
+    /// The caller's tenant scope (set by the handler, never from the query): `None` for all.
+    #[serde(skip)]
+    pub tenant_id: Option<Uuid>,
 }
 
 pub async fn list_decisions(db: &PgPool, f: &DecisionFilter) -> sqlx::Result<Vec<DecisionView>> {
@@ -331,6 +345,7 @@ pub async fn list_decisions(db: &PgPool, f: &DecisionFilter) -> sqlx::Result<Vec
          JOIN tenants t ON t.id = d.tenant_id \
          WHERE ($1::uuid IS NULL OR d.workload_id = $1) AND ($2::text IS NULL OR t.name = $2) \
            AND ($3::text IS NULL OR d.kind = $3) AND ($4::bigint IS NULL OR d.id < $4) \
+           AND ($6::uuid IS NULL OR d.tenant_id = $6) \
          ORDER BY d.id DESC LIMIT $5",
     )
     .bind(f.workload_id)
@@ -338,6 +353,7 @@ pub async fn list_decisions(db: &PgPool, f: &DecisionFilter) -> sqlx::Result<Vec
     .bind(&f.kind)
     .bind(f.before)
     .bind(i64::from(f.limit.unwrap_or(100).clamp(1, 1000)))
+    .bind(f.tenant_id)
     .fetch_all(db)
     .await
 }

@@ -87,10 +87,10 @@ pub fn build<'a>(fleet: &'a FleetView, params: &'a str, scope_tenant: Option<usi
                 name: &w.name,
                 tenant: to_index(w.tenant),
                 class: class(w.class),
-                state: if w.state == WorkloadState::Pending {
-                    abi::WorkloadState::Pending
-                } else {
-                    abi::WorkloadState::Running
+                state: match w.state {
+                    WorkloadState::Pending => abi::WorkloadState::Pending,
+                    WorkloadState::Preempting | WorkloadState::Cancelling => abi::WorkloadState::Stopping,
+                    _ => abi::WorkloadState::Running,
                 },
                 priority: w.priority,
                 gpu_count: w.gpu_count,

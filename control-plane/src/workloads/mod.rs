@@ -10,11 +10,13 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::auth::Caller;
+use crate::auth::audit::{self, AuditActor, Change};
 use crate::error::{ApiError, ApiResult};
 use crate::model::{WorkloadClass, WorkloadState};
 
 /// A submission. Unknown fields are refused so a typo ("gpu_cout") is an error, not a default.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitWorkload {
     pub name: String,
@@ -38,7 +40,7 @@ pub struct SubmitWorkload {
 }
 
 /// What a workload needs from a node.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceProfile {
     /// GPUs, all on one node (a gang: all or none). 0 for CPU-only work.
@@ -115,7 +117,7 @@ impl SubmitWorkload {
     }
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct WorkloadView {
     pub id: Uuid,
     pub tenant_id: Uuid,
@@ -131,6 +133,7 @@ pub struct WorkloadView {
     pub checkpointable: bool,
     pub expected_duration_s: Option<i32>,
     pub command: Vec<String>,
+    #[schema(value_type = Object)]
     pub env: serde_json::Value,
     pub node_id: Option<Uuid>,
     pub last_node_id: Option<Uuid>,
@@ -144,7 +147,7 @@ pub struct WorkloadView {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ResourcesRow {
     pub gpu_count: i32,
     pub gpu_memory_mb: i64,
@@ -154,7 +157,7 @@ pub struct ResourcesRow {
     pub cpu_capable: bool,
 }
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct WorkloadEvent {
     pub at: DateTime<Utc>,
     pub from_state: Option<WorkloadState>,
@@ -163,7 +166,7 @@ pub struct WorkloadEvent {
     pub detail: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct WorkloadDetail {
     #[serde(flatten)]
     pub workload: WorkloadView,
@@ -178,12 +181,24 @@ const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.nam
      w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at \
      FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
 
-pub async fn submit(db: &PgPool, req: &SubmitWorkload) -> ApiResult<WorkloadView> {
+/// Submits a workload for `caller`: into the caller's own tenant (a named tenant must be it), or
+/// for a platform admin into the named tenant (`default` when none is named). Another tenant's
+/// name is refused exactly like a name that does not exist.
+pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiResult<WorkloadView> {
+    caller.require_role(crate::auth::Role::TenantMember)?;
     req.check().map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
-    let tenant_name = req.tenant.as_deref().unwrap_or("default");
     let mut tx = db.begin().await?;
-    let tenant: Option<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM tenants WHERE name = $1").bind(tenant_name).fetch_optional(&mut *tx).await?;
+    let tenant_name = req.tenant.as_deref().unwrap_or("default");
+    let tenant: Option<(Uuid,)> = match (&req.tenant, caller.tenant_filter()) {
+        (None, Some(own)) => Some((own,)),
+        (_, scope) => {
+            sqlx::query_as("SELECT id FROM tenants WHERE name = $1 AND ($2::uuid IS NULL OR id = $2)")
+                .bind(tenant_name)
+                .bind(scope)
+                .fetch_optional(&mut *tx)
+                .await?
+        }
+    };
     let Some((tenant_id,)) = tenant else {
         return Err(ApiError::unprocessable("unknown_tenant", format!("no tenant named {tenant_name:?}")));
     };
@@ -215,6 +230,14 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload) -> ApiResult<WorkloadView
     .execute(&mut *tx)
     .await?;
     transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;
+    audit::record(
+        &mut tx,
+        &AuditActor::from(caller),
+        Change::new("workload.submit", "workload", id).tenant(Some(tenant_id)).detail(serde_json::json!({
+            "name": req.name, "class": req.class, "priority": req.priority, "gpu_count": r.gpu_count,
+        })),
+    )
+    .await?;
     tx.commit().await?;
     get(db, id).await?.ok_or(ApiError::NotFound("workload"))
 }
@@ -223,8 +246,9 @@ pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<WorkloadView>> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!("{WORKLOAD_SELECT} WHERE w.id = $1"))).bind(id).fetch_optional(db).await
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct WorkloadFilter {
     pub state: Option<WorkloadState>,
     pub tenant: Option<String>,
@@ -232,12 +256,16 @@ pub struct WorkloadFilter {
     pub node_id: Option<Uuid>,
     /// Most recent first; at most 1000, 100 by default.
     pub limit: Option<u32>,
+    /// The caller's tenant scope (set by the handler, never from the query): `None` for all.
+    #[serde(skip)]
+    pub tenant_id: Option<Uuid>,
 }
 
 pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadView>> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "{WORKLOAD_SELECT} WHERE ($1::text IS NULL OR w.state = $1) AND ($2::text IS NULL OR t.name = $2) \
          AND ($3::text IS NULL OR w.class = $3) AND ($4::uuid IS NULL OR w.node_id = $4) \
+         AND ($6::uuid IS NULL OR w.tenant_id = $6) \
          ORDER BY w.submitted_at DESC, w.id DESC LIMIT $5"
     )))
     .bind(f.state)
@@ -245,12 +273,15 @@ pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadV
     .bind(f.class)
     .bind(f.node_id)
     .bind(i64::from(f.limit.unwrap_or(100).clamp(1, 1000)))
+    .bind(f.tenant_id)
     .fetch_all(db)
     .await
 }
 
-pub async fn detail(db: &PgPool, id: Uuid) -> ApiResult<WorkloadDetail> {
+/// A workload with its history and decisions; another tenant's is not found.
+pub async fn detail(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<WorkloadDetail> {
     let workload = get(db, id).await?.ok_or(ApiError::NotFound("workload"))?;
+    caller.ensure_visible(workload.tenant_id, "workload")?;
     let history = sqlx::query_as(
         "SELECT at, from_state, to_state, attempt, detail FROM workload_events WHERE workload_id = $1 ORDER BY id",
     )
@@ -266,8 +297,9 @@ pub async fn detail(db: &PgPool, id: Uuid) -> ApiResult<WorkloadDetail> {
 }
 
 /// Cancels a workload: a pending one at once, one on a node through its agent (SIGTERM, then
-/// SIGKILL after the grace period). Returns whether a node's desired state changed.
-pub async fn cancel(db: &PgPool, id: Uuid) -> ApiResult<(WorkloadView, bool)> {
+/// SIGKILL after the grace period). Returns whether a node's desired state changed. Another
+/// tenant's workload is not found; the change is audited in the same transaction.
+pub async fn cancel(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(WorkloadView, bool)> {
     let mut tx = db.begin().await?;
     let row: Option<(Uuid, WorkloadState, i32, Option<Uuid>)> =
         sqlx::query_as("SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE")
@@ -277,6 +309,7 @@ pub async fn cancel(db: &PgPool, id: Uuid) -> ApiResult<(WorkloadView, bool)> {
     let Some((tenant_id, state, attempt, node_id)) = row else {
         return Err(ApiError::NotFound("workload"));
     };
+    caller.ensure_can_write(tenant_id, "workload")?;
     let node_changed = match state {
         WorkloadState::Pending => {
             sqlx::query(

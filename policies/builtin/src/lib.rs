@@ -6,6 +6,10 @@
 /// `policies/priority-best-fit`: highest priority first, best fit on free GPUs.
 pub const PRIORITY_BEST_FIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/priority_best_fit.wasm"));
 
+/// `policies/slo-first`: the default platform policy (real-time first, quotas with reclaim, burst
+/// reserve, backfill with a reservation, preemption for bursts).
+pub const SLO_FIRST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/slo_first.wasm"));
+
 /// `policies/template`: the first-fit starting point authors copy. Not a built-in policy (it is not
 /// in [`ALL`]); built so tests prove the template still compiles to a working module.
 pub const TEMPLATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_policy_template.wasm"));
@@ -15,7 +19,7 @@ pub const TEMPLATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_po
 pub const SDK_PROBE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_sdk_probe.wasm"));
 
 /// Every built-in policy: (name, module bytes).
-pub const ALL: &[(&str, &[u8])] = &[("priority-best-fit", PRIORITY_BEST_FIT)];
+pub const ALL: &[(&str, &[u8])] = &[("slo-first", SLO_FIRST), ("priority-best-fit", PRIORITY_BEST_FIT)];
 
 #[cfg(test)]
 mod tests {

@@ -2,17 +2,19 @@
 //!
 //! Pending workloads are taken highest priority first (then earliest submitted). With
 //! `realtime_first` in the platform settings, real-time inference goes before everything else, and
-//! the settings' night bonus raises training and fine-tuning between 22:00 and 06:00 UTC.
+//! the settings' night bonus (non-zero only at night; the host resolves the window) raises training
+//! and fine-tuning.
 //!
 //! Each GPU workload goes to the ready node whose free GPUs fit it (free memory now ≥ what it needs
-//! on each GPU, an allowed model, all its GPUs on that one node) and which has the **fewest free
-//! GPUs left over** afterwards, then the least memory left over on the chosen GPUs: best fit, so
+//! on each GPU, an allowed model, all its GPUs on that one node), which has the host CPU and memory
+//! it asks for, and which has the **fewest free GPUs left over** afterwards, then the least memory left over on the chosen GPUs: best fit, so
 //! big gang jobs still find whole nodes later. On a node, the GPUs with the least free memory that
 //! still fit are taken, from a single NVLink domain when one has enough.
 //!
 //! A workload with no GPUs goes to the ready node with enough free CPU and memory, preferring
 //! CPU-only nodes and then the tightest fit. A CPU-capable GPU workload that finds no GPU runs on
-//! CPU instead. The GPUs kept in the settings' burst reserve are left to real-time inference.
+//! CPU instead. The GPUs kept in the settings' burst reserve are left to real-time inference and to
+//! preemptible work (which a burst can reclaim).
 //!
 //! What cannot be placed is kept pending with the reason ("no ready node has 4 free GPUs with
 //! ≥ 40960 MiB; the most on one node is 2 (gpu-node-7)"). The plan guarantees no GPU is placed
@@ -25,6 +27,7 @@
 //!   node allows it.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use airtime_policy_sdk::prelude::*;
 
@@ -34,9 +37,10 @@ pub struct PriorityBestFit;
 
 airtime_policy_sdk::export_policy!(PriorityBestFit);
 
-/// The GPU shape a workload asks for; workloads of one shape that fail share the reason, since a
-/// cycle only ever takes resources and a shape that failed cannot fit later in the same cycle.
-type Shape<'a> = (u32, u32, &'a str);
+/// What a GPU workload asks for: GPU count, MiB per GPU, models, host mCPU and MiB. Workloads of
+/// one shape that fail share the reason, since a cycle only ever takes resources and a shape that
+/// failed cannot fit later in the same cycle.
+type Shape<'a> = (u32, u32, &'a str, u32, u32);
 
 impl Policy for PriorityBestFit {
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
@@ -51,82 +55,253 @@ impl Policy for PriorityBestFit {
             (!realtime_first, std::cmp::Reverse(snapshot.effective_priority(w)), w.submitted_ms, *index)
         });
 
-        let mut plan = Plan::new(snapshot);
-        let mut by_free = FreeGpuIndex::new(snapshot, &plan);
+        let mut cycle = Cycle::new(snapshot);
         let mut failed_shapes: BTreeMap<Shape<'s>, String> = BTreeMap::new();
-        let mut placed = 0u32;
 
         for (index, workload) in order {
-            if placed >= max_placements {
-                plan.keep_pending(index, format!("placement budget of this cycle ({max_placements}) is used up"))?;
+            if cycle.placed >= max_placements {
+                cycle
+                    .plan
+                    .keep_pending(index, format!("placement budget of this cycle ({max_placements}) is used up"))?;
                 continue;
             }
             if !workload.needs_gpu() {
-                match best_cpu_node(snapshot, &plan, workload) {
-                    Some(node) => {
-                        let reason = cpu_reason(snapshot, &plan, workload, node, None);
-                        plan.place(index, node, Vec::new(), reason)?;
-                        placed += 1;
-                    }
-                    None => plan.keep_pending(index, no_cpu_reason(workload))?,
+                if !cycle.place_on_cpu(index, workload, None)? {
+                    cycle.plan.keep_pending(index, no_cpu_reason(workload))?;
                 }
                 continue;
             }
 
             let need = workload.gpu_need();
             let reserve = settings.burst_reserve_gpus;
-            if reserve > 0
-                && workload.class != WorkloadClass::RealtimeInference
-                && plan.free_gpu_total().saturating_sub(need.count) < reserve
-            {
-                let reason = format!(
-                    "{} GPUs are free and {reserve} are held back for real-time inference (burst reserve)",
-                    plan.free_gpu_total()
-                );
-                place_on_cpu_or_wait(snapshot, &mut plan, index, workload, reason, &mut placed)?;
+            let free = cycle.plan.free_gpu_total();
+            let may_use_reserve = workload.class == WorkloadClass::RealtimeInference || workload.preemptible;
+            if reserve > 0 && !may_use_reserve && free.saturating_sub(need.count) < reserve {
+                let reason =
+                    format!("{free} GPUs are free and {reserve} are held back for real-time inference (burst reserve)");
+                cycle.place_on_cpu_or_wait(index, workload, reason)?;
                 continue;
             }
 
-            let shape = (need.count, need.memory_mb, workload.gpu_models);
+            let shape = (need.count, need.memory_mb, workload.gpu_models, workload.cpu_millis, workload.memory_mb);
             let found = if failed_shapes.contains_key(&shape) {
                 None
             } else {
-                best_gpu_fit(snapshot, &plan, &by_free, &need, prefer_nvlink)
+                cycle.best_gpu_fit(workload, &need, prefer_nvlink)
             };
             match found {
-                Some(mut fit) => {
-                    fit.gpus.sort_unstable();
-                    let node = snapshot.nodes.get(fit.node as usize).map_or("?", |n| n.name);
-                    let left = plan.free_gpu_count(fit.node) - need.count;
-                    let nvlink = if fit.one_nvlink_domain && need.count > 1 { ", one NVLink domain" } else { "" };
-                    let reason = format!(
-                        "best fit on {node}: {} ({}{nvlink}), {left} {} left free there",
-                        gpu_list(snapshot, &fit.gpus),
-                        fit.model,
-                        if left == 1 { "GPU" } else { "GPUs" },
-                    );
-                    let free_before = plan.free_gpu_count(fit.node);
-                    plan.place(index, fit.node, fit.gpus, reason)?;
-                    placed += 1;
-                    by_free.moved(fit.node, free_before, plan.free_gpu_count(fit.node));
-                }
+                Some(fit) => cycle.place_on_gpus(index, &need, fit)?,
                 None => {
-                    let reason = failed_shapes
-                        .entry(shape)
-                        .or_insert_with(|| no_gpu_reason(snapshot, &plan, &by_free, &need))
-                        .clone();
-                    place_on_cpu_or_wait(snapshot, &mut plan, index, workload, reason, &mut placed)?;
+                    let reason =
+                        failed_shapes.entry(shape).or_insert_with(|| cycle.no_gpu_reason(workload, &need)).clone();
+                    cycle.place_on_cpu_or_wait(index, workload, reason)?;
                 }
             }
         }
 
-        let free_left = plan.free_gpu_total();
-        let decisions = plan.into_decisions();
-        ctx.info(format_args!(
-            "placed {placed} of {} pending workloads; {free_left} GPUs left free",
-            decisions.len()
-        ));
+        let (placed, free_left) = (cycle.placed, cycle.plan.free_gpu_total());
+        let decisions = cycle.plan.into_decisions();
+        ctx.info(format_args!("placed {placed} of {} pending workloads; {free_left} GPUs left free", decisions.len()));
         Ok(decisions)
+    }
+}
+
+/// One cycle's state: the plan, and the ready nodes indexed by what they have free, so each
+/// workload looks at the tightest candidates first instead of at the whole fleet.
+struct Cycle<'p, 's> {
+    snapshot: &'p Snapshot<'s>,
+    plan: Plan<'p, 's>,
+    gpus: FreeGpuIndex,
+    cpus: FreeCpuIndex,
+    placed: u32,
+    /// Per node, bumped when a placement takes its GPUs.
+    versions: Vec<u32>,
+    /// Per GPU shape, per node: the memory a fit would leave over (or `None`: it does not fit), as
+    /// of a node version. Nodes that did not change are not looked at again, which keeps a cycle
+    /// of 10,000 workloads on 1,000 nodes in milliseconds.
+    memo: BTreeMap<MemoKey<'s>, Vec<Memo>>,
+}
+
+/// (GPU count, MiB per GPU, allowed models).
+type MemoKey<'s> = (u32, u32, Vec<&'s str>);
+
+#[derive(Clone, Copy, Default)]
+struct Memo {
+    /// 0: never looked at (versions start at 1).
+    version: u32,
+    waste: Option<u64>,
+}
+
+impl<'p, 's> Cycle<'p, 's> {
+    fn new(snapshot: &'p Snapshot<'s>) -> Self {
+        let plan = Plan::new(snapshot);
+        let gpus = FreeGpuIndex::new(snapshot, &plan);
+        let cpus = FreeCpuIndex::new(snapshot, &plan);
+        let versions = vec![1; snapshot.nodes.len()];
+        Cycle { snapshot, plan, gpus, cpus, placed: 0, versions, memo: BTreeMap::new() }
+    }
+
+    fn place_on_gpus(&mut self, index: u32, need: &GpuNeed<'_>, mut fit: GpuFit<'s>) -> Result<(), Failure> {
+        fit.gpus.sort_unstable();
+        let node = self.snapshot.node(fit.node).map_or("?", |n| n.name);
+        let free_before = self.plan.free_gpu_count(fit.node);
+        let left = free_before - need.count;
+        let nvlink = if fit.one_nvlink_domain && need.count > 1 { ", one NVLink domain" } else { "" };
+        let reason = format!(
+            "best fit on {node}: {} ({}{nvlink}), {left} {} left free there",
+            gpu_list(self.snapshot, &fit.gpus),
+            fit.model,
+            if left == 1 { "GPU" } else { "GPUs" },
+        );
+        let host_before = (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node));
+        self.plan.place(index, fit.node, fit.gpus, reason)?;
+        self.placed += 1;
+        self.gpus.moved(fit.node, free_before, self.plan.free_gpu_count(fit.node));
+        self.cpus.moved(fit.node, host_before, (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node)));
+        if let Some(version) = self.versions.get_mut(fit.node as usize) {
+            *version += 1;
+        }
+        Ok(())
+    }
+
+    /// Places `workload` on CPU on the best node for it, if one has room; `gpu_reason` says why
+    /// not on GPUs. Returns whether it was placed.
+    fn place_on_cpu(&mut self, index: u32, workload: &Workload<'_>, gpu_reason: Option<&str>) -> Result<bool, Failure> {
+        let Some(node) = self.cpus.best(workload.cpu_millis, workload.memory_mb) else { return Ok(false) };
+        let name = self.snapshot.node(node).map_or("?", |n| n.name);
+        let before = (self.plan.cpu_free(node), self.plan.memory_free(node));
+        let fit = format!(
+            "on CPU on {name}: {} mCPU and {} MiB, {} mCPU left free there",
+            workload.cpu_millis,
+            workload.memory_mb,
+            before.0 - workload.cpu_millis
+        );
+        let reason = match gpu_reason {
+            Some(why) => format!("{why}; runs {fit}"),
+            None => format!("best fit {fit}"),
+        };
+        self.plan.place(index, node, Vec::new(), reason)?;
+        self.placed += 1;
+        self.cpus.moved(node, before, (self.plan.cpu_free(node), self.plan.memory_free(node)));
+        Ok(true)
+    }
+
+    /// A CPU-capable workload runs on CPU with `gpu_reason` as the explanation; any other waits with it.
+    fn place_on_cpu_or_wait(&mut self, index: u32, workload: &Workload<'_>, gpu_reason: String) -> Result<(), Failure> {
+        if !workload.cpu_capable {
+            return Ok(self.plan.keep_pending(index, gpu_reason)?);
+        }
+        if !self.place_on_cpu(index, workload, Some(&gpu_reason))? {
+            self.plan.keep_pending(index, format!("{gpu_reason}; and on CPU: {}", no_cpu_reason(workload)))?;
+        }
+        Ok(())
+    }
+
+    /// The best node for `workload`: the fewest free GPUs left over on the node, then the least
+    /// memory left over on the chosen GPUs, then the lowest node index. `None` when no ready node has
+    /// enough free GPUs that fit and the host CPU and memory.
+    fn best_gpu_fit(&mut self, workload: &Workload<'_>, need: &GpuNeed<'s>, prefer_nvlink: bool) -> Option<GpuFit<'s>> {
+        let key = (need.count, need.memory_mb, need.models.clone());
+        let mut memo = self.memo.remove(&key).unwrap_or_else(|| vec![Memo::default(); self.snapshot.nodes.len()]);
+        let mut best: Option<(u64, u32)> = None;
+        // Groups are visited tightest first; the first group with a fitting node holds the best
+        // fit, and within it the least memory left over wins (the first such node, as groups are
+        // in node order).
+        for nodes in self.gpus.at_least(need.count) {
+            for &node in nodes {
+                if self.plan.cpu_free(node) < workload.cpu_millis || self.plan.memory_free(node) < workload.memory_mb {
+                    continue;
+                }
+                let version = self.versions.get(node as usize).copied().unwrap_or(0);
+                let waste = match memo.get(node as usize) {
+                    Some(seen) if seen.version == version => seen.waste,
+                    _ => {
+                        let waste = self.choose(node, need, prefer_nvlink).map(|(_, _, waste)| waste);
+                        if let Some(seen) = memo.get_mut(node as usize) {
+                            *seen = Memo { version, waste };
+                        }
+                        waste
+                    }
+                };
+                if let Some(waste) = waste
+                    && best.is_none_or(|(least, _)| waste < least)
+                {
+                    best = Some((waste, node));
+                    if waste == 0 {
+                        break;
+                    }
+                }
+            }
+            if best.is_some() {
+                break;
+            }
+        }
+        self.memo.insert(key, memo);
+        let (_, node) = best?;
+        let (gpus, one_nvlink_domain, _) = self.choose(node, need, prefer_nvlink)?;
+        let model = gpus.first().and_then(|&i| self.snapshot.gpu(i)).map_or("", |g| g.model);
+        Some(GpuFit { node, gpus, model, one_nvlink_domain })
+    }
+
+    /// The GPUs `need` would take on `node` (see [`choose_gpus`]), whether they share an NVLink
+    /// domain, and the memory they would leave over; `None` if too few of its free GPUs fit.
+    fn choose(&self, node: u32, need: &GpuNeed<'_>, prefer_nvlink: bool) -> Option<(Vec<u32>, bool, u64)> {
+        // Cheap refusal before collecting anything: most nodes looked at do not fit.
+        if self.plan.free_gpus(node).filter(|(_, g)| need.fits(g)).take(need.count as usize).count()
+            < need.count as usize
+        {
+            return None;
+        }
+        let mut candidates: Vec<(u32, &Gpu<'s>)> = self.plan.free_gpus(node).filter(|(_, g)| need.fits(g)).collect();
+        // Tightest GPUs first: least free memory, then device order.
+        candidates.sort_by_key(|(i, g)| (g.memory_free_mb(), g.device_index, *i));
+        let (chosen, one_domain) = choose_gpus(&candidates, need.count as usize, prefer_nvlink);
+        let waste = chosen
+            .iter()
+            .filter_map(|&i| self.snapshot.gpu(i))
+            .map(|g| u64::from(g.memory_free_mb() - need.memory_mb))
+            .sum();
+        Some((chosen, one_domain, waste))
+    }
+
+    /// "no ready node has 4 free GPUs with ≥ 40960 MiB (H100); the most on one node is 2 (n7)", or,
+    /// if the fleet could not fit it even with every GPU free, says so: it waits for the fleet to
+    /// change.
+    fn no_gpu_reason(&self, workload: &Workload<'_>, need: &GpuNeed<'_>) -> String {
+        let snapshot = self.snapshot;
+        let fits_when_idle = snapshot
+            .ready_nodes()
+            .any(|(n, _)| snapshot.node_gpus(n).filter(|(_, g)| need.fits(g)).count() >= need.count as usize);
+        if !fits_when_idle {
+            return format!("no ready node has {}, even with all its GPUs free", need.describe(""));
+        }
+        let gpus_fit_now = self
+            .gpus
+            .at_least(need.count)
+            .flatten()
+            .any(|&n| self.plan.free_gpus(n).filter(|(_, g)| need.fits(g)).count() >= need.count as usize);
+        if gpus_fit_now {
+            return format!(
+                "the ready nodes with {} lack {} mCPU and {} MiB of host memory free",
+                need.describe("free"),
+                workload.cpu_millis,
+                workload.memory_mb
+            );
+        }
+        let best = self
+            .gpus
+            .at_least(1)
+            .flatten()
+            .map(|&n| (self.plan.free_gpus(n).filter(|(_, g)| need.fits(g)).count(), n))
+            .max_by_key(|&(count, n)| (count, std::cmp::Reverse(n)));
+        let most = match best {
+            Some((count, node)) if count > 0 => {
+                let name = snapshot.node(node).map_or("?", |n| n.name);
+                format!("; the most on one node is {count} ({name})")
+            }
+            _ => "; all that fit are taken".to_owned(),
+        };
+        format!("no ready node has {}{most}", need.describe("free"))
     }
 }
 
@@ -138,8 +313,7 @@ struct GpuFit<'a> {
     one_nvlink_domain: bool,
 }
 
-/// Ready nodes grouped by how many GPUs they have free in the plan, each group in node order, so
-/// the best fit is found by looking at the tightest nodes first instead of at the whole fleet.
+/// Ready nodes grouped by how many GPUs they have free in the plan, each group in node order.
 struct FreeGpuIndex {
     /// `by_free[f]`: the ready nodes with exactly `f` free GPUs, ascending.
     by_free: Vec<Vec<u32>>,
@@ -172,54 +346,51 @@ impl FreeGpuIndex {
         }
     }
 
-    /// `(free GPUs, nodes)` for every group with at least `count` free, tightest first.
-    fn at_least(&self, count: u32) -> impl Iterator<Item = (u32, &[u32])> {
-        self.by_free.iter().enumerate().skip(count as usize).map(|(free, nodes)| (free as u32, nodes.as_slice()))
+    /// The groups of nodes with at least `count` free GPUs, tightest first.
+    fn at_least(&self, count: u32) -> impl Iterator<Item = &[u32]> {
+        self.by_free.iter().skip(count as usize).map(Vec::as_slice)
     }
 }
 
-/// The best node for `need`: the fewest free GPUs left over on the node, then the least memory left
-/// over on the chosen GPUs, then the lowest node index. `None` when no node has enough free GPUs
-/// that fit.
-fn best_gpu_fit<'a>(
-    snapshot: &Snapshot<'a>,
-    plan: &Plan<'_, 'a>,
-    by_free: &FreeGpuIndex,
-    need: &GpuNeed<'_>,
-    prefer_nvlink: bool,
-) -> Option<GpuFit<'a>> {
-    let mut candidates: Vec<(u32, &Gpu<'a>)> = Vec::new();
-    // Groups are visited tightest first; the first group with a fitting node holds the best fit,
-    // and within it the least memory left over wins (the first such node, as they are in order).
-    for (_, nodes) in by_free.at_least(need.count) {
-        let mut best: Option<(u64, GpuFit<'a>)> = None;
-        for &node in nodes {
-            candidates.clear();
-            candidates.extend(plan.free_gpus(node).filter(|(_, g)| need.fits(g)));
-            if candidates.len() < need.count as usize {
-                continue;
-            }
-            // Tightest GPUs first: least free memory, then device order.
-            candidates.sort_by_key(|(i, g)| (g.memory_free_mb(), g.device_index, *i));
-            let (chosen, one_domain) = choose_gpus(&candidates, need.count as usize, prefer_nvlink);
-            let waste: u64 = chosen
-                .iter()
-                .filter_map(|&i| snapshot.gpu(i))
-                .map(|g| u64::from(g.memory_free_mb() - need.memory_mb))
-                .sum();
-            if best.as_ref().is_none_or(|(least, _)| waste < *least) {
-                let model = chosen.first().and_then(|&i| snapshot.gpu(i)).map_or("", |g| g.model);
-                best = Some((waste, GpuFit { node, gpus: chosen, model, one_nvlink_domain: one_domain }));
-                if waste == 0 {
-                    break;
-                }
-            }
-        }
-        if let Some((_, fit)) = best {
-            return Some(fit);
-        }
+/// Ready nodes in CPU best-fit order: CPU-only nodes first (GPU nodes keep their CPU for GPU work),
+/// then the least free CPU, then the least free memory, then the node index. The first node in this
+/// order with room is the one with the least left over.
+struct FreeCpuIndex {
+    /// `(has GPUs, free mCPU, free MiB, node)`, sorted.
+    nodes: Vec<(bool, u32, u32, u32)>,
+}
+
+impl FreeCpuIndex {
+    fn new(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>) -> Self {
+        let mut nodes: Vec<_> = snapshot
+            .ready_nodes()
+            .map(|(n, node)| (node.has_gpus(), plan.cpu_free(n), plan.memory_free(n), n))
+            .collect();
+        nodes.sort_unstable();
+        FreeCpuIndex { nodes }
     }
-    None
+
+    /// The node with room for `cpu` and `memory` and the least left over.
+    fn best(&self, cpu: u32, memory: u32) -> Option<u32> {
+        [false, true].into_iter().find_map(|has_gpus| {
+            let start = self.nodes.partition_point(|&(g, c, _, _)| (g, c) < (has_gpus, cpu));
+            self.nodes
+                .get(start..)?
+                .iter()
+                .take_while(|&&(g, ..)| g == has_gpus)
+                .find(|&&(_, _, m, _)| m >= memory)
+                .map(|&(.., node)| node)
+        })
+    }
+
+    /// `node`'s free (CPU, memory) went from `before` to `after`.
+    fn moved(&mut self, node: u32, before: (u32, u32), after: (u32, u32)) {
+        let Some(at) = self.nodes.iter().position(|&(_, c, m, n)| n == node && (c, m) == before) else { return };
+        let (has_gpus, ..) = self.nodes.remove(at);
+        let entry = (has_gpus, after.0, after.1, node);
+        let at = self.nodes.partition_point(|e| *e < entry);
+        self.nodes.insert(at, entry);
+    }
 }
 
 /// `count` GPUs from `candidates` (sorted tightest first), from one NVLink domain if one has enough
@@ -228,7 +399,8 @@ fn best_gpu_fit<'a>(
 fn choose_gpus(candidates: &[(u32, &Gpu<'_>)], count: usize, prefer_nvlink: bool) -> (Vec<u32>, bool) {
     let tightest = || candidates.iter().take(count).map(|(i, _)| *i).collect::<Vec<u32>>();
     let first_group = candidates.first().and_then(|(_, g)| g.nvlink_group);
-    let same_domain = |gpus: &[(u32, &Gpu<'_>)]| first_group.is_some() && gpus.iter().all(|(_, g)| g.nvlink_group == first_group);
+    let same_domain =
+        |gpus: &[(u32, &Gpu<'_>)]| first_group.is_some() && gpus.iter().all(|(_, g)| g.nvlink_group == first_group);
     if !prefer_nvlink || count <= 1 {
         let chosen = candidates.get(..count).unwrap_or(candidates);
         return (tightest(), same_domain(chosen));
@@ -245,99 +417,11 @@ fn choose_gpus(candidates: &[(u32, &Gpu<'_>)], count: usize, prefer_nvlink: bool
     let group = groups.iter().filter(|(_, n)| *n >= count).min_by_key(|(g, n)| (*n, *g)).map(|(g, _)| *g);
     match group {
         Some(group) => {
-            let chosen = candidates
-                .iter()
-                .filter(|(_, g)| g.nvlink_group == Some(group))
-                .take(count)
-                .map(|(i, _)| *i)
-                .collect();
+            let chosen =
+                candidates.iter().filter(|(_, g)| g.nvlink_group == Some(group)).take(count).map(|(i, _)| *i).collect();
             (chosen, true)
         }
         None => (tightest(), false),
-    }
-}
-
-/// "no ready node has 4 free GPUs with ≥ 40960 MiB (H100); the most on one node is 2 (n7)", or, if
-/// the fleet could not fit it even with every GPU free, says so: it will wait until the fleet changes.
-fn no_gpu_reason(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, by_free: &FreeGpuIndex, need: &GpuNeed<'_>) -> String {
-    let fits_when_idle = snapshot
-        .ready_nodes()
-        .any(|(n, _)| snapshot.node_gpus(n).filter(|(_, g)| need.fits(g)).count() >= need.count as usize);
-    if !fits_when_idle {
-        return format!("no ready node has {}, even with all its GPUs free", need.describe(""));
-    }
-    let best = by_free
-        .at_least(1)
-        .flat_map(|(_, nodes)| nodes)
-        .map(|&n| (plan.free_gpus(n).filter(|(_, g)| need.fits(g)).count(), n))
-        .max_by_key(|&(count, n)| (count, std::cmp::Reverse(n)));
-    let most = match best {
-        Some((count, node)) if count > 0 => {
-            let name = snapshot.node(node).map_or("?", |n| n.name);
-            format!("; the most on one node is {count} ({name})")
-        }
-        _ => "; all that fit are taken".to_owned(),
-    };
-    format!("no ready node has {}{most}", need.describe("free"))
-}
-
-/// Places a CPU-capable workload on CPU with `gpu_reason` as the explanation, or keeps any workload
-/// pending with it.
-fn place_on_cpu_or_wait<'a>(
-    snapshot: &Snapshot<'a>,
-    plan: &mut Plan<'_, 'a>,
-    index: u32,
-    workload: &Workload<'a>,
-    gpu_reason: String,
-    placed: &mut u32,
-) -> Result<(), Failure> {
-    if workload.cpu_capable {
-        if let Some(node) = best_cpu_node(snapshot, plan, workload) {
-            let reason = cpu_reason(snapshot, plan, workload, node, Some(&gpu_reason));
-            plan.place(index, node, Vec::new(), reason)?;
-            *placed += 1;
-            return Ok(());
-        }
-        plan.keep_pending(index, format!("{gpu_reason}; and on CPU: {}", no_cpu_reason(workload)))?;
-        return Ok(());
-    }
-    plan.keep_pending(index, gpu_reason)?;
-    Ok(())
-}
-
-/// The ready node with room for the workload's CPU and memory: CPU-only nodes first (GPU nodes keep
-/// their CPU for GPU work), then the least CPU left over, then the least memory left over.
-fn best_cpu_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, workload: &Workload<'_>) -> Option<u32> {
-    snapshot
-        .ready_nodes()
-        .filter(|(n, _)| plan.cpu_free(*n) >= workload.cpu_millis && plan.memory_free(*n) >= workload.memory_mb)
-        .min_by_key(|(n, node)| {
-            (
-                node.has_gpus(),
-                plan.cpu_free(*n) - workload.cpu_millis,
-                plan.memory_free(*n) - workload.memory_mb,
-                *n,
-            )
-        })
-        .map(|(n, _)| n)
-}
-
-fn cpu_reason(
-    snapshot: &Snapshot<'_>,
-    plan: &Plan<'_, '_>,
-    workload: &Workload<'_>,
-    node: u32,
-    gpu_reason: Option<&str>,
-) -> String {
-    let name = snapshot.node(node).map_or("?", |n| n.name);
-    let left = plan.cpu_free(node) - workload.cpu_millis;
-    let fit = format!(
-        "on CPU on {name}: {} mCPU and {} MiB, {left} mCPU left free there",
-        workload.cpu_millis, workload.memory_mb
-    );
-    match gpu_reason {
-        Some(why) => format!("{why}; runs {fit}"),
-        None => format!("best fit {fit}"),
     }
 }
 
@@ -347,10 +431,15 @@ fn no_cpu_reason(workload: &Workload<'_>) -> String {
 
 /// "GPUs 0,1,2,3" by device index on their node.
 fn gpu_list(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
-    let devices: Vec<String> =
-        gpus.iter().filter_map(|&i| snapshot.gpu(i)).map(|g| g.device_index.to_string()).collect();
-    let noun = if devices.len() == 1 { "GPU" } else { "GPUs" };
-    format!("{noun} {}", devices.join(","))
+    let mut text = String::from(if gpus.len() == 1 { "GPU " } else { "GPUs " });
+    for (n, gpu) in gpus.iter().filter_map(|&i| snapshot.gpu(i)).enumerate() {
+        if n > 0 {
+            text.push(',');
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(text, "{}", gpu.device_index);
+    }
+    text
 }
 
 #[cfg(test)]

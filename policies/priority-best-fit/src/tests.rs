@@ -88,8 +88,14 @@ fn higher_priority_wins_contention_then_earlier_submission() {
         .pending_with("high-third", 2, 1024, |w| w.priority = 9)
         .pending_with("high-fourth", 2, 1024, |w| w.priority = 9));
     assert_eq!(outcome.placed(), vec!["high-second", "high-third"]);
-    assert_eq!(outcome.reason("high-fourth"), Some("no ready node has 2 free GPUs with ≥ 1024 MiB; all that fit are taken"));
-    assert_eq!(outcome.reason("low-first"), Some("no ready node has 4 free GPUs with ≥ 1024 MiB; all that fit are taken"));
+    assert_eq!(
+        outcome.reason("high-fourth"),
+        Some("no ready node has 2 free GPUs with ≥ 1024 MiB; all that fit are taken")
+    );
+    assert_eq!(
+        outcome.reason("low-first"),
+        Some("no ready node has 4 free GPUs with ≥ 1024 MiB; all that fit are taken")
+    );
 }
 
 #[test]
@@ -124,10 +130,7 @@ fn draining_and_lost_nodes_take_nothing() {
         .pending("two", 2, 1024)
         .pending("one", 1, 1024));
     assert_eq!(outcome.placed_on("one"), Some("ready"));
-    assert_eq!(
-        outcome.reason("two"),
-        Some("no ready node has 2 GPUs with ≥ 1024 MiB, even with all its GPUs free")
-    );
+    assert_eq!(outcome.reason("two"), Some("no ready node has 2 GPUs with ≥ 1024 MiB, even with all its GPUs free"));
 }
 
 #[test]
@@ -177,8 +180,15 @@ fn cpu_capable_workloads_fall_back_to_cpu_when_no_gpu_fits() {
 }
 
 #[test]
-fn burst_reserve_is_left_to_realtime_inference() {
+fn burst_reserve_is_left_to_realtime_inference_and_preemptible_work() {
     let settings = Settings { burst_reserve_gpus: 2, ..Settings::default() };
+    let preemptible = run(SnapshotFixture::new().settings(settings).node("n1", 4, "H100", 81920).pending_with(
+        "batch",
+        3,
+        1024,
+        |w| w.preemptible = true,
+    ));
+    assert_eq!(preemptible.placed(), vec!["batch"], "a burst can reclaim preemptible work");
     let outcome = run(SnapshotFixture::new()
         .settings(settings)
         .node("n1", 4, "H100", 81920)
@@ -213,12 +223,11 @@ fn realtime_first_puts_customer_facing_inference_ahead_of_priority() {
 }
 
 #[test]
-fn night_bonus_lifts_training_at_night() {
-    let day_start = 1_700_006_400_000 / 86_400_000 * 86_400_000;
-    let fixture = |hour: u64| {
+fn the_night_bonus_lifts_training() {
+    // The host puts the bonus in the snapshot only at night (it resolves the platform's window).
+    let fixture = |night_training_bonus| {
         SnapshotFixture::new()
-            .now_ms(day_start + hour * 3_600_000)
-            .settings(Settings { night_training_bonus: 20, ..Settings::default() })
+            .settings(Settings { night_training_bonus, ..Settings::default() })
             .node("n1", 1, "H100", 81920)
             .pending_with("batch", 1, 1024, |w| w.priority = 10)
             .pending_with("train", 1, 1024, |w| {
@@ -226,8 +235,25 @@ fn night_bonus_lifts_training_at_night() {
                 w.priority = 0;
             })
     };
-    assert_eq!(run(fixture(23)).placed(), vec!["train"]);
-    assert_eq!(run(fixture(12)).placed(), vec!["batch"]);
+    assert_eq!(run(fixture(20)).placed(), vec!["train"]);
+    assert_eq!(run(fixture(0)).placed(), vec!["batch"]);
+}
+
+#[test]
+fn a_gpu_placement_needs_the_host_cpu_and_memory_too() {
+    let outcome = run(SnapshotFixture::new()
+        .node_with("tight-but-starved", 8, "H100", 81920, |n| n.cpu_millis_free = 2_000)
+        .node("roomy", 8, "H100", 81920)
+        .running("r1", "tight-but-starved", &[0, 1, 2, 3])
+        .running("r2", "roomy", &[0, 1])
+        .pending_with("job", 2, 1024, |w| w.cpu_millis = 4_000)
+        .pending_with("hungry", 2, 1024, |w| w.cpu_millis = 100_000));
+    // By GPUs alone the first node is the tighter fit (2 left over, not 4), but it lacks the CPU.
+    assert_eq!(outcome.placed_on("job"), Some("roomy"));
+    assert_eq!(
+        outcome.reason("hungry"),
+        Some("the ready nodes with 2 free GPUs with ≥ 1024 MiB lack 100000 mCPU and 4096 MiB of host memory free")
+    );
 }
 
 #[test]

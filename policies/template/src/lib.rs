@@ -35,9 +35,10 @@ impl Policy for Template {
             }
             if !workload.needs_gpu() {
                 // CPU work: the first ready node with the CPU and memory free.
-                let node = snapshot.ready_nodes().map(|(n, _)| n).find(|&n| {
-                    plan.cpu_free(n) >= workload.cpu_millis && plan.memory_free(n) >= workload.memory_mb
-                });
+                let node = snapshot
+                    .ready_nodes()
+                    .map(|(n, _)| n)
+                    .find(|&n| plan.cpu_free(n) >= workload.cpu_millis && plan.memory_free(n) >= workload.memory_mb);
                 match node {
                     Some(node) => {
                         plan.place(index, node, Vec::new(), "first fit on CPU")?;
@@ -49,8 +50,16 @@ impl Policy for Template {
             }
             let need = workload.gpu_need();
             let choice = snapshot.ready_nodes().find_map(|(node, _)| {
-                let gpus: Vec<u32> =
-                    plan.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(i, _)| i).take(need.count as usize).collect();
+                // A placement also needs the host CPU and memory the workload asks for.
+                if plan.cpu_free(node) < workload.cpu_millis || plan.memory_free(node) < workload.memory_mb {
+                    return None;
+                }
+                let gpus: Vec<u32> = plan
+                    .free_gpus(node)
+                    .filter(|(_, gpu)| need.fits(gpu))
+                    .map(|(i, _)| i)
+                    .take(need.count as usize)
+                    .collect();
                 (gpus.len() == need.count as usize).then_some((node, gpus))
             });
             match choice {

@@ -196,7 +196,8 @@ fn run(args: &RunArgs) -> CliResult {
         record = runtime.evaluate_recorded(&policy, &bytes, &limits);
         times.push(record.elapsed);
     }
-    let report = Report { args, policy: &policy, compile_time, snapshot: &snapshot, bytes: bytes.len(), record: &record, times };
+    let report =
+        Report { args, policy: &policy, compile_time, snapshot: &snapshot, bytes: bytes.len(), record: &record, times };
     if args.json { report.json() } else { report.text() }
 }
 
@@ -267,14 +268,21 @@ impl Report<'_> {
                 for d in &decisions {
                     let name = self.workload_name(d.workload);
                     let (what, target) = match &d.action {
-                        Action::Place { node, gpus } if gpus.is_empty() => ("place", format!("{} (CPU)", self.node_name(*node))),
+                        Action::Place { node, gpus } if gpus.is_empty() => {
+                            ("place", format!("{} (CPU)", self.node_name(*node)))
+                        }
                         Action::Place { node, gpus } => {
                             ("place", format!("{} GPUs {:?}", self.node_name(*node), self.devices(gpus)))
                         }
                         Action::Preempt => ("preempt", String::new()),
                         Action::KeepPending => ("keep", String::new()),
                     };
-                    let _ = writeln!(text, "  {what:<8} {name:<width$}  {target}{}{}", if target.is_empty() { "" } else { "  " }, d.reason);
+                    let _ = writeln!(
+                        text,
+                        "  {what:<8} {name:<width$}  {target}{}{}",
+                        if target.is_empty() { "" } else { "  " },
+                        d.reason
+                    );
                 }
                 let problems = check_decisions(s, &decisions);
                 if !problems.is_empty() {
@@ -346,7 +354,8 @@ impl Report<'_> {
                         entry
                     })
                     .collect();
-                let problems: Vec<String> = check_decisions(self.snapshot, &decisions).iter().map(ToString::to_string).collect();
+                let problems: Vec<String> =
+                    check_decisions(self.snapshot, &decisions).iter().map(ToString::to_string).collect();
                 doc["decisions"] = json!(list);
                 let code = if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
                 doc["problems"] = json!(problems);

@@ -169,10 +169,7 @@ fn a_log_flood_is_capped_and_counted_not_fatal() {
 fn airtime_fail_carries_the_message_and_logs_survive() {
     let policy = compile_wat("fail_with_message");
     let record = runtime().evaluate_recorded(&policy, &small_fleet().encode(), &PolicyLimits::default());
-    assert_eq!(
-        record.result,
-        Err(PolicyError::GuestFailed { message: "no GPUs of model B300 in this fleet".into() })
-    );
+    assert_eq!(record.result, Err(PolicyError::GuestFailed { message: "no GPUs of model B300 in this fleet".into() }));
     assert_eq!(record.logs.len(), 1);
     assert_eq!(record.logs[0].message, "about to give up");
 }
@@ -182,8 +179,13 @@ fn the_host_survives_every_adversary_and_still_evaluates() {
     // After all of the above (in any order), a good policy still runs.
     let policy = compile_wat("first_pending_on_gpu0");
     for _ in 0..3 {
-        let _ = runtime().evaluate(&compile_wat("infinite_loop"), &small_fleet().encode(), &limits(|l| l.deadline_ms = 20));
-        let _ = runtime().evaluate(&compile_wat("memory_bomb"), &small_fleet().encode(), &limits(|l| l.max_memory_bytes = 4 << 20));
+        let _ =
+            runtime().evaluate(&compile_wat("infinite_loop"), &small_fleet().encode(), &limits(|l| l.deadline_ms = 20));
+        let _ = runtime().evaluate(
+            &compile_wat("memory_bomb"),
+            &small_fleet().encode(),
+            &limits(|l| l.max_memory_bytes = 4 << 20),
+        );
         let _ = runtime().evaluate(&compile_wat("deep_recursion"), &small_fleet().encode(), &PolicyLimits::default());
     }
     let evaluation = runtime().evaluate(&policy, &small_fleet().encode(), &PolicyLimits::default()).expect("runs");

@@ -76,10 +76,11 @@ fn evaluations_run_concurrently_on_one_runtime() {
         let handles: Vec<_> = (0..8)
             .map(|_| {
                 scope.spawn(|| {
-                    (0..10)
-                        .map(|_| runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect("runs").output)
-                        .last()
-                        .unwrap_or_default()
+                    let mut last = Vec::new();
+                    for _ in 0..10 {
+                        last = runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect("runs").output;
+                    }
+                    last
                 })
             })
             .collect();
@@ -113,7 +114,10 @@ fn a_policy_compiled_by_another_runtime_is_refused() {
     let other = PolicyRuntime::new(RuntimeConfig::default()).expect("starts");
     let policy = other.compile(PRIORITY_BEST_FIT).expect("compiles");
     let error = runtime().evaluate(&policy, &small_fleet().encode(), &PolicyLimits::default()).expect_err("foreign");
-    assert_eq!(error.to_string(), "internal error in the policy runtime: the policy was compiled by another PolicyRuntime");
+    assert_eq!(
+        error.to_string(),
+        "internal error in the policy runtime: the policy was compiled by another PolicyRuntime"
+    );
     drop(other); // stops its ticker thread; the policy it compiled is still held here
     drop(policy);
 }
@@ -152,9 +156,7 @@ fn error_kinds_are_distinct() {
         PolicyError::MemoryLimit { limit: 0, requested: 0 },
         PolicyError::OutputTooLarge { len: 0, limit: 0 },
         PolicyError::AbiViolation { message: String::new() },
-        PolicyError::MalformedOutput(
-            airtime_policy_sdk::abi::decode_decisions(&[]).expect_err("empty is malformed"),
-        ),
+        PolicyError::MalformedOutput(airtime_policy_sdk::abi::decode_decisions(&[]).expect_err("empty is malformed")),
         PolicyError::Capacity { message: String::new() },
         PolicyError::InvalidLimits { message: String::new() },
         PolicyError::Internal { message: String::new() },
@@ -165,7 +167,8 @@ fn error_kinds_are_distinct() {
 
 #[test]
 fn modules_past_the_size_limit_are_refused_before_compiling() {
-    let runtime = PolicyRuntime::new(RuntimeConfig { max_module_bytes: 1024, ..RuntimeConfig::default() }).expect("starts");
+    let runtime =
+        PolicyRuntime::new(RuntimeConfig { max_module_bytes: 1024, ..RuntimeConfig::default() }).expect("starts");
     let error = runtime.compile(PRIORITY_BEST_FIT).expect_err("too large");
     assert_eq!(error, PolicyError::ModuleTooLarge { len: PRIORITY_BEST_FIT.len(), limit: 1024 });
 }

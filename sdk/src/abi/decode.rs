@@ -9,8 +9,8 @@ use std::borrow::Cow;
 use super::{
     ABI_VERSION, AbiError, Action, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision,
     GPU_SIZE, Gpu, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, Location, NODE_SIZE, NONE, Node, NodeState,
-    SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Settings, Snapshot, TENANT_SIZE, Table, Tenant,
-    WORKLOAD_SIZE, Workload, WorkloadClass, WorkloadState,
+    SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Settings, Snapshot, TENANT_SIZE, Table, Tenant, WORKLOAD_SIZE,
+    Workload, WorkloadClass, WorkloadState,
 };
 
 /// Decodes a snapshot, borrowing every string from `bytes`.
@@ -313,10 +313,7 @@ fn magic_of(bytes: &[u8]) -> [u8; 4] {
 
 /// `N` bytes at `at`, or zeroes if `bytes` is too short (never the case after the bounds checks).
 fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
-    bytes
-        .get(at..at.saturating_add(N))
-        .and_then(|slice| slice.try_into().ok())
-        .unwrap_or([0; N])
+    bytes.get(at..at.saturating_add(N)).and_then(|slice| slice.try_into().ok()).unwrap_or([0; N])
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u32 {

@@ -114,20 +114,18 @@ pub enum AbiError {
 impl fmt::Display for AbiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AbiError::TooShort { buffer, len, needed } => write!(
-                f,
-                "the {len}-byte {buffer} buffer is shorter than its {needed}-byte header"
-            ),
+            AbiError::TooShort { buffer, len, needed } => {
+                write!(f, "the {len}-byte {buffer} buffer is shorter than its {needed}-byte header")
+            }
             AbiError::BadMagic { buffer, expected, found } => write!(
                 f,
                 "{buffer} header: magic is {} (bytes {found:02x?}), expected {}",
                 show_magic(found),
                 show_magic(expected)
             ),
-            AbiError::UnsupportedVersion { found, supported } => write!(
-                f,
-                "snapshot header: ABI version {found}; this SDK speaks {supported}"
-            ),
+            AbiError::UnsupportedVersion { found, supported } => {
+                write!(f, "snapshot header: ABI version {found}; this SDK speaks {supported}")
+            }
             AbiError::StrideTooSmall { table, stride, minimum } => write!(
                 f,
                 "snapshot header: {} table stride {stride} is smaller than the {minimum}-byte record",
@@ -138,47 +136,39 @@ impl fmt::Display for AbiError {
                 "snapshot header: {} table ({count} records of {stride} bytes at {offset:#x}) runs past the {buffer_len}-byte buffer",
                 table.name()
             ),
-            AbiError::TooManySettings { count } => write!(
-                f,
-                "snapshot header: settings table holds {count} records; at most 1 is allowed"
-            ),
-            AbiError::OutOfBounds { at, what, offset, len, buffer_len } => write!(
-                f,
-                "{at}: {what} at {offset:#x}+{len} runs past the {buffer_len}-byte buffer"
-            ),
-            AbiError::InvalidUtf8 { at, what, offset, valid_up_to } => write!(
-                f,
-                "{at}: {what} at {offset:#x} is not UTF-8 (invalid from byte {valid_up_to})"
-            ),
-            AbiError::IndexOutOfRange { at, what, index, table, table_len } => write!(
-                f,
-                "{at}: {what} {index} is out of range; the {} table has {table_len} records",
-                table.name()
-            ),
+            AbiError::TooManySettings { count } => {
+                write!(f, "snapshot header: settings table holds {count} records; at most 1 is allowed")
+            }
+            AbiError::OutOfBounds { at, what, offset, len, buffer_len } => {
+                write!(f, "{at}: {what} at {offset:#x}+{len} runs past the {buffer_len}-byte buffer")
+            }
+            AbiError::InvalidUtf8 { at, what, offset, valid_up_to } => {
+                write!(f, "{at}: {what} at {offset:#x} is not UTF-8 (invalid from byte {valid_up_to})")
+            }
+            AbiError::IndexOutOfRange { at, what, index, table, table_len } => {
+                write!(f, "{at}: {what} {index} is out of range; the {} table has {table_len} records", table.name())
+            }
             AbiError::GpuRangeOutOfRange { node, gpu_first, gpu_count, gpus } => write!(
                 f,
                 "node {node}: GPUs {gpu_first}..{} run past the gpus table of {gpus} records",
                 u64::from(*gpu_first) + u64::from(*gpu_count)
             ),
-            AbiError::UnknownDecisionKind { decision, kind } => write!(
-                f,
-                "decision {decision}: unknown kind {kind} (expected 1 place, 2 preempt or 3 keep pending)"
-            ),
+            AbiError::UnknownDecisionKind { decision, kind } => {
+                write!(f, "decision {decision}: unknown kind {kind} (expected 1 place, 2 preempt or 3 keep pending)")
+            }
             AbiError::PlaceWithoutNode { decision } => {
                 write!(f, "decision {decision}: place names no node (node is NONE)")
             }
-            AbiError::UnexpectedPlacement { decision, kind, field } => write!(
-                f,
-                "decision {decision}: a {kind} decision must not name {field}"
-            ),
+            AbiError::UnexpectedPlacement { decision, kind, field } => {
+                write!(f, "decision {decision}: a {kind} decision must not name {field}")
+            }
             AbiError::TooManyGpuIndexes { total, buffer_len } => write!(
                 f,
                 "decisions list {total} GPU indexes in all, more than the {buffer_len}-byte buffer can hold without overlapping lists"
             ),
-            AbiError::TooLarge { buffer, len } => write!(
-                f,
-                "the {buffer} buffer would be {len} bytes; 32-bit offsets address at most 4 GiB"
-            ),
+            AbiError::TooLarge { buffer, len } => {
+                write!(f, "the {buffer} buffer would be {len} bytes; 32-bit offsets address at most 4 GiB")
+            }
         }
     }
 }
@@ -187,9 +177,6 @@ impl std::error::Error for AbiError {}
 
 /// The magic as text when it is printable ASCII, else as `?`.
 fn show_magic(bytes: &[u8; 4]) -> String {
-    let text: String = bytes
-        .iter()
-        .map(|&b| if b.is_ascii_graphic() { char::from(b) } else { '?' })
-        .collect();
+    let text: String = bytes.iter().map(|&b| if b.is_ascii_graphic() { char::from(b) } else { '?' }).collect();
     format!("\"{text}\"")
 }

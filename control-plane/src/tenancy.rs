@@ -1,0 +1,56 @@
+//! "Who is over quota, borrowing, starved": the per-tenant summary of the scheduling model.
+
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct TenantStanding {
+    pub tenant_id: Uuid,
+    pub tenant: String,
+    pub guaranteed_gpus: i32,
+    pub may_borrow: bool,
+    /// GPUs its workloads hold now.
+    pub running_gpus: i64,
+    /// GPUs held beyond its guarantee (reclaimable when their owners need them).
+    pub borrowing_gpus: i64,
+    pub pending_workloads: i64,
+    /// GPUs its pending workloads ask for.
+    pub pending_gpus: i64,
+    /// Seconds the oldest pending workload has waited.
+    pub oldest_pending_s: Option<f64>,
+    /// GPU-hours used, decayed with a half-life (what fair-share policies weigh).
+    pub decayed_gpu_hours: f64,
+    /// within_quota, borrowing, starved (below its guarantee with work waiting over a minute) or idle.
+    pub standing: String,
+    /// The most common reason its pending work gives.
+    pub top_pending_reason: Option<String>,
+}
+
+pub async fn standings(db: &PgPool, tenant: Option<Uuid>) -> sqlx::Result<Vec<TenantStanding>> {
+    sqlx::query_as(
+        "WITH running AS (SELECT tenant_id, count(*) AS gpus FROM gpu_grants GROUP BY tenant_id), \
+              pending AS (SELECT tenant_id, count(*) AS n, sum(gpu_count) AS gpus, \
+                                 extract(epoch FROM now() - min(submitted_at))::float8 AS oldest \
+                          FROM workloads WHERE state = 'pending' GROUP BY tenant_id), \
+              reasons AS (SELECT DISTINCT ON (tenant_id) tenant_id, pending_reason FROM workloads \
+                          WHERE state = 'pending' AND pending_reason IS NOT NULL \
+                          GROUP BY tenant_id, pending_reason ORDER BY tenant_id, count(*) DESC) \
+         SELECT t.id AS tenant_id, t.name AS tenant, t.guaranteed_gpus, t.may_borrow, \
+                COALESCE(r.gpus, 0) AS running_gpus, \
+                GREATEST(COALESCE(r.gpus, 0) - t.guaranteed_gpus, 0) AS borrowing_gpus, \
+                COALESCE(p.n, 0) AS pending_workloads, COALESCE(p.gpus, 0)::bigint AS pending_gpus, \
+                p.oldest AS oldest_pending_s, COALESCE(u.decayed_gpu_hours, 0) AS decayed_gpu_hours, \
+                CASE WHEN COALESCE(r.gpus, 0) > t.guaranteed_gpus THEN 'borrowing' \
+                     WHEN COALESCE(p.n, 0) > 0 AND COALESCE(r.gpus, 0) < t.guaranteed_gpus AND p.oldest > 60 THEN 'starved' \
+                     WHEN COALESCE(r.gpus, 0) = 0 AND COALESCE(p.n, 0) = 0 THEN 'idle' \
+                     ELSE 'within_quota' END AS standing, \
+                rs.pending_reason AS top_pending_reason \
+         FROM tenants t LEFT JOIN running r ON r.tenant_id = t.id LEFT JOIN pending p ON p.tenant_id = t.id \
+         LEFT JOIN tenant_usage u ON u.tenant_id = t.id LEFT JOIN reasons rs ON rs.tenant_id = t.id \
+         WHERE ($1::uuid IS NULL OR t.id = $1) ORDER BY t.name",
+    )
+    .bind(tenant)
+    .fetch_all(db)
+    .await
+}

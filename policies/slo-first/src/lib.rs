@@ -1,0 +1,432 @@
+//! `slo-first`: Airtime's default platform policy. It answers the 3 a.m. question — when GPUs free
+//! up, does the queued batch job get them, or are they kept for the burst of customer traffic? —
+//! from the platform's priority settings, every cycle, with a reason for every call.
+//!
+//! **Order.** Pending work is ranked: real-time (customer-facing) inference first when
+//! `realtime_first`; then work its tenant is guaranteed (within its GPU quota) before work that
+//! would borrow; then effective priority (the night bonus for training applied by the host); then
+//! submission time.
+//!
+//! **Placement.** CPU-only work, and CPU-capable work when a CPU node has room, goes to a CPU node
+//! (GPUs stay for work that needs them). GPU work is a gang on one node, best fit: the node with the
+//! fewest free GPUs left over, GPUs that fit its memory by live telemetry and its allowed models.
+//!
+//! **Burst reserve.** Non-preemptible work other than real-time inference may not leave fewer than
+//! `burst_reserve_gpus` GPUs free.
+//!
+//! **Quotas.** A tenant may hold more than its guarantee only if it may borrow.
+//!
+//! **Backfill with a reservation.** The highest-ranked GPU workload that cannot be placed reserves
+//! the free GPUs of the node where it will fit first; lower-ranked work may use other GPUs but not
+//! those, so a stream of small jobs cannot starve a big gang.
+//!
+//! **Preemption** (of preemptible work only; never of real-time inference):
+//! - a real-time workload that does not fit preempts the lowest-priority work on the node where the
+//!   fewest victims make room (the customer-facing burst);
+//! - work a tenant is guaranteed that does not fit reclaims GPUs from tenants borrowing beyond
+//!   their guarantee;
+//! - work that has not run `min_runtime_s` is protected, and the waiting workload says for how long.
+//!
+//! Victims are stopped with the checkpoint signal and requeued; while they stop (the policy sees
+//! them as `stopping`), the waiting workload does not preempt more.
+//!
+//! Params: none.
+
+use std::collections::BTreeSet;
+
+use airtime_policy_sdk::prelude::*;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SloFirst;
+
+airtime_policy_sdk::export_policy!(SloFirst);
+
+/// Why a preemption is made, for the victims' records.
+enum Cause<'a> {
+    Burst(&'a str),
+    Reclaim { needy: &'a str },
+}
+
+enum Preemption {
+    /// These victims, on this node, make room.
+    Victims { node: u32, victims: Vec<u32> },
+    /// The only possible victims are too young to preempt: the one that frees first, and when.
+    Protected { victim: u32, remaining_s: u64 },
+    Impossible,
+}
+
+impl Policy for SloFirst {
+    fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, _ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+        let settings = snapshot.settings_or_default();
+        let mut plan = Plan::new(snapshot);
+        let mut tenant_gpus: Vec<u32> = snapshot.tenants.iter().map(|t| t.running_gpus).collect();
+        let guaranteed = |t: u32| snapshot.tenant(t).map_or(0, |t| t.guaranteed_gpus);
+        let tenant_name = |t: u32| snapshot.tenant(t).map_or("?", |t| t.name);
+
+        let mut order = snapshot.pending_by_priority();
+        order.sort_by_key(|(index, w)| {
+            let realtime = settings.realtime_first && w.class == WorkloadClass::RealtimeInference;
+            let within = tenant_gpus[w.tenant as usize] + w.gpu_count <= guaranteed(w.tenant);
+            (!realtime, !within, std::cmp::Reverse(snapshot.effective_priority(w)), w.submitted_ms, *index)
+        });
+
+        let mut reserved = vec![false; snapshot.gpus.len()];
+        let mut head: Option<&str> = None;
+        let mut victim = vec![false; snapshot.workloads.len()];
+        // Running work per node, built once: victim searches stay linear in what runs on a node.
+        let mut by_node: Vec<Vec<u32>> = vec![Vec::new(); snapshot.nodes.len()];
+        for (v, vw) in snapshot.running() {
+            if let Some(node) = vw.node.filter(|n| (*n as usize) < by_node.len()) {
+                by_node[node as usize].push(v);
+            }
+        }
+        // A cycle only takes resources, so a shape that found no room (or no victims) finds none
+        // later in the same cycle: remembered, so 10,000 pending workloads cost one search a shape.
+        let mut no_fit: BTreeSet<(u32, u32, &str)> = BTreeSet::new();
+        let mut no_victims: BTreeSet<(u32, u32, &str, bool)> = BTreeSet::new();
+
+        for (index, w) in order {
+            // CPU-only work, and CPU-capable work while a CPU node has room.
+            if !w.needs_gpu() || w.cpu_capable {
+                if let Some(node) = cpu_node(snapshot, &plan, w) {
+                    let n = &snapshot.nodes[node as usize];
+                    let reason = if w.needs_gpu() {
+                        format!("CPU-capable: placed on CPU node {} (${:.2}/h), leaving GPUs for work that needs them", n.name, n.cost_per_hour)
+                    } else {
+                        format!("placed on {} ({} mCPU free)", n.name, plan.cpu_free(node))
+                    };
+                    plan.place(index, node, Vec::new(), reason)?;
+                    continue;
+                }
+                if !w.needs_gpu() {
+                    plan.keep_pending(
+                        index,
+                        format!("no ready node has {} mCPU and {} MiB of memory free", w.cpu_millis, w.memory_mb),
+                    )?;
+                    continue;
+                }
+            }
+
+            let need = w.gpu_need();
+            let t = w.tenant;
+            let borrowing = tenant_gpus[t as usize] + need.count > guaranteed(t);
+            if borrowing && !snapshot.tenant(t).is_some_and(|t| t.may_borrow) {
+                plan.keep_pending(
+                    index,
+                    format!(
+                        "quota used up: tenant {} holds {} of its {} guaranteed GPUs and may not borrow",
+                        tenant_name(t),
+                        tenant_gpus[t as usize],
+                        guaranteed(t)
+                    ),
+                )?;
+                continue;
+            }
+            let exempt_from_reserve = w.class == WorkloadClass::RealtimeInference || w.preemptible;
+            if settings.burst_reserve_gpus > 0
+                && !exempt_from_reserve
+                && plan.free_gpu_total().saturating_sub(need.count) < settings.burst_reserve_gpus
+            {
+                plan.keep_pending(
+                    index,
+                    format!(
+                        "held for the burst reserve: {} GPUs are kept free for real-time inference ({} free now; preemptible work may use them)",
+                        settings.burst_reserve_gpus,
+                        plan.free_gpu_total()
+                    ),
+                )?;
+                continue;
+            }
+
+            let shape = (need.count, need.memory_mb, w.gpu_models);
+            let fit = if no_fit.contains(&shape) { None } else { best_fit(snapshot, &plan, &need, &reserved) };
+            if fit.is_none() {
+                no_fit.insert(shape);
+            }
+            if let Some((node, gpus, left)) = fit {
+                let n = &snapshot.nodes[node as usize];
+                let mut reason = format!(
+                    "best fit on {}: {} (leaves {left} free there); {} priority {}",
+                    n.name,
+                    devices(snapshot, &gpus),
+                    w.class.as_str(),
+                    snapshot.effective_priority(w)
+                );
+                if borrowing {
+                    reason.push_str(&format!(
+                        "; borrowing idle capacity beyond tenant {}'s guarantee of {}",
+                        tenant_name(t),
+                        guaranteed(t)
+                    ));
+                }
+                tenant_gpus[t as usize] += need.count;
+                plan.place(index, node, gpus, reason)?;
+                continue;
+            }
+
+            // It does not fit now. Is it only the reservation for the head that stops it?
+            if let Some(owner) = head
+                && best_fit(snapshot, &plan, &need, &vec![false; reserved.len()]).is_some()
+            {
+                plan.keep_pending(
+                    index,
+                    format!("the fitting GPUs are reserved for {owner}, ahead of it in the queue (waiting for its gang)"),
+                )?;
+                continue;
+            }
+
+            // GPUs already being vacated for it (victims stopping): wait for them, preempt no more.
+            if let Some(node) = vacating_fits(snapshot, &plan, &need, &reserved) {
+                reserve_node(snapshot, &plan, node, &need, &mut reserved);
+                plan.keep_pending(
+                    index,
+                    format!("waiting for preempted work on {} to stop (grace period {} s)", snapshot.nodes[node as usize].name, settings.grace_period_s),
+                )?;
+                continue;
+            }
+
+            let cause = if settings.realtime_first && w.class == WorkloadClass::RealtimeInference {
+                Some(Cause::Burst(w.name))
+            } else if !borrowing {
+                Some(Cause::Reclaim { needy: tenant_name(t) })
+            } else {
+                None
+            };
+            let victim_key = (need.count, need.memory_mb, w.gpu_models, matches!(cause, Some(Cause::Burst(_))));
+            if let Some(cause) = cause.filter(|_| !no_victims.contains(&victim_key)) {
+                let search = Search { plan: &plan, need: &need, reserved: &reserved, already: &victim, by_node: &by_node };
+                match choose_victims(snapshot, &search, &cause, &tenant_gpus, settings.min_runtime_s) {
+                    Preemption::Victims { node, victims } => {
+                        for &v in &victims {
+                            let vw = &snapshot.workloads[v as usize];
+                            let why = match &cause {
+                                Cause::Burst(name) => format!(
+                                    "preempted for real-time inference {name} (customer-facing burst); requeued, resumes from its checkpoint"
+                                ),
+                                Cause::Reclaim { needy } => format!(
+                                    "reclaimed: tenant {} borrows beyond its guarantee of {} and tenant {needy} needs its guaranteed GPUs back; requeued",
+                                    tenant_name(vw.tenant),
+                                    guaranteed(vw.tenant)
+                                ),
+                            };
+                            victim[v as usize] = true;
+                            tenant_gpus[vw.tenant as usize] = tenant_gpus[vw.tenant as usize].saturating_sub(vw.gpu_count);
+                            plan.preempt(v, why)?;
+                        }
+                        reserve_node(snapshot, &plan, node, &need, &mut reserved);
+                        let names: Vec<&str> = victims.iter().map(|&v| snapshot.workloads[v as usize].name).collect();
+                        plan.keep_pending(
+                            index,
+                            format!("preempting {} on {} to make room; placed once they stop", names.join(", "), snapshot.nodes[node as usize].name),
+                        )?;
+                        continue;
+                    }
+                    Preemption::Protected { victim: v, remaining_s } => {
+                        plan.keep_pending(
+                            index,
+                            format!(
+                                "waiting: {} is protected by its minimum runtime for {remaining_s} more s",
+                                snapshot.workloads[v as usize].name
+                            ),
+                        )?;
+                        continue;
+                    }
+                    Preemption::Impossible => {
+                        no_victims.insert(victim_key);
+                    }
+                }
+            }
+
+            // The head of the queue reserves the node where it will fit first.
+            let most = snapshot
+                .ready_nodes()
+                .map(|(node, n)| (plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count(), n.name))
+                .max_by_key(|(free, _)| *free);
+            let (most_free, most_name) = most.unwrap_or((0, "no node"));
+            let largest = snapshot.ready_nodes().map(|(_, n)| n.gpu_count).max().unwrap_or(0);
+            if largest < need.count {
+                plan.keep_pending(index, format!("no ready node has {} GPUs at all (the largest has {largest})", need.count))?;
+                continue;
+            }
+            if head.is_none() {
+                if let Some(node) = soonest_node(snapshot, &plan, &need) {
+                    reserve_node(snapshot, &plan, node, &need, &mut reserved);
+                    head = Some(w.name);
+                    plan.keep_pending(
+                        index,
+                        format!(
+                            "waiting for its gang: needs {} on one node; the most free on one node is {most_free} ({most_name}); the free GPUs of {} are reserved for it",
+                            need.describe("free"),
+                            snapshot.nodes[node as usize].name
+                        ),
+                    )?;
+                    continue;
+                }
+            }
+            plan.keep_pending(
+                index,
+                format!("no ready node has {}; the most free on one node is {most_free} ({most_name})", need.describe("free")),
+            )?;
+        }
+        Ok(plan.into_decisions())
+    }
+}
+
+fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
+    let list: Vec<String> = gpus.iter().map(|&g| snapshot.gpus[g as usize].device_index.to_string()).collect();
+    format!("GPU{} [{}]", if gpus.len() == 1 { "" } else { "s" }, list.join(","))
+}
+
+/// A ready CPU-only node with room for the workload's CPU and memory, tightest CPU fit first.
+fn cpu_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>) -> Option<u32> {
+    let fits = |node: u32| plan.cpu_free(node) >= w.cpu_millis && plan.memory_free(node) >= w.memory_mb;
+    let cpu_only = snapshot.ready_nodes().filter(|(node, n)| n.gpu_count == 0 && fits(*node));
+    let chosen = cpu_only.min_by_key(|(node, n)| (plan.cpu_free(*node) - w.cpu_millis, (n.cost_per_hour * 100.0) as u32));
+    if let Some((node, _)) = chosen {
+        return Some(node);
+    }
+    // CPU-only work may also use the CPU of GPU nodes.
+    if w.needs_gpu() {
+        return None;
+    }
+    snapshot.ready_nodes().filter(|(node, _)| fits(*node)).min_by_key(|(node, _)| plan.cpu_free(*node)).map(|(n, _)| n)
+}
+
+/// The node whose fitting free GPUs (not reserved) hold the gang with the fewest left over.
+fn best_fit(
+    snapshot: &Snapshot<'_>,
+    plan: &Plan<'_, '_>,
+    need: &GpuNeed<'_>,
+    reserved: &[bool],
+) -> Option<(u32, Vec<u32>, u32)> {
+    snapshot
+        .ready_nodes()
+        .filter_map(|(node, _)| {
+            let mut fitting: Vec<(u32, u32)> = plan
+                .free_gpus(node)
+                .filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize])
+                .map(|(g, gpu)| (g, gpu.memory_free_mb()))
+                .collect();
+            if (fitting.len() as u32) < need.count || need.count == 0 {
+                return None;
+            }
+            // The tightest GPUs by free memory, keeping roomy ones for bigger work.
+            fitting.sort_by_key(|(g, free)| (*free, *g));
+            let gpus: Vec<u32> = fitting.iter().take(need.count as usize).map(|(g, _)| *g).collect();
+            let left = plan.free_gpu_count(node).saturating_sub(need.count);
+            Some((node, gpus, left))
+        })
+        .min_by_key(|(node, _, left)| (*left, *node))
+}
+
+/// A node where the free GPUs plus those held by stopping work would hold the gang.
+fn vacating_fits(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>, reserved: &[bool]) -> Option<u32> {
+    snapshot.ready_nodes().map(|(node, _)| node).find(|&node| {
+        let mut stopping = 0u32;
+        let mut free = 0u32;
+        for (g, gpu) in snapshot.node_gpus(node) {
+            if !need.allows_model(gpu.model) || reserved[g as usize] {
+                continue;
+            }
+            match gpu.holder {
+                Some(h) if snapshot.workloads[h as usize].state == WorkloadState::Stopping => stopping += 1,
+                None if plan.is_gpu_free(g) && need.fits(gpu) => free += 1,
+                _ => {}
+            }
+        }
+        stopping > 0 && free + stopping >= need.count
+    })
+}
+
+/// Marks the free fitting GPUs of `node` as reserved.
+fn reserve_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, node: u32, need: &GpuNeed<'_>, reserved: &mut [bool]) {
+    for (g, gpu) in snapshot.node_gpus(node) {
+        if plan.is_gpu_free(g) && need.allows_model(gpu.model) {
+            reserved[g as usize] = true;
+        }
+    }
+}
+
+/// Where the gang will fit first: a node with enough GPUs of an allowed model, most of them free
+/// now, then the fewest held by long-running work.
+fn soonest_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>) -> Option<u32> {
+    snapshot
+        .ready_nodes()
+        .filter(|(node, _)| snapshot.node_gpus(*node).filter(|(_, g)| need.allows_model(g.model)).count() as u32 >= need.count)
+        .max_by_key(|(node, _)| (plan.free_gpu_count(*node), std::cmp::Reverse(*node)))
+        .map(|(node, _)| node)
+}
+
+/// What a victim search looks at.
+struct Search<'p, 's, 'a> {
+    plan: &'p Plan<'s, 'a>,
+    need: &'p GpuNeed<'a>,
+    reserved: &'p [bool],
+    /// Already chosen as victims this cycle.
+    already: &'p [bool],
+    by_node: &'p [Vec<u32>],
+}
+
+fn choose_victims(
+    snapshot: &Snapshot<'_>,
+    search: &Search<'_, '_, '_>,
+    cause: &Cause<'_>,
+    tenant_gpus: &[u32],
+    min_runtime_s: u32,
+) -> Preemption {
+    let Search { plan, need, reserved, already, by_node } = *search;
+    let now = snapshot.now_ms;
+    let guaranteed = |t: u32| snapshot.tenant(t).map_or(0, |t| t.guaranteed_gpus);
+    let mut best: Option<(u32, Vec<u32>)> = None;
+    let mut protected: Option<(u32, u64)> = None;
+    for (node, _) in snapshot.ready_nodes() {
+        let free = plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count() as u32;
+        // Candidates on this node, cheapest to stop first: lowest priority, then the most recently started.
+        let mut candidates: Vec<(u32, &Workload<'_>)> = by_node[node as usize]
+            .iter()
+            .map(|&v| (v, &snapshot.workloads[v as usize]))
+            .filter(|(v, vw)| {
+                vw.preemptible
+                    && !already[*v as usize]
+                    && vw.class != WorkloadClass::RealtimeInference
+                    && match cause {
+                        Cause::Burst(_) => true,
+                        Cause::Reclaim { .. } => tenant_gpus[vw.tenant as usize] > guaranteed(vw.tenant),
+                    }
+            })
+            .collect();
+        candidates.sort_by_key(|(v, vw)| (snapshot.effective_priority(vw), std::cmp::Reverse(vw.started_ms), *v));
+        let mut gained = free;
+        let mut chosen = Vec::new();
+        for (v, vw) in candidates {
+            if gained >= need.count {
+                break;
+            }
+            let frees = snapshot.held_gpus(v).filter(|(_, gpu)| need.allows_model(gpu.model)).count() as u32;
+            if frees == 0 {
+                continue;
+            }
+            let ran_s = vw.running_ms(now) / 1000;
+            if vw.started_ms != 0 && ran_s < u64::from(min_runtime_s) {
+                let remaining = u64::from(min_runtime_s) - ran_s;
+                if protected.is_none_or(|(_, r)| remaining < r) {
+                    protected = Some((v, remaining));
+                }
+                continue;
+            }
+            gained += frees;
+            chosen.push(v);
+        }
+        if gained >= need.count && !chosen.is_empty() && best.as_ref().is_none_or(|(_, b)| chosen.len() < b.len()) {
+            best = Some((node, chosen));
+        }
+    }
+    match (best, protected) {
+        (Some((node, victims)), _) => Preemption::Victims { node, victims },
+        (None, Some((victim, remaining_s))) => Preemption::Protected { victim, remaining_s },
+        (None, None) => Preemption::Impossible,
+    }
+}
+
+#[cfg(test)]
+mod tests;

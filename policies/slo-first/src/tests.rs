@@ -1,0 +1,185 @@
+//! The policy's decisions on small fleets, natively, through the real ABI (sdk::testing).
+
+use airtime_policy_sdk::abi::{Settings, WorkloadClass, WorkloadState};
+use airtime_policy_sdk::testing::SnapshotFixture;
+
+use super::SloFirst;
+
+const HOUR_MS: u64 = 3_600_000;
+
+fn settings() -> Settings {
+    Settings { realtime_first: true, grace_period_s: 30, max_preemptions_per_hour: 4, ..Settings::default() }
+}
+
+#[test]
+fn a_burst_of_customer_traffic_preempts_preemptible_training() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("gpu-a", 2, "H100", 81920)
+        .running_with("train", "gpu-a", &[0, 1], |w| {
+            w.class = WorkloadClass::Training;
+            w.preemptible = true;
+            w.priority = 50;
+        })
+        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.is_preempted("train"));
+    assert!(outcome.reason("train").unwrap().contains("real-time inference chat"), "{:?}", outcome.reason("train"));
+    assert!(outcome.reason("chat").unwrap().contains("preempting train"), "{:?}", outcome.reason("chat"));
+}
+
+#[test]
+fn while_its_victim_stops_a_burst_waits_and_preempts_nothing_more() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("gpu-a", 2, "H100", 81920)
+        .running_with("train", "gpu-a", &[0, 1], |w| {
+            w.preemptible = true;
+            w.state = WorkloadState::Stopping;
+        })
+        .running_with("eval", "gpu-a", &[], |w| w.preemptible = true)
+        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.reason("chat").unwrap().contains("waiting for preempted work"), "{:?}", outcome.reason("chat"));
+    assert!(!outcome.is_preempted("eval"));
+}
+
+#[test]
+fn work_within_its_minimum_runtime_is_protected_and_the_burst_says_for_how_long() {
+    let now = 100 * HOUR_MS;
+    let outcome = SnapshotFixture::new()
+        .now_ms(now)
+        .settings(Settings { min_runtime_s: 600, ..settings() })
+        .node("gpu-a", 1, "H100", 81920)
+        .running_with("young", "gpu-a", &[0], |w| {
+            w.preemptible = true;
+            w.started_ms = now - 60_000;
+        })
+        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(!outcome.is_preempted("young"));
+    assert_eq!(outcome.reason("chat"), Some("waiting: young is protected by its minimum runtime for 540 more s"));
+}
+
+#[test]
+fn the_burst_reserve_holds_non_preemptible_batch_work_but_not_real_time_or_preemptible_work() {
+    let outcome = SnapshotFixture::new()
+        .settings(Settings { burst_reserve_gpus: 1, ..settings() })
+        .node("gpu-b", 2, "A100", 40960)
+        .pending("batch", 1, 0)
+        .pending_with("sweep", 1, 0, |w| w.preemptible = true)
+        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.placed_on("chat").is_some());
+    assert!(outcome.reason("batch").unwrap().contains("burst reserve"), "{:?}", outcome.reason("batch"));
+    assert!(outcome.placed_on("sweep").is_some(), "preemptible work may use the reserve");
+}
+
+#[test]
+fn an_owner_below_its_guarantee_reclaims_gpus_from_a_borrowing_tenant() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .tenant_with("research", |t| {
+            t.may_borrow = true;
+            t.running_gpus = 2;
+        })
+        .tenant_with("product", |t| t.guaranteed_gpus = 2)
+        .node("gpu-c", 2, "L40S", 49152)
+        .running_with("sweep-0", "gpu-c", &[0], |w| {
+            w.tenant = 0;
+            w.preemptible = true;
+            w.started_ms = 1;
+        })
+        .running_with("sweep-1", "gpu-c", &[1], |w| {
+            w.tenant = 0;
+            w.preemptible = true;
+            w.started_ms = 2;
+        })
+        .pending_with("finetune", 1, 0, |w| w.tenant = 1)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.is_preempted("sweep-1"), "the most recently started borrower goes first");
+    assert!(!outcome.is_preempted("sweep-0"));
+    assert!(outcome.reason("sweep-1").unwrap().contains("reclaimed"), "{:?}", outcome.reason("sweep-1"));
+}
+
+#[test]
+fn a_borrower_cannot_reclaim_and_a_tenant_that_may_not_borrow_waits_on_its_quota() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .tenant_with("strict", |t| {
+            t.guaranteed_gpus = 1;
+            t.running_gpus = 1;
+            t.may_borrow = false;
+        })
+        .node("gpu-c", 2, "L40S", 49152)
+        .running_with("mine", "gpu-c", &[0], |w| w.tenant = 0)
+        .pending_with("more", 1, 0, |w| w.tenant = 0)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.reason("more").unwrap().starts_with("quota used up"), "{:?}", outcome.reason("more"));
+}
+
+#[test]
+fn a_big_gang_reserves_its_node_and_small_jobs_may_not_take_those_gpus() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("gpu-d", 8, "H100", 81920)
+        .node("gpu-small", 1, "H100", 81920)
+        .running("small-0", "gpu-d", &[0])
+        .running("small-1", "gpu-d", &[1])
+        .pending_with("pretrain", 8, 0, |w| w.priority = 10)
+        .pending("stream-0", 1, 0)
+        .pending("stream-1", 1, 0)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.reason("pretrain").unwrap().contains("waiting for its gang"), "{:?}", outcome.reason("pretrain"));
+    // One small job backfills the node that is not reserved; the next waits behind the reservation.
+    assert_eq!(outcome.placed_on("stream-0"), Some("gpu-small"));
+    assert!(outcome.reason("stream-1").unwrap().contains("reserved for pretrain"), "{:?}", outcome.reason("stream-1"));
+}
+
+#[test]
+fn cpu_capable_embeddings_go_to_a_cpu_node_leaving_the_gpu_to_gpu_only_work() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("gpu-e", 1, "L4", 24576)
+        .cpu_node("cpu-e", 8000, 32768)
+        .pending_with("embed", 1, 0, |w| {
+            w.class = WorkloadClass::Embeddings;
+            w.cpu_capable = true;
+            w.cpu_millis = 500;
+        })
+        .pending_with("quantize", 1, 20000, |w| w.class = WorkloadClass::Quantization)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert_eq!(outcome.placement("embed"), Some(("cpu-e", vec![])));
+    assert_eq!(outcome.placement("quantize"), Some(("gpu-e", vec![0])));
+}
+
+#[test]
+fn real_time_inference_is_never_preempted() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("gpu-a", 1, "H100", 81920)
+        .running_with("chat-1", "gpu-a", &[0], |w| {
+            w.class = WorkloadClass::RealtimeInference;
+            w.preemptible = true;
+        })
+        .pending_with("chat-2", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(!outcome.is_preempted("chat-1"));
+    assert!(outcome.is_kept_pending("chat-2"));
+}
+
+#[test]
+fn it_places_work_on_a_large_mixed_fleet() {
+    // The full 1,000 × 8 / 10,000 size is timed in policy-host's benchmark; this proves behaviour.
+    let outcome = SnapshotFixture::synthetic_fleet(100, 8, 2_000, 7).settings(settings()).evaluate(&SloFirst).expect("runs");
+    assert!(outcome.placed().len() > 50, "places work at scale: {}", outcome.placed().len());
+}
