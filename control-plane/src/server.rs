@@ -61,9 +61,9 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     let config = state.config.clone();
     let (api, doc) = api::router(&config).split_for_parts();
-    api::openapi::install(doc);
+    let documented = api::openapi::install(doc);
     // A route missing from the OpenAPI document is never served (see api::openapi).
-    let api = api.layer(axum::middleware::from_fn(api::openapi::documented_only));
+    let api = api.layer(axum::middleware::from_fn_with_state(documented, api::openapi::documented_only));
     Router::new()
         .merge(api)
         .merge(web::routes())

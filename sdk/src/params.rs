@@ -469,7 +469,10 @@ mod tests {
         let error = bad.get::<u32>("x").expect_err("bad JSON").to_string();
         assert!(error.starts_with("params are not valid JSON: unexpected end of input"), "{error}");
         let array = Params::parse("[1]");
-        assert_eq!(array.get::<u32>("x").expect_err("not an object").to_string(), "params must be a JSON object, found an array");
+        assert_eq!(
+            array.get::<u32>("x").expect_err("not an object").to_string(),
+            "params must be a JSON object, found an array"
+        );
     }
 
     #[test]

@@ -9,9 +9,9 @@
 //! role, and the security requirement says which credential it takes.
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use utoipa::Modify;
@@ -110,21 +110,19 @@ impl Modify for SecuritySchemes {
     }
 }
 
-struct Installed {
-    json: String,
-    paths: HashSet<String>,
-}
+static DOCUMENT: OnceLock<String> = OnceLock::new();
 
-static DOCUMENT: OnceLock<Installed> = OnceLock::new();
+/// The set of documented paths, for [`documented_only`].
+pub type DocumentedPaths = Arc<HashSet<String>>;
 
 /// Keeps the document split from the router (`server::app`), completed with the error responses
-/// every authenticated operation can give. The document is the same for every configuration, so
-/// the first one installed in a process is kept.
-pub fn install(mut doc: utoipa::openapi::OpenApi) {
+/// every authenticated operation can give, and returns its paths. The document is the same for
+/// every configuration, so the first one installed in a process is kept.
+pub fn install(mut doc: utoipa::openapi::OpenApi) -> DocumentedPaths {
     complete(&mut doc);
     let paths = doc.paths.paths.keys().cloned().collect();
-    let json = doc.to_pretty_json().unwrap_or_else(|_| "{}".into());
-    let _ = DOCUMENT.set(Installed { json, paths });
+    let _ = DOCUMENT.set(doc.to_pretty_json().unwrap_or_else(|_| "{}".into()));
+    Arc::new(paths)
 }
 
 /// Adds 401, 403 and 429 to every operation that needs a credential, and 400 to every one.
@@ -173,17 +171,14 @@ fn complete(doc: &mut utoipa::openapi::OpenApi) {
 
 /// The document as JSON (empty until the router was built).
 pub fn document_json() -> &'static str {
-    DOCUMENT.get().map_or("{}", |d| d.json.as_str())
+    DOCUMENT.get().map_or("{}", String::as_str)
 }
 
-fn documented_paths() -> Option<&'static HashSet<String>> {
-    DOCUMENT.get().map(|d| &d.paths)
-}
-
-/// Middleware: a matched route absent from the document is refused (500, logged) instead of served.
-pub async fn documented_only(request: Request, next: Next) -> Response {
+/// Middleware (`from_fn_with_state`): a matched route absent from the document is refused (500,
+/// logged) instead of served.
+pub async fn documented_only(State(paths): State<DocumentedPaths>, request: Request, next: Next) -> Response {
     if let Some(path) = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str)
-        && documented_paths().is_some_and(|paths| !paths.contains(path))
+        && !paths.contains(path)
     {
         tracing::error!(route = path, "route missing from the OpenAPI document; annotate it with #[utoipa::path]");
         return ApiError::Internal(anyhow::anyhow!("undocumented route {path}")).into_response();
@@ -207,4 +202,38 @@ pub async fn openapi_json() -> impl IntoResponse {
 /// The base document (info, tags, security schemes, error schema) the routes are added to.
 pub fn base() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt as _;
+
+    #[tokio::test]
+    async fn an_undocumented_route_is_never_served() {
+        let documented: DocumentedPaths = Arc::new(["/documented".to_owned()].into_iter().collect());
+        let app = Router::new()
+            .route("/documented", get(|| async { "ok" }))
+            .route("/forgotten", get(|| async { "secret" }))
+            .layer(axum::middleware::from_fn_with_state(documented, documented_only));
+        let call = |uri: &'static str| {
+            let app = app.clone();
+            async move { app.oneshot(Request::get(uri).body(Body::empty()).expect("request")).await.expect("answer") }
+        };
+        assert_eq!(call("/documented").await.status(), 200);
+        assert_eq!(call("/forgotten").await.status(), 500);
+    }
+
+    #[test]
+    fn the_document_lists_every_access_level_and_security_scheme() {
+        let doc = base();
+        let schemes = &doc.components.as_ref().expect("components").security_schemes;
+        for name in [SESSION, API_TOKEN, NODE_CREDENTIAL] {
+            assert!(schemes.contains_key(name), "{name}");
+        }
+        assert!(ACCESS_LEVELS.contains(&"public") && ACCESS_LEVELS.contains(&"agent"));
+    }
 }
