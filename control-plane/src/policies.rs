@@ -666,10 +666,10 @@ pub async fn delete(db: &PgPool, policy_id: Uuid, version: Option<i32>, actor: &
     let mut tx = db.begin().await?;
     let (builtin, tenant_id): (bool, Option<Uuid>) =
         sqlx::query_as("SELECT builtin, tenant_id FROM policies WHERE id = $1 AND deleted_at IS NULL")
-        .bind(policy_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(ApiError::NotFound("policy"))?;
+            .bind(policy_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(ApiError::NotFound("policy"))?;
     if builtin {
         return Err(ApiError::conflict("builtin_policy", "built-in policies cannot be deleted"));
     }
@@ -802,7 +802,9 @@ pub async fn set_limits(
     audit::record(
         &mut tx,
         actor,
-        Change::new("policy.limits", "policy", policy_id).tenant(tenant_id).detail(serde_json::json!({"limits": value})),
+        Change::new("policy.limits", "policy", policy_id)
+            .tenant(tenant_id)
+            .detail(serde_json::json!({"limits": value})),
     )
     .await?;
     tx.commit().await?;

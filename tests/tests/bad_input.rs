@@ -52,7 +52,9 @@ async fn bad_requests_get_a_clear_json_error_change_nothing_and_scheduling_goes_
 
     let json = "application/json";
     let big = format!("{{\"name\": \"{}\"}}", "x".repeat(2 * 1024 * 1024));
-    let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+    // (method, path, content type, body, expected status, expected error code)
+    type Case<'a> = (&'a str, String, &'a str, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case<'_>> = vec![
         ("POST", "/api/v1/workloads".into(), json, b"{not json".to_vec(), 400, "malformed_json"),
         ("POST", "/api/v1/workloads".into(), json, br#"{"name":"x","class":"training","command":["true"],"gpu_cout":1}"#.to_vec(), 400, "invalid_body"),
         ("POST", "/api/v1/workloads".into(), json, br#"{"name":"x","class":"training","command":"true"}"#.to_vec(), 400, "invalid_body"),

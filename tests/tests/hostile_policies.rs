@@ -54,7 +54,10 @@ fn place_decisions(gpus: &[u32], second_workload_too: bool) -> String {
     const GPU_LIST: usize = 100; // relative
     const REASON: usize = 180; // relative
     let count = if second_workload_too { 2 } else { 1 };
-    let mut body = format!("(i32.store (i32.const {BUF}) (i32.const 0x43445441)) (i32.store (i32.const {}) (i32.const {count}))", BUF + 4);
+    let mut body = format!(
+        "(i32.store (i32.const {BUF}) (i32.const 0x43445441)) (i32.store (i32.const {}) (i32.const {count}))",
+        BUF + 4
+    );
     let store = |at: usize, value: usize| format!("(i32.store (i32.const {at}) (i32.const {value}))");
     for workload in 0..count {
         let rec = BUF + 8 + 32 * workload;
@@ -81,7 +84,10 @@ async fn upload(api: &Api, name: &str, wasm: Vec<u8>) -> (u16, Value) {
 
 async fn submit_one(api: &Api, name: &str) -> String {
     let w = api
-        .created("/api/v1/workloads", &json!({"name": name, "class": "evaluation", "command": ["true"], "resources": {"gpu_count": 1}}))
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": name, "class": "evaluation", "command": ["true"], "resources": {"gpu_count": 1}}),
+        )
         .await
         .unwrap();
     w["id"].as_str().unwrap().to_owned()
@@ -125,7 +131,12 @@ async fn hostile_modules_are_refused_or_contained_and_scheduling_goes_on_for_eve
         ("spin", "(loop $forever (br $forever))".into(), "", "deadline_exceeded"),
         ("grow", "(loop $more (drop (memory.grow (i32.const 256))) (br $more))".into(), "", "memory_limit"),
         ("recurse", "(drop (call $deep (i32.const 0)))".into(), recursion, "stack_overflow"),
-        ("flood", "(drop (memory.grow (i32.const 200))) (return (call $pack (i32.const 0) (i32.const 12000000)))".into(), "", "output_too_large"),
+        (
+            "flood",
+            "(drop (memory.grow (i32.const 200))) (return (call $pack (i32.const 0) (i32.const 12000000)))".into(),
+            "",
+            "output_too_large",
+        ),
         ("garbage", "(return (call $pack (i32.const 16) (i32.const 16)))".into(), "", "malformed_output"),
         ("trap", "unreachable".into(), "", "trap"),
     ];
@@ -141,7 +152,10 @@ async fn hostile_modules_are_refused_or_contained_and_scheduling_goes_on_for_eve
         let workload = submit_one(&api, &format!("work-under-{name}")).await;
         let done = workload_reaches(&api, &workload, "succeeded", Duration::from_secs(30)).await.unwrap();
         let place = done["decisions"].as_array().unwrap().iter().find(|d| d["kind"] == "place").unwrap();
-        assert!(place["policy_name"].as_str().unwrap().starts_with("priority-best-fit"), "{name}: the fallback placed it: {place}");
+        assert!(
+            place["policy_name"].as_str().unwrap().starts_with("priority-best-fit"),
+            "{name}: the fallback placed it: {place}"
+        );
 
         let failures = api.ok(&format!("/api/v1/policies/{id}/failures")).await.unwrap();
         let first = &failures[0];

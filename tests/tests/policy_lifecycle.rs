@@ -18,8 +18,11 @@ async fn an_author_uploads_dry_runs_shadows_activates_and_rolls_back_a_policy() 
 
     // A workload that cannot fit anywhere keeps the loop deciding every cycle.
     let stuck = api
-        .created("/api/v1/workloads", &json!({"name": "too-big", "class": "training", "command": ["true"],
-                                             "resources": {"gpu_count": 4}}))
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "too-big", "class": "training", "command": ["true"],
+                                             "resources": {"gpu_count": 4}}),
+        )
         .await
         .unwrap();
     let stuck_id = stuck["id"].as_str().unwrap().to_owned();
@@ -34,7 +37,11 @@ async fn an_author_uploads_dry_runs_shadows_activates_and_rolls_back_a_policy() 
     assert_eq!(v1.body["versions"][0]["version"], 1);
     assert_eq!(v1.body["versions"][0]["sha256"].as_str().unwrap().len(), 64);
     let v2 = api
-        .post_raw("/api/v1/policies?name=my-policy", "application/wasm", airtime_builtin_policies::PRIORITY_BEST_FIT.to_vec())
+        .post_raw(
+            "/api/v1/policies?name=my-policy",
+            "application/wasm",
+            airtime_builtin_policies::PRIORITY_BEST_FIT.to_vec(),
+        )
         .await
         .unwrap();
     assert_eq!(v2.status, 201, "{}", v2.body);
@@ -81,7 +88,8 @@ async fn an_author_uploads_dry_runs_shadows_activates_and_rolls_back_a_policy() 
         .unwrap();
     assert_eq!(active["active_version"], 2);
     assert_eq!(active["active_params"]["max_placements"], 5);
-    let bad = api.post(&format!("/api/v1/policies/{id}/activate"), &json!({"version": 2, "params": [1, 2]})).await.unwrap();
+    let bad =
+        api.post(&format!("/api/v1/policies/{id}/activate"), &json!({"version": 2, "params": [1, 2]})).await.unwrap();
     assert_eq!(bad.status, 422, "{}", bad.body);
     let rolled = api.created(&format!("/api/v1/policies/{id}/rollback"), &json!({})).await.unwrap();
     assert_eq!(rolled["active_version"], 1);

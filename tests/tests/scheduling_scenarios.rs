@@ -32,7 +32,8 @@ impl Scenario {
         let put = api.put("/api/v1/settings/priorities", &settings).await.unwrap();
         assert_eq!(put.status, 200, "{}", put.body);
         let policies = api.ok("/api/v1/policies").await.unwrap();
-        let slo = policies.as_array().unwrap().iter().find(|p| p["name"] == "slo-first").expect("slo-first is built in");
+        let slo =
+            policies.as_array().unwrap().iter().find(|p| p["name"] == "slo-first").expect("slo-first is built in");
         assert_eq!(slo["active_version"], slo["versions"][0]["version"], "slo-first is the default: {slo}");
         let mut started = Vec::new();
         for (name, flags) in agents {
@@ -111,7 +112,10 @@ async fn a_burst_of_customer_traffic_preempts_training_which_resumes_from_its_ch
         .await;
     let running = s.reaches(&burst, "running").await;
     let trained = s.workload(&training).await;
-    assert!(trained["state"] == "pending" || trained["state"] == "scheduled" || trained["state"] == "running", "{trained}");
+    assert!(
+        trained["state"] == "pending" || trained["state"] == "scheduled" || trained["state"] == "running",
+        "{trained}"
+    );
     let history = states(&trained);
     assert!(history.contains(&"preempting".to_owned()), "training was preempted: {history:?}");
     let preempt = trained["decisions"].as_array().unwrap().iter().find(|d| d["kind"] == "preempt").unwrap();
@@ -265,7 +269,10 @@ async fn an_eight_gpu_training_job_is_never_placed_partly_nor_starved_by_a_strea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_capable_embedding_service_lands_on_a_cpu_node_while_a_gpu_only_job_takes_the_gpu() {
     let s = Scenario::start(
-        &[("gpu-e", &["--simulate-gpus", "1:L4:24576", "--cost-per-hour", "2.5"]), ("cpu-e", &["--cost-per-hour", "0.4"])],
+        &[
+            ("gpu-e", &["--simulate-gpus", "1:L4:24576", "--cost-per-hour", "2.5"]),
+            ("cpu-e", &["--cost-per-hour", "0.4"]),
+        ],
         json!({}),
     )
     .await;

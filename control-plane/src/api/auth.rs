@@ -230,7 +230,7 @@ pub struct ChangePassword {
     path = "/auth/password",
     tag = "auth",
     request_body(content = ChangePassword, example = json!({"current_password": "correct horse battery staple", "new_password": "a brand new long passphrase"})),
-    security(("session" = []), ("api_token" = [])),
+    security(("session" = [])),
     extensions(("x-airtime-access" = json!("viewer"))),
     responses((status = 204, description = "Changed; every session of the user ended"), (status = 422, description = "Weak new password or wrong current one", body = ErrorResponse))
 )]

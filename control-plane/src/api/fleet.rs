@@ -88,7 +88,11 @@ async fn list_gpus(caller: Caller, State(state): State<AppState>) -> ApiResult<a
     extensions(("x-airtime-access" = json!("viewer"))),
     responses((status = 200, description = "The GPU", body = GpuView), (status = 404, body = ErrorResponse))
 )]
-async fn get_gpu(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<GpuView>> {
+async fn get_gpu(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<GpuView>> {
     let mut gpu = fleet::get_gpu(&state.db, id).await?.ok_or(ApiError::NotFound("gpu"))?;
     gpu.redact_holder(|t| caller.can_read_tenant(t));
     Ok(axum::Json(gpu))

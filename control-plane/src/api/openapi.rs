@@ -161,9 +161,13 @@ fn complete(doc: &mut utoipa::openapi::OpenApi) {
             let responses = &mut operation.responses.responses;
             responses.entry("400".into()).or_insert_with(|| error("Malformed request (body, path or query)"));
             if !public {
-                responses.entry("401".into()).or_insert_with(|| error("No credential, or an invalid, expired or revoked one"));
+                responses
+                    .entry("401".into())
+                    .or_insert_with(|| error("No credential, or an invalid, expired or revoked one"));
                 responses.entry("403".into()).or_insert_with(|| error("The caller's role does not allow this"));
-                responses.entry("429".into()).or_insert_with(|| error("Too many requests from this credential; see Retry-After"));
+                responses
+                    .entry("429".into())
+                    .or_insert_with(|| error("Too many requests from this credential; see Retry-After"));
             }
         }
     }

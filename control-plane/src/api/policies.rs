@@ -157,7 +157,11 @@ async fn list(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::
     extensions(("x-airtime-access" = json!("viewer"))),
     responses((status = 200, description = "The policy", body = PolicyView), (status = 404, body = ErrorResponse))
 )]
-async fn get_one(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<PolicyView>> {
+async fn get_one(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<PolicyView>> {
     authorize(&state, &caller, id, Need::Read).await?;
     policies::get(&state.db, id).await?.map(axum::Json).ok_or(ApiError::NotFound("policy"))
 }
@@ -211,7 +215,11 @@ async fn activate(
     extensions(("x-airtime-access" = json!("tenant_admin"))),
     responses((status = 200, description = "Rolled back", body = PolicyView), (status = 404, body = ErrorResponse), (status = 409, description = "Not active, or no older version", body = ErrorResponse))
 )]
-async fn rollback(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<PolicyView>> {
+async fn rollback(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<PolicyView>> {
     authorize(&state, &caller, id, Need::Manage).await?;
     let view = policies::rollback(&state.db, id, &AuditActor::from(&caller)).await?;
     state.wake.wake();
@@ -398,7 +406,11 @@ async fn dry_run_module(
     extensions(("x-airtime-access" = json!("viewer"))),
     responses((status = 200, description = "Failures (a platform policy's: platform admins only)", body = [FailureView]), (status = 404, body = ErrorResponse))
 )]
-async fn failures(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<Vec<FailureView>>> {
+async fn failures(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<Vec<FailureView>>> {
     authorize(&state, &caller, id, Need::Details).await?;
     Ok(axum::Json(policies::failures(&state.db, id).await?))
 }
@@ -413,7 +425,11 @@ async fn failures(caller: Caller, State(state): State<AppState>, Path(id): Path<
     extensions(("x-airtime-access" = json!("viewer"))),
     responses((status = 200, description = "Logs (a platform policy's: platform admins only)", body = [LogView]), (status = 404, body = ErrorResponse))
 )]
-async fn logs(caller: Caller, State(state): State<AppState>, Path(id): Path<Uuid>) -> ApiResult<axum::Json<Vec<LogView>>> {
+async fn logs(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<Vec<LogView>>> {
     authorize(&state, &caller, id, Need::Details).await?;
     Ok(axum::Json(policies::logs(&state.db, id).await?))
 }

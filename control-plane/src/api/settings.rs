@@ -76,7 +76,11 @@ async fn current(state: &AppState) -> ApiResult<axum::Json<Priorities>> {
     extensions(("x-airtime-access" = json!("platform_admin"))),
     responses((status = 200, description = "The new settings", body = Priorities), (status = 422, body = ErrorResponse))
 )]
-async fn write(caller: Caller, State(state): State<AppState>, Json(p): Json<Priorities>) -> ApiResult<axum::Json<Priorities>> {
+async fn write(
+    caller: Caller,
+    State(state): State<AppState>,
+    Json(p): Json<Priorities>,
+) -> ApiResult<axum::Json<Priorities>> {
     caller.require_platform_admin()?;
     let bad = |m: &str| Err(ApiError::unprocessable("invalid_settings", m));
     if !(0..=100_000).contains(&p.burst_reserve_gpus) {
@@ -117,7 +121,8 @@ async fn write(caller: Caller, State(state): State<AppState>, Json(p): Json<Prio
     audit::record(
         &mut tx,
         &AuditActor::from(&caller),
-        Change::new("settings.priorities", "settings", "priorities").detail(serde_json::to_value(&p).unwrap_or_default()),
+        Change::new("settings.priorities", "settings", "priorities")
+            .detail(serde_json::to_value(&p).unwrap_or_default()),
     )
     .await?;
     tx.commit().await?;

@@ -37,7 +37,9 @@ use crate::auth::rate_limit::{LoginThrottle, RateLimiter};
 
 /// A role: what a caller may do. Within a tenant, `Viewer < TenantMember < TenantAdmin`; a platform
 /// admin may do everything, in every tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 #[sqlx(type_name = "text", rename_all = "snake_case")]
 pub enum Role {

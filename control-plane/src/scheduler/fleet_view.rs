@@ -163,7 +163,7 @@ impl FleetView {
         let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *conn).await?;
         let settings = PrioritySettings::load(&mut *conn).await?;
 
-        let tenant_rows: Vec<(Uuid, String, i32, i32, i32, bool, i64, f64)> = sqlx::query_as(
+        let tenant_rows: Vec<TenantRow> = sqlx::query_as(
             "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, \
                     (SELECT count(*) FROM gpu_grants g WHERE g.tenant_id = t.id), \
                     COALESCE((SELECT u.decayed_gpu_hours FROM tenant_usage u WHERE u.tenant_id = t.id), 0) \
@@ -173,7 +173,7 @@ impl FleetView {
         .await?;
         let tenants: Vec<TenantEntry> = tenant_rows
             .into_iter()
-            .map(|(id, name, guaranteed, weight, tier, may_borrow, running, usage)| TenantEntry {
+            .map(|TenantRow(id, name, guaranteed, weight, tier, may_borrow, running, usage)| TenantEntry {
                 id,
                 name,
                 guaranteed_gpus: guaranteed.max(0) as u32,
@@ -187,19 +187,18 @@ impl FleetView {
         let tenant_index: HashMap<Uuid, usize> = tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
 
         // Lost nodes take no work; draining ones are shown so policies can see what runs there.
-        let node_rows: Vec<(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, i64, i64)> =
-            sqlx::query_as(
-                "SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
+        let node_rows: Vec<NodeRow> = sqlx::query_as(
+            "SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
                         n.gpu_source = 'simulated', \
                         COALESCE((SELECT sum(w.cpu_millis) FROM workloads w WHERE w.node_id = n.id), 0)::bigint, \
                         COALESCE((SELECT sum(w.memory_mb) FROM workloads w WHERE w.node_id = n.id), 0)::bigint \
                  FROM nodes n WHERE n.state <> 'lost' ORDER BY n.name",
-            )
-            .fetch_all(&mut *conn)
-            .await?;
+        )
+        .fetch_all(&mut *conn)
+        .await?;
         let mut nodes: Vec<NodeEntry> = node_rows
             .into_iter()
-            .map(|(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used)| {
+            .map(|NodeRow(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used)| {
                 let cpu_millis = cpu.max(0) as u32;
                 let memory_mb = mem.max(0) as u64;
                 NodeEntry {
@@ -262,17 +261,16 @@ impl FleetView {
             .collect();
         let workload_index: HashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
 
-        let gpu_rows: Vec<(Uuid, Uuid, i32, String, i64, Option<i64>, Option<f32>, Option<i32>, bool, Option<Uuid>)> =
-            sqlx::query_as(
-                "SELECT g.id, g.node_id, g.device_index, g.model, g.memory_mb, g.memory_used_mb, g.util, \
+        let gpu_rows: Vec<GpuRow> = sqlx::query_as(
+            "SELECT g.id, g.node_id, g.device_index, g.model, g.memory_mb, g.memory_used_mb, g.util, \
                         g.nvlink_group, g.simulated, gr.workload_id \
                  FROM gpus g JOIN nodes n ON n.id = g.node_id LEFT JOIN gpu_grants gr ON gr.gpu_id = g.id \
                  WHERE g.present AND n.state <> 'lost' ORDER BY n.name, g.device_index",
-            )
-            .fetch_all(&mut *conn)
-            .await?;
+        )
+        .fetch_all(&mut *conn)
+        .await?;
         let mut gpus = Vec::with_capacity(gpu_rows.len());
-        for (id, node_id, device_index, model, memory_mb, used, util, nvlink, simulated, holder) in gpu_rows {
+        for GpuRow(id, node_id, device_index, model, memory_mb, used, util, nvlink, simulated, holder) in gpu_rows {
             let Some(&node) = node_index.get(&node_id) else {
                 continue;
             };
@@ -301,6 +299,15 @@ impl FleetView {
         Ok(FleetView { now, settings, tenants, nodes, gpus, workloads })
     }
 }
+
+#[derive(sqlx::FromRow)]
+struct TenantRow(Uuid, String, i32, i32, i32, bool, i64, f64);
+
+#[derive(sqlx::FromRow)]
+struct NodeRow(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, i64, i64);
+
+#[derive(sqlx::FromRow)]
+struct GpuRow(Uuid, Uuid, i32, String, i64, Option<i64>, Option<f32>, Option<i32>, bool, Option<Uuid>);
 
 #[derive(sqlx::FromRow)]
 struct WorkloadRow {

@@ -26,7 +26,7 @@ use crate::server::AppState;
 use crate::signals::Shutdown;
 
 /// Only one control plane at a time runs the loop; others wait on this advisory lock (standby).
-const LEADER_LOCK: i64 = 0x4149_5254_494d_45; // "AIRTIME"
+const LEADER_LOCK: i64 = 0x0041_4952_5449_4d45; // "AIRTIME"
 
 pub async fn run_loop(state: AppState, shutdown: Shutdown) {
     let _leader = loop {
@@ -131,7 +131,7 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
         let tenant_decider = Arc::new(tenant_decider);
         // The platform's preemptions of this tenant's work stand (reclaim, bursts); its placements
         // and reasons give way to the tenant's own, within the grant.
-        accepted.retain(|(p, _)| !(mine(p) && !matches!(p, Proposal::Preempt { .. })));
+        accepted.retain(|(p, _)| !mine(p) || matches!(p, Proposal::Preempt { .. }));
         let platform_preempted: Vec<usize> = accepted.iter().map(|(p, _)| p.workload()).collect();
         for p in tenant_checked.accepted {
             let p = remap(p, &view);

@@ -64,6 +64,7 @@ pub async fn apply(
     let mut outcome =
         CycleOutcome { cycle_id, placed: 0, preempted: 0, pending: 0, refused: refused.len(), nodes_changed: false };
     let mut late_refusals: Vec<(Refusal, &Decider)> = Vec::new();
+    let mut pending_changes: Vec<(Uuid, Uuid, String, &Decider)> = Vec::new();
 
     for &(ref proposal, decider) in accepted {
         let w = &fleet.workloads[proposal.workload()];
@@ -206,46 +207,25 @@ pub async fn apply(
             Proposal::KeepPending { reason, .. } => {
                 outcome.pending += 1;
                 // Recorded when the reason changes, not every tick: the history stays readable.
-                if w.pending_reason.as_deref() == Some(reason.as_str()) {
-                    continue;
-                }
-                let changed = sqlx::query(
-                    "UPDATE workloads SET pending_reason = $2 WHERE id = $1 AND state = 'pending' \
-                     AND pending_reason IS DISTINCT FROM $2",
-                )
-                .bind(w.id)
-                .bind(reason)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if changed == 1 {
-                    insert_decision(
-                        &mut tx,
-                        cycle_id,
-                        fleet,
-                        proposal.workload(),
-                        "keep_pending",
-                        None,
-                        &[],
-                        reason,
-                        decider,
-                    )
-                    .await?;
+                if w.pending_reason.as_deref() != Some(reason.as_str()) {
+                    let reason: String = reason.chars().take(1000).collect();
+                    pending_changes.push((w.id, fleet.tenants[w.tenant].id, reason, decider));
                 }
             }
         }
     }
 
+    record_pending_reasons(&mut tx, cycle_id, &pending_changes).await?;
+
     for (refusal, decider) in refused.iter().chain(late_refusals.iter()) {
         if let Some(index) = &refusal.workload {
             let reason = format!("refused by the control plane: {}", refusal.reason);
             // A policy that repeats a refused decision every cycle is recorded once, not every tick.
-            let last: Option<(String, String)> = sqlx::query_as(
-                "SELECT kind, reason FROM decisions WHERE workload_id = $1 ORDER BY id DESC LIMIT 1",
-            )
-            .bind(fleet.workloads[*index].id)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let last: Option<(String, String)> =
+                sqlx::query_as("SELECT kind, reason FROM decisions WHERE workload_id = $1 ORDER BY id DESC LIMIT 1")
+                    .bind(fleet.workloads[*index].id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
             if last.is_some_and(|(kind, last_reason)| kind == "rejected" && last_reason == reason) {
                 continue;
             }
@@ -268,6 +248,42 @@ pub async fn apply(
     .await?;
     tx.commit().await?;
     Ok(outcome)
+}
+
+/// New pending reasons, in two statements whatever their number: a cycle over 10,000 waiting
+/// workloads must not cost 20,000 round trips.
+async fn record_pending_reasons(
+    tx: &mut sqlx::PgConnection,
+    cycle_id: i64,
+    changes: &[(Uuid, Uuid, String, &Decider)],
+) -> sqlx::Result<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = changes.iter().map(|c| c.0).collect();
+    let tenants: Vec<Uuid> = changes.iter().map(|c| c.1).collect();
+    let reasons: Vec<&str> = changes.iter().map(|c| c.2.as_str()).collect();
+    let versions: Vec<Option<Uuid>> = changes.iter().map(|c| c.3.policy_version_id).collect();
+    let names: Vec<&str> = changes.iter().map(|c| c.3.policy_name.as_str()).collect();
+    sqlx::query(
+        "WITH c AS (SELECT * FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::uuid[], $6::text[]) \
+                    AS c(workload_id, tenant_id, reason, version_id, policy_name)), \
+              changed AS (UPDATE workloads w SET pending_reason = c.reason FROM c \
+                          WHERE w.id = c.workload_id AND w.state = 'pending' \
+                            AND w.pending_reason IS DISTINCT FROM c.reason RETURNING w.id) \
+         INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, reason, policy_version_id, policy_name) \
+         SELECT $1, c.tenant_id, c.workload_id, 'keep_pending', c.reason, c.version_id, c.policy_name \
+         FROM c JOIN changed ON changed.id = c.workload_id",
+    )
+    .bind(cycle_id)
+    .bind(&ids)
+    .bind(&tenants)
+    .bind(&reasons)
+    .bind(&versions)
+    .bind(&names)
+    .execute(tx)
+    .await?;
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -384,7 +384,8 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
-        let cases: Vec<(fn(&mut SubmitWorkload), &str)> = vec![
+        type Case = (fn(&mut SubmitWorkload), &'static str);
+        let cases: Vec<Case> = vec![
             (|w| w.name = String::new(), "name"),
             (|w| w.command = vec![], "command"),
             (|w| w.priority = 5000, "priority"),

@@ -123,7 +123,7 @@ pub async fn apply_agent_event(
                 .bind(workload_id)
                 .execute(&mut **tx)
                 .await?;
-            record_event(&mut **tx, workload_id, w.tenant_id, Some(w.state), S::Running, attempt, &detail).await?;
+            record_event(tx, workload_id, w.tenant_id, Some(w.state), S::Running, attempt, &detail).await?;
             return Ok(EventOutcome::Applied);
         }
         (AgentEvent::Started { .. }, _) => return Ok(EventOutcome::Unchanged),
@@ -155,7 +155,7 @@ pub async fn apply_agent_event(
         },
     };
     leave_node(tx, workload_id, to, exit_code, message.as_deref()).await?;
-    record_event(&mut **tx, workload_id, w.tenant_id, Some(w.state), to, attempt, &detail).await?;
+    record_event(tx, workload_id, w.tenant_id, Some(w.state), to, attempt, &detail).await?;
     Ok(EventOutcome::Applied)
 }
 

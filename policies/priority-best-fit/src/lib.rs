@@ -7,9 +7,10 @@
 //!
 //! Each GPU workload goes to the ready node whose free GPUs fit it (free memory now ≥ what it needs
 //! on each GPU, an allowed model, all its GPUs on that one node), which has the host CPU and memory
-//! it asks for, and which has the **fewest free GPUs left over** afterwards, then the least memory left over on the chosen GPUs: best fit, so
-//! big gang jobs still find whole nodes later. On a node, the GPUs with the least free memory that
-//! still fit are taken, from a single NVLink domain when one has enough.
+//! it asks for, and which has the **fewest free GPUs left over** afterwards, then the least GPU
+//! memory left over on the chosen GPUs: best fit, so big gang jobs still find whole nodes later. On
+//! a node, the GPUs with the least free memory that still fit are taken, from a single NVLink domain
+//! when one has enough.
 //!
 //! A workload with no GPUs goes to the ready node with enough free CPU and memory, preferring
 //! CPU-only nodes and then the tightest fit. A CPU-capable GPU workload that finds no GPU runs on

@@ -49,9 +49,15 @@ enum Cause<'a> {
 
 enum Preemption {
     /// These victims, on this node, make room.
-    Victims { node: u32, victims: Vec<u32> },
+    Victims {
+        node: u32,
+        victims: Vec<u32>,
+    },
     /// The only possible victims are too young to preempt: the one that frees first, and when.
-    Protected { victim: u32, remaining_s: u64 },
+    Protected {
+        victim: u32,
+        remaining_s: u64,
+    },
     Impossible,
 }
 
@@ -91,7 +97,10 @@ impl Policy for SloFirst {
                 if let Some(node) = cpu_node(snapshot, &plan, w) {
                     let n = &snapshot.nodes[node as usize];
                     let reason = if w.needs_gpu() {
-                        format!("CPU-capable: placed on CPU node {} (${:.2}/h), leaving GPUs for work that needs them", n.name, n.cost_per_hour)
+                        format!(
+                            "CPU-capable: placed on CPU node {} (${:.2}/h), leaving GPUs for work that needs them",
+                            n.name, n.cost_per_hour
+                        )
                     } else {
                         format!("placed on {} ({} mCPU free)", n.name, plan.cpu_free(node))
                     };
@@ -170,7 +179,9 @@ impl Policy for SloFirst {
             {
                 plan.keep_pending(
                     index,
-                    format!("the fitting GPUs are reserved for {owner}, ahead of it in the queue (waiting for its gang)"),
+                    format!(
+                        "the fitting GPUs are reserved for {owner}, ahead of it in the queue (waiting for its gang)"
+                    ),
                 )?;
                 continue;
             }
@@ -180,7 +191,10 @@ impl Policy for SloFirst {
                 reserve_node(snapshot, &plan, node, &need, &mut reserved);
                 plan.keep_pending(
                     index,
-                    format!("waiting for preempted work on {} to stop (grace period {} s)", snapshot.nodes[node as usize].name, settings.grace_period_s),
+                    format!(
+                        "waiting for preempted work on {} to stop (grace period {} s)",
+                        snapshot.nodes[node as usize].name, settings.grace_period_s
+                    ),
                 )?;
                 continue;
             }
@@ -194,7 +208,8 @@ impl Policy for SloFirst {
             };
             let victim_key = (need.count, need.memory_mb, w.gpu_models, matches!(cause, Some(Cause::Burst(_))));
             if let Some(cause) = cause.filter(|_| !no_victims.contains(&victim_key)) {
-                let search = Search { plan: &plan, need: &need, reserved: &reserved, already: &victim, by_node: &by_node };
+                let search =
+                    Search { plan: &plan, need: &need, reserved: &reserved, already: &victim, by_node: &by_node };
                 match choose_victims(snapshot, &search, &cause, &tenant_gpus, settings.min_runtime_s) {
                     Preemption::Victims { node, victims } => {
                         for &v in &victims {
@@ -210,14 +225,19 @@ impl Policy for SloFirst {
                                 ),
                             };
                             victim[v as usize] = true;
-                            tenant_gpus[vw.tenant as usize] = tenant_gpus[vw.tenant as usize].saturating_sub(vw.gpu_count);
+                            tenant_gpus[vw.tenant as usize] =
+                                tenant_gpus[vw.tenant as usize].saturating_sub(vw.gpu_count);
                             plan.preempt(v, why)?;
                         }
                         reserve_node(snapshot, &plan, node, &need, &mut reserved);
                         let names: Vec<&str> = victims.iter().map(|&v| snapshot.workloads[v as usize].name).collect();
                         plan.keep_pending(
                             index,
-                            format!("preempting {} on {} to make room; placed once they stop", names.join(", "), snapshot.nodes[node as usize].name),
+                            format!(
+                                "preempting {} on {} to make room; placed once they stop",
+                                names.join(", "),
+                                snapshot.nodes[node as usize].name
+                            ),
                         )?;
                         continue;
                     }
@@ -240,12 +260,17 @@ impl Policy for SloFirst {
             // The head of the queue reserves the node where it will fit first.
             let most = snapshot
                 .ready_nodes()
-                .map(|(node, n)| (plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count(), n.name))
+                .map(|(node, n)| {
+                    (plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count(), n.name)
+                })
                 .max_by_key(|(free, _)| *free);
             let (most_free, most_name) = most.unwrap_or((0, "no node"));
             let largest = snapshot.ready_nodes().map(|(_, n)| n.gpu_count).max().unwrap_or(0);
             if largest < need.count {
-                plan.keep_pending(index, format!("no ready node has {} GPUs at all (the largest has {largest})", need.count))?;
+                plan.keep_pending(
+                    index,
+                    format!("no ready node has {} GPUs at all (the largest has {largest})", need.count),
+                )?;
                 continue;
             }
             if head.is_none() {
@@ -265,7 +290,10 @@ impl Policy for SloFirst {
             }
             plan.keep_pending(
                 index,
-                format!("no ready node has {}; the most free on one node is {most_free} ({most_name})", need.describe("free")),
+                format!(
+                    "no ready node has {}; the most free on one node is {most_free} ({most_name})",
+                    need.describe("free")
+                ),
             )?;
         }
         Ok(plan.into_decisions())
@@ -281,7 +309,8 @@ fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
 fn cpu_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>) -> Option<u32> {
     let fits = |node: u32| plan.cpu_free(node) >= w.cpu_millis && plan.memory_free(node) >= w.memory_mb;
     let cpu_only = snapshot.ready_nodes().filter(|(node, n)| n.gpu_count == 0 && fits(*node));
-    let chosen = cpu_only.min_by_key(|(node, n)| (plan.cpu_free(*node) - w.cpu_millis, (n.cost_per_hour * 100.0) as u32));
+    let chosen =
+        cpu_only.min_by_key(|(node, n)| (plan.cpu_free(*node) - w.cpu_millis, (n.cost_per_hour * 100.0) as u32));
     if let Some((node, _)) = chosen {
         return Some(node);
     }
@@ -352,7 +381,9 @@ fn reserve_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, node: u32, need: &
 fn soonest_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>) -> Option<u32> {
     snapshot
         .ready_nodes()
-        .filter(|(node, _)| snapshot.node_gpus(*node).filter(|(_, g)| need.allows_model(g.model)).count() as u32 >= need.count)
+        .filter(|(node, _)| {
+            snapshot.node_gpus(*node).filter(|(_, g)| need.allows_model(g.model)).count() as u32 >= need.count
+        })
         .max_by_key(|(node, _)| (plan.free_gpu_count(*node), std::cmp::Reverse(*node)))
         .map(|(node, _)| node)
 }

@@ -180,6 +180,7 @@ fn real_time_inference_is_never_preempted() {
 #[test]
 fn it_places_work_on_a_large_mixed_fleet() {
     // The full 1,000 × 8 / 10,000 size is timed in policy-host's benchmark; this proves behaviour.
-    let outcome = SnapshotFixture::synthetic_fleet(100, 8, 2_000, 7).settings(settings()).evaluate(&SloFirst).expect("runs");
+    let outcome =
+        SnapshotFixture::synthetic_fleet(100, 8, 2_000, 7).settings(settings()).evaluate(&SloFirst).expect("runs");
     assert!(outcome.placed().len() > 50, "places work at scale: {}", outcome.placed().len());
 }
