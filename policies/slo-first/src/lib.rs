@@ -273,8 +273,10 @@ impl Policy for SloFirst {
                 )?;
                 continue;
             }
-            if head.is_none() {
-                if let Some(node) = soonest_node(snapshot, &plan, &need) {
+            if head.is_none()
+                && let Some(node) = soonest_node(snapshot, &plan, &need)
+            {
+                {
                     reserve_node(snapshot, &plan, node, &need, &mut reserved);
                     head = Some(w.name);
                     plan.keep_pending(
