@@ -223,8 +223,9 @@ impl FleetView {
             "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
                     memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
                     started_at, node_id, pending_reason, \
-                    (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
-                       AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') AS preemptions_last_hour \
+                    CASE WHEN state = 'pending' THEN 0 ELSE \
+                      (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
+                         AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') END AS preemptions_last_hour \
              FROM workloads WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling') \
              ORDER BY submitted_at, id",
         )

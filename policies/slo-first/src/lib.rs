@@ -32,7 +32,7 @@
 //!
 //! Params: none.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use airtime_policy_sdk::prelude::*;
 
@@ -90,6 +90,10 @@ impl Policy for SloFirst {
         // later in the same cycle: remembered, so 10,000 pending workloads cost one search a shape.
         let mut no_fit: BTreeSet<(u32, u32, &str)> = BTreeSet::new();
         let mut no_victims: BTreeSet<(u32, u32, &str, bool)> = BTreeSet::new();
+        let mut reserved_only: BTreeMap<(u32, u32, &str), bool> = BTreeMap::new();
+        let mut most_free_by_shape: BTreeMap<(u32, u32, &str), Option<(usize, &str)>> = BTreeMap::new();
+        let unreserved = vec![false; snapshot.gpus.len()];
+        let any_stopping = snapshot.workloads.iter().any(|w| w.state == WorkloadState::Stopping);
 
         for (index, w) in order {
             // CPU-only work, and CPU-capable work while a CPU node has room.
@@ -174,9 +178,11 @@ impl Policy for SloFirst {
             }
 
             // It does not fit now. Is it only the reservation for the head that stops it?
-            if let Some(owner) = head
-                && best_fit(snapshot, &plan, &need, &vec![false; reserved.len()]).is_some()
-            {
+            let only_reserved = head.is_some()
+                && *reserved_only
+                    .entry(shape)
+                    .or_insert_with(|| best_fit(snapshot, &plan, &need, &unreserved).is_some());
+            if let Some(owner) = head.filter(|_| only_reserved) {
                 plan.keep_pending(
                     index,
                     format!(
@@ -187,7 +193,8 @@ impl Policy for SloFirst {
             }
 
             // GPUs already being vacated for it (victims stopping): wait for them, preempt no more.
-            if let Some(node) = vacating_fits(snapshot, &plan, &need, &reserved) {
+            let vacating = if any_stopping { vacating_fits(snapshot, &plan, &need, &reserved) } else { None };
+            if let Some(node) = vacating {
                 reserve_node(snapshot, &plan, node, &need, &mut reserved);
                 plan.keep_pending(
                     index,
@@ -258,12 +265,17 @@ impl Policy for SloFirst {
             }
 
             // The head of the queue reserves the node where it will fit first.
-            let most = snapshot
-                .ready_nodes()
-                .map(|(node, n)| {
-                    (plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count(), n.name)
-                })
-                .max_by_key(|(free, _)| *free);
+            let most = *most_free_by_shape.entry(shape).or_insert_with(|| {
+                snapshot
+                    .ready_nodes()
+                    .map(|(node, n)| {
+                        (
+                            plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count(),
+                            n.name,
+                        )
+                    })
+                    .max_by_key(|(free, _)| *free)
+            });
             let (most_free, most_name) = most.unwrap_or((0, "no node"));
             let largest = snapshot.ready_nodes().map(|(_, n)| n.gpu_count).max().unwrap_or(0);
             if largest < need.count {
@@ -276,19 +288,17 @@ impl Policy for SloFirst {
             if head.is_none()
                 && let Some(node) = soonest_node(snapshot, &plan, &need)
             {
-                {
-                    reserve_node(snapshot, &plan, node, &need, &mut reserved);
-                    head = Some(w.name);
-                    plan.keep_pending(
-                        index,
-                        format!(
-                            "waiting for its gang: needs {} on one node; the most free on one node is {most_free} ({most_name}); the free GPUs of {} are reserved for it",
-                            need.describe("free"),
-                            snapshot.nodes[node as usize].name
-                        ),
-                    )?;
-                    continue;
-                }
+                reserve_node(snapshot, &plan, node, &need, &mut reserved);
+                head = Some(w.name);
+                plan.keep_pending(
+                    index,
+                    format!(
+                        "waiting for its gang: needs {} on one node; the most free on one node is {most_free} ({most_name}); the free GPUs of {} are reserved for it",
+                        need.describe("free"),
+                        snapshot.nodes[node as usize].name
+                    ),
+                )?;
+                continue;
             }
             plan.keep_pending(
                 index,
