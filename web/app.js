@@ -1,7 +1,9 @@
-// Airtime's first page: nodes, GPUs and workloads, read from the REST API every few seconds.
+// Airtime's dashboard: fleet, idle cost, workloads, tenants and decisions, read from the REST API.
+// Signs in with the API's login (the session token stays in this tab's sessionStorage).
 "use strict";
 
 const REFRESH_MS = 3000;
+const TOKEN_KEY = "airtime.session";
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -10,9 +12,9 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function badge(text, cls = "") {
-  return el("span", { class: `badge ${cls}` }, text);
-}
+const badge = (text, cls = "") => el("span", { class: `badge ${cls}` }, text);
+const pct = (x) => (x == null ? "—" : `${Math.round(x * 100)}%`);
+const gib = (mb) => Math.round((mb ?? 0) / 1024);
 
 function ago(iso) {
   if (!iso) return "";
@@ -22,12 +24,9 @@ function ago(iso) {
   return `${Math.round(s / 3600)} h ago`;
 }
 
-function pct(x) {
-  return x == null ? "—" : `${Math.round(x * 100)}%`;
-}
-
-function fill(tableId, rows, columns) {
+function fill(tableId, rows) {
   const body = document.querySelector(`#${tableId} tbody`);
+  const columns = document.querySelectorAll(`#${tableId} thead th`).length;
   body.replaceChildren();
   if (rows.length === 0) {
     body.append(el("tr", {}, el("td", { colspan: columns, class: "empty" }, "none yet")));
@@ -36,42 +35,77 @@ function fill(tableId, rows, columns) {
   for (const cells of rows) body.append(el("tr", {}, ...cells.map((c) => el("td", {}, c))));
 }
 
-async function getJson(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
-  if (!response.ok) {
-    const body = await response.json().catch(() => ({}));
-    throw new Error(body?.error?.message ?? `${path}: HTTP ${response.status}`);
-  }
-  return response.json();
+class Unauthorized extends Error {}
+
+async function api(path, options = {}) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = { Accept: "application/json", ...(options.headers ?? {}) };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(path, { ...options, headers });
+  if (response.status === 401) throw new Unauthorized("sign in again");
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(body?.error?.message ?? `${path}: HTTP ${response.status}`);
+  return body;
+}
+
+function show(signedIn) {
+  document.getElementById("login").hidden = signedIn;
+  document.getElementById("dashboard").hidden = !signedIn;
+  document.getElementById("logout").hidden = !signedIn;
+}
+
+function summary(nodes, gpus) {
+  const live = nodes.filter((n) => n.state !== "lost");
+  const costOf = new Map(live.map((n) => [n.id, n.gpus.length ? (n.cost_per_hour ?? 0) / n.gpus.length : 0]));
+  const held = gpus.filter((g) => g.workload_id).length;
+  const idle = gpus.filter((g) => !g.workload_id);
+  const idleCost = idle.reduce((sum, g) => sum + (costOf.get(g.node_id) ?? 0), 0);
+  const items = [
+    ["Nodes ready", `${live.filter((n) => n.state === "ready").length} / ${nodes.length}`],
+    ["GPUs busy", `${held} / ${gpus.length}`],
+    ["GPU allocation", gpus.length ? pct(held / gpus.length) : "—"],
+    ["Idle GPU cost", `$${idleCost.toFixed(2)} / hour`],
+  ];
+  const dl = document.getElementById("summary");
+  dl.replaceChildren(...items.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
 }
 
 async function refresh() {
   const status = document.getElementById("status");
+  if (!sessionStorage.getItem(TOKEN_KEY)) {
+    show(false);
+    status.textContent = "Sign in to see the fleet.";
+    return;
+  }
   try {
-    const [nodes, gpus, workloads] = await Promise.all([
-      getJson("/api/v1/nodes"),
-      getJson("/api/v1/gpus"),
-      getJson("/api/v1/workloads?limit=50"),
+    const [nodes, gpus, workloads, tenants, decisions] = await Promise.all([
+      api("/api/v1/nodes"),
+      api("/api/v1/gpus"),
+      api("/api/v1/workloads?limit=50"),
+      api("/api/v1/tenants/summary"),
+      api("/api/v1/decisions?limit=20"),
     ]);
+    show(true);
     const names = new Map(workloads.map((w) => [w.id, w.name]));
+    summary(nodes, gpus);
     fill("nodes", nodes.map((n) => [
       el("span", {}, n.name, " ", n.simulated ? badge("simulated GPUs", "simulated") : ""),
       el("span", { class: `state-${n.state}` }, n.state),
       `${(n.cpu_millis / 1000).toFixed(0)} cores · ${pct(n.telemetry.cpu_util)}`,
-      `${Math.round((n.telemetry.memory_used_mb ?? 0) / 1024)} / ${Math.round(n.memory_mb / 1024)} GiB`,
+      `${gib(n.telemetry.memory_used_mb)} / ${gib(n.memory_mb)} GiB`,
       n.gpus.length,
       n.cost_per_hour == null ? "—" : `$${n.cost_per_hour.toFixed(2)}`,
       ago(n.last_seen_at),
-    ]), 7);
+    ]));
     fill("gpus", gpus.map((g) => [
       g.node_name,
       g.device_index,
       el("span", {}, g.model, " ", g.simulated ? badge("simulated", "simulated") : ""),
-      `${Math.round((g.telemetry.memory_used_mb ?? 0) / 1024)} / ${Math.round(g.memory_mb / 1024)} GiB`,
+      `${gib(g.telemetry.memory_used_mb)} / ${gib(g.memory_mb)} GiB`,
       pct(g.telemetry.util),
       g.telemetry.temperature_c == null ? "—" : `${Math.round(g.telemetry.temperature_c)} °C`,
       g.workload_id ? (names.get(g.workload_id) ?? g.workload_id.slice(0, 8)) : "free",
-    ]), 7);
+    ]));
     fill("workloads", workloads.map((w) => [
       w.name,
       w.tenant,
@@ -80,12 +114,60 @@ async function refresh() {
       w.resources.gpu_count,
       w.state === "pending" ? (w.pending_reason ?? "") : (w.message ?? (w.exit_code == null ? "" : `exit ${w.exit_code}`)),
       ago(w.submitted_at),
-    ]), 7);
+    ]));
+    fill("tenants", tenants.map((t) => [
+      t.tenant,
+      el("span", { class: `standing-${t.standing}` }, t.standing.replace("_", " ")),
+      `${t.running_gpus} / ${t.guaranteed_gpus}`,
+      t.borrowing_gpus,
+      `${t.pending_workloads} workloads`,
+      t.top_pending_reason ?? "",
+    ]));
+    fill("decisions", decisions.map((d) => [
+      ago(d.decided_at),
+      d.workload_name,
+      d.kind.replace("_", " "),
+      d.node_name ?? "",
+      d.reason,
+      d.policy_name,
+    ]));
     status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
-    status.textContent = `Cannot reach the API: ${err.message}`;
+    if (err instanceof Unauthorized) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      show(false);
+      status.textContent = "Your session ended; sign in again.";
+    } else {
+      status.textContent = `Cannot reach the API: ${err.message}`;
+    }
   }
 }
+
+document.getElementById("login-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const error = document.getElementById("login-error");
+  error.textContent = "";
+  try {
+    const session = await api("/api/v1/auth/login", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({
+        email: document.getElementById("email").value,
+        password: document.getElementById("password").value,
+      }),
+    });
+    sessionStorage.setItem(TOKEN_KEY, session.token);
+    document.getElementById("password").value = "";
+    await refresh();
+  } catch (err) {
+    error.textContent = err instanceof Unauthorized ? "Wrong email or password." : err.message;
+  }
+});
+
+document.getElementById("logout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  show(false);
+});
 
 refresh();
 setInterval(refresh, REFRESH_MS);

@@ -4,6 +4,19 @@ use airtime_policy_sdk::guest::evaluate_encoded;
 use airtime_policy_sdk::testing::SnapshotFixture;
 use wasmtime::*;
 
+
+struct Count;
+static BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static REALLOCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Count {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 { BYTES.fetch_add(l.size() as u64, std::sync::atomic::Ordering::Relaxed); CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed); unsafe { std::alloc::System.alloc(l) } }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) { unsafe { std::alloc::System.dealloc(p, l) } }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 { REALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed); BYTES.fetch_add(n.saturating_sub(l.size()) as u64, std::sync::atomic::Ordering::Relaxed); unsafe { std::alloc::System.realloc(p, l, n) } }
+}
+#[global_allocator]
+static A: Count = Count;
 fn main() {
     let path = std::env::args().nth(1).unwrap();
     let mode = std::env::args().nth(2).unwrap_or_default();
@@ -13,6 +26,9 @@ fn main() {
         let t = Instant::now();
         for _ in 0..iters { evaluate_encoded(&priority_best_fit::PriorityBestFit, &bytes, &mut Vec::new()).unwrap(); }
         println!("native {:?}/iter", t.elapsed() / iters as u32);
+        let (b0, c0, r0) = (BYTES.load(std::sync::atomic::Ordering::Relaxed), CALLS.load(std::sync::atomic::Ordering::Relaxed), REALLOCS.load(std::sync::atomic::Ordering::Relaxed));
+        evaluate_encoded(&priority_best_fit::PriorityBestFit, &bytes, &mut Vec::new()).unwrap();
+        println!("one eval: {} bytes in {} allocs, {} reallocs", BYTES.load(std::sync::atomic::Ordering::Relaxed)-b0, CALLS.load(std::sync::atomic::Ordering::Relaxed)-c0, REALLOCS.load(std::sync::atomic::Ordering::Relaxed)-r0);
         return;
     }
     let mut cfg = Config::new();

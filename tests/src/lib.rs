@@ -123,8 +123,12 @@ impl ControlPlane {
             .context("bootstrapping the platform admin")?;
         let secret_given = extra.iter().any(|a| a.starts_with("--jwt-secret"));
         let secret: &[&str] = if secret_given { &[] } else { &["--jwt-secret", TEST_JWT_SECRET] };
+        // A restart on the same address passes its own --listen; otherwise any free port.
+        let listen: &[&str] =
+            if extra.iter().any(|a| a.starts_with("--listen")) { &[] } else { &["--listen", "127.0.0.1:0"] };
         let mut child = Command::new(bin("airtime-control-plane"))
-            .args(["--listen", "127.0.0.1:0", "--database-url", &db.url, "--tick-ms", "200"])
+            .args(listen)
+            .args(["--database-url", &db.url, "--tick-ms", "200"])
             .args(["--heartbeat-interval-ms", "500", "--node-lost-after-ms", "3000"])
             .args(secret)
             .args(extra)
@@ -241,7 +245,11 @@ impl NodeAgent {
             .arg(state.path())
             .args(extra)
             .env("AIRTIME_ENROLMENT_TOKEN", &token)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            // A kept log is read for what it must not contain: keep all of it.
+            .env(
+                "RUST_LOG",
+                if keep_logs { "debug".into() } else { std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()) },
+            )
             .stdout(Stdio::inherit())
             .stderr(if keep_logs { Stdio::piped() } else { Stdio::inherit() })
             .kill_on_drop(true)
