@@ -24,7 +24,7 @@ fi
 # The first platform admin: a random password, kept (mode 0600) for the next runs. Bootstrapping is
 # refused, harmlessly, when the database has a platform admin already.
 if [ ! -s "$LOGS/admin-password" ]; then
-  (umask 077; LC_ALL=C tr -dc 'a-zA-Z0-9' </dev/urandom | head -c 24 >"$LOGS/admin-password")
+  (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$LOGS/admin-password")
 fi
 AIRTIME_BOOTSTRAP_PASSWORD="$(cat "$LOGS/admin-password")" \
   "$BIN/airtime-control-plane" --bootstrap-admin "$ADMIN_EMAIL" >"$LOGS/bootstrap.log" 2>&1 || true

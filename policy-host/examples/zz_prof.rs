@@ -31,7 +31,43 @@ fn main() {
         println!("one eval: {} bytes in {} allocs, {} reallocs", BYTES.load(std::sync::atomic::Ordering::Relaxed)-b0, CALLS.load(std::sync::atomic::Ordering::Relaxed)-c0, REALLOCS.load(std::sync::atomic::Ordering::Relaxed)-r0);
         return;
     }
+    if mode == "parts" {
+        use airtime_policy_sdk::abi::*;
+        use airtime_policy_sdk::guest::{Policy, Context};
+        let med = |mut v: Vec<std::time::Duration>| { v.sort(); v[v.len()/2] };
+        let (mut a, mut b, mut c, mut d) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..iters {
+            let t = Instant::now();
+            let snap = decode_snapshot(&bytes).unwrap();
+            a.push(t.elapsed());
+            let t = Instant::now();
+            let mut ctx = Context::new(snap.params);
+            let dec = priority_best_fit::PriorityBestFit.evaluate(&snap, &mut ctx).unwrap();
+            b.push(t.elapsed());
+            let t = Instant::now();
+            let out = try_encode_decisions(&dec).unwrap();
+            c.push(t.elapsed());
+            let t = Instant::now();
+            let back = decode_decisions(&out).unwrap();
+            d.push(t.elapsed());
+            assert_eq!(back.len(), dec.len());
+        }
+        println!("decode snapshot {:?}, evaluate {:?}, encode decisions {:?}, host decode decisions {:?}", med(a), med(b), med(c), med(d));
+        return;
+    }
+    if mode == "host" {
+        let rt = airtime_policy_host::PolicyRuntime::new(Default::default()).unwrap();
+        let pol = rt.compile(&std::fs::read(&path).unwrap()).unwrap();
+        let lim = airtime_policy_host::PolicyLimits::default();
+        let mut ts = Vec::new();
+        let mut mem = 0;
+        for _ in 0..iters { let t = Instant::now(); let e = rt.evaluate(&pol, &bytes, &lim).unwrap(); ts.push(t.elapsed()); mem = e.memory_bytes; }
+        ts.sort();
+        println!("host median {:?} min {:?} mem {} MiB", ts[ts.len()/2], ts[0], mem >> 20);
+        return;
+    }
     let mut cfg = Config::new();
+    if mode == "pooled" { cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(PoolingAllocationConfig::new())); cfg.memory_init_cow(true); }
     cfg.profiler(ProfilingStrategy::PerfMap);
     cfg.cranelift_opt_level(OptLevel::Speed);
     if mode != "noepoch" { cfg.epoch_interruption(true); }

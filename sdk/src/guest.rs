@@ -207,6 +207,15 @@ pub fn assert_policy<P: Policy>(_: &P) {}
 /// `airtime_alloc` and `airtime_evaluate` when compiled for `wasm32` (a `cdylib` also exports its
 /// `memory`), and only a type check elsewhere, so the crate still builds and tests natively.
 ///
+/// On `wasm32` it also installs the SDK's allocator as the module's `#[global_allocator]`: an
+/// arena ([`alloc::Arena`](crate::guest::alloc)) that allocates by moving a pointer and never
+/// frees for later reuse, since the host runs every evaluation in a fresh instance and drops it
+/// afterwards. It makes allocation-heavy policies markedly faster than with the standard
+/// library's `dlmalloc`, at the price of peak memory growing with everything allocated during the
+/// evaluation. A policy that allocates far more than it keeps, or brings its own global allocator,
+/// keeps the standard one with `export_policy!(MyPolicy, allocator = std)`. Native builds (tests)
+/// always use the standard allocator.
+///
 /// The argument is an expression evaluated on each call, usually a unit struct:
 ///
 /// ```
@@ -221,11 +230,13 @@ pub fn assert_policy<P: Policy>(_: &P) {}
 /// }
 ///
 /// airtime_policy_sdk::export_policy!(NoOp);
+/// // or, keeping the standard library's allocator:
+/// // airtime_policy_sdk::export_policy!(NoOp, allocator = std);
 /// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! export_policy {
-    ($policy:expr) => {
+    (@exports $policy:expr) => {
         const _: fn() = || $crate::guest::assert_policy(&$policy);
 
         // `unsafe(no_mangle)` gives these functions the export names of the ABI; it is the only
@@ -250,7 +261,24 @@ macro_rules! export_policy {
             }
         };
     };
+    ($policy:expr, allocator = std) => {
+        $crate::export_policy!(@exports $policy);
+    };
+    ($policy:expr, allocator = arena) => {
+        $crate::export_policy!(@exports $policy);
+
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            #[global_allocator]
+            static AIRTIME_ARENA: $crate::guest::alloc::Arena = $crate::guest::alloc::Arena::new();
+        };
+    };
+    ($policy:expr) => {
+        $crate::export_policy!($policy, allocator = arena);
+    };
 }
 
+#[cfg(target_arch = "wasm32")]
+pub mod alloc;
 #[cfg(target_arch = "wasm32")]
 pub mod exports;

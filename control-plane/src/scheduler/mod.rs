@@ -139,6 +139,14 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
                 accepted.push((p, tenant_decider.clone()));
             }
         }
+        // The tenant's pending work its policy left undecided waits, and says why.
+        let decided: std::collections::HashSet<usize> = accepted.iter().map(|(p, _)| p.workload()).collect();
+        for &w in &view.workloads {
+            if fleet.workloads[w].state == crate::model::WorkloadState::Pending && !decided.contains(&w) {
+                let reason = format!("{} did not place it within the tenant's grant this cycle", own.label());
+                accepted.push((Proposal::KeepPending { workload: w, reason }, tenant_decider.clone()));
+            }
+        }
         for r in tenant_checked.refused {
             let r = check::Refusal { workload: r.workload.map(|w| view.workloads[w]), reason: r.reason };
             refused.push((r, tenant_decider.clone()));

@@ -1,0 +1,532 @@
+//! `cost-aware`: a built-in platform policy for hybrid fleets that pays for GPUs only where work
+//! needs them. Inference that can run on CPU goes to CPU nodes while they have room; everything else
+//! goes to the cheapest GPUs that fit it. Every placement says what it costs.
+//!
+//! **Order.** With `realtime_first`, real-time (customer-facing) inference goes first; then
+//! effective priority (the host's night bonus for training applied); then submission time.
+//!
+//! **CPU first for CPU-capable inference.** A CPU-capable workload of an inference class
+//! (`realtime_inference`, `batch_inference`, `embeddings`, `evaluation`) goes to a CPU node (one
+//! with `gpu_count == 0`) whenever one has room for its CPU and memory: the cheapest `cost_per_hour`
+//! first, ties to the tightest CPU fit. Only when no CPU node has room does it take GPUs. CPU-only
+//! work goes to CPU nodes the same way, and with no CPU node free it may use the spare host CPU of a
+//! GPU node (cheapest node first), taking none of its GPUs. CPU-capable work of other classes
+//! (training, fine-tuning, quantization) runs on GPUs, and on a CPU node only when no GPU fits it.
+//!
+//! **Cheapest GPUs.** GPU work is a gang on one node. It goes to the node with the lowest cost per
+//! GPU-hour (`cost_per_hour / gpu_count`) among those whose free GPUs fit it (memory by live
+//! telemetry, allowed models, all on one node) and that have the host CPU and memory it asks for.
+//! Nodes of equal cost per GPU are tied, and the tie goes to the best fit: the fewest free GPUs left
+//! over, then the least GPU memory left over, then the node order. A node that reports no cost
+//! counts as free (cost 0), so set costs on every node for this policy to mean anything.
+//!
+//! **Quotas and the burst reserve.** A tenant may hold more GPUs than its guarantee only if it may
+//! borrow (CPU placements take no GPUs and are never held by quota). Non-preemptible GPU work other
+//! than real-time inference may not leave fewer than `burst_reserve_gpus` GPUs free; CPU-capable
+//! work held by the reserve runs on a CPU node if one has room.
+//!
+//! **No preemption.** This policy never preempts: it places what fits, cheapest first, and what does
+//! not fit waits with its reason (real-time inference included). Use `slo-first` where bursts of
+//! customer traffic must be able to stop running work.
+//!
+//! **Reasons.** "placed on cpu-2 at $0.40/h instead of a $31.50/h GPU node (gpu-a)", "cheapest fit
+//! on l4-1 at $0.80/h per GPU ($1.60/h for 2 GPUs): GPUs [0,1] (L4), 0 left free there", "no ready
+//! node has 4 free GPUs with ≥ 40960 MiB; the most on one node is 2 (gpu-node-7)".
+//!
+//! Params: none.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use airtime_policy_sdk::prelude::*;
+
+/// The policy. Stateless: everything it needs is in the snapshot.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CostAware;
+
+airtime_policy_sdk::export_policy!(CostAware);
+
+impl Policy for CostAware {
+    fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+        let settings = snapshot.settings_or_default();
+        let mut order = snapshot.pending_by_priority();
+        order.sort_by_key(|(index, w)| {
+            let realtime = settings.realtime_first && w.class == WorkloadClass::RealtimeInference;
+            (!realtime, Reverse(snapshot.effective_priority(w)), w.submitted_ms, *index)
+        });
+        let pending = order.len();
+        let mut cycle = Cycle::new(snapshot, settings);
+        for (index, w) in order {
+            cycle.decide(index, w)?;
+        }
+        let free_left = cycle.plan.free_gpu_total();
+        ctx.info(format_args!(
+            "cost-aware: placed {} of {pending} pending workloads ({} on CPU nodes); new GPU placements cost {} in all; {free_left} GPUs left free",
+            cycle.placed,
+            cycle.on_cpu_nodes,
+            dollars(cycle.gpu_cost_per_hour)
+        ));
+        Ok(cycle.plan.into_decisions())
+    }
+}
+
+/// "$0.40/h".
+fn dollars(per_hour: f64) -> String {
+    format!("${per_hour:.2}/h")
+}
+
+/// A node's cost per hour as the policy counts it: unknown (not a positive finite number) is 0.
+fn node_cost(n: &Node<'_>) -> f64 {
+    let cost = f64::from(n.cost_per_hour);
+    if cost.is_finite() && cost > 0.0 { cost } else { 0.0 }
+}
+
+/// Cost per GPU-hour of a GPU node.
+fn gpu_hour_cost(n: &Node<'_>) -> f64 {
+    node_cost(n) / f64::from(n.gpu_count.max(1))
+}
+
+/// A cost in hundredths of a cent, for exact ties and ordering.
+fn cost_key(per_hour: f64) -> u64 {
+    (per_hour * 10_000.0).round() as u64
+}
+
+/// Inference classes that may run on CPU nodes first when CPU-capable.
+fn cpu_first(w: &Workload<'_>) -> bool {
+    w.cpu_capable
+        && matches!(
+            w.class,
+            WorkloadClass::RealtimeInference
+                | WorkloadClass::BatchInference
+                | WorkloadClass::Embeddings
+                | WorkloadClass::Evaluation
+        )
+}
+
+/// What a GPU workload asks of a node: GPU count, MiB per GPU, allowed models, host mCPU and MiB. A
+/// cycle only ever takes resources, so a shape that found no room finds none later in the cycle.
+type Shape<'s> = (u32, u32, &'s str, u32, u32);
+
+/// Where a GPU workload goes.
+struct Fit {
+    node: u32,
+    gpus: Vec<u32>,
+}
+
+/// What one node's fit for a shape came to, as of a node version.
+#[derive(Clone, Copy, Default)]
+struct Memo {
+    /// 0: never looked at (versions start at 1).
+    version: u32,
+    /// The GPU memory a fit would leave over; `None`: it does not fit.
+    waste: Option<u64>,
+}
+
+/// Ready GPU nodes of one cost per GPU-hour, grouped by how many GPUs they have free.
+struct Tier {
+    /// `by_free[k]`: the nodes of this tier with exactly `k` free GPUs, ascending.
+    by_free: Vec<Vec<u32>>,
+}
+
+/// One cycle's state.
+struct Cycle<'p, 's> {
+    snapshot: &'p Snapshot<'s>,
+    settings: Settings,
+    plan: Plan<'p, 's>,
+    /// GPUs each tenant holds: by running work, plus this cycle's placements.
+    tenant_gpus: Vec<u32>,
+    /// Ready GPU nodes by cost per GPU-hour, cheapest first, each tier indexed by free GPUs, so a
+    /// workload looks at the cheapest, tightest candidates first instead of at the whole fleet.
+    tiers: Vec<Tier>,
+    /// The tier of each node (`usize::MAX`: not a ready GPU node).
+    tier_of: Vec<usize>,
+    /// Per node, bumped whenever its free GPUs change.
+    version: Vec<u32>,
+    /// Per (GPU count, MiB, models), per node: the fit as of a node version. Nodes that did not
+    /// change are not looked at again.
+    memo: BTreeMap<(u32, u32, &'s str), Vec<Memo>>,
+    /// Why a GPU shape found no room, once it failed.
+    no_fit: BTreeMap<Shape<'s>, String>,
+    /// Ready CPU nodes, cheapest first (then node order).
+    cpu_nodes: Vec<u32>,
+    /// Ready GPU nodes, cheapest per hour first, whose spare host CPU serves CPU-only work.
+    gpu_nodes: Vec<u32>,
+    /// (mCPU, MiB) that found no CPU node, and no GPU node's host CPU.
+    cpu_full: BTreeSet<(u32, u32)>,
+    host_full: BTreeSet<(u32, u32)>,
+    placed: u32,
+    on_cpu_nodes: u32,
+    gpu_cost_per_hour: f64,
+}
+
+impl<'p, 's> Cycle<'p, 's> {
+    fn new(snapshot: &'p Snapshot<'s>, settings: Settings) -> Self {
+        let plan = Plan::new(snapshot);
+        let mut gpu_nodes: Vec<u32> = Vec::new();
+        let mut cpu_nodes: Vec<u32> = Vec::new();
+        for (node, n) in snapshot.ready_nodes() {
+            if n.has_gpus() { gpu_nodes.push(node) } else { cpu_nodes.push(node) }
+        }
+        let node_of = |node: u32| snapshot.node(node);
+        cpu_nodes.sort_by_key(|&node| (node_of(node).map_or(0, |n| cost_key(node_cost(n))), node));
+
+        let mut by_gpu_cost = gpu_nodes.clone();
+        by_gpu_cost.sort_by_key(|&node| (node_of(node).map_or(0, |n| cost_key(gpu_hour_cost(n))), node));
+        let mut tiers: Vec<Tier> = Vec::new();
+        let mut tier_of = vec![usize::MAX; snapshot.nodes.len()];
+        let mut last_cost = None;
+        for node in by_gpu_cost {
+            let cost = node_of(node).map_or(0, |n| cost_key(gpu_hour_cost(n)));
+            if last_cost != Some(cost) {
+                tiers.push(Tier { by_free: Vec::new() });
+                last_cost = Some(cost);
+            }
+            let tier_index = tiers.len() - 1;
+            let free = plan.free_gpu_count(node) as usize;
+            if let Some(tier) = tiers.last_mut() {
+                if tier.by_free.len() <= free {
+                    tier.by_free.resize_with(free + 1, Vec::new);
+                }
+                tier.by_free[free].push(node);
+            }
+            tier_of[node as usize] = tier_index;
+        }
+        gpu_nodes.sort_by_key(|&node| (node_of(node).map_or(0, |n| cost_key(node_cost(n))), node));
+
+        Cycle {
+            snapshot,
+            settings,
+            plan,
+            tenant_gpus: snapshot.tenants.iter().map(|t| t.running_gpus).collect(),
+            tiers,
+            tier_of,
+            version: vec![1; snapshot.nodes.len()],
+            memo: BTreeMap::new(),
+            no_fit: BTreeMap::new(),
+            cpu_nodes,
+            gpu_nodes,
+            cpu_full: BTreeSet::new(),
+            host_full: BTreeSet::new(),
+            placed: 0,
+            on_cpu_nodes: 0,
+            gpu_cost_per_hour: 0.0,
+        }
+    }
+
+    fn node(&self, node: u32) -> Option<&'p Node<'s>> {
+        self.snapshot.node(node)
+    }
+
+    fn name(&self, node: u32) -> &'s str {
+        self.snapshot.node(node).map_or("?", |n| n.name)
+    }
+
+    fn has_host_room(&self, node: u32, w: &Workload<'_>) -> bool {
+        self.plan.cpu_free(node) >= w.cpu_millis && self.plan.memory_free(node) >= w.memory_mb
+    }
+
+    /// Places `w` or says why it waits.
+    fn decide(&mut self, index: u32, w: &Workload<'s>) -> Result<(), Failure> {
+        if !w.needs_gpu() {
+            return self.decide_cpu_only(index, w);
+        }
+        let need = w.gpu_need();
+        let mut prefix = String::new();
+        if cpu_first(w) {
+            if let Some(node) = self.cpu_node(w) {
+                let n_cost = self.node(node).map_or(0.0, node_cost);
+                let key: Shape<'s> = (need.count, need.memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb);
+                let alternative = if self.no_fit.contains_key(&key) { None } else { self.cheapest_fit(w, &need) };
+                let instead = match alternative {
+                    Some(fit) => {
+                        let alternative = self.node(fit.node).map_or(0.0, node_cost);
+                        format!(" instead of a {} GPU node ({})", dollars(alternative), self.name(fit.node))
+                    }
+                    None => "; no GPU node has room for it now".to_owned(),
+                };
+                let reason = format!("placed on {} at {}{instead}", self.name(node), dollars(n_cost));
+                return self.place_on_cpu(index, node, reason);
+            }
+            if !self.cpu_nodes.is_empty() {
+                prefix = format!("no CPU node has room for {} mCPU and {} MiB; ", w.cpu_millis, w.memory_mb);
+            }
+        }
+
+        let t = w.tenant;
+        let tenant = self.snapshot.tenant(t);
+        let held = self.tenant_gpus.get(t as usize).copied().unwrap_or(0);
+        let guaranteed = tenant.map_or(0, |t| t.guaranteed_gpus);
+        if held.saturating_add(need.count) > guaranteed && !tenant.is_some_and(|t| t.may_borrow) {
+            let why = format!(
+                "quota used up: tenant {} holds {held} of its {guaranteed} guaranteed GPUs and may not borrow",
+                tenant.map_or("?", |t| t.name)
+            );
+            return self.cpu_fallback_or_wait(index, w, prefix + &why);
+        }
+        let reserve = self.settings.burst_reserve_gpus;
+        let free = self.plan.free_gpu_total();
+        let may_use_reserve = w.class == WorkloadClass::RealtimeInference || w.preemptible;
+        if reserve > 0 && !may_use_reserve && free.saturating_sub(need.count) < reserve {
+            let why = format!(
+                "held for the burst reserve: {reserve} GPUs are kept free for real-time inference ({free} free now; preemptible work may use them)"
+            );
+            return self.cpu_fallback_or_wait(index, w, prefix + &why);
+        }
+
+        let key: Shape<'s> = (need.count, need.memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb);
+        let fit = if self.no_fit.contains_key(&key) { None } else { self.cheapest_fit(w, &need) };
+        let Some(fit) = fit else {
+            let why = match self.no_fit.get(&key) {
+                Some(why) => why.clone(),
+                None => {
+                    let why = self.no_gpu_reason(w, &need);
+                    self.no_fit.insert(key, why.clone());
+                    why
+                }
+            };
+            return self.cpu_fallback_or_wait(index, w, prefix + &why);
+        };
+
+        let n = self.node(fit.node);
+        let per_gpu = n.map_or(0.0, gpu_hour_cost);
+        let total = per_gpu * f64::from(need.count);
+        let left = self.plan.free_gpu_count(fit.node).saturating_sub(need.count);
+        let model = fit.gpus.first().and_then(|&g| self.snapshot.gpu(g)).map_or("?", |g| g.model);
+        let for_all = if need.count == 1 { String::new() } else { format!(" ({} for {} GPUs)", dollars(total), need.count) };
+        let reason = format!(
+            "{prefix}cheapest fit on {} at {} per GPU{for_all}: {} ({model}), {left} left free there",
+            self.name(fit.node),
+            dollars(per_gpu),
+            devices(self.snapshot, &fit.gpus)
+        );
+        let before = self.plan.free_gpu_count(fit.node);
+        self.plan.place(index, fit.node, fit.gpus, reason)?;
+        self.moved(fit.node, before, self.plan.free_gpu_count(fit.node));
+        if let Some(held) = self.tenant_gpus.get_mut(t as usize) {
+            *held = held.saturating_add(need.count);
+        }
+        self.placed += 1;
+        self.gpu_cost_per_hour += total;
+        Ok(())
+    }
+
+    fn decide_cpu_only(&mut self, index: u32, w: &Workload<'s>) -> Result<(), Failure> {
+        if let Some(node) = self.cpu_node(w) {
+            let cost = self.node(node).map_or(0.0, node_cost);
+            let reason = format!(
+                "placed on CPU node {} at {}, the cheapest with {} mCPU and {} MiB free",
+                self.name(node),
+                dollars(cost),
+                w.cpu_millis,
+                w.memory_mb
+            );
+            return self.place_on_cpu(index, node, reason);
+        }
+        if let Some(node) = self.host_cpu_node(w) {
+            let cost = self.node(node).map_or(0.0, node_cost);
+            let reason = format!(
+                "no CPU node has {} mCPU and {} MiB free; placed on the host CPU of {} (a {} GPU node), using none of its GPUs",
+                w.cpu_millis,
+                w.memory_mb,
+                self.name(node),
+                dollars(cost)
+            );
+            self.plan.place(index, node, Vec::new(), reason)?;
+            self.placed += 1;
+            return Ok(());
+        }
+        let reason = format!("no ready node has {} mCPU and {} MiB of memory free", w.cpu_millis, w.memory_mb);
+        Ok(self.plan.keep_pending(index, reason)?)
+    }
+
+    fn place_on_cpu(&mut self, index: u32, node: u32, reason: String) -> Result<(), Failure> {
+        self.plan.place(index, node, Vec::new(), reason)?;
+        self.placed += 1;
+        self.on_cpu_nodes += 1;
+        Ok(())
+    }
+
+    /// CPU-capable work that found no GPUs runs on a CPU node if one has room (CPU-first inference
+    /// already looked); the rest waits with `why`.
+    fn cpu_fallback_or_wait(&mut self, index: u32, w: &Workload<'s>, why: String) -> Result<(), Failure> {
+        if w.cpu_capable
+            && !cpu_first(w)
+            && let Some(node) = self.cpu_node(w)
+        {
+            let cost = self.node(node).map_or(0.0, node_cost);
+            let reason = format!("{why}; runs on CPU node {} at {} instead", self.name(node), dollars(cost));
+            return self.place_on_cpu(index, node, reason);
+        }
+        Ok(self.plan.keep_pending(index, why)?)
+    }
+
+    /// The cheapest CPU node with room for `w`; among equally cheap ones, the least CPU left over.
+    fn cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
+        let key = (w.cpu_millis, w.memory_mb);
+        if self.cpu_full.contains(&key) {
+            return None;
+        }
+        let found = self.cheapest_with_room(&self.cpu_nodes, w);
+        if found.is_none() {
+            self.cpu_full.insert(key);
+        }
+        found
+    }
+
+    /// The cheapest GPU node whose spare host CPU has room for CPU-only `w`.
+    fn host_cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
+        let key = (w.cpu_millis, w.memory_mb);
+        if self.host_full.contains(&key) {
+            return None;
+        }
+        let found = self.cheapest_with_room(&self.gpu_nodes, w);
+        if found.is_none() {
+            self.host_full.insert(key);
+        }
+        found
+    }
+
+    /// In `nodes` (sorted cheapest first), the first cost with a node that has room, and of those the
+    /// tightest CPU fit.
+    fn cheapest_with_room(&self, nodes: &[u32], w: &Workload<'_>) -> Option<u32> {
+        let cost = |node: u32| self.node(node).map_or(0, |n| cost_key(node_cost(n)));
+        let first = nodes.iter().copied().find(|&node| self.has_host_room(node, w))?;
+        let tier = cost(first);
+        nodes
+            .iter()
+            .copied()
+            .skip_while(|&node| node != first)
+            .take_while(|&node| cost(node) == tier)
+            .filter(|&node| self.has_host_room(node, w))
+            .min_by_key(|&node| (self.plan.cpu_free(node) - w.cpu_millis, self.plan.memory_free(node) - w.memory_mb, node))
+    }
+
+    /// The cheapest fit for `w`: the cheapest cost tier with a node that fits, and in it the fewest
+    /// free GPUs left over, then the least GPU memory left over, then the node order.
+    fn cheapest_fit(&mut self, w: &Workload<'s>, need: &GpuNeed<'s>) -> Option<Fit> {
+        if need.count == 0 {
+            return None;
+        }
+        let key = (need.count, need.memory_mb, w.gpu_models);
+        let mut memo = self.memo.remove(&key).unwrap_or_else(|| vec![Memo::default(); self.snapshot.nodes.len()]);
+        let mut best: Option<(u64, u32)> = None;
+        'tiers: for tier in &self.tiers {
+            for group in tier.by_free.iter().skip(need.count as usize) {
+                for &node in group {
+                    if !self.has_host_room(node, w) {
+                        continue;
+                    }
+                    let version = self.version[node as usize];
+                    let waste = match memo.get(node as usize) {
+                        Some(seen) if seen.version == version => seen.waste,
+                        _ => {
+                            let waste = self.choose(node, need).map(|(_, waste)| waste);
+                            if let Some(seen) = memo.get_mut(node as usize) {
+                                *seen = Memo { version, waste };
+                            }
+                            waste
+                        }
+                    };
+                    if let Some(waste) = waste
+                        && best.is_none_or(|(least, _)| waste < least)
+                    {
+                        best = Some((waste, node));
+                        if waste == 0 {
+                            break;
+                        }
+                    }
+                }
+                if best.is_some() {
+                    break 'tiers;
+                }
+            }
+        }
+        self.memo.insert(key, memo);
+        let (_, node) = best?;
+        let (gpus, _) = self.choose(node, need)?;
+        Some(Fit { node, gpus })
+    }
+
+    /// The free GPUs of `node` that fit `need`, tightest free memory first, and the memory they leave
+    /// over; `None` if too few fit.
+    fn choose(&self, node: u32, need: &GpuNeed<'_>) -> Option<(Vec<u32>, u64)> {
+        if self.plan.free_gpu_count(node) < need.count {
+            return None;
+        }
+        let mut fitting: Vec<(u32, u32)> =
+            self.plan.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(g, gpu)| (gpu.memory_free_mb(), g)).collect();
+        if fitting.len() < need.count as usize {
+            return None;
+        }
+        fitting.sort_unstable();
+        fitting.truncate(need.count as usize);
+        let waste = fitting.iter().map(|(free, _)| u64::from(free.saturating_sub(need.memory_mb))).sum();
+        let mut gpus: Vec<u32> = fitting.into_iter().map(|(_, g)| g).collect();
+        gpus.sort_unstable();
+        Some((gpus, waste))
+    }
+
+    /// `node` went from `before` to `after` free GPUs.
+    fn moved(&mut self, node: u32, before: u32, after: u32) {
+        if before == after {
+            return;
+        }
+        if let Some(version) = self.version.get_mut(node as usize) {
+            *version += 1;
+        }
+        let Some(tier) = self.tier_of.get(node as usize).and_then(|&t| self.tiers.get_mut(t)) else { return };
+        if let Some(group) = tier.by_free.get_mut(before as usize)
+            && let Ok(at) = group.binary_search(&node)
+        {
+            group.remove(at);
+        }
+        if let Some(group) = tier.by_free.get_mut(after as usize)
+            && let Err(at) = group.binary_search(&node)
+        {
+            group.insert(at, node);
+        }
+    }
+
+    /// Why `w`'s shape finds no GPUs now: never on this fleet, short of host CPU, or how close the
+    /// best node comes.
+    fn no_gpu_reason(&self, w: &Workload<'_>, need: &GpuNeed<'_>) -> String {
+        let snapshot = self.snapshot;
+        let fits_idle = snapshot.ready_nodes().any(|(node, n)| {
+            n.cpu_millis >= w.cpu_millis
+                && n.memory_mb >= w.memory_mb
+                && snapshot
+                    .node_gpus(node)
+                    .filter(|(_, g)| need.allows_model(g.model) && g.memory_mb >= need.memory_mb)
+                    .count() as u32
+                    >= need.count
+        });
+        if !fits_idle {
+            return format!("no ready node has {}, even with all its GPUs free", need.describe(""));
+        }
+        let fitting = |node: u32| self.plan.free_gpus(node).filter(|(_, g)| need.fits(g)).count() as u32;
+        let nodes = || self.tiers.iter().flat_map(|t| t.by_free.iter().skip(1)).flatten().copied();
+        if nodes().any(|node| fitting(node) >= need.count) {
+            return format!(
+                "the ready nodes with {} lack {} mCPU and {} MiB of host memory free",
+                need.describe("free"),
+                w.cpu_millis,
+                w.memory_mb
+            );
+        }
+        let most = nodes().map(|node| (fitting(node), node)).max_by_key(|&(count, node)| (count, Reverse(node)));
+        let most = match most {
+            Some((count, node)) if count > 0 => format!("; the most on one node is {count} ({})", self.name(node)),
+            _ => "; every GPU that fits it is taken".to_owned(),
+        };
+        format!("no ready node has {}{most}", need.describe("free"))
+    }
+}
+
+/// "GPUs [0,1]": device indexes on their node.
+fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
+    let list: Vec<String> = gpus.iter().filter_map(|&g| snapshot.gpu(g)).map(|g| g.device_index.to_string()).collect();
+    format!("GPU{} [{}]", if gpus.len() == 1 { "" } else { "s" }, list.join(","))
+}
+
+#[cfg(test)]
+mod tests;
