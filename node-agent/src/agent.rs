@@ -26,9 +26,7 @@ use crate::backoff::Backoff;
 use crate::client::{ClientError, ControlPlaneClient};
 use crate::config::{Config, WorkloadOutput};
 use crate::credential::{self, CredentialError, Secret};
-use crate::protocol::{
-    Assignment, AssignmentAction, AssignmentsResponse, RegisterRequest, WorkloadEvent,
-};
+use crate::protocol::{Assignment, AssignmentAction, AssignmentsResponse, RegisterRequest, WorkloadEvent};
 use crate::runner::{Exit, OutputMode, Runner, WorkloadSpec, orphans};
 use crate::telemetry::{Telemetry, TelemetryError};
 
@@ -83,9 +81,7 @@ pub struct Session {
 
 impl Default for Session {
     fn default() -> Self {
-        Self {
-            state: watch::channel(None).0,
-        }
+        Self { state: watch::channel(None).0 }
     }
 }
 
@@ -172,14 +168,9 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
             None
         }
         None => match &config.enrolment_token {
-            Some(token) => Some(Enrolment {
-                token: token.clone(),
-                state_dir: config.state_dir.clone(),
-            }),
+            Some(token) => Some(Enrolment { token: token.clone(), state_dir: config.state_dir.clone() }),
             None => {
-                return Err(AgentError::NoCredential {
-                    state_dir: config.state_dir.display().to_string(),
-                });
+                return Err(AgentError::NoCredential { state_dir: config.state_dir.display().to_string() });
             }
         },
     };
@@ -194,12 +185,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
 
-    let mut registration = tokio::spawn(keep_registered(
-        client.clone(),
-        Arc::clone(&session),
-        request,
-        enrolment,
-    ));
+    let mut registration = tokio::spawn(keep_registered(client.clone(), Arc::clone(&session), request, enrolment));
     let mut heartbeat = tokio::spawn(send_heartbeats(
         client.clone(),
         Arc::clone(&session),
@@ -207,11 +193,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         runner.busy_gpus(),
         config.heartbeat_override,
     ));
-    let mut poller = tokio::spawn(poll_assignments(
-        client.clone(),
-        Arc::clone(&session),
-        desired_tx,
-    ));
+    let mut poller = tokio::spawn(poll_assignments(client.clone(), Arc::clone(&session), desired_tx));
     let mut delivery = tokio::spawn(deliver_events(client, Arc::clone(&session), events_rx));
 
     let mut reconciler = Reconciler::new(runner, events_tx);
@@ -251,9 +233,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     }
 
     poller.abort();
-    reconciler
-        .stop_all_and_wait(&mut exits, &mut stop_requests)
-        .await;
+    reconciler.stop_all_and_wait(&mut exits, &mut stop_requests).await;
     // Dropping the reconciler closes the event queue: delivery ends once it is drained.
     drop(reconciler);
     if !delivery_ended && timeout(SHUTDOWN_EVENT_FLUSH, &mut delivery).await.is_err() {
@@ -282,10 +262,7 @@ fn task_ended(name: &'static str, ended: Result<(), tokio::task::JoinError>) -> 
 }
 
 fn check_work_dir(path: &Path) -> Result<(), AgentError> {
-    let error = |reason: String| AgentError::WorkDir {
-        path: path.display().to_string(),
-        reason,
-    };
+    let error = |reason: String| AgentError::WorkDir { path: path.display().to_string(), reason };
     let metadata = std::fs::metadata(path).map_err(|e| error(e.to_string()))?;
     if !metadata.is_dir() {
         return Err(error("not a directory".into()));
@@ -327,18 +304,12 @@ struct Enrolment {
 
 /// Exchanges the enrolment token for the node's credential and stores it. `Ok(false)`: worth
 /// retrying (no answer yet); `Err`: the token was refused or the credential cannot be kept.
-async fn enrol(
-    client: &ControlPlaneClient,
-    name: &str,
-    enrolment: &Enrolment,
-) -> Result<bool, String> {
+async fn enrol(client: &ControlPlaneClient, name: &str, enrolment: &Enrolment) -> Result<bool, String> {
     match client.enrol(&enrolment.token, name).await {
         Ok(enrolled) => {
             let credential = Secret::new(enrolled.credential);
             credential::store(&enrolment.state_dir, &credential).map_err(|e| e.to_string())?;
-            client
-                .set_credential(&credential)
-                .map_err(|e| e.to_string())?;
+            client.set_credential(&credential).map_err(|e| e.to_string())?;
             tracing::info!(credential_id = %enrolled.credential_id, state_dir = %enrolment.state_dir.display(), "enrolled; the node credential is stored");
             Ok(true)
         }
@@ -426,13 +397,9 @@ async fn send_heartbeats(
         let tick = Instant::now();
         let busy = busy_gpus.borrow().clone();
         let sampler = Arc::clone(&telemetry);
-        let sampled = tokio::task::spawn_blocking(move || {
-            sampler
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .sample(&busy)
-        })
-        .await;
+        let sampled =
+            tokio::task::spawn_blocking(move || sampler.lock().unwrap_or_else(PoisonError::into_inner).sample(&busy))
+                .await;
         match sampled {
             Ok(report) => match client.send_telemetry(registration.node_id, &report).await {
                 Ok(()) => {
@@ -457,9 +424,7 @@ async fn send_heartbeats(
             },
             Err(error) => tracing::error!(%error, "telemetry sampling failed"),
         }
-        let interval = interval_override
-            .unwrap_or(registration.heartbeat_interval)
-            .clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
+        let interval = interval_override.unwrap_or(registration.heartbeat_interval).clamp(MIN_HEARTBEAT, MAX_HEARTBEAT);
         sleep_until(tick + interval).await;
     }
 }
@@ -482,10 +447,7 @@ async fn poll_assignments(
             after = 0;
         }
         let asked = Instant::now();
-        match client
-            .assignments(registration.node_id, after, LONG_POLL_WAIT)
-            .await
-        {
+        match client.assignments(registration.node_id, after, LONG_POLL_WAIT).await {
             Ok(state) => {
                 let received_at = Instant::now();
                 backoff.reset();
@@ -494,11 +456,7 @@ async fn poll_assignments(
                     failures = 0;
                 }
                 let unchanged = after != 0 && state.version <= after;
-                tracing::debug!(
-                    version = state.version,
-                    assignments = state.assignments.len(),
-                    "desired state"
-                );
+                tracing::debug!(version = state.version, assignments = state.assignments.len(), "desired state");
                 after = state.version;
                 desired.send_replace(Some(Arc::new(Desired { state, received_at })));
                 if unchanged {
@@ -528,9 +486,7 @@ async fn deliver_events(
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             let registration = session.current().await;
-            let result = client
-                .post_event(registration.node_id, outgoing.workload_id, &outgoing.event)
-                .await;
+            let result = client.post_event(registration.node_id, outgoing.workload_id, &outgoing.event).await;
             let log = |error: &ClientError, what: &str| {
                 tracing::warn!(
                     workload_id = %outgoing.workload_id,
@@ -580,12 +536,7 @@ struct Reconciler {
 
 impl Reconciler {
     fn new(runner: Runner, events: mpsc::UnboundedSender<OutgoingEvent>) -> Self {
-        Self {
-            runner,
-            events,
-            launched: HashSet::new(),
-            deferred: HashSet::new(),
-        }
+        Self { runner, events, launched: HashSet::new(), deferred: HashSet::new() }
     }
 
     fn apply(&mut self, desired: &Desired) {
@@ -593,33 +544,21 @@ impl Reconciler {
         let listed: HashSet<Uuid> = assignments.iter().map(|a| a.workload_id).collect();
 
         // Stops first: they free the GPUs that runs in the same state may be placed on.
-        for stop in assignments
-            .iter()
-            .filter(|a| a.action == AssignmentAction::Stop)
-        {
+        for stop in assignments.iter().filter(|a| a.action == AssignmentAction::Stop) {
             self.launched.insert((stop.workload_id, stop.attempt));
             let reason = stop.reason.as_deref().unwrap_or("stop requested");
-            self.runner.stop(
-                stop.workload_id,
-                Some(Duration::from_millis(stop.grace_period_ms)),
-                reason,
-            );
+            self.runner.stop(stop.workload_id, Some(Duration::from_millis(stop.grace_period_ms)), reason);
         }
         for running in self.runner.running() {
             if !listed.contains(&running.workload_id) && !running.stopping {
-                self.runner
-                    .stop(running.workload_id, None, "no longer assigned to this node");
+                self.runner.stop(running.workload_id, None, "no longer assigned to this node");
             }
         }
-        for run in assignments
-            .iter()
-            .filter(|a| a.action == AssignmentAction::Run)
-        {
+        for run in assignments.iter().filter(|a| a.action == AssignmentAction::Run) {
             self.reconcile_run(run, desired.received_at);
         }
         let runner = &self.runner;
-        self.launched
-            .retain(|(id, _)| listed.contains(id) || runner.get(*id).is_some());
+        self.launched.retain(|(id, _)| listed.contains(id) || runner.get(*id).is_some());
         let launched = &self.launched;
         self.deferred.retain(|key| !launched.contains(key));
     }
@@ -640,19 +579,9 @@ impl Reconciler {
         }
         // A GPU is not free until the workload being stopped on it has exited (checkpointing
         // in its grace period). GPUs shared with workloads that keep running are not waited for.
-        let releasing: BTreeSet<u32> = self
-            .runner
-            .running()
-            .into_iter()
-            .filter(|w| w.stopping)
-            .flat_map(|w| w.gpu_indices)
-            .collect();
-        let blocked: Vec<u32> = run
-            .gpu_indices
-            .iter()
-            .copied()
-            .filter(|g| releasing.contains(g))
-            .collect();
+        let releasing: BTreeSet<u32> =
+            self.runner.running().into_iter().filter(|w| w.stopping).flat_map(|w| w.gpu_indices).collect();
+        let blocked: Vec<u32> = run.gpu_indices.iter().copied().filter(|g| releasing.contains(g)).collect();
         if !blocked.is_empty() {
             if self.deferred.insert(key) {
                 tracing::info!(workload_id = %run.workload_id, attempt = run.attempt, gpus = ?blocked,
@@ -675,22 +604,13 @@ impl Reconciler {
                     spawn_us = started.spawn_time.as_micros(),
                     "spawned (latency: from the desired state's arrival)"
                 );
-                self.send(
-                    run.workload_id,
-                    WorkloadEvent::Started {
-                        attempt: run.attempt,
-                        pid: started.pid,
-                    },
-                );
+                self.send(run.workload_id, WorkloadEvent::Started { attempt: run.attempt, pid: started.pid });
             }
             Err(error) => {
                 tracing::warn!(workload_id = %run.workload_id, attempt = run.attempt, %error, "workload failed to start");
                 self.send(
                     run.workload_id,
-                    WorkloadEvent::FailedToStart {
-                        attempt: run.attempt,
-                        message: error.to_string(),
-                    },
+                    WorkloadEvent::FailedToStart { attempt: run.attempt, message: error.to_string() },
                 );
             }
         }
@@ -733,13 +653,7 @@ impl Reconciler {
         exits: &mut mpsc::UnboundedReceiver<Exit>,
         stop_requests: &mut mpsc::Receiver<()>,
     ) {
-        let longest_grace = self
-            .runner
-            .running()
-            .iter()
-            .map(|w| w.grace_period)
-            .max()
-            .unwrap_or_default();
+        let longest_grace = self.runner.running().iter().map(|w| w.grace_period).max().unwrap_or_default();
         self.runner.stop_all("the node agent is shutting down");
         let kill_at = Instant::now() + longest_grace + SHUTDOWN_KILL_MARGIN;
         let mut give_up_at: Option<Instant> = None;

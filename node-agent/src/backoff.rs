@@ -11,11 +11,7 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(first: Duration, max: Duration) -> Self {
-        Self {
-            first,
-            max,
-            next: first,
-        }
+        Self { first, max, next: first }
     }
 
     /// The delay before the next try: doubles up to `max`, less up to a quarter of jitter so a
@@ -24,11 +20,7 @@ impl Backoff {
         let base = self.next;
         self.next = (self.next * 2).min(self.max);
         let quarter = u64::try_from(base.as_micros() / 4).unwrap_or(u64::MAX);
-        let jitter = if quarter == 0 {
-            0
-        } else {
-            clock_noise() % quarter
-        };
+        let jitter = if quarter == 0 { 0 } else { clock_noise() % quarter };
         base.saturating_sub(Duration::from_micros(jitter))
     }
 
@@ -39,9 +31,7 @@ impl Backoff {
 
 /// Cheap noise for jitter; not randomness for anything that matters.
 fn clock_noise() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::from(d.subsec_nanos()))
 }
 
 #[cfg(test)]
@@ -55,10 +45,7 @@ mod tests {
         for base in bases {
             let delay = backoff.next_delay();
             let base = Duration::from_millis(base);
-            assert!(
-                delay <= base && delay >= base * 3 / 4,
-                "{delay:?} for {base:?}"
-            );
+            assert!(delay <= base && delay >= base * 3 / 4, "{delay:?} for {base:?}");
         }
         backoff.reset();
         assert!(backoff.next_delay() <= Duration::from_millis(100));

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use crate::credential::Secret;
 use crate::protocol::{
-    AssignmentsResponse, EnrolRequest, EnrolResponse, ErrorResponse, RegisterRequest,
-    RegisterResponse, TelemetryReport, WorkloadEvent, codes,
+    AssignmentsResponse, EnrolRequest, EnrolResponse, ErrorResponse, RegisterRequest, RegisterResponse,
+    TelemetryReport, WorkloadEvent, codes,
 };
 
 /// Bound on a plain call; a control plane slower than this is treated as unreachable.
@@ -33,11 +33,7 @@ pub enum ClientError {
     Network(String),
     /// An HTTP answer with an error status, in the API's error shape when it had one.
     #[error("control plane answered {status}: {code}: {message}")]
-    Api {
-        status: StatusCode,
-        code: String,
-        message: String,
-    },
+    Api { status: StatusCode, code: String, message: String },
     /// A success status whose body is not the expected message.
     #[error("unexpected answer from the control plane: {0}")]
     Decode(String),
@@ -104,44 +100,25 @@ impl ControlPlaneClient {
             .user_agent(concat!("airtime-node-agent/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ClientError::Build(e.to_string()))?;
-        let base = format!(
-            "{}/api/v1/agent",
-            control_plane.as_str().trim_end_matches('/')
-        );
-        Ok(Self {
-            http,
-            base,
-            credential: Arc::default(),
-        })
+        let base = format!("{}/api/v1/agent", control_plane.as_str().trim_end_matches('/'));
+        Ok(Self { http, base, credential: Arc::default() })
     }
 
     /// Sends `credential` as `Authorization: Bearer` on every later call.
     pub fn set_credential(&self, credential: &Secret) -> Result<(), ClientError> {
-        let mut value =
-            HeaderValue::from_str(&format!("Bearer {}", credential.expose())).map_err(|_| {
-                ClientError::Build("the node credential is not a valid header value".into())
-            })?;
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", credential.expose()))
+            .map_err(|_| ClientError::Build("the node credential is not a valid header value".into()))?;
         value.set_sensitive(true);
-        *self
-            .credential
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(value);
+        *self.credential.write().unwrap_or_else(PoisonError::into_inner) = Some(value);
         Ok(())
     }
 
     pub fn has_credential(&self) -> bool {
-        self.credential
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        self.credential.read().unwrap_or_else(PoisonError::into_inner).is_some()
     }
 
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        let credential = self
-            .credential
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let credential = self.credential.read().unwrap_or_else(PoisonError::into_inner).clone();
         match credential {
             Some(value) => request.header(AUTHORIZATION, value),
             None => request,
@@ -151,36 +128,20 @@ impl ControlPlaneClient {
     /// Exchanges a one-time enrolment token for the node's own credential.
     pub async fn enrol(&self, token: &Secret, name: &str) -> Result<EnrolResponse, ClientError> {
         let url = format!("{}/enrol", self.base);
-        let request = EnrolRequest {
-            enrolment_token: token.expose().to_owned(),
-            name: name.to_owned(),
-        };
-        let response = self
-            .send_json(self.http.post(url), &request, REQUEST_TIMEOUT)
-            .await?;
+        let request = EnrolRequest { enrolment_token: token.expose().to_owned(), name: name.to_owned() };
+        let response = self.send_json(self.http.post(url), &request, REQUEST_TIMEOUT).await?;
         decode(response).await
     }
 
-    pub async fn register(
-        &self,
-        request: &RegisterRequest,
-    ) -> Result<RegisterResponse, ClientError> {
+    pub async fn register(&self, request: &RegisterRequest) -> Result<RegisterResponse, ClientError> {
         let url = format!("{}/register", self.base);
-        let response = self
-            .send_json(self.http.post(url), request, REQUEST_TIMEOUT)
-            .await?;
+        let response = self.send_json(self.http.post(url), request, REQUEST_TIMEOUT).await?;
         decode(response).await
     }
 
-    pub async fn send_telemetry(
-        &self,
-        node_id: Uuid,
-        report: &TelemetryReport,
-    ) -> Result<(), ClientError> {
+    pub async fn send_telemetry(&self, node_id: Uuid, report: &TelemetryReport) -> Result<(), ClientError> {
         let url = format!("{}/nodes/{node_id}/telemetry", self.base);
-        self.send_json(self.http.post(url), report, REQUEST_TIMEOUT)
-            .await
-            .map(drop)
+        self.send_json(self.http.post(url), report, REQUEST_TIMEOUT).await.map(drop)
     }
 
     /// Long-polls the node's desired state: answers at once when its version is past `after`,
@@ -192,31 +153,15 @@ impl ControlPlaneClient {
         wait: Duration,
     ) -> Result<AssignmentsResponse, ClientError> {
         let wait = wait.min(MAX_WAIT);
-        let url = format!(
-            "{}/nodes/{node_id}/assignments?after={after}&wait_ms={}",
-            self.base,
-            wait.as_millis()
-        );
-        let request = self
-            .authorized(self.http.get(url))
-            .timeout(wait + LONG_POLL_MARGIN);
+        let url = format!("{}/nodes/{node_id}/assignments?after={after}&wait_ms={}", self.base, wait.as_millis());
+        let request = self.authorized(self.http.get(url)).timeout(wait + LONG_POLL_MARGIN);
         let response = request.send().await.map_err(|e| ClientError::network(&e))?;
         decode(check_status(response).await?).await
     }
 
-    pub async fn post_event(
-        &self,
-        node_id: Uuid,
-        workload_id: Uuid,
-        event: &WorkloadEvent,
-    ) -> Result<(), ClientError> {
-        let url = format!(
-            "{}/nodes/{node_id}/workloads/{workload_id}/events",
-            self.base
-        );
-        self.send_json(self.http.post(url), event, REQUEST_TIMEOUT)
-            .await
-            .map(drop)
+    pub async fn post_event(&self, node_id: Uuid, workload_id: Uuid, event: &WorkloadEvent) -> Result<(), ClientError> {
+        let url = format!("{}/nodes/{node_id}/workloads/{workload_id}/events", self.base);
+        self.send_json(self.http.post(url), event, REQUEST_TIMEOUT).await.map(drop)
     }
 
     async fn send_json<T: Serialize + ?Sized>(
@@ -225,13 +170,8 @@ impl ControlPlaneClient {
         body: &T,
         timeout: Duration,
     ) -> Result<reqwest::Response, ClientError> {
-        let response = self
-            .authorized(request)
-            .json(body)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| ClientError::network(&e))?;
+        let response =
+            self.authorized(request).json(body).timeout(timeout).send().await.map_err(|e| ClientError::network(&e))?;
         check_status(response).await
     }
 }
@@ -242,29 +182,15 @@ async fn check_status(response: reqwest::Response) -> Result<reqwest::Response, 
     if status.is_success() {
         return Ok(response);
     }
-    let body = response
-        .text()
-        .await
-        .map_err(|e| ClientError::network(&e))?;
+    let body = response.text().await.map_err(|e| ClientError::network(&e))?;
     Err(match serde_json::from_str::<ErrorResponse>(&body) {
-        Ok(parsed) => ClientError::Api {
-            status,
-            code: parsed.error.code,
-            message: parsed.error.message,
-        },
-        Err(_) => ClientError::Api {
-            status,
-            code: "unknown".into(),
-            message: body.chars().take(200).collect(),
-        },
+        Ok(parsed) => ClientError::Api { status, code: parsed.error.code, message: parsed.error.message },
+        Err(_) => ClientError::Api { status, code: "unknown".into(), message: body.chars().take(200).collect() },
     })
 }
 
 async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, ClientError> {
-    let bytes = response
-        .bytes()
-        .await
-        .map_err(|e| ClientError::network(&e))?;
+    let bytes = response.bytes().await.map_err(|e| ClientError::network(&e))?;
     serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode(e.to_string()))
 }
 
@@ -273,11 +199,7 @@ mod tests {
     use super::*;
 
     fn api(status: StatusCode, code: &str) -> ClientError {
-        ClientError::Api {
-            status,
-            code: code.into(),
-            message: String::new(),
-        }
+        ClientError::Api { status, code: code.into(), message: String::new() }
     }
 
     #[test]
@@ -293,11 +215,7 @@ mod tests {
 
     #[test]
     fn builds_urls_under_the_agent_prefix() -> Result<(), Box<dyn std::error::Error>> {
-        for raw in [
-            "http://cp:8080",
-            "http://cp:8080/",
-            "http://cp:8080/prefix/",
-        ] {
+        for raw in ["http://cp:8080", "http://cp:8080/", "http://cp:8080/prefix/"] {
             let client = ControlPlaneClient::new(&Url::parse(raw)?)?;
             assert!(client.base.ends_with("/api/v1/agent"), "{}", client.base);
             assert!(!client.base.contains("//api"), "{}", client.base);
@@ -306,22 +224,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unreachable_control_plane_is_a_retryable_network_error()
-    -> Result<(), Box<dyn std::error::Error>> {
+    async fn unreachable_control_plane_is_a_retryable_network_error() -> Result<(), Box<dyn std::error::Error>> {
         // Bind then drop a listener so the port is (almost certainly) closed.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let client = ControlPlaneClient::new(&Url::parse(&format!("http://127.0.0.1:{port}"))?)?;
         let error = client
-            .send_telemetry(
-                Uuid::nil(),
-                &TelemetryReport {
-                    cpu_util: 0.0,
-                    memory_used_mb: 0,
-                    gpus: vec![],
-                },
-            )
+            .send_telemetry(Uuid::nil(), &TelemetryReport { cpu_util: 0.0, memory_used_mb: 0, gpus: vec![] })
             .await
             .err()
             .ok_or("no error from a closed port")?;

@@ -190,13 +190,7 @@ impl Config {
             Some(name) => name.trim().to_owned(),
             None => hostname.clone().ok_or(ConfigError::NoName)?,
         };
-        let nvml = if cli.no_nvml {
-            NvmlMode::Disabled
-        } else {
-            NvmlMode::Enabled {
-                library: cli.nvml_library,
-            }
-        };
+        let nvml = if cli.no_nvml { NvmlMode::Disabled } else { NvmlMode::Enabled { library: cli.nvml_library } };
         Ok(Self {
             control_plane: cli.control_plane,
             hostname: hostname.unwrap_or_else(|| name.clone()),
@@ -209,9 +203,7 @@ impl Config {
             work_dir: cli.work_dir,
             workload_output: cli.workload_output,
             log_format: cli.log_format,
-            enrolment_token: cli
-                .enrolment_token
-                .filter(|t| !t.expose().trim().is_empty()),
+            enrolment_token: cli.enrolment_token.filter(|t| !t.expose().trim().is_empty()),
             state_dir: cli.state_dir,
         })
     }
@@ -247,9 +239,7 @@ impl FromStr for SimulatedGpuSpec {
     fn from_str(spec: &str) -> Result<Self, Self::Err> {
         let fields: Vec<&str> = spec.trim().split(':').collect();
         let [count, model, memory] = fields.as_slice() else {
-            return Err(SimulatedGpuSpecError::Shape {
-                fields: fields.len(),
-            });
+            return Err(SimulatedGpuSpecError::Shape { fields: fields.len() });
         };
         let count = count
             .trim()
@@ -267,11 +257,7 @@ impl FromStr for SimulatedGpuSpec {
             .ok()
             .filter(|m| (1..=MAX_GPU_MEMORY_MIB).contains(m))
             .ok_or_else(|| SimulatedGpuSpecError::Memory((*memory).to_owned()))?;
-        Ok(Self {
-            count,
-            model: model.to_owned(),
-            memory_mb,
-        })
+        Ok(Self { count, model: model.to_owned(), memory_mb })
     }
 }
 
@@ -288,8 +274,7 @@ fn parse_control_plane_url(raw: &str) -> Result<Url, String> {
         // The agent's HTTP client is built without TLS; say so now rather than fail every request.
         "https" => {
             return Err(
-                "https is not supported by this build; use http:// (e.g. behind a TLS-terminating proxy)"
-                    .into(),
+                "https is not supported by this build; use http:// (e.g. behind a TLS-terminating proxy)".into()
             );
         }
         other => return Err(format!("scheme {other:?} is not http")),
@@ -304,9 +289,7 @@ fn parse_control_plane_url(raw: &str) -> Result<Url, String> {
 }
 
 fn parse_label(raw: &str) -> Result<(String, String), String> {
-    let (key, value) = raw
-        .split_once('=')
-        .ok_or_else(|| "expected KEY=VALUE".to_owned())?;
+    let (key, value) = raw.split_once('=').ok_or_else(|| "expected KEY=VALUE".to_owned())?;
     let key = key.trim();
     if key.is_empty() {
         return Err("the label key is empty".into());
@@ -318,10 +301,7 @@ fn parse_label(raw: &str) -> Result<(String, String), String> {
 }
 
 fn parse_cost(raw: &str) -> Result<f64, String> {
-    let cost: f64 = raw
-        .trim()
-        .parse()
-        .map_err(|_| format!("{raw:?} is not a number"))?;
+    let cost: f64 = raw.trim().parse().map_err(|_| format!("{raw:?} is not a number"))?;
     if !cost.is_finite() || cost < 0.0 {
         return Err(format!("{raw:?} is not a cost: expected a number ≥ 0"));
     }
@@ -355,10 +335,7 @@ mod tests {
         assert_eq!(config.hostname, "host-a");
         assert!(config.labels.is_empty());
         assert_eq!(config.cost_per_hour, None);
-        assert!(
-            config.simulated_gpus.is_empty(),
-            "simulation is never the default"
-        );
+        assert!(config.simulated_gpus.is_empty(), "simulation is never the default");
         assert_eq!(config.nvml, NvmlMode::Enabled { library: None });
         assert_eq!(config.heartbeat_override, None);
         assert_eq!(config.work_dir, PathBuf::from("."));
@@ -396,26 +373,16 @@ mod tests {
         assert_eq!(config.hostname, "host-a");
         assert_eq!(
             config.labels,
-            BTreeMap::from([
-                ("zone".into(), "a".into()),
-                ("rack".into(), "r1".into()),
-                ("pool".into(), String::new()),
-            ])
+            BTreeMap::from(
+                [("zone".into(), "a".into()), ("rack".into(), "r1".into()), ("pool".into(), String::new()),]
+            )
         );
         assert_eq!(config.cost_per_hour, Some(32.5));
         assert_eq!(
             config.simulated_gpus,
             vec![
-                SimulatedGpuSpec {
-                    count: 8,
-                    model: "H100-SXM".into(),
-                    memory_mb: 81920
-                },
-                SimulatedGpuSpec {
-                    count: 2,
-                    model: "L4".into(),
-                    memory_mb: 23034
-                },
+                SimulatedGpuSpec { count: 8, model: "H100-SXM".into(), memory_mb: 81920 },
+                SimulatedGpuSpec { count: 2, model: "L4".into(), memory_mb: 23034 },
             ]
         );
         assert_eq!(config.nvml, NvmlMode::Disabled);
@@ -429,21 +396,10 @@ mod tests {
     #[test]
     fn simulate_gpus_specs() {
         let good = [
-            (
-                "8:H100-SXM:81920",
-                SimulatedGpuSpec {
-                    count: 8,
-                    model: "H100-SXM".into(),
-                    memory_mb: 81920,
-                },
-            ),
+            ("8:H100-SXM:81920", SimulatedGpuSpec { count: 8, model: "H100-SXM".into(), memory_mb: 81920 }),
             (
                 " 1 : NVIDIA H200 : 143771 ",
-                SimulatedGpuSpec {
-                    count: 1,
-                    model: "NVIDIA H200".into(),
-                    memory_mb: 143771,
-                },
+                SimulatedGpuSpec { count: 1, model: "NVIDIA H200".into(), memory_mb: 143771 },
             ),
         ];
         for (raw, expected) in good {
@@ -456,21 +412,12 @@ mod tests {
             ("", SimulatedGpuSpecError::Shape { fields: 1 }),
             ("0:H100:81920", SimulatedGpuSpecError::Count("0".into())),
             ("-1:H100:81920", SimulatedGpuSpecError::Count("-1".into())),
-            (
-                "eight:H100:81920",
-                SimulatedGpuSpecError::Count("eight".into()),
-            ),
+            ("eight:H100:81920", SimulatedGpuSpecError::Count("eight".into())),
             ("257:H100:81920", SimulatedGpuSpecError::Count("257".into())),
             ("8: :81920", SimulatedGpuSpecError::EmptyModel),
             ("8:H100:0", SimulatedGpuSpecError::Memory("0".into())),
-            (
-                "8:H100:80GiB",
-                SimulatedGpuSpecError::Memory("80GiB".into()),
-            ),
-            (
-                "8:H100:85899345920",
-                SimulatedGpuSpecError::Memory("85899345920".into()),
-            ),
+            ("8:H100:80GiB", SimulatedGpuSpecError::Memory("80GiB".into())),
+            ("8:H100:85899345920", SimulatedGpuSpecError::Memory("85899345920".into())),
         ];
         for (raw, expected) in bad {
             assert_eq!(raw.parse::<SimulatedGpuSpec>(), Err(expected), "{raw:?}");
@@ -483,9 +430,7 @@ mod tests {
         assert!(message.contains("--simulate-gpus"), "{message}");
         assert!(message.contains("8:H100"), "{message}");
         assert!(
-            message.contains(
-                "expected COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920), got 2 field(s)"
-            ),
+            message.contains("expected COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920), got 2 field(s)"),
             "{message}"
         );
     }
@@ -528,34 +473,14 @@ mod tests {
             args.extend_from_slice(extra);
             Cli::try_parse_args_only(args)
         };
-        let Ok(no_name) = cli(&[]) else {
-            panic!("flags parse")
-        };
-        assert_eq!(
-            Config::resolve(no_name.clone(), None),
-            Err(ConfigError::NoName)
-        );
-        assert_eq!(
-            Config::resolve(no_name, Some("  ".into())),
-            Err(ConfigError::NoName)
-        );
-        let Ok(empty) = cli(&["--name", " "]) else {
-            panic!("flags parse")
-        };
-        assert_eq!(
-            Config::resolve(empty, Some("h".into())),
-            Err(ConfigError::EmptyName)
-        );
-        let Ok(named) = cli(&["--name", "n1"]) else {
-            panic!("flags parse")
-        };
-        let Ok(config) = Config::resolve(named, None) else {
-            panic!("resolves")
-        };
-        assert_eq!(
-            (config.name.as_str(), config.hostname.as_str()),
-            ("n1", "n1")
-        );
+        let Ok(no_name) = cli(&[]) else { panic!("flags parse") };
+        assert_eq!(Config::resolve(no_name.clone(), None), Err(ConfigError::NoName));
+        assert_eq!(Config::resolve(no_name, Some("  ".into())), Err(ConfigError::NoName));
+        let Ok(empty) = cli(&["--name", " "]) else { panic!("flags parse") };
+        assert_eq!(Config::resolve(empty, Some("h".into())), Err(ConfigError::EmptyName));
+        let Ok(named) = cli(&["--name", "n1"]) else { panic!("flags parse") };
+        let Ok(config) = Config::resolve(named, None) else { panic!("resolves") };
+        assert_eq!((config.name.as_str(), config.hostname.as_str()), ("n1", "n1"));
     }
 
     #[test]

@@ -68,20 +68,14 @@ pub fn load(state_dir: &Path) -> Result<Option<Secret>, CredentialError> {
             Ok(Some(Secret::new(credential)))
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(CredentialError::File {
-            path: file.display().to_string(),
-            reason: error.to_string(),
-        }),
+        Err(error) => Err(CredentialError::File { path: file.display().to_string(), reason: error.to_string() }),
     }
 }
 
 /// Stores a new credential: written to a temporary file readable by the owner only, then renamed
 /// over the old one, so a crash never leaves half a credential.
 pub fn store(state_dir: &Path, credential: &Secret) -> Result<(), CredentialError> {
-    let dir_error = |reason: String| CredentialError::StateDir {
-        path: state_dir.display().to_string(),
-        reason,
-    };
+    let dir_error = |reason: String| CredentialError::StateDir { path: state_dir.display().to_string(), reason };
     std::fs::create_dir_all(state_dir).map_err(|e| dir_error(e.to_string()))?;
     #[cfg(unix)]
     {
@@ -91,18 +85,13 @@ pub fn store(state_dir: &Path, credential: &Secret) -> Result<(), CredentialErro
     }
     let file = path(state_dir);
     let temporary = state_dir.join(format!("{FILE_NAME}.tmp"));
-    let file_error = |reason: String| CredentialError::File {
-        path: file.display().to_string(),
-        reason,
-    };
+    let file_error = |reason: String| CredentialError::File { path: file.display().to_string(), reason };
     let _ = std::fs::remove_file(&temporary);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut out = options
-        .open(&temporary)
-        .map_err(|e| file_error(e.to_string()))?;
+    let mut out = options.open(&temporary).map_err(|e| file_error(e.to_string()))?;
     out.write_all(credential.expose().as_bytes())
         .and_then(|()| out.sync_all())
         .map_err(|e| file_error(e.to_string()))?;
@@ -126,10 +115,7 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(path(&state))
-                .expect("metadata")
-                .permissions()
-                .mode();
+            let mode = std::fs::metadata(path(&state)).expect("metadata").permissions().mode();
             assert_eq!(mode & 0o077, 0, "group and others cannot read it");
         }
     }

@@ -16,24 +16,18 @@ fn main() -> anyhow::Result<()> {
     let hostname = sysinfo::System::host_name().ok();
     let config = Config::resolve(cli, hostname).context("invalid configuration")?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let (stop_tx, stop_rx) = mpsc::channel(4);
         forward_stop_signals(stop_tx).context("cannot install signal handlers")?;
-        airtime_node_agent::run(config, stop_rx)
-            .await
-            .context("node agent failed")
+        airtime_node_agent::run(config, stop_rx).await.context("node agent failed")
     })
 }
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

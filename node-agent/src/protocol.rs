@@ -31,9 +31,7 @@ pub struct EnrolRequest {
 
 impl std::fmt::Debug for EnrolRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnrolRequest")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+        f.debug_struct("EnrolRequest").field("name", &self.name).finish_non_exhaustive()
     }
 }
 
@@ -177,9 +175,9 @@ pub enum WorkloadEvent {
 impl WorkloadEvent {
     pub fn attempt(&self) -> u32 {
         match self {
-            Self::Started { attempt, .. }
-            | Self::Exited { attempt, .. }
-            | Self::FailedToStart { attempt, .. } => *attempt,
+            Self::Started { attempt, .. } | Self::Exited { attempt, .. } | Self::FailedToStart { attempt, .. } => {
+                *attempt
+            }
         }
     }
 
@@ -220,28 +218,15 @@ mod tests {
 
     #[test]
     fn events_serialise_to_the_documented_shapes() -> Result<(), serde_json::Error> {
-        let started = WorkloadEvent::Started {
-            attempt: 1,
-            pid: 1234,
-        };
-        assert_eq!(
-            serde_json::to_value(&started)?,
-            json!({"attempt": 1, "event": "started", "pid": 1234})
-        );
-        let exited = WorkloadEvent::Exited {
-            attempt: 1,
-            exit_code: Some(0),
-            signal: None,
-            message: None,
-        };
+        let started = WorkloadEvent::Started { attempt: 1, pid: 1234 };
+        assert_eq!(serde_json::to_value(&started)?, json!({"attempt": 1, "event": "started", "pid": 1234}));
+        let exited = WorkloadEvent::Exited { attempt: 1, exit_code: Some(0), signal: None, message: None };
         assert_eq!(
             serde_json::to_value(&exited)?,
             json!({"attempt": 1, "event": "exited", "exit_code": 0, "signal": null, "message": null})
         );
-        let failed = WorkloadEvent::FailedToStart {
-            attempt: 1,
-            message: "No such file or directory (os error 2)".into(),
-        };
+        let failed =
+            WorkloadEvent::FailedToStart { attempt: 1, message: "No such file or directory (os error 2)".into() };
         assert_eq!(
             serde_json::to_value(&failed)?,
             json!({"attempt": 1, "event": "failed_to_start", "message": "No such file or directory (os error 2)"})
@@ -270,10 +255,7 @@ mod tests {
         assert_eq!(parsed.assignments[0].action, AssignmentAction::Run);
         assert_eq!(parsed.assignments[0].gpu_indices, vec![0, 1]);
         assert_eq!(parsed.assignments[1].action, AssignmentAction::Stop);
-        assert_eq!(
-            parsed.assignments[1].reason.as_deref(),
-            Some("preempted: by a")
-        );
+        assert_eq!(parsed.assignments[1].reason.as_deref(), Some("preempted: by a"));
         assert_eq!(parsed.assignments[2].action, AssignmentAction::Unknown);
         assert!(parsed.assignments[2].env.is_empty());
         Ok(())

@@ -159,21 +159,11 @@ pub struct Runner {
 impl Runner {
     /// A runner and the channel on which every started process reports its [`Exit`] exactly once.
     /// Call [`Runner::reap`] with each exit received.
-    pub fn new(
-        work_dir: PathBuf,
-        output: OutputMode,
-        node_name: &str,
-    ) -> (Self, mpsc::UnboundedReceiver<Exit>) {
+    pub fn new(work_dir: PathBuf, output: OutputMode, node_name: &str) -> (Self, mpsc::UnboundedReceiver<Exit>) {
         let (exits, exits_rx) = mpsc::unbounded_channel();
         let (busy_gpus, _) = watch::channel(BTreeSet::new());
-        let runner = Self {
-            work_dir,
-            output,
-            node_name: node_name.to_owned(),
-            supervised: HashMap::new(),
-            exits,
-            busy_gpus,
-        };
+        let runner =
+            Self { work_dir, output, node_name: node_name.to_owned(), supervised: HashMap::new(), exits, busy_gpus };
         (runner, exits_rx)
     }
 
@@ -187,25 +177,17 @@ impl Runner {
     }
 
     pub fn get(&self, workload_id: Uuid) -> Option<RunningWorkload> {
-        self.supervised
-            .get(&workload_id)
-            .map(|s| running_view(workload_id, s))
+        self.supervised.get(&workload_id).map(|s| running_view(workload_id, s))
     }
 
     pub fn running(&self) -> Vec<RunningWorkload> {
-        self.supervised
-            .iter()
-            .map(|(id, s)| running_view(*id, s))
-            .collect()
+        self.supervised.iter().map(|(id, s)| running_view(*id, s)).collect()
     }
 
     /// Starts the workload's process. Must be called inside a tokio runtime.
     pub fn start(&mut self, spec: &WorkloadSpec) -> Result<Started, SpawnError> {
         if let Some(existing) = self.supervised.get(&spec.workload_id) {
-            return Err(SpawnError::AlreadyRunning {
-                workload_id: spec.workload_id,
-                attempt: existing.attempt,
-            });
+            return Err(SpawnError::AlreadyRunning { workload_id: spec.workload_id, attempt: existing.attempt });
         }
         let (program, args) = spec.command.split_first().ok_or(SpawnError::EmptyCommand)?;
         let mut command = Command::new(program);
@@ -233,10 +215,7 @@ impl Runner {
         };
 
         let spawn_began = Instant::now();
-        let mut child = command.spawn().map_err(|source| SpawnError::Io {
-            program: program.clone(),
-            source,
-        })?;
+        let mut child = command.spawn().map_err(|source| SpawnError::Io { program: program.clone(), source })?;
         let spawn_time = spawn_began.elapsed();
         let Some(pid) = child.id() else {
             // Only a child already waited for has no id; a fresh one always has.
@@ -246,20 +225,10 @@ impl Runner {
             });
         };
         if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(forward_output(
-                stdout,
-                spec.workload_id,
-                spec.attempt,
-                "stdout",
-            ));
+            tokio::spawn(forward_output(stdout, spec.workload_id, spec.attempt, "stdout"));
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_output(
-                stderr,
-                spec.workload_id,
-                spec.attempt,
-                "stderr",
-            ));
+            tokio::spawn(forward_output(stderr, spec.workload_id, spec.attempt, "stderr"));
         }
 
         let (control, control_rx) = mpsc::unbounded_channel();
@@ -313,10 +282,7 @@ impl Runner {
                 "stopping workload"
             );
             // A send fails only when the process has exited already; its Exit is on the way.
-            let _ = supervised.control.send(Control::Stop {
-                grace,
-                reason: reason.to_owned(),
-            });
+            let _ = supervised.control.send(Control::Stop { grace, reason: reason.to_owned() });
         }
         true
     }
@@ -334,18 +300,13 @@ impl Runner {
         for (id, supervised) in &mut self.supervised {
             supervised.stopping = true;
             tracing::warn!(workload_id = %id, pid = supervised.pid, reason, "killing workload");
-            let _ = supervised.control.send(Control::Kill {
-                reason: reason.to_owned(),
-            });
+            let _ = supervised.control.send(Control::Kill { reason: reason.to_owned() });
         }
     }
 
     /// Forgets a workload whose [`Exit`] was received.
     pub fn reap(&mut self, exit: &Exit) {
-        let matches = self
-            .supervised
-            .get(&exit.workload_id)
-            .is_some_and(|s| s.attempt == exit.attempt);
+        let matches = self.supervised.get(&exit.workload_id).is_some_and(|s| s.attempt == exit.attempt);
         if matches {
             self.supervised.remove(&exit.workload_id);
             self.publish_busy_gpus();
@@ -353,11 +314,7 @@ impl Runner {
     }
 
     fn publish_busy_gpus(&self) {
-        let busy: BTreeSet<u32> = self
-            .supervised
-            .values()
-            .flat_map(|s| s.gpu_indices.iter().copied())
-            .collect();
+        let busy: BTreeSet<u32> = self.supervised.values().flat_map(|s| s.gpu_indices.iter().copied()).collect();
         self.busy_gpus.send_if_modified(|current| {
             let changed = *current != busy;
             *current = busy;
@@ -378,11 +335,7 @@ fn running_view(workload_id: Uuid, supervised: &Supervised) -> RunningWorkload {
 }
 
 fn join_indices(indices: &[u32]) -> String {
-    indices
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+    indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
 struct Supervision {
@@ -468,11 +421,7 @@ async fn supervise(mut s: Supervision) {
     let _ = s.exits.send(exit);
 }
 
-fn exit_report(
-    s: &Supervision,
-    status: std::io::Result<ExitStatus>,
-    ending: Option<Ending>,
-) -> Exit {
+fn exit_report(s: &Supervision, status: std::io::Result<ExitStatus>, ending: Option<Ending>) -> Exit {
     let runtime = s.started_at.elapsed();
     let (exit_code, signal, wait_error) = match status {
         Ok(status) => (status.code(), status.signal(), None),
@@ -490,14 +439,7 @@ fn exit_report(
     if let Some(error) = wait_error {
         message = Some(format!("lost track of the process: {error}"));
     }
-    Exit {
-        workload_id: s.workload_id,
-        attempt: s.attempt,
-        exit_code,
-        signal,
-        message,
-        runtime,
-    }
+    Exit { workload_id: s.workload_id, attempt: s.attempt, exit_code, signal, message, runtime }
 }
 
 async fn sleep_until_some(at: Option<Instant>) {
@@ -518,21 +460,12 @@ fn signal_group(group: Pid, signal: Signal) {
 }
 
 /// Logs a workload's output line by line until the pipe closes.
-async fn forward_output<R: AsyncRead + Unpin>(
-    stream: R,
-    workload_id: Uuid,
-    attempt: u32,
-    name: &'static str,
-) {
+async fn forward_output<R: AsyncRead + Unpin>(stream: R, workload_id: Uuid, attempt: u32, name: &'static str) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
         line.clear();
-        match (&mut reader)
-            .take(MAX_OUTPUT_LINE)
-            .read_until(b'\n', &mut line)
-            .await
-        {
+        match (&mut reader).take(MAX_OUTPUT_LINE).read_until(b'\n', &mut line).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line);
@@ -579,13 +512,7 @@ mod tests {
         assert!(started.pid > 0);
         let exit = next_exit(&mut exits).await;
         assert_eq!(
-            (
-                exit.workload_id,
-                exit.attempt,
-                exit.exit_code,
-                exit.signal,
-                exit.message.as_deref()
-            ),
+            (exit.workload_id, exit.attempt, exit.exit_code, exit.signal, exit.message.as_deref()),
             (spec.workload_id, 1, Some(3), None, None)
         );
         assert!(runner.get(spec.workload_id).is_some(), "kept until reaped");
@@ -593,12 +520,7 @@ mod tests {
         assert!(runner.is_empty());
         assert_eq!(
             exit.to_event(),
-            WorkloadEvent::Exited {
-                attempt: 1,
-                exit_code: Some(3),
-                signal: None,
-                message: None
-            }
+            WorkloadEvent::Exited { attempt: 1, exit_code: Some(3), signal: None, message: None }
         );
         Ok(())
     }
@@ -609,17 +531,9 @@ mod tests {
         let spec = spec(&["sleep", "30"]);
         runner.start(&spec)?;
         let asked = Instant::now();
-        assert!(runner.stop(
-            spec.workload_id,
-            Some(Duration::from_millis(200)),
-            "preempted: test"
-        ));
+        assert!(runner.stop(spec.workload_id, Some(Duration::from_millis(200)), "preempted: test"));
         let exit = next_exit(&mut exits).await;
-        assert!(
-            asked.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            asked.elapsed()
-        );
+        assert!(asked.elapsed() < Duration::from_secs(5), "{:?}", asked.elapsed());
         assert_eq!(exit.exit_code, None);
         assert_eq!(exit.signal, Some(Signal::SIGTERM as i32));
         assert_eq!(exit.message.as_deref(), Some("stopped: preempted: test"));
@@ -627,17 +541,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace_period()
-    -> Result<(), Box<dyn std::error::Error>> {
+    async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace_period() -> Result<(), Box<dyn std::error::Error>>
+    {
         let (mut runner, mut exits) = runner();
         let dir = tempfile::tempdir()?;
         let ready = dir.path().join("ready");
         // The marker file says the trap is set; `exec sleep` keeps the ignored TERM disposition.
-        let spec = spec(&[
-            "sh",
-            "-c",
-            &format!("trap '' TERM; : > {}; exec sleep 30", ready.display()),
-        ]);
+        let spec = spec(&["sh", "-c", &format!("trap '' TERM; : > {}; exec sleep 30", ready.display())]);
         runner.start(&spec)?;
         wait_for_file(&ready).await;
 
@@ -646,10 +556,7 @@ mod tests {
         runner.stop(spec.workload_id, Some(grace), "cancelled");
         let exit = next_exit(&mut exits).await;
         let took = asked.elapsed();
-        assert!(
-            took >= grace,
-            "killed before the grace period ended: {took:?}"
-        );
+        assert!(took >= grace, "killed before the grace period ended: {took:?}");
         assert!(took < Duration::from_secs(5), "{took:?}");
         assert_eq!(exit.signal, Some(Signal::SIGKILL as i32));
         assert_eq!(
@@ -682,10 +589,7 @@ mod tests {
         let exit = next_exit(&mut exits).await;
         assert_eq!(exit.exit_code, Some(0));
         let written = std::fs::read_to_string(&out)?;
-        assert_eq!(
-            written,
-            format!("0,2,5|{}|4|llama|PCI_BUS_ID\n", spec.workload_id)
-        );
+        assert_eq!(written, format!("0,2,5|{}|4|llama|PCI_BUS_ID\n", spec.workload_id));
 
         // A CPU placement sees an empty CUDA_VISIBLE_DEVICES (no GPU), not the agent's own.
         let mut cpu = spec.clone();
@@ -701,17 +605,11 @@ mod tests {
     #[tokio::test]
     async fn a_missing_program_fails_to_start() {
         let (mut runner, _exits) = runner();
-        let error = runner
-            .start(&spec(&["/nonexistent/airtime-test-binary"]))
-            .err()
-            .map(|e| e.to_string());
+        let error = runner.start(&spec(&["/nonexistent/airtime-test-binary"])).err().map(|e| e.to_string());
         let message = error.unwrap_or_default();
         assert!(message.contains("No such file or directory"), "{message}");
         assert!(runner.is_empty());
-        assert!(matches!(
-            runner.start(&spec(&[])),
-            Err(SpawnError::EmptyCommand)
-        ));
+        assert!(matches!(runner.start(&spec(&[])), Err(SpawnError::EmptyCommand)));
     }
 
     #[tokio::test]
@@ -722,10 +620,7 @@ mod tests {
         spec.gpu_indices = vec![1, 3];
         runner.start(&spec)?;
         assert_eq!(*busy.borrow(), BTreeSet::from([1, 3]));
-        assert!(matches!(
-            runner.start(&spec),
-            Err(SpawnError::AlreadyRunning { .. })
-        ));
+        assert!(matches!(runner.start(&spec), Err(SpawnError::AlreadyRunning { .. })));
         runner.stop(spec.workload_id, Some(Duration::ZERO), "test over");
         let exit = next_exit(&mut exits).await;
         runner.reap(&exit);
@@ -739,14 +634,8 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let pid_file = dir.path().join("grandchild");
         // The shell waits on a background sleep: SIGTERM to the shell alone would leave it.
-        let spec = spec(&[
-            "sh",
-            "-c",
-            &format!(
-                "sleep 30 & echo $! > {0}.tmp && mv {0}.tmp {0}; wait",
-                pid_file.display()
-            ),
-        ]);
+        let spec =
+            spec(&["sh", "-c", &format!("sleep 30 & echo $! > {0}.tmp && mv {0}.tmp {0}; wait", pid_file.display())]);
         runner.start(&spec)?;
         wait_for_file(&pid_file).await;
         let grandchild: i32 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
@@ -757,19 +646,14 @@ mod tests {
         while process_alive(grandchild) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(
-            !process_alive(grandchild),
-            "grandchild {grandchild} survived"
-        );
+        assert!(!process_alive(grandchild), "grandchild {grandchild} survived");
         Ok(())
     }
 
     fn process_alive(pid: i32) -> bool {
         // A zombie still answers signal 0; read its state instead.
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(stat) => !stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, rest)| rest.starts_with('Z')),
+            Ok(stat) => !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
             Err(_) => false,
         }
     }
@@ -777,11 +661,7 @@ mod tests {
     async fn wait_for_file(path: &std::path::Path) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !path.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "{} never appeared",
-                path.display()
-            );
+            assert!(Instant::now() < deadline, "{} never appeared", path.display());
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

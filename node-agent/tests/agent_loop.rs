@@ -27,16 +27,11 @@ impl RunningAgent {
     }
 }
 
-fn start_agent(
-    url: &str,
-    work_dir: &Path,
-    extra: &[&str],
-) -> Result<RunningAgent, Box<dyn std::error::Error>> {
+fn start_agent(url: &str, work_dir: &Path, extra: &[&str]) -> Result<RunningAgent, Box<dyn std::error::Error>> {
     let _ = tracing_subscriber::fmt()
         .with_test_writer()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "airtime_node_agent=debug".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "airtime_node_agent=debug".into()),
         )
         .try_init();
     let state_dir = work_dir.join(".state").display().to_string();
@@ -71,26 +66,12 @@ async fn runs_and_stops_workloads_from_the_desired_state() -> TestResult {
     let agent = start_agent(&url, dir.path(), &["--simulate-gpus", "2:H100-SXM:81920"])?;
 
     // Registration advertises the simulated GPUs, flagged as such.
-    let registration = cp
-        .wait_for("registration", |cp| {
-            cp.recorded().registrations.first().cloned()
-        })
-        .await;
+    let registration = cp.wait_for("registration", |cp| cp.recorded().registrations.first().cloned()).await;
     assert_eq!(registration.name, "test-node");
     assert_eq!(registration.hostname, "test-host");
-    assert_eq!(
-        registration.labels.get("zone").map(String::as_str),
-        Some("a")
-    );
-    assert_eq!(
-        serde_json::to_value(registration.gpu_source)?,
-        json!("simulated")
-    );
-    let gpus: Vec<(u32, bool, u64)> = registration
-        .gpus
-        .iter()
-        .map(|g| (g.index, g.simulated, g.memory_mb))
-        .collect();
+    assert_eq!(registration.labels.get("zone").map(String::as_str), Some("a"));
+    assert_eq!(serde_json::to_value(registration.gpu_source)?, json!("simulated"));
+    let gpus: Vec<(u32, bool, u64)> = registration.gpus.iter().map(|g| (g.index, g.simulated, g.memory_mb)).collect();
     assert_eq!(gpus, vec![(0, true, 81920), (1, true, 81920)]);
     assert!(registration.cpu_millis >= 1000 && registration.memory_mb > 0);
 
@@ -108,27 +89,15 @@ async fn runs_and_stops_workloads_from_the_desired_state() -> TestResult {
     assert!(started["pid"].as_u64().unwrap_or(0) > 0, "{started}");
     let started_file = dir.path().join("started");
     cp.wait_for("the workload's start mark", |_| {
-        std::fs::read_to_string(&started_file)
-            .ok()
-            .filter(|s| s.ends_with('\n'))
+        std::fs::read_to_string(&started_file).ok().filter(|s| s.ends_with('\n'))
     })
     .await;
     let child_ran_at: u128 = std::fs::read_to_string(&started_file)?.trim().parse()?;
-    let answered_at = cp
-        .recorded()
-        .answered
-        .get(&version)
-        .copied()
-        .ok_or("no answer time")?;
+    let answered_at = cp.recorded().answered.get(&version).copied().ok_or("no answer time")?;
     let latency_us = child_ran_at.saturating_sub(unix_nanos(answered_at)) / 1000;
-    eprintln!(
-        "long-poll answer → workload running (HTTP + decode + spawn + sh start): {latency_us} µs"
-    );
+    eprintln!("long-poll answer → workload running (HTTP + decode + spawn + sh start): {latency_us} µs");
     assert!(latency_us < 1_000_000, "{latency_us} µs");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("env.txt"))?,
-        "1 llama\n"
-    );
+    assert_eq!(std::fs::read_to_string(dir.path().join("env.txt"))?, "1 llama\n");
 
     // Simulated telemetry follows the workload: GPU 1 busy, GPU 0 idle.
     cp.wait_for("busy telemetry on GPU 1", |cp| {
@@ -170,10 +139,7 @@ async fn runs_and_stops_workloads_from_the_desired_state() -> TestResult {
     cp.wait_for_event(orphan, "started").await;
     cp.set_desired(vec![]);
     let exited = cp.wait_for_event(orphan, "exited").await;
-    assert_eq!(
-        exited["message"],
-        "stopped: no longer assigned to this node"
-    );
+    assert_eq!(exited["message"], "stopped: no longer assigned to this node");
 
     // Shutdown stops what runs and delivers its exit before returning.
     let last = Uuid::new_v4();
@@ -181,15 +147,9 @@ async fn runs_and_stops_workloads_from_the_desired_state() -> TestResult {
     cp.wait_for_event(last, "started").await;
     agent.shut_down().await?;
     let events = cp.events_of(last);
-    let exited = events
-        .iter()
-        .find(|e| e["event"] == "exited")
-        .ok_or("no exit delivered at shutdown")?;
+    let exited = events.iter().find(|e| e["event"] == "exited").ok_or("no exit delivered at shutdown")?;
     assert_eq!(exited["signal"], 15);
-    assert_eq!(
-        exited["message"],
-        "stopped: the node agent is shutting down"
-    );
+    assert_eq!(exited["message"], "stopped: the node agent is shutting down");
     Ok(())
 }
 
@@ -201,40 +161,20 @@ async fn a_run_waits_for_the_gpu_a_stopping_workload_releases() -> TestResult {
 
     // The old workload takes 300 ms to checkpoint after SIGTERM.
     let old = Uuid::new_v4();
-    let old_run = run(
-        old,
-        "trap 'sleep 0.3; exit 0' TERM; while :; do sleep 0.05; done",
-        &[0],
-        10_000,
-    );
+    let old_run = run(old, "trap 'sleep 0.3; exit 0' TERM; while :; do sleep 0.05; done", &[0], 10_000);
     cp.set_desired(vec![old_run.clone()]);
     cp.wait_for_event(old, "started").await;
 
     let new = Uuid::new_v4();
-    cp.set_desired(vec![
-        stop(&old_run, "preempted: by new", 10_000),
-        run(new, "exec sleep 30", &[0], 1000),
-    ]);
+    cp.set_desired(vec![stop(&old_run, "preempted: by new", 10_000), run(new, "exec sleep 30", &[0], 1000)]);
     cp.wait_for_event(new, "started").await;
     // Events arrive in the order the agent produced them.
-    let events: Vec<(Uuid, Value)> = cp
-        .recorded()
-        .events
-        .iter()
-        .map(|(id, event, _)| (*id, event.clone()))
-        .collect();
-    let position = |id: Uuid, name: &str| {
-        events
-            .iter()
-            .position(|(w, e)| *w == id && e["event"] == name)
-    };
+    let events: Vec<(Uuid, Value)> = cp.recorded().events.iter().map(|(id, event, _)| (*id, event.clone())).collect();
+    let position = |id: Uuid, name: &str| events.iter().position(|(w, e)| *w == id && e["event"] == name);
     let old_exit = position(old, "exited").ok_or("old workload never exited")?;
     let new_start = position(new, "started").ok_or("new workload never started")?;
     assert_eq!(events[old_exit].1["exit_code"], 0, "{:?}", events[old_exit]);
-    assert!(
-        new_start > old_exit,
-        "the new workload started before the old one released GPU 0"
-    );
+    assert!(new_start > old_exit, "the new workload started before the old one released GPU 0");
     agent.shut_down().await?;
     Ok(())
 }
@@ -244,37 +184,22 @@ async fn registers_again_and_retries_events_when_the_control_plane_falters() -> 
     let (cp, url) = start_fake().await?;
     let dir = tempfile::tempdir()?;
     let agent = start_agent(&url, dir.path(), &["--heartbeat-ms", "100"])?;
-    cp.wait_for("registration", |cp| {
-        cp.recorded().registrations.first().cloned()
-    })
-    .await;
+    cp.wait_for("registration", |cp| cp.recorded().registrations.first().cloned()).await;
 
     // The control plane forgets the node: the next heartbeat gets 404 and the agent registers again.
     cp.recorded().forget_node = true;
-    cp.wait_for("a second registration", |cp| {
-        (cp.recorded().registrations.len() >= 2).then_some(())
-    })
-    .await;
+    cp.wait_for("a second registration", |cp| (cp.recorded().registrations.len() >= 2).then_some(())).await;
 
     // Event posts fail with 503 twice: both events still arrive, once each, in order.
     cp.recorded().failing_events = 2;
     let quick = Uuid::new_v4();
     cp.set_desired(vec![run(quick, "exit 0", &[], 1000)]);
     cp.wait_for_event(quick, "exited").await;
-    let names: Vec<Value> = cp
-        .events_of(quick)
-        .into_iter()
-        .map(|e| e["event"].clone())
-        .collect();
+    let names: Vec<Value> = cp.events_of(quick).into_iter().map(|e| e["event"].clone()).collect();
     assert_eq!(names, vec![json!("started"), json!("exited")]);
 
     // A CPU node reports no GPUs, and real host numbers.
-    let last = cp
-        .recorded()
-        .telemetry
-        .last()
-        .cloned()
-        .ok_or("no telemetry")?;
+    let last = cp.recorded().telemetry.last().cloned().ok_or("no telemetry")?;
     assert!(last.gpus.is_empty());
     assert!(last.memory_used_mb > 0);
     agent.shut_down().await?;

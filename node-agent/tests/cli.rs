@@ -35,10 +35,7 @@ fn a_bad_simulate_gpus_variable_is_refused_with_a_precise_error() -> TestResult 
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--simulate-gpus"), "{stderr}");
-    assert!(
-        stderr.contains("expected COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920), got 2 field(s)"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("expected COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920), got 2 field(s)"), "{stderr}");
     Ok(())
 }
 
@@ -79,10 +76,7 @@ fn waits_for_the_control_plane_and_stops_on_sigterm() -> TestResult {
 
     let mut log = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !log
-        .iter()
-        .any(|l: &String| l.contains("cannot register yet"))
-    {
+    while !log.iter().any(|l: &String| l.contains("cannot register yet")) {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines_rx.recv_timeout(left) {
             Ok(line) => log.push(line),
@@ -98,14 +92,10 @@ fn waits_for_the_control_plane_and_stops_on_sigterm() -> TestResult {
     }
     let all = log.join("\n");
     assert!(all.contains("\"name\":\"cli-test\""), "{all}");
-    assert!(
-        !all.contains(support::ENROLMENT_TOKEN),
-        "the enrolment token must never be logged"
-    );
+    assert!(!all.contains(support::ENROLMENT_TOKEN), "the enrolment token must never be logged");
     // This test machine may or may not have NVIDIA GPUs; either way the agent says which.
     assert!(
-        all.contains("NVML not available (") && all.contains("); running as a CPU node")
-            || all.contains("NVML loaded"),
+        all.contains("NVML not available (") && all.contains("); running as a CPU node") || all.contains("NVML loaded"),
         "{all}"
     );
 
@@ -162,34 +152,16 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
     // The restarted agent reads back its stored credential: one enrolment in all.
     let exited = cp.wait_for_event(workload, "exited").await;
     let message = exited["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("left running by an earlier node agent process"),
-        "{exited}"
-    );
+    assert!(message.contains("left running by an earlier node agent process"), "{exited}");
     assert!(!alive(pid), "the orphan is still running");
     // The desired state still lists attempt 1; it must not start twice.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let started_count = cp
-        .events_of(workload)
-        .iter()
-        .filter(|e| e["event"] == "started")
-        .count();
+    let started_count = cp.events_of(workload).iter().filter(|e| e["event"] == "started").count();
     assert_eq!(started_count, 1);
-    assert_eq!(
-        cp.recorded().enrolments,
-        1,
-        "the second agent reused the stored credential"
-    );
-    assert_eq!(
-        cp.recorded().unauthorized,
-        0,
-        "every call carried the credential"
-    );
+    assert_eq!(cp.recorded().enrolments, 1, "the second agent reused the stored credential");
+    assert_eq!(cp.recorded().unauthorized, 0, "every call carried the credential");
 
-    kill(
-        Pid::from_raw(i32::try_from(second.id().ok_or("no pid")?)?),
-        Signal::SIGTERM,
-    )?;
+    kill(Pid::from_raw(i32::try_from(second.id().ok_or("no pid")?)?), Signal::SIGTERM)?;
     let status = tokio::time::timeout(Duration::from_secs(15), second.wait()).await??;
     assert!(status.success(), "{status}");
     Ok(())
@@ -200,13 +172,7 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
 fn an_agent_without_a_credential_says_how_to_enrol() -> TestResult {
     let dir = tempfile::tempdir()?;
     let output = agent()
-        .args([
-            "--control-plane",
-            "http://127.0.0.1:1",
-            "--name",
-            "n",
-            "--no-nvml",
-        ])
+        .args(["--control-plane", "http://127.0.0.1:1", "--name", "n", "--no-nvml"])
         .arg("--state-dir")
         .arg(dir.path())
         .arg("--work-dir")
@@ -245,9 +211,6 @@ async fn a_refused_enrolment_token_stops_the_agent() -> TestResult {
 
 /// Running and not a zombie.
 fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z'))
-    })
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')))
 }

@@ -31,6 +31,18 @@ fn main() {
         println!("one eval: {} bytes in {} allocs, {} reallocs", BYTES.load(std::sync::atomic::Ordering::Relaxed)-b0, CALLS.load(std::sync::atomic::Ordering::Relaxed)-c0, REALLOCS.load(std::sync::atomic::Ordering::Relaxed)-r0);
         return;
     }
+    if mode == "golden" {
+        use std::hash::{Hash, Hasher};
+        for (n, p, seed) in [(10u32, 100u32, 1u64), (100, 1000, 2), (1000, 10000, 7), (50, 3000, 3), (300, 500, 4)] {
+            let mut f = SnapshotFixture::synthetic_fleet(n, 8, p, seed);
+            if seed == 3 { f = f.params(r#"{"max_placements": 200, "prefer_nvlink": false}"#); }
+            let out = evaluate_encoded(&priority_best_fit::PriorityBestFit, &f.encode(), &mut Vec::new()).unwrap();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            out.hash(&mut h);
+            println!("{n} {p} {seed}: {} bytes, hash {:x}", out.len(), h.finish());
+        }
+        return;
+    }
     if mode == "parts" {
         use airtime_policy_sdk::abi::*;
         use airtime_policy_sdk::guest::{Policy, Context};

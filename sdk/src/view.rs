@@ -196,6 +196,9 @@ impl<'a> Workload<'a> {
     /// Whether `model` is allowed: the list is empty, or an entry equals `model` ignoring ASCII
     /// case and surrounding spaces.
     pub fn allows_model(&self, model: &str) -> bool {
+        if self.gpu_models.is_empty() {
+            return true;
+        }
         let model = model.trim();
         let mut any = false;
         for allowed in self.allowed_models() {
@@ -254,8 +257,11 @@ impl GpuNeed<'_> {
 
     /// Whether `model` is allowed (same rule as [`Workload::allows_model`]).
     pub fn allows_model(&self, model: &str) -> bool {
+        if self.models.is_empty() {
+            return true;
+        }
         let model = model.trim();
-        self.models.is_empty() || self.models.iter().any(|m| m.eq_ignore_ascii_case(model))
+        self.models.iter().any(|m| m.eq_ignore_ascii_case(model))
     }
 
     /// "4 GPUs with ≥ 40960 MiB (H100 or A100)": the need in words, for reasons. With `adjective`

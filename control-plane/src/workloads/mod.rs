@@ -37,6 +37,21 @@ pub struct SubmitWorkload {
     pub checkpointable: bool,
     #[serde(default)]
     pub expected_duration_s: Option<u32>,
+    /// Service-level objective: a latency target for real-time inference, a deadline for batch work.
+    #[serde(default)]
+    pub slo: Slo,
+}
+
+/// What the workload promises its users.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// Target latency of a request, ms (real-time inference).
+    #[serde(default)]
+    pub latency_ms: Option<u32>,
+    /// When the work must be done (batch inference, evaluation).
+    #[serde(default)]
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 /// What a workload needs from a node.
@@ -94,6 +109,9 @@ impl SubmitWorkload {
                 return Err(format!("env {key} contains a NUL byte"));
             }
         }
+        if self.slo.latency_ms == Some(0) {
+            return Err("slo.latency_ms must be at least 1".into());
+        }
         let r = &self.resources;
         if r.gpu_count > 64 {
             return Err("resources.gpu_count must be at most 64".into());
@@ -132,6 +150,12 @@ pub struct WorkloadView {
     pub preemptible: bool,
     pub checkpointable: bool,
     pub expected_duration_s: Option<i32>,
+    /// Target latency, ms (real-time inference).
+    pub slo_latency_ms: Option<i32>,
+    /// Deadline (batch work).
+    pub deadline: Option<DateTime<Utc>>,
+    /// Why it was last preempted.
+    pub preempted_reason: Option<String>,
     pub command: Vec<String>,
     #[schema(value_type = Object)]
     pub env: serde_json::Value,
@@ -176,7 +200,7 @@ pub struct WorkloadDetail {
 
 const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.name, w.class, w.priority, w.state, \
      w.attempt, w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.cpu_capable, \
-     w.preemptible, w.checkpointable, w.expected_duration_s, w.command, w.env, w.node_id, w.last_node_id, \
+     w.preemptible, w.checkpointable, w.expected_duration_s, w.slo_latency_ms, w.deadline, w.preempted_reason, w.command, w.env, w.node_id, w.last_node_id, \
      COALESCE((SELECT array_agg(g.gpu_id ORDER BY g.gpu_id) FROM gpu_grants g WHERE g.workload_id = w.id), '{}') AS gpu_ids, \
      w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at \
      FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
@@ -207,8 +231,8 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiRe
     sqlx::query(
         "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, gpu_models, \
              cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, command, env, \
-             state, pending_reason) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'pending', \
+             slo_latency_ms, deadline, state, pending_reason) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 'pending', \
                  'waiting for the next scheduling cycle')",
     )
     .bind(id)
@@ -227,6 +251,8 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiRe
     .bind(req.expected_duration_s.map(|d| d.min(i32::MAX as u32) as i32))
     .bind(&req.command)
     .bind(serde_json::to_value(&req.env).unwrap_or_default())
+    .bind(req.slo.latency_ms.map(|l| l.min(i32::MAX as u32) as i32))
+    .bind(req.slo.deadline)
     .execute(&mut *tx)
     .await?;
     transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;

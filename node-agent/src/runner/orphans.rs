@@ -64,12 +64,7 @@ fn orphan(pid: u32, node_name: &str) -> Option<Orphan> {
     let (parent, group) = parent_and_group(pid)?;
     let leads_its_group = group == pid;
     let agent_gone = parent != agent_pid;
-    (leads_its_group && agent_gone).then_some(Orphan {
-        pid,
-        workload_id,
-        attempt,
-        agent_pid,
-    })
+    (leads_its_group && agent_gone).then_some(Orphan { pid, workload_id, attempt, agent_pid })
 }
 
 /// The parent pid and process group of `pid`, from `/proc/<pid>/stat`.
@@ -123,19 +118,12 @@ mod tests {
     use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
     use std::process::{Command, Stdio};
 
-    fn workload_like(
-        node_name: &str,
-        agent_pid: u32,
-        script: &str,
-    ) -> std::io::Result<std::process::Child> {
+    fn workload_like(node_name: &str, agent_pid: u32, script: &str) -> std::io::Result<std::process::Child> {
         Command::new("sh")
             .args(["-c", script])
             .env("AIRTIME_NODE_NAME", node_name)
             .env("AIRTIME_AGENT_PID", agent_pid.to_string())
-            .env(
-                "AIRTIME_WORKLOAD_ID",
-                "0190a6a4-0000-7000-8000-000000000001",
-            )
+            .env("AIRTIME_WORKLOAD_ID", "0190a6a4-0000-7000-8000-000000000001")
             .env("AIRTIME_ATTEMPT", "2")
             .stdout(Stdio::null())
             .process_group(0)

@@ -51,15 +51,10 @@ impl HostSampler {
     }
 
     pub fn sample(&mut self) -> HostSample {
-        self.system
-            .refresh_cpu_specifics(CpuRefreshKind::nothing().with_usage());
-        self.system
-            .refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram());
+        self.system.refresh_cpu_specifics(CpuRefreshKind::nothing().with_usage());
+        self.system.refresh_memory_specifics(MemoryRefreshKind::nothing().with_ram());
         let percent = f64::from(self.system.global_cpu_usage());
-        HostSample {
-            cpu_util: (percent / 100.0).clamp(0.0, 1.0),
-            memory_used_mb: self.system.used_memory() / MIB,
-        }
+        HostSample { cpu_util: (percent / 100.0).clamp(0.0, 1.0), memory_used_mb: self.system.used_memory() / MIB }
     }
 }
 
@@ -84,10 +79,7 @@ mod tests {
             spins = std::hint::black_box(spins.wrapping_add(1));
         }
         let sample = sampler.sample();
-        assert!(
-            sample.cpu_util > 0.0 && sample.cpu_util <= 1.0,
-            "{sample:?}"
-        );
+        assert!(sample.cpu_util > 0.0 && sample.cpu_util <= 1.0, "{sample:?}");
         assert!(sample.memory_used_mb > 0, "{sample:?}");
         assert!(sample.memory_used_mb <= capacity.memory_mb, "{sample:?}");
         Ok(())

@@ -73,11 +73,7 @@ impl Telemetry {
         };
         let first_simulated = nvml.as_ref().map_or(0, NvmlGpus::next_index);
         let simulated = SimulatedGpus::new(simulated, first_simulated, node_name);
-        Ok(Self {
-            host,
-            nvml,
-            simulated,
-        })
+        Ok(Self { host, nvml, simulated })
     }
 
     pub fn inventory(&self) -> Inventory {
@@ -103,11 +99,7 @@ impl Telemetry {
         let host = self.host.sample();
         let mut gpus = self.nvml.as_ref().map(NvmlGpus::sample).unwrap_or_default();
         gpus.extend(self.simulated.sample(busy_gpus));
-        TelemetryReport {
-            cpu_util: host.cpu_util,
-            memory_used_mb: host.memory_used_mb,
-            gpus,
-        }
+        TelemetryReport { cpu_util: host.cpu_util, memory_used_mb: host.memory_used_mb, gpus }
     }
 }
 
@@ -117,9 +109,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn absent_nvml() -> NvmlMode {
-        NvmlMode::Enabled {
-            library: Some(PathBuf::from("libnvidia-ml-absent-for-airtime-tests.so")),
-        }
+        NvmlMode::Enabled { library: Some(PathBuf::from("libnvidia-ml-absent-for-airtime-tests.so")) }
     }
 
     #[test]
@@ -138,11 +128,7 @@ mod tests {
 
     #[test]
     fn without_nvml_simulated_gpus_start_at_zero() -> Result<(), TelemetryError> {
-        let spec = SimulatedGpuSpec {
-            count: 2,
-            model: "H100-SXM".into(),
-            memory_mb: 81920,
-        };
+        let spec = SimulatedGpuSpec { count: 2, model: "H100-SXM".into(), memory_mb: 81920 };
         let mut telemetry = Telemetry::discover(&absent_nvml(), &[spec], "n1")?;
         let inventory = telemetry.inventory();
         assert_eq!(inventory.gpu_source, GpuSource::Simulated);

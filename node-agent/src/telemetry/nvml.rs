@@ -41,11 +41,7 @@ impl NvmlGpus {
                 }
             }
         }
-        Ok(Self {
-            nvml,
-            gpus,
-            device_count,
-        })
+        Ok(Self { nvml, gpus, device_count })
     }
 
     pub fn gpus(&self) -> &[GpuInfo] {
@@ -59,10 +55,7 @@ impl NvmlGpus {
 
     /// Reads every advertised GPU. Never fails as a whole: what cannot be read is `None`.
     pub fn sample(&self) -> Vec<GpuTelemetry> {
-        self.gpus
-            .iter()
-            .map(|gpu| sample_one(&self.nvml, gpu.index))
-            .collect()
+        self.gpus.iter().map(|gpu| sample_one(&self.nvml, gpu.index)).collect()
     }
 }
 
@@ -87,14 +80,8 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlError> {
 }
 
 fn sample_one(nvml: &Nvml, index: u32) -> GpuTelemetry {
-    let empty = GpuTelemetry {
-        index,
-        util: None,
-        memory_used_mb: None,
-        temperature_c: None,
-        power_w: None,
-        ecc_errors: None,
-    };
+    let empty =
+        GpuTelemetry { index, util: None, memory_used_mb: None, temperature_c: None, power_w: None, ecc_errors: None };
     let device = match nvml.device_by_index(index) {
         Ok(device) => device,
         Err(error) => {
@@ -103,22 +90,14 @@ fn sample_one(nvml: &Nvml, index: u32) -> GpuTelemetry {
         }
     };
     GpuTelemetry {
-        util: device
-            .utilization_rates()
-            .ok()
-            .map(|u| f64::from(u.gpu) / 100.0),
+        util: device.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0),
         memory_used_mb: device.memory_info().ok().map(|m| m.used / MIB),
-        temperature_c: device
-            .temperature(TemperatureSensor::Gpu)
-            .ok()
-            .map(f64::from),
+        temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
         // NVML reports milliwatts.
         power_w: device.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
         // Uncorrected errors since the driver loaded: the count that means a GPU is unhealthy now.
         // Fails with NotSupported on GPUs without ECC, which is then null.
-        ecc_errors: device
-            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-            .ok(),
+        ecc_errors: device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
         ..empty
     }
 }

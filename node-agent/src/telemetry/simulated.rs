@@ -41,10 +41,7 @@ impl SimulatedGpus {
                 simulated: true,
             })
             .collect();
-        Self {
-            gpus,
-            since: Instant::now(),
-        }
+        Self { gpus, since: Instant::now() }
     }
 
     pub fn gpus(&self) -> &[GpuInfo] {
@@ -92,29 +89,14 @@ mod tests {
     use super::*;
 
     fn spec(count: u32, model: &str, memory_mb: u64) -> SimulatedGpuSpec {
-        SimulatedGpuSpec {
-            count,
-            model: model.into(),
-            memory_mb,
-        }
+        SimulatedGpuSpec { count, model: model.into(), memory_mb }
     }
 
     #[test]
     fn numbers_gpus_after_the_first_index() {
         let sim = SimulatedGpus::new(&[spec(2, "H100-SXM", 81920), spec(1, "L4", 23034)], 4, "n1");
-        let listed: Vec<(u32, &str, &str, u64, bool)> = sim
-            .gpus()
-            .iter()
-            .map(|g| {
-                (
-                    g.index,
-                    g.uuid.as_str(),
-                    g.model.as_str(),
-                    g.memory_mb,
-                    g.simulated,
-                )
-            })
-            .collect();
+        let listed: Vec<(u32, &str, &str, u64, bool)> =
+            sim.gpus().iter().map(|g| (g.index, g.uuid.as_str(), g.model.as_str(), g.memory_mb, g.simulated)).collect();
         assert_eq!(
             listed,
             vec![

@@ -91,28 +91,19 @@ impl FakeControlPlane {
 
     pub async fn wait_for_event(&self, workload_id: Uuid, name: &str) -> Value {
         self.wait_for(&format!("{name} of {workload_id}"), |cp| {
-            cp.events_of(workload_id)
-                .into_iter()
-                .find(|e| e["event"] == name)
+            cp.events_of(workload_id).into_iter().find(|e| e["event"] == name)
         })
         .await
     }
 }
 
 pub fn error(status: StatusCode, code: &str) -> Response {
-    (
-        status,
-        Json(json!({"error": {"code": code, "message": code}})),
-    )
-        .into_response()
+    (status, Json(json!({"error": {"code": code, "message": code}}))).into_response()
 }
 
 pub async fn register(State(cp): State<FakeControlPlane>, Json(body): Json<Value>) -> Response {
     // The control plane denies unknown fields: the agent must send exactly the documented ones.
-    let mut fields: Vec<&str> = body
-        .as_object()
-        .map(|o| o.keys().map(String::as_str).collect())
-        .unwrap_or_default();
+    let mut fields: Vec<&str> = body.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
     fields.sort_unstable();
     let documented = [
         "agent_version",
@@ -156,26 +147,14 @@ pub struct PollQuery {
     wait_ms: u64,
 }
 
-pub async fn assignments(
-    State(cp): State<FakeControlPlane>,
-    Query(query): Query<PollQuery>,
-) -> Response {
-    assert!(
-        query.wait_ms <= 30_000,
-        "wait_ms {} over the cap",
-        query.wait_ms
-    );
+pub async fn assignments(State(cp): State<FakeControlPlane>, Query(query): Query<PollQuery>) -> Response {
+    assert!(query.wait_ms <= 30_000, "wait_ms {} over the cap", query.wait_ms);
     let mut desired = cp.desired.subscribe();
-    let wait = tokio::time::timeout(
-        Duration::from_millis(query.wait_ms),
-        desired.wait_for(|d| d.version > query.after),
-    );
+    let wait =
+        tokio::time::timeout(Duration::from_millis(query.wait_ms), desired.wait_for(|d| d.version > query.after));
     let _ = wait.await;
     let state = desired.borrow().clone();
-    cp.recorded()
-        .answered
-        .entry(state.version)
-        .or_insert_with(SystemTime::now);
+    cp.recorded().answered.entry(state.version).or_insert_with(SystemTime::now);
     Json(state).into_response()
 }
 
@@ -199,21 +178,13 @@ pub async fn enrol(State(cp): State<FakeControlPlane>, Json(body): Json<Value>) 
         return error(StatusCode::UNAUTHORIZED, "unauthorized");
     }
     cp.recorded().enrolments += 1;
-    Json(json!({"credential": CREDENTIAL, "credential_id": Uuid::new_v4(), "node_name": body["name"]}))
-        .into_response()
+    Json(json!({"credential": CREDENTIAL, "credential_id": Uuid::new_v4(), "node_name": body["name"]})).into_response()
 }
 
 /// Every call but the enrolment must carry the node credential, as the real control plane requires.
-async fn require_credential(
-    State(cp): State<FakeControlPlane>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn require_credential(State(cp): State<FakeControlPlane>, request: Request, next: Next) -> Response {
     let expected = format!("Bearer {CREDENTIAL}");
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if !request.uri().path().ends_with("/enrol") && given != Some(expected.as_str()) {
         cp.recorded().unauthorized += 1;
         return error(StatusCode::UNAUTHORIZED, "unauthorized");
@@ -224,30 +195,15 @@ async fn require_credential(
 pub async fn start_fake() -> Result<(FakeControlPlane, String), std::io::Error> {
     let cp = FakeControlPlane {
         recorded: Arc::default(),
-        desired: Arc::new(
-            watch::channel(AssignmentsResponse {
-                version: 0,
-                assignments: vec![],
-            })
-            .0,
-        ),
+        desired: Arc::new(watch::channel(AssignmentsResponse { version: 0, assignments: vec![] }).0),
     };
     let app = Router::new()
         .route("/api/v1/agent/enrol", post(enrol))
         .route("/api/v1/agent/register", post(register))
         .route("/api/v1/agent/nodes/{node_id}/telemetry", post(telemetry))
-        .route(
-            "/api/v1/agent/nodes/{node_id}/assignments",
-            get(assignments),
-        )
-        .route(
-            "/api/v1/agent/nodes/{node_id}/workloads/{workload_id}/events",
-            post(event),
-        )
-        .layer(middleware::from_fn_with_state(
-            cp.clone(),
-            require_credential,
-        ))
+        .route("/api/v1/agent/nodes/{node_id}/assignments", get(assignments))
+        .route("/api/v1/agent/nodes/{node_id}/workloads/{workload_id}/events", post(event))
+        .layer(middleware::from_fn_with_state(cp.clone(), require_credential))
         .with_state(cp.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -271,12 +227,7 @@ pub fn run(workload_id: Uuid, command: &str, gpus: &[u32], grace_ms: u64) -> Ass
 }
 
 pub fn stop(run: &Assignment, reason: &str, grace_ms: u64) -> Assignment {
-    Assignment {
-        action: AssignmentAction::Stop,
-        reason: Some(reason.into()),
-        grace_period_ms: grace_ms,
-        ..run.clone()
-    }
+    Assignment { action: AssignmentAction::Stop, reason: Some(reason.into()), grace_period_ms: grace_ms, ..run.clone() }
 }
 
 pub fn unix_nanos(time: SystemTime) -> u128 {

@@ -10,7 +10,9 @@
 //! with `gpu_count == 0`) whenever one has room for its CPU and memory: the cheapest `cost_per_hour`
 //! first, ties to the tightest CPU fit. Only when no CPU node has room does it take GPUs. CPU-only
 //! work goes to CPU nodes the same way, and with no CPU node free it may use the spare host CPU of a
-//! GPU node (cheapest node first), taking none of its GPUs. CPU-capable work of other classes
+//! GPU node (cheapest node first), taking none of its GPUs: spare is what is free beyond a per-GPU
+//! share of the node's CPU and memory kept for each of its free GPUs, so GPUs never sit idle for want
+//! of host CPU. CPU-capable work of other classes
 //! (training, fine-tuning, quantization) runs on GPUs, and on a CPU node only when no GPU fits it.
 //!
 //! **Cheapest GPUs.** GPU work is a gang on one node. It goes to the node with the lowest cost per
@@ -302,6 +304,8 @@ impl<'p, 's> Cycle<'p, 's> {
         let before = self.plan.free_gpu_count(fit.node);
         self.plan.place(index, fit.node, fit.gpus, reason)?;
         self.moved(fit.node, before, self.plan.free_gpu_count(fit.node));
+        // Fewer free GPUs keep less host CPU back: CPU-only work may fit where it did not.
+        self.host_full.clear();
         if let Some(held) = self.tenant_gpus.get_mut(t as usize) {
             *held = held.saturating_add(need.count);
         }
@@ -325,7 +329,7 @@ impl<'p, 's> Cycle<'p, 's> {
         if let Some(node) = self.host_cpu_node(w) {
             let cost = self.node(node).map_or(0.0, node_cost);
             let reason = format!(
-                "no CPU node has {} mCPU and {} MiB free; placed on the host CPU of {} (a {} GPU node), using none of its GPUs",
+                "no CPU node has {} mCPU and {} MiB free; placed on the spare host CPU of {} (a {} GPU node), using none of its GPUs",
                 w.cpu_millis,
                 w.memory_mb,
                 self.name(node),
@@ -335,7 +339,10 @@ impl<'p, 's> Cycle<'p, 's> {
             self.placed += 1;
             return Ok(());
         }
-        let reason = format!("no ready node has {} mCPU and {} MiB of memory free", w.cpu_millis, w.memory_mb);
+        let reason = format!(
+            "no CPU node has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
+            w.cpu_millis, w.memory_mb
+        );
         Ok(self.plan.keep_pending(index, reason)?)
     }
 
@@ -366,39 +373,59 @@ impl<'p, 's> Cycle<'p, 's> {
         if self.cpu_full.contains(&key) {
             return None;
         }
-        let found = self.cheapest_with_room(&self.cpu_nodes, w);
+        let found = self.cheapest_with_room(&self.cpu_nodes, w, |node| (self.plan.cpu_free(node), self.plan.memory_free(node)));
         if found.is_none() {
             self.cpu_full.insert(key);
         }
         found
     }
 
-    /// The cheapest GPU node whose spare host CPU has room for CPU-only `w`.
+    /// The cheapest GPU node whose spare host CPU and memory (see [`Cycle::spare_host`]) have room
+    /// for CPU-only `w`.
     fn host_cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
         let key = (w.cpu_millis, w.memory_mb);
         if self.host_full.contains(&key) {
             return None;
         }
-        let found = self.cheapest_with_room(&self.gpu_nodes, w);
+        let found = self.cheapest_with_room(&self.gpu_nodes, w, |node| self.spare_host(node));
         if found.is_none() {
             self.host_full.insert(key);
         }
         found
     }
 
-    /// In `nodes` (sorted cheapest first), the first cost with a node that has room, and of those the
-    /// tightest CPU fit.
-    fn cheapest_with_room(&self, nodes: &[u32], w: &Workload<'_>) -> Option<u32> {
+    /// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of
+    /// its free GPUs, so CPU-only work never leaves GPUs that could be placed without the host
+    /// resources to run them.
+    fn spare_host(&self, node: u32) -> (u32, u32) {
+        let Some(n) = self.node(node) else { return (0, 0) };
+        let free = u64::from(self.plan.free_gpu_count(node));
+        let gpus = u64::from(n.gpu_count.max(1));
+        let keep = |total: u32| (u64::from(total) * free / gpus).min(u64::from(u32::MAX)) as u32;
+        (
+            self.plan.cpu_free(node).saturating_sub(keep(n.cpu_millis)),
+            self.plan.memory_free(node).saturating_sub(keep(n.memory_mb)),
+        )
+    }
+
+    /// In `nodes` (sorted cheapest first), the first cost with a node whose `room` (free mCPU, MiB)
+    /// holds `w`, and of those the tightest CPU fit.
+    fn cheapest_with_room(&self, nodes: &[u32], w: &Workload<'_>, room: impl Fn(u32) -> (u32, u32)) -> Option<u32> {
         let cost = |node: u32| self.node(node).map_or(0, |n| cost_key(node_cost(n)));
-        let first = nodes.iter().copied().find(|&node| self.has_host_room(node, w))?;
+        let fits = |node: u32| {
+            let (cpu, memory) = room(node);
+            (cpu >= w.cpu_millis && memory >= w.memory_mb).then_some((cpu - w.cpu_millis, memory - w.memory_mb, node))
+        };
+        let first = nodes.iter().copied().find(|&node| fits(node).is_some())?;
         let tier = cost(first);
         nodes
             .iter()
             .copied()
             .skip_while(|&node| node != first)
             .take_while(|&node| cost(node) == tier)
-            .filter(|&node| self.has_host_room(node, w))
-            .min_by_key(|&node| (self.plan.cpu_free(node) - w.cpu_millis, self.plan.memory_free(node) - w.memory_mb, node))
+            .filter_map(fits)
+            .min()
+            .map(|(.., node)| node)
     }
 
     /// The cheapest fit for `w`: the cheapest cost tier with a node that fits, and in it the fewest

@@ -23,7 +23,8 @@
 //!
 //! **Placement.** CPU-only work, and CPU-capable work while a CPU node has room, goes to a CPU node
 //! (the tightest CPU fit), leaving the GPUs to work that needs them; CPU-only work with no CPU node
-//! free may use the spare host CPU of a GPU node. GPU work is a gang on one node, best fit: the node
+//! free may use the spare host CPU of a GPU node (what is free beyond a per-GPU share of its CPU and
+//! memory kept for each of its free GPUs, so GPUs never sit idle for want of host CPU). GPU work is a gang on one node, best fit: the node
 //! with the fewest free GPUs left over, then the least GPU memory left over, with GPUs that fit its
 //! memory by live telemetry and its allowed models, and the host CPU and memory it asks for.
 //!
@@ -421,7 +422,7 @@ impl<'p, 's> Cycle<'p, 's> {
                 if let Some(node) = self.fleet.host_cpu_node(w) {
                     let left = self.fleet.plan.cpu_free(node).saturating_sub(w.cpu_millis);
                     let reason = format!(
-                        "no CPU node has {} mCPU and {} MiB free; placed on the host CPU of {} ({left} mCPU left free there), using none of its GPUs",
+                        "no CPU node has {} mCPU and {} MiB free; placed on the spare host CPU of {} ({left} mCPU left free there), using none of its GPUs",
                         w.cpu_millis,
                         w.memory_mb,
                         node_name(snapshot, node)
@@ -429,8 +430,10 @@ impl<'p, 's> Cycle<'p, 's> {
                     self.fleet.plan.place(index, node, Vec::new(), reason)?;
                     self.placed += 1;
                 } else {
-                    let reason =
-                        format!("no ready node has {} mCPU and {} MiB of memory free", w.cpu_millis, w.memory_mb);
+                    let reason = format!(
+                        "no CPU node has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
+                        w.cpu_millis, w.memory_mb
+                    );
                     self.fleet.plan.keep_pending(index, reason)?;
                 }
                 return Ok(());
@@ -784,32 +787,51 @@ impl<'p, 's> Fleet<'p, 's> {
         if self.cpu_full.contains(&key) {
             return None;
         }
-        let best = self.tightest(&self.cpu_nodes, w);
+        let best = self.tightest(&self.cpu_nodes, w, |node| (self.plan.cpu_free(node), self.plan.memory_free(node)));
         if best.is_none() {
             self.cpu_full.insert(key);
         }
         best
     }
 
-    /// The GPU node whose spare host CPU has room for CPU-only `w`, the least left over.
+    /// The GPU node whose spare host CPU and memory (see [`Fleet::spare_host`]) have room for
+    /// CPU-only `w`, the least left over.
     fn host_cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
         let key = (w.cpu_millis, w.memory_mb);
         if self.host_full.contains(&key) {
             return None;
         }
-        let best = self.tightest(&self.gpu_nodes, w);
+        let best = self.tightest(&self.gpu_nodes, w, |node| self.spare_host(node));
         if best.is_none() {
             self.host_full.insert(key);
         }
         best
     }
 
-    fn tightest(&self, nodes: &[u32], w: &Workload<'_>) -> Option<u32> {
+    /// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of
+    /// its open GPUs, so CPU-only work never leaves GPUs that could be placed without the host
+    /// resources to run them.
+    fn spare_host(&self, node: u32) -> (u32, u32) {
+        let Some(n) = self.snapshot.node(node) else { return (0, 0) };
+        let open = u64::from(self.open_count.get(node as usize).copied().unwrap_or(0));
+        let gpus = u64::from(n.gpu_count.max(1));
+        let keep = |total: u32| (u64::from(total) * open / gpus).min(u64::from(u32::MAX)) as u32;
+        (
+            self.plan.cpu_free(node).saturating_sub(keep(n.cpu_millis)),
+            self.plan.memory_free(node).saturating_sub(keep(n.memory_mb)),
+        )
+    }
+
+    /// Of `nodes`, the one whose `room` (free mCPU, MiB) holds `w` with the least left over.
+    fn tightest(&self, nodes: &[u32], w: &Workload<'_>, room: impl Fn(u32) -> (u32, u32)) -> Option<u32> {
         nodes
             .iter()
-            .copied()
-            .filter(|&node| self.has_host_room(node, w))
-            .min_by_key(|&node| (self.plan.cpu_free(node) - w.cpu_millis, self.plan.memory_free(node) - w.memory_mb, node))
+            .filter_map(|&node| {
+                let (cpu, memory) = room(node);
+                (cpu >= w.cpu_millis && memory >= w.memory_mb).then_some((cpu - w.cpu_millis, memory - w.memory_mb, node))
+            })
+            .min()
+            .map(|(.., node)| node)
     }
 
     /// The best fit for `w`: the fewest open GPUs left over on the node, then the least GPU memory
@@ -913,6 +935,8 @@ impl<'p, 's> Fleet<'p, 's> {
         if closed == 0 {
             return;
         }
+        // Fewer open GPUs keep less host CPU back: CPU-only work may fit where it did not.
+        self.host_full.clear();
         let after = before - closed;
         self.open_count[node as usize] = after;
         self.version[node as usize] += 1;

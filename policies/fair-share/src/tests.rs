@@ -320,7 +320,10 @@ fn cpu_work_goes_to_cpu_nodes_and_leaves_the_gpus_to_work_that_needs_them() {
         })
         .pending_with("etl", 0, 0, |w| w.cpu_millis = 2000)
         .pending_with("big-etl", 0, 0, |w| w.cpu_millis = 16000)
-        .pending_with("quantize", 1, 20000, |w| w.class = WorkloadClass::Quantization)
+        .pending_with("quantize", 1, 20000, |w| {
+            w.class = WorkloadClass::Quantization;
+            w.priority = 10;
+        })
         .evaluate(&FairShare)
         .expect("runs");
     assert_eq!(outcome.placement("embed"), Some(("cpu-e", vec![])));
@@ -329,7 +332,7 @@ fn cpu_work_goes_to_cpu_nodes_and_leaves_the_gpus_to_work_that_needs_them() {
     assert_eq!(
         outcome.reason("big-etl"),
         Some(
-            "no CPU node has 16000 mCPU and 4096 MiB free; placed on the host CPU of gpu-e (48000 mCPU left free there), using none of its GPUs"
+            "no CPU node has 16000 mCPU and 4096 MiB free; placed on the spare host CPU of gpu-e (47000 mCPU left free there), using none of its GPUs"
         )
     );
     assert_eq!(outcome.placement("quantize"), Some(("gpu-e", vec![0])));

@@ -117,14 +117,17 @@ struct Cycle<'p, 's> {
     placed: u32,
     /// Per node, bumped when a placement takes its GPUs.
     versions: Vec<u32>,
-    /// Per GPU shape, per node: the memory a fit would leave over (or `None`: it does not fit), as
+    /// Per GPU need, per node: the memory a fit would leave over (or `None`: it does not fit), as
     /// of a node version. Nodes that did not change are not looked at again, which keeps a cycle
-    /// of 10,000 workloads on 1,000 nodes in milliseconds.
-    memo: BTreeMap<MemoKey<'s>, Vec<Memo>>,
+    /// of 10,000 workloads on 1,000 nodes in milliseconds. `memo_ids` numbers the needs.
+    memo: Vec<Vec<Memo>>,
+    memo_ids: BTreeMap<MemoKey<'s>, usize>,
+    /// The fitting GPUs of the node being looked at, reused from node to node.
+    scratch: Vec<Candidate>,
 }
 
-/// (GPU count, MiB per GPU, allowed models).
-type MemoKey<'s> = (u32, u32, Vec<&'s str>);
+/// (GPU count, MiB per GPU, allowed models as the workload wrote them).
+type MemoKey<'s> = (u32, u32, &'s str);
 
 #[derive(Clone, Copy, Default)]
 struct Memo {
@@ -139,7 +142,17 @@ impl<'p, 's> Cycle<'p, 's> {
         let gpus = FreeGpuIndex::new(snapshot, &plan);
         let cpus = FreeCpuIndex::new(snapshot, &plan);
         let versions = vec![1; snapshot.nodes.len()];
-        Cycle { snapshot, plan, gpus, cpus, placed: 0, versions, memo: BTreeMap::new() }
+        Cycle {
+            snapshot,
+            plan,
+            gpus,
+            cpus,
+            placed: 0,
+            versions,
+            memo: Vec::new(),
+            memo_ids: BTreeMap::new(),
+            scratch: Vec::new(),
+        }
     }
 
     fn place_on_gpus(&mut self, index: u32, need: &GpuNeed<'_>, mut fit: GpuFit<'s>) -> Result<(), Failure> {
@@ -158,7 +171,8 @@ impl<'p, 's> Cycle<'p, 's> {
         self.plan.place(index, fit.node, fit.gpus, reason)?;
         self.placed += 1;
         self.gpus.moved(fit.node, free_before, self.plan.free_gpu_count(fit.node));
-        self.cpus.moved(fit.node, host_before, (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node)));
+        let after = (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node));
+        self.cpus.moved(fit.node, true, host_before, after);
         if let Some(version) = self.versions.get_mut(fit.node as usize) {
             *version += 1;
         }
@@ -183,7 +197,8 @@ impl<'p, 's> Cycle<'p, 's> {
         };
         self.plan.place(index, node, Vec::new(), reason)?;
         self.placed += 1;
-        self.cpus.moved(node, before, (self.plan.cpu_free(node), self.plan.memory_free(node)));
+        let has_gpus = self.snapshot.node(node).is_some_and(Node::has_gpus);
+        self.cpus.moved(node, has_gpus, before, (self.plan.cpu_free(node), self.plan.memory_free(node)));
         Ok(true)
     }
 
@@ -201,28 +216,36 @@ impl<'p, 's> Cycle<'p, 's> {
     /// The best node for `workload`: the fewest free GPUs left over on the node, then the least
     /// memory left over on the chosen GPUs, then the lowest node index. `None` when no ready node has
     /// enough free GPUs that fit and the host CPU and memory.
-    fn best_gpu_fit(&mut self, workload: &Workload<'_>, need: &GpuNeed<'s>, prefer_nvlink: bool) -> Option<GpuFit<'s>> {
-        let key = (need.count, need.memory_mb, need.models.clone());
-        let mut memo = self.memo.remove(&key).unwrap_or_else(|| vec![Memo::default(); self.snapshot.nodes.len()]);
+    fn best_gpu_fit(&mut self, workload: &Workload<'s>, need: &GpuNeed<'s>, prefer_nvlink: bool) -> Option<GpuFit<'s>> {
+        let key = (need.count, need.memory_mb, workload.gpu_models);
+        let id = match self.memo_ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                self.memo.push(vec![Memo::default(); self.snapshot.nodes.len()]);
+                self.memo_ids.insert(key, self.memo.len() - 1);
+                self.memo.len() - 1
+            }
+        };
+        let Cycle { plan, gpus, versions, memo, scratch, .. } = self;
+        let memo = &mut memo[id];
         let mut best: Option<(u64, u32)> = None;
         // Groups are visited tightest first; the first group with a fitting node holds the best
         // fit, and within it the least memory left over wins (the first such node, as groups are
         // in node order).
-        for nodes in self.gpus.at_least(need.count) {
+        for nodes in gpus.at_least(need.count) {
             for &node in nodes {
-                if self.plan.cpu_free(node) < workload.cpu_millis || self.plan.memory_free(node) < workload.memory_mb {
+                if plan.cpu_free(node) < workload.cpu_millis || plan.memory_free(node) < workload.memory_mb {
                     continue;
                 }
-                let version = self.versions.get(node as usize).copied().unwrap_or(0);
-                let waste = match memo.get(node as usize) {
+                let version = versions.get(node as usize).copied().unwrap_or(0);
+                let waste = match memo.get_mut(node as usize) {
                     Some(seen) if seen.version == version => seen.waste,
-                    _ => {
-                        let waste = self.choose(node, need, prefer_nvlink).map(|(_, _, waste)| waste);
-                        if let Some(seen) = memo.get_mut(node as usize) {
-                            *seen = Memo { version, waste };
-                        }
+                    Some(seen) => {
+                        let waste = fit(plan, node, need, prefer_nvlink, scratch).map(|(_, waste)| waste);
+                        *seen = Memo { version, waste };
                         waste
                     }
+                    None => None,
                 };
                 if let Some(waste) = waste
                     && best.is_none_or(|(least, _)| waste < least)
@@ -237,32 +260,15 @@ impl<'p, 's> Cycle<'p, 's> {
                 break;
             }
         }
-        self.memo.insert(key, memo);
         let (_, node) = best?;
-        let (gpus, one_nvlink_domain, _) = self.choose(node, need, prefer_nvlink)?;
+        let (domain, _) = fit(plan, node, need, prefer_nvlink, scratch)?;
+        let chosen = || scratch.iter().filter(|c| domain.is_none_or(|d| c.nvlink_group == Some(d)));
+        let gpus: Vec<u32> = chosen().take(need.count as usize).map(|c| c.gpu).collect();
+        let first_group = scratch.first().and_then(|c| c.nvlink_group);
+        let one_nvlink_domain = domain.is_some()
+            || (first_group.is_some() && chosen().take(need.count as usize).all(|c| c.nvlink_group == first_group));
         let model = gpus.first().and_then(|&i| self.snapshot.gpu(i)).map_or("", |g| g.model);
         Some(GpuFit { node, gpus, model, one_nvlink_domain })
-    }
-
-    /// The GPUs `need` would take on `node` (see [`choose_gpus`]), whether they share an NVLink
-    /// domain, and the memory they would leave over; `None` if too few of its free GPUs fit.
-    fn choose(&self, node: u32, need: &GpuNeed<'_>, prefer_nvlink: bool) -> Option<(Vec<u32>, bool, u64)> {
-        // Cheap refusal before collecting anything: most nodes looked at do not fit.
-        if self.plan.free_gpus(node).filter(|(_, g)| need.fits(g)).take(need.count as usize).count()
-            < need.count as usize
-        {
-            return None;
-        }
-        let mut candidates: Vec<(u32, &Gpu<'s>)> = self.plan.free_gpus(node).filter(|(_, g)| need.fits(g)).collect();
-        // Tightest GPUs first: least free memory, then device order.
-        candidates.sort_by_key(|(i, g)| (g.memory_free_mb(), g.device_index, *i));
-        let (chosen, one_domain) = choose_gpus(&candidates, need.count as usize, prefer_nvlink);
-        let waste = chosen
-            .iter()
-            .filter_map(|&i| self.snapshot.gpu(i))
-            .map(|g| u64::from(g.memory_free_mb() - need.memory_mb))
-            .sum();
-        Some((chosen, one_domain, waste))
     }
 
     /// "no ready node has 4 free GPUs with ≥ 40960 MiB (H100); the most on one node is 2 (n7)", or,
@@ -384,46 +390,83 @@ impl FreeCpuIndex {
         })
     }
 
-    /// `node`'s free (CPU, memory) went from `before` to `after`.
-    fn moved(&mut self, node: u32, before: (u32, u32), after: (u32, u32)) {
-        let Some(at) = self.nodes.iter().position(|&(_, c, m, n)| n == node && (c, m) == before) else { return };
-        let (has_gpus, ..) = self.nodes.remove(at);
+    /// `node` (with GPUs or not) had `before` free (CPU, memory) and has `after` now.
+    fn moved(&mut self, node: u32, has_gpus: bool, before: (u32, u32), after: (u32, u32)) {
+        let Ok(at) = self.nodes.binary_search(&(has_gpus, before.0, before.1, node)) else { return };
         let entry = (has_gpus, after.0, after.1, node);
-        let at = self.nodes.partition_point(|e| *e < entry);
-        self.nodes.insert(at, entry);
+        let to = self.nodes.partition_point(|e| *e < entry);
+        // Free CPU and memory only go down in a cycle, so the entry moves towards the front.
+        if to <= at {
+            self.nodes[to..=at].rotate_right(1);
+            self.nodes[to] = entry;
+        } else {
+            self.nodes.remove(at);
+            self.nodes.insert(to - 1, entry);
+        }
     }
 }
 
-/// `count` GPUs from `candidates` (sorted tightest first), from one NVLink domain if one has enough
-/// (the domain with the fewest candidates that still has enough, to keep big domains whole), else
-/// the tightest ones. Returns the GPU indexes and whether they share a domain.
-fn choose_gpus(candidates: &[(u32, &Gpu<'_>)], count: usize, prefer_nvlink: bool) -> (Vec<u32>, bool) {
-    let tightest = || candidates.iter().take(count).map(|(i, _)| *i).collect::<Vec<u32>>();
-    let first_group = candidates.first().and_then(|(_, g)| g.nvlink_group);
-    let same_domain =
-        |gpus: &[(u32, &Gpu<'_>)]| first_group.is_some() && gpus.iter().all(|(_, g)| g.nvlink_group == first_group);
-    if !prefer_nvlink || count <= 1 {
-        let chosen = candidates.get(..count).unwrap_or(candidates);
-        return (tightest(), same_domain(chosen));
+/// A free GPU that fits the need, as [`fit`] sorts them.
+#[derive(Clone, Copy)]
+struct Candidate {
+    memory_free_mb: u32,
+    device_index: u32,
+    gpu: u32,
+    nvlink_group: Option<u32>,
+}
+
+/// Which GPUs `need` would take on `node`, and the memory they would leave over; `None` if too few
+/// of its free GPUs fit. Fills `scratch` with the free GPUs that fit, tightest first (least free
+/// memory, then device order). The GPUs taken are the first `need.count` of them, or with
+/// `prefer_nvlink` and more than one GPU, the first `need.count` of one NVLink domain when a domain
+/// has enough: the domain with the fewest fitting GPUs that still has enough (keeping big domains
+/// whole), then the lowest domain number. Returns that domain (`None`: the tightest GPUs, whatever
+/// their domains) and the memory left over.
+///
+/// No allocation: this runs for every node a workload looks at whose GPUs changed.
+fn fit(
+    plan: &Plan<'_, '_>,
+    node: u32,
+    need: &GpuNeed<'_>,
+    prefer_nvlink: bool,
+    scratch: &mut Vec<Candidate>,
+) -> Option<(Option<u32>, u64)> {
+    let count = need.count as usize;
+    scratch.clear();
+    scratch.extend(plan.free_gpus(node).filter(|(_, g)| need.fits(g)).map(|(gpu, g)| Candidate {
+        memory_free_mb: g.memory_free_mb(),
+        device_index: g.device_index,
+        gpu,
+        nvlink_group: g.nvlink_group,
+    }));
+    if scratch.len() < count {
+        return None;
     }
-    let mut groups: Vec<(u32, usize)> = Vec::new();
-    for (_, gpu) in candidates {
-        if let Some(group) = gpu.nvlink_group {
-            match groups.iter_mut().find(|(g, _)| *g == group) {
-                Some((_, n)) => *n += 1,
-                None => groups.push((group, 1)),
+    // GPU indexes are distinct, so the order is total.
+    scratch.sort_unstable_by_key(|c| (c.memory_free_mb, c.device_index, c.gpu));
+    let mut domain = None;
+    if prefer_nvlink && count > 1 {
+        // (fitting GPUs, domain) of the best domain with enough, each domain counted once.
+        let mut best: Option<(usize, u32)> = None;
+        for (at, candidate) in scratch.iter().enumerate() {
+            let Some(group) = candidate.nvlink_group else { continue };
+            if scratch[..at].iter().any(|c| c.nvlink_group == Some(group)) {
+                continue;
+            }
+            let size = scratch[at..].iter().filter(|c| c.nvlink_group == Some(group)).count();
+            if size >= count && best.is_none_or(|b| (size, group) < b) {
+                best = Some((size, group));
             }
         }
+        domain = best.map(|(_, group)| group);
     }
-    let group = groups.iter().filter(|(_, n)| *n >= count).min_by_key(|(g, n)| (*n, *g)).map(|(g, _)| *g);
-    match group {
-        Some(group) => {
-            let chosen =
-                candidates.iter().filter(|(_, g)| g.nvlink_group == Some(group)).take(count).map(|(i, _)| *i).collect();
-            (chosen, true)
-        }
-        None => (tightest(), false),
-    }
+    let waste = scratch
+        .iter()
+        .filter(|c| domain.is_none_or(|d| c.nvlink_group == Some(d)))
+        .take(count)
+        .map(|c| u64::from(c.memory_free_mb - need.memory_mb))
+        .sum();
+    Some((domain, waste))
 }
 
 fn no_cpu_reason(workload: &Workload<'_>) -> String {
