@@ -27,6 +27,24 @@ async fn an_author_uploads_dry_runs_shadows_activates_and_rolls_back_a_policy() 
         .unwrap();
     let stuck_id = stuck["id"].as_str().unwrap().to_owned();
 
+    // Replay production inputs locally: the live snapshot, run through the `airtime-policy` CLI.
+    let snapshot = api.ok("/api/v1/scheduler/snapshot").await.unwrap();
+    assert!(snapshot["workloads"].as_array().unwrap().iter().any(|w| w["name"] == "too-big"), "{snapshot}");
+    let dir = tempfile::tempdir().unwrap();
+    let (snap_path, wasm_path) = (dir.path().join("snapshot.json"), dir.path().join("template.wasm"));
+    std::fs::write(&snap_path, serde_json::to_vec(&snapshot).unwrap()).unwrap();
+    std::fs::write(&wasm_path, airtime_builtin_policies::TEMPLATE).unwrap();
+    let replay = std::process::Command::new(airtime_tests::bin("airtime-policy"))
+        .arg("run")
+        .arg(&wasm_path)
+        .arg("--snapshot")
+        .arg(&snap_path)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&replay.stdout);
+    assert!(replay.status.success(), "{printed}\n{}", String::from_utf8_lossy(&replay.stderr));
+    assert!(printed.contains("too-big"), "the replay decides for the live workload: {printed}");
+
     // Upload the template (v1), then a second version (v2).
     let v1 = api
         .post_raw("/api/v1/policies?name=my-policy", "application/wasm", airtime_builtin_policies::TEMPLATE.to_vec())

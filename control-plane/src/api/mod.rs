@@ -10,6 +10,7 @@ pub mod health;
 pub mod openapi;
 pub mod policies;
 pub mod settings;
+pub mod snapshot;
 pub mod tenants;
 pub mod workloads;
 
@@ -29,6 +30,7 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         .merge(policies::routes(config))
         .merge(decisions::routes())
         .merge(tenants::routes())
+        .merge(snapshot::routes())
         .merge(settings::routes())
         .merge(auth::routes())
         .nest("/agent", agent::routes())
