@@ -22,3 +22,15 @@ if ! pg_up; then
   fi
 fi
 pg_up || fail "PostgreSQL is not answering on 127.0.0.1:5432; start it (trust auth for user postgres)"
+
+# The dashboard's browser test drives headless Chromium through chromedriver.
+if ! command -v chromedriver >/dev/null; then
+  browser_hint="install them with: apt-get install -y chromium chromium-driver"
+  [ "$(id -u)" -eq 0 ] || fail "chromedriver is missing (the dashboard's browser test needs Chromium and chromedriver); $browser_hint (as root)"
+  command -v apt-get >/dev/null || fail "chromedriver is missing and apt-get is not available; install Chromium and chromedriver (Debian: $browser_hint)"
+  echo "airtime: installing chromium and chromium-driver (the dashboard's browser test)"
+  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver; }
+  apt_install || { DEBIAN_FRONTEND=noninteractive apt-get update && apt_install; } \
+    || fail "could not install chromium and chromium-driver with apt-get; $browser_hint"
+  command -v chromedriver >/dev/null || fail "chromedriver is still missing after installing chromium-driver; $browser_hint"
+fi

@@ -72,7 +72,8 @@ function summary(nodes, gpus) {
 
 async function refresh() {
   const status = document.getElementById("status");
-  if (!sessionStorage.getItem(TOKEN_KEY)) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token) {
     show(false);
     status.textContent = "Sign in to see the fleet.";
     return;
@@ -85,6 +86,8 @@ async function refresh() {
       api("/api/v1/tenants/summary"),
       api("/api/v1/decisions?limit=20"),
     ]);
+    // Signed out (or in again) while this refresh was in flight: its answers are not to be shown.
+    if (sessionStorage.getItem(TOKEN_KEY) !== token) return;
     show(true);
     const names = new Map(workloads.map((w) => [w.id, w.name]));
     summary(nodes, gpus);
@@ -133,6 +136,7 @@ async function refresh() {
     ]));
     status.textContent = `Updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
+    if (sessionStorage.getItem(TOKEN_KEY) !== token) return;
     if (err instanceof Unauthorized) {
       sessionStorage.removeItem(TOKEN_KEY);
       show(false);

@@ -23,6 +23,8 @@ const WASM_TARGET: &str = "wasm32-unknown-unknown";
 const POLICIES: &[(&str, &str)] = &[
     ("priority-best-fit", "priority_best_fit"),
     ("slo-first", "slo_first"),
+    ("fair-share", "fair_share"),
+    ("cost-aware", "cost_aware"),
     ("airtime-policy-template", "airtime_policy_template"),
     ("airtime-sdk-probe", "airtime_sdk_probe"),
 ];

@@ -33,6 +33,10 @@ const EXPORT_ALLOC: &str = "airtime_alloc";
 const EXPORT_EVALUATE: &str = "airtime_evaluate";
 const IMPORT_MODULE: &str = "airtime";
 
+pub static XX_CALL: AtomicU64 = AtomicU64::new(0);
+pub static XX_DROP: AtomicU64 = AtomicU64::new(0);
+pub static XX_DECODE: AtomicU64 = AtomicU64::new(0);
+pub static XX_TOTAL: AtomicU64 = AtomicU64::new(0);
 /// Runs policy modules. One per process; cheap to clone (an `Arc`), `Send` and `Sync`.
 ///
 /// Building it starts a ticker thread that advances the engine's epoch every
@@ -150,6 +154,7 @@ impl PolicyRuntime {
             .max_memory_size(config.max_memory_bytes)
             // Reused pages are zeroed in place rather than faulted in again (see the field's docs).
             .linear_memory_keep_resident(config.memory_keep_resident);
+        if std::env::var_os("XX_PAGEMAP").is_some() { pool.pagemap_scan(wasmtime::Enabled::Yes); }
 
         let mut wasm = Config::new();
         wasm
@@ -158,12 +163,13 @@ impl PolicyRuntime {
             // Data segments are mapped copy-on-write from the module's image instead of copied.
             .memory_init_cow(true)
             // Deadlines: compiled code checks the epoch at function entries and loop back-edges.
-            .epoch_interruption(true)
+            .epoch_interruption(std::env::var_os("XX_NO_EPOCH").is_none())
             .max_wasm_stack(config.max_wasm_stack)
             // Nothing in the ABI needs these; off means such modules fail validation at upload.
             .wasm_memory64(false)
             .wasm_multi_memory(false)
             .cranelift_opt_level(OptLevel::Speed)
+            .table_lazy_init(std::env::var_os("XX_EAGER_TABLE").is_none())
             .parallel_compilation(true);
         let engine = Engine::new(&wasm).map_err(|e| internal("building the wasm engine", e))?;
 
@@ -306,10 +312,14 @@ impl PolicyRuntime {
         if let Err(error) = limits.validate() {
             return failed_early(error);
         }
+        let xx = Instant::now();
         let mut store = self.store(limits);
         let result = self.run(policy, &mut store, snapshot_bytes, limits);
         let memory_bytes = store.data().memory_bytes;
+        let xd = Instant::now();
         let state = store.into_data();
+        XX_DROP.fetch_add(xd.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        XX_TOTAL.fetch_add(xx.elapsed().as_nanos() as u64, Ordering::Relaxed);
         EvaluationRecord {
             result,
             logs: state.logs.lines,
@@ -341,8 +351,10 @@ impl PolicyRuntime {
         // already in progress, and overshoots by at most one tick.
         let tick = self.inner.config.epoch_tick.as_nanos().max(1);
         let ticks = limits.deadline().as_nanos().div_ceil(tick) as u64 + 1;
+        if std::env::var_os("XX_NO_EPOCH").is_none() {
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
+        }
         store
     }
 
@@ -381,7 +393,9 @@ impl PolicyRuntime {
         };
         target.copy_from_slice(snapshot);
 
+        let xx = Instant::now();
         let packed = evaluate.call(&mut *store, (ptr, len));
+        XX_CALL.fetch_add(xx.elapsed().as_nanos() as u64, Ordering::Relaxed);
         store.data_mut().memory_bytes = memory.data_size(&*store) as u64;
         let packed = packed.map_err(|e| self.classify(e, store, Phase::Call))?;
         let (out_ptr, out_len) = ((packed as u64 >> 32) as usize, packed as u64 & 0xFFFF_FFFF);
@@ -395,8 +409,10 @@ impl PolicyRuntime {
                 data.len()
             )));
         };
+        let xd = Instant::now();
         let output = output.to_vec();
         abi::decode_decisions(&output)?;
+        XX_DECODE.fetch_add(xd.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(output)
     }
 

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const INSTALL_HINT: &str = "run `apt-get install -y chromium chromium-driver` (or scripts/prerequisites.sh)";
 /// How long the page may take to show what the API already says (it refreshes every 3 s).
-const SHOWN: Duration = Duration::from_secs(20);
+const SHOWN: Duration = Duration::from_secs(30);
 
 /// chromedriver on a free port with its own process group, killed (with the browser it started)
 /// when dropped; the browser's profile is a fresh temporary directory.
@@ -157,6 +157,17 @@ async fn row_where(
     }
 }
 
+/// The fleet summary's cards as (label, value).
+async fn summary(browser: &Client) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for card in browser.find_all(Locator::Css("#summary > div")).await? {
+        let label = card.find(Locator::Css("dt")).await?.text().await?;
+        let value = card.find(Locator::Css("dd")).await?.text().await?;
+        out.push((label.trim().to_owned(), value.trim().to_owned()));
+    }
+    Ok(out)
+}
+
 async fn displayed(browser: &Client, css: &str) -> anyhow::Result<bool> {
     Ok(browser.find(Locator::Css(css)).await?.is_displayed().await?)
 }
@@ -289,20 +300,21 @@ async fn story(browser: &Client, url: &str, reason: &str) -> anyhow::Result<()> 
     })
     .await?;
 
-    // The fleet summary: one of the two GPUs busy.
-    let busy = until("the fleet summary to show GPUs busy 1 / 2", SHOWN, move || async move {
-        let Ok(cards) = browser.find_all(Locator::Css("#summary div")).await else { return Ok(None) };
-        for card in cards {
-            let Ok(text) = card.text().await else { return Ok(None) };
-            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            if text.starts_with("GPUs busy") {
-                return Ok((text == "GPUs busy 1 / 2").then_some(text));
-            }
+    // The fleet summary: one of the two GPUs busy, the other one's share of the node's $8/hour idle.
+    let want = [("GPUs busy", "1 / 2"), ("Idle GPU cost", "$4.00 / hour")];
+    let start = Instant::now();
+    loop {
+        let seen = summary(browser).await;
+        if let Ok(cards) = &seen
+            && want.iter().all(|(k, v)| cards.iter().any(|(ck, cv)| ck == k && cv == v))
+        {
+            break;
         }
-        Ok(None)
-    })
-    .await?;
-    anyhow::ensure!(busy == "GPUs busy 1 / 2");
+        if start.elapsed() > SHOWN {
+            bail!("timed out after {SHOWN:?} waiting for {want:?} in the fleet summary; it shows {seen:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
 
     // Sign out: the sign-in form again, the fleet hidden, the session gone from the tab.
     browser.find(Locator::Css("#logout")).await?.click().await?;

@@ -119,13 +119,14 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
             }
         }
         let view = fleet.tenant_view(tenant, &granted_gpus, &granted_nodes);
-        let (tenant_proposals, tenant_decider) = match evaluate(state, &view.view, &own, Some(tenant)).await {
-            Ok(proposals) => (proposals, decider(&own)),
-            Err(failure) => {
-                notes.failures.push((own.clone(), failure));
-                continue; // the platform's decisions for this tenant stand
-            }
-        };
+        let (tenant_proposals, tenant_decider) =
+            match evaluate_logged(state, &view.view, &own, Some(tenant), &mut notes).await {
+                Ok(proposals) => (proposals, decider(&own)),
+                Err(failure) => {
+                    notes.failures.push((own.clone(), failure));
+                    continue; // the platform's decisions for this tenant stand
+                }
+            };
         notes.successes.push(own.clone());
         let tenant_checked = check::check(&view.view, Scope::Tenant(tenant), tenant_proposals);
         let tenant_decider = Arc::new(tenant_decider);

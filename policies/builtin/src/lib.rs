@@ -10,6 +10,14 @@ pub const PRIORITY_BEST_FIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/p
 /// reserve, backfill with a reservation, preemption for bursts).
 pub const SLO_FIRST: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/slo_first.wasm"));
 
+/// `policies/fair-share`: weighted fair share across tenants by decayed GPU-hours (guarantees first,
+/// reclaim from the tenant most over its fair share).
+pub const FAIR_SHARE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fair_share.wasm"));
+
+/// `policies/cost-aware`: CPU nodes for CPU-capable inference, the cheapest fitting GPUs for the
+/// rest; never preempts.
+pub const COST_AWARE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cost_aware.wasm"));
+
 /// `policies/template`: the first-fit starting point authors copy. Not a built-in policy (it is not
 /// in [`ALL`]); built so tests prove the template still compiles to a working module.
 pub const TEMPLATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_policy_template.wasm"));
@@ -19,7 +27,12 @@ pub const TEMPLATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_po
 pub const SDK_PROBE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_sdk_probe.wasm"));
 
 /// Every built-in policy: (name, module bytes).
-pub const ALL: &[(&str, &[u8])] = &[("slo-first", SLO_FIRST), ("priority-best-fit", PRIORITY_BEST_FIT)];
+pub const ALL: &[(&str, &[u8])] = &[
+    ("slo-first", SLO_FIRST),
+    ("priority-best-fit", PRIORITY_BEST_FIT),
+    ("fair-share", FAIR_SHARE),
+    ("cost-aware", COST_AWARE),
+];
 
 #[cfg(test)]
 mod tests {

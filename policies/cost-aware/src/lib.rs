@@ -12,7 +12,7 @@
 //! work goes to CPU nodes the same way, and with no CPU node free it may use the spare host CPU of a
 //! GPU node (cheapest node first), taking none of its GPUs: spare is what is free beyond a per-GPU
 //! share of the node's CPU and memory kept for each of its free GPUs, so GPUs never sit idle for want
-//! of host CPU. CPU-capable work of other classes
+//! of host CPU. That is decided at the end of the cycle, once the GPU work has taken what it needs. CPU-capable work of other classes
 //! (training, fine-tuning, quantization) runs on GPUs, and on a CPU node only when no GPU fits it.
 //!
 //! **Cheapest GPUs.** GPU work is a gang on one node. It goes to the node with the lowest cost per
@@ -51,8 +51,8 @@ airtime_policy_sdk::export_policy!(CostAware);
 impl Policy for CostAware {
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
         let settings = snapshot.settings_or_default();
-        let mut order = snapshot.pending_by_priority();
-        order.sort_by_key(|(index, w)| {
+        let mut order: Vec<(u32, &Workload<'s>)> = snapshot.pending().collect();
+        order.sort_by_cached_key(|(index, w)| {
             let realtime = settings.realtime_first && w.class == WorkloadClass::RealtimeInference;
             (!realtime, Reverse(snapshot.effective_priority(w)), w.submitted_ms, *index)
         });
@@ -61,6 +61,7 @@ impl Policy for CostAware {
         for (index, w) in order {
             cycle.decide(index, w)?;
         }
+        cycle.finish()?;
         let free_left = cycle.plan.free_gpu_total();
         ctx.info(format_args!(
             "cost-aware: placed {} of {pending} pending workloads ({} on CPU nodes); new GPU placements cost {} in all; {free_left} GPUs left free",
@@ -149,13 +150,15 @@ struct Cycle<'p, 's> {
     memo: BTreeMap<(u32, u32, &'s str), Vec<Memo>>,
     /// Why a GPU shape found no room, once it failed.
     no_fit: BTreeMap<Shape<'s>, String>,
-    /// Ready CPU nodes, cheapest first (then node order).
-    cpu_nodes: Vec<u32>,
-    /// Ready GPU nodes, cheapest per hour first, whose spare host CPU serves CPU-only work.
-    gpu_nodes: Vec<u32>,
-    /// (mCPU, MiB) that found no CPU node, and no GPU node's host CPU.
-    cpu_full: BTreeSet<(u32, u32)>,
-    host_full: BTreeSet<(u32, u32)>,
+    /// Ready CPU nodes by cost, then by the CPU and memory they have free.
+    cpu_room: RoomIndex,
+    /// Ready GPU nodes by cost per hour, then by their spare host CPU and memory (see
+    /// [`Cycle::spare_host`]), for CPU-only work when no CPU node has room.
+    host_room: RoomIndex,
+    /// Reused by fit searches, so looking at a node allocates nothing.
+    scratch: Vec<(u32, u32)>,
+    /// CPU-only work that found no CPU node, to try on GPU nodes' spare host CPU at the end.
+    on_host_cpu: Vec<u32>,
     placed: u32,
     on_cpu_nodes: u32,
     gpu_cost_per_hour: f64,
@@ -170,7 +173,6 @@ impl<'p, 's> Cycle<'p, 's> {
             if n.has_gpus() { gpu_nodes.push(node) } else { cpu_nodes.push(node) }
         }
         let node_of = |node: u32| snapshot.node(node);
-        cpu_nodes.sort_by_key(|&node| (node_of(node).map_or(0, |n| cost_key(node_cost(n))), node));
 
         let mut by_gpu_cost = gpu_nodes.clone();
         by_gpu_cost.sort_by_key(|&node| (node_of(node).map_or(0, |n| cost_key(gpu_hour_cost(n))), node));
@@ -193,9 +195,8 @@ impl<'p, 's> Cycle<'p, 's> {
             }
             tier_of[node as usize] = tier_index;
         }
-        gpu_nodes.sort_by_key(|&node| (node_of(node).map_or(0, |n| cost_key(node_cost(n))), node));
 
-        Cycle {
+        let mut cycle = Cycle {
             snapshot,
             settings,
             plan,
@@ -205,13 +206,26 @@ impl<'p, 's> Cycle<'p, 's> {
             version: vec![1; snapshot.nodes.len()],
             memo: BTreeMap::new(),
             no_fit: BTreeMap::new(),
-            cpu_nodes,
-            gpu_nodes,
-            cpu_full: BTreeSet::new(),
-            host_full: BTreeSet::new(),
+            cpu_room: RoomIndex::new(snapshot, &cpu_nodes),
+            host_room: RoomIndex::new(snapshot, &gpu_nodes),
+            scratch: Vec::new(),
+            on_host_cpu: Vec::new(),
             placed: 0,
             on_cpu_nodes: 0,
             gpu_cost_per_hour: 0.0,
+        };
+        for node in cpu_nodes.into_iter().chain(gpu_nodes) {
+            cycle.refresh_room(node);
+        }
+        cycle
+    }
+
+    /// Files `node` (a ready node) in its room index after a change.
+    fn refresh_room(&mut self, node: u32) {
+        match self.node(node) {
+            Some(n) if n.is_ready() && n.has_gpus() => self.host_room.set(node, self.spare_host(node)),
+            Some(n) if n.is_ready() => self.cpu_room.set(node, (self.plan.cpu_free(node), self.plan.memory_free(node))),
+            _ => {}
         }
     }
 
@@ -249,7 +263,7 @@ impl<'p, 's> Cycle<'p, 's> {
                 let reason = format!("placed on {} at {}{instead}", self.name(node), dollars(n_cost));
                 return self.place_on_cpu(index, node, reason);
             }
-            if !self.cpu_nodes.is_empty() {
+            if !self.cpu_room.tiers.is_empty() {
                 prefix = format!("no CPU node has room for {} mCPU and {} MiB; ", w.cpu_millis, w.memory_mb);
             }
         }
@@ -294,7 +308,8 @@ impl<'p, 's> Cycle<'p, 's> {
         let total = per_gpu * f64::from(need.count);
         let left = self.plan.free_gpu_count(fit.node).saturating_sub(need.count);
         let model = fit.gpus.first().and_then(|&g| self.snapshot.gpu(g)).map_or("?", |g| g.model);
-        let for_all = if need.count == 1 { String::new() } else { format!(" ({} for {} GPUs)", dollars(total), need.count) };
+        let for_all =
+            if need.count == 1 { String::new() } else { format!(" ({} for {} GPUs)", dollars(total), need.count) };
         let reason = format!(
             "{prefix}cheapest fit on {} at {} per GPU{for_all}: {} ({model}), {left} left free there",
             self.name(fit.node),
@@ -304,8 +319,7 @@ impl<'p, 's> Cycle<'p, 's> {
         let before = self.plan.free_gpu_count(fit.node);
         self.plan.place(index, fit.node, fit.gpus, reason)?;
         self.moved(fit.node, before, self.plan.free_gpu_count(fit.node));
-        // Fewer free GPUs keep less host CPU back: CPU-only work may fit where it did not.
-        self.host_full.clear();
+        self.refresh_room(fit.node);
         if let Some(held) = self.tenant_gpus.get_mut(t as usize) {
             *held = held.saturating_add(need.count);
         }
@@ -326,6 +340,24 @@ impl<'p, 's> Cycle<'p, 's> {
             );
             return self.place_on_cpu(index, node, reason);
         }
+        // Decided once the GPU work has taken what it needs (see `finish`).
+        self.on_host_cpu.push(index);
+        Ok(())
+    }
+
+    /// CPU-only work no CPU node had room for, in its turn: the spare host CPU of GPU nodes, now
+    /// that the GPU work of the cycle has been placed (each placed GPU gives back the host CPU kept
+    /// for it).
+    fn finish(&mut self) -> Result<(), Failure> {
+        for index in std::mem::take(&mut self.on_host_cpu) {
+            if let Some(w) = self.snapshot.workload(index) {
+                self.place_on_host_cpu(index, w)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn place_on_host_cpu(&mut self, index: u32, w: &Workload<'s>) -> Result<(), Failure> {
         if let Some(node) = self.host_cpu_node(w) {
             let cost = self.node(node).map_or(0.0, node_cost);
             let reason = format!(
@@ -336,6 +368,7 @@ impl<'p, 's> Cycle<'p, 's> {
                 dollars(cost)
             );
             self.plan.place(index, node, Vec::new(), reason)?;
+            self.refresh_room(node);
             self.placed += 1;
             return Ok(());
         }
@@ -348,6 +381,7 @@ impl<'p, 's> Cycle<'p, 's> {
 
     fn place_on_cpu(&mut self, index: u32, node: u32, reason: String) -> Result<(), Failure> {
         self.plan.place(index, node, Vec::new(), reason)?;
+        self.refresh_room(node);
         self.placed += 1;
         self.on_cpu_nodes += 1;
         Ok(())
@@ -368,30 +402,14 @@ impl<'p, 's> Cycle<'p, 's> {
     }
 
     /// The cheapest CPU node with room for `w`; among equally cheap ones, the least CPU left over.
-    fn cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
-        let key = (w.cpu_millis, w.memory_mb);
-        if self.cpu_full.contains(&key) {
-            return None;
-        }
-        let found = self.cheapest_with_room(&self.cpu_nodes, w, |node| (self.plan.cpu_free(node), self.plan.memory_free(node)));
-        if found.is_none() {
-            self.cpu_full.insert(key);
-        }
-        found
+    fn cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
+        self.cpu_room.cheapest(w.cpu_millis, w.memory_mb)
     }
 
     /// The cheapest GPU node whose spare host CPU and memory (see [`Cycle::spare_host`]) have room
     /// for CPU-only `w`.
-    fn host_cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
-        let key = (w.cpu_millis, w.memory_mb);
-        if self.host_full.contains(&key) {
-            return None;
-        }
-        let found = self.cheapest_with_room(&self.gpu_nodes, w, |node| self.spare_host(node));
-        if found.is_none() {
-            self.host_full.insert(key);
-        }
-        found
+    fn host_cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
+        self.host_room.cheapest(w.cpu_millis, w.memory_mb)
     }
 
     /// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of
@@ -408,26 +426,6 @@ impl<'p, 's> Cycle<'p, 's> {
         )
     }
 
-    /// In `nodes` (sorted cheapest first), the first cost with a node whose `room` (free mCPU, MiB)
-    /// holds `w`, and of those the tightest CPU fit.
-    fn cheapest_with_room(&self, nodes: &[u32], w: &Workload<'_>, room: impl Fn(u32) -> (u32, u32)) -> Option<u32> {
-        let cost = |node: u32| self.node(node).map_or(0, |n| cost_key(node_cost(n)));
-        let fits = |node: u32| {
-            let (cpu, memory) = room(node);
-            (cpu >= w.cpu_millis && memory >= w.memory_mb).then_some((cpu - w.cpu_millis, memory - w.memory_mb, node))
-        };
-        let first = nodes.iter().copied().find(|&node| fits(node).is_some())?;
-        let tier = cost(first);
-        nodes
-            .iter()
-            .copied()
-            .skip_while(|&node| node != first)
-            .take_while(|&node| cost(node) == tier)
-            .filter_map(fits)
-            .min()
-            .map(|(.., node)| node)
-    }
-
     /// The cheapest fit for `w`: the cheapest cost tier with a node that fits, and in it the fewest
     /// free GPUs left over, then the least GPU memory left over, then the node order.
     fn cheapest_fit(&mut self, w: &Workload<'s>, need: &GpuNeed<'s>) -> Option<Fit> {
@@ -436,24 +434,28 @@ impl<'p, 's> Cycle<'p, 's> {
         }
         let key = (need.count, need.memory_mb, w.gpu_models);
         let mut memo = self.memo.remove(&key).unwrap_or_else(|| vec![Memo::default(); self.snapshot.nodes.len()]);
+        let mut scratch = std::mem::take(&mut self.scratch);
         let mut best: Option<(u64, u32)> = None;
         'tiers: for tier in &self.tiers {
             for group in tier.by_free.iter().skip(need.count as usize) {
                 for &node in group {
-                    if !self.has_host_room(node, w) {
-                        continue;
-                    }
                     let version = self.version[node as usize];
                     let waste = match memo.get(node as usize) {
-                        Some(seen) if seen.version == version => seen.waste,
+                        // Free GPUs only dwindle in a cycle: a node that did not fit never will.
+                        Some(seen) if seen.version == version || (seen.version != 0 && seen.waste.is_none()) => {
+                            seen.waste
+                        }
                         _ => {
-                            let waste = self.choose(node, need).map(|(_, waste)| waste);
+                            let waste = self.fitting(node, need, &mut scratch);
                             if let Some(seen) = memo.get_mut(node as usize) {
                                 *seen = Memo { version, waste };
                             }
                             waste
                         }
                     };
+                    if waste.is_some() && !self.has_host_room(node, w) {
+                        continue;
+                    }
                     if let Some(waste) = waste
                         && best.is_none_or(|(least, _)| waste < least)
                     {
@@ -469,28 +471,32 @@ impl<'p, 's> Cycle<'p, 's> {
             }
         }
         self.memo.insert(key, memo);
-        let (_, node) = best?;
-        let (gpus, _) = self.choose(node, need)?;
-        Some(Fit { node, gpus })
+        let fit = best.and_then(|(_, node)| {
+            self.fitting(node, need, &mut scratch)?;
+            let mut gpus: Vec<u32> = scratch.iter().map(|&(_, g)| g).collect();
+            gpus.sort_unstable();
+            Some(Fit { node, gpus })
+        });
+        self.scratch = scratch;
+        fit
     }
 
-    /// The free GPUs of `node` that fit `need`, tightest free memory first, and the memory they leave
-    /// over; `None` if too few fit.
-    fn choose(&self, node: u32, need: &GpuNeed<'_>) -> Option<(Vec<u32>, u64)> {
+    /// Leaves in `chosen` the free GPUs of `node` that `need` would take (the tightest free memory
+    /// first) as (free MiB, GPU), and returns the memory they leave over; `None` if too few fit.
+    fn fitting(&self, node: u32, need: &GpuNeed<'_>, chosen: &mut Vec<(u32, u32)>) -> Option<u64> {
+        chosen.clear();
         if self.plan.free_gpu_count(node) < need.count {
             return None;
         }
-        let mut fitting: Vec<(u32, u32)> =
-            self.plan.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(g, gpu)| (gpu.memory_free_mb(), g)).collect();
-        if fitting.len() < need.count as usize {
+        chosen.extend(
+            self.plan.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(g, gpu)| (gpu.memory_free_mb(), g)),
+        );
+        if chosen.len() < need.count as usize {
             return None;
         }
-        fitting.sort_unstable();
-        fitting.truncate(need.count as usize);
-        let waste = fitting.iter().map(|(free, _)| u64::from(free.saturating_sub(need.memory_mb))).sum();
-        let mut gpus: Vec<u32> = fitting.into_iter().map(|(_, g)| g).collect();
-        gpus.sort_unstable();
-        Some((gpus, waste))
+        chosen.sort_unstable();
+        chosen.truncate(need.count as usize);
+        Some(chosen.iter().map(|(free, _)| u64::from(free.saturating_sub(need.memory_mb))).sum())
     }
 
     /// `node` went from `before` to `after` free GPUs.
@@ -546,6 +552,53 @@ impl<'p, 's> Cycle<'p, 's> {
             _ => "; every GPU that fits it is taken".to_owned(),
         };
         format!("no ready node has {}{most}", need.describe("free"))
+    }
+}
+
+/// Nodes by cost per hour, cheapest first, and within one cost by the host CPU and memory they have
+/// room for: the cheapest node with room, the tightest fit among equals, is a range lookup per cost
+/// instead of a scan of the fleet.
+struct RoomIndex {
+    /// One per cost, cheapest first: (free mCPU, free MiB, node).
+    tiers: Vec<BTreeSet<(u32, u32, u32)>>,
+    /// Per node, its tier (`usize::MAX`: not indexed) and its entry there.
+    tier_of: Vec<usize>,
+    room: Vec<Option<(u32, u32)>>,
+}
+
+impl RoomIndex {
+    fn new(snapshot: &Snapshot<'_>, nodes: &[u32]) -> Self {
+        let cost = |node: u32| snapshot.node(node).map_or(0, |n| cost_key(node_cost(n)));
+        let mut costs: Vec<u64> = nodes.iter().map(|&node| cost(node)).collect();
+        costs.sort_unstable();
+        costs.dedup();
+        let mut tier_of = vec![usize::MAX; snapshot.nodes.len()];
+        for &node in nodes {
+            if let (Ok(tier), Some(slot)) = (costs.binary_search(&cost(node)), tier_of.get_mut(node as usize)) {
+                *slot = tier;
+            }
+        }
+        RoomIndex { tiers: vec![BTreeSet::new(); costs.len()], tier_of, room: vec![None; snapshot.nodes.len()] }
+    }
+
+    /// `node` has room for `cpu` mCPU and `memory` MiB.
+    fn set(&mut self, node: u32, (cpu, memory): (u32, u32)) {
+        let (Some(&tier), Some(slot)) = (self.tier_of.get(node as usize), self.room.get_mut(node as usize)) else {
+            return;
+        };
+        let Some(set) = self.tiers.get_mut(tier) else { return };
+        if let Some((old_cpu, old_memory)) = slot.replace((cpu, memory)) {
+            set.remove(&(old_cpu, old_memory, node));
+        }
+        set.insert((cpu, memory, node));
+    }
+
+    /// The cheapest node with room for `cpu` and `memory`; of equally cheap ones, the least left
+    /// over (CPU, then memory, then the node order).
+    fn cheapest(&self, cpu: u32, memory: u32) -> Option<u32> {
+        self.tiers
+            .iter()
+            .find_map(|set| set.range((cpu, 0, 0)..).find(|&&(_, m, _)| m >= memory).map(|&(.., node)| node))
     }
 }
 

@@ -24,7 +24,8 @@
 //! **Placement.** CPU-only work, and CPU-capable work while a CPU node has room, goes to a CPU node
 //! (the tightest CPU fit), leaving the GPUs to work that needs them; CPU-only work with no CPU node
 //! free may use the spare host CPU of a GPU node (what is free beyond a per-GPU share of its CPU and
-//! memory kept for each of its free GPUs, so GPUs never sit idle for want of host CPU). GPU work is a gang on one node, best fit: the node
+//! memory kept for each of its free GPUs, so GPUs never sit idle for want of host CPU); it is decided
+//! at the end of the cycle, once the GPU work has taken what it needs. GPU work is a gang on one node, best fit: the node
 //! with the fewest free GPUs left over, then the least GPU memory left over, with GPUs that fit its
 //! memory by live telemetry and its allowed models, and the host CPU and memory it asks for.
 //!
@@ -74,8 +75,8 @@ impl Policy for FairShare {
         let settings = snapshot.settings_or_default();
 
         // Each tenant's queue, in its own order; the tenants are then served by share.
-        let mut pending = snapshot.pending_by_priority();
-        pending.sort_by_key(|(index, w)| {
+        let mut pending: Vec<(u32, &Workload<'s>)> = snapshot.pending().collect();
+        pending.sort_by_cached_key(|(index, w)| {
             let realtime = settings.realtime_first && w.class == WorkloadClass::RealtimeInference;
             (!realtime, Reverse(snapshot.effective_priority(w)), w.submitted_ms, *index)
         });
@@ -116,6 +117,7 @@ impl Policy for FairShare {
             }
         }
 
+        cycle.finish()?;
         let (placed, preempted) = (cycle.placed, cycle.preempted_count);
         let free_left = cycle.fleet.plan.free_gpu_total();
         ctx.info(format_args!(
@@ -192,7 +194,9 @@ impl<'s> Ledger<'s> {
             .map(|t| held[t] > 0 || queues.get(t).is_some_and(|q| q.iter().any(|(_, w)| w.needs_gpu())))
             .collect();
         let active_weight: f64 = (0..tenants.len()).filter(|&t| active[t]).map(|t| weight[t]).sum();
-        let ready_gpus = f64::from(snapshot.gpus.iter().filter(|g| snapshot.node(g.node).is_some_and(Node::is_ready)).count() as u32);
+        let ready_gpus = f64::from(
+            snapshot.gpus.iter().filter(|g| snapshot.node(g.node).is_some_and(Node::is_ready)).count() as u32,
+        );
         let fair_gpus = (0..tenants.len())
             .map(|t| if active[t] && active_weight > 0.0 { ready_gpus * weight[t] / active_weight } else { 0.0 })
             .collect();
@@ -269,7 +273,11 @@ impl<'s> Ledger<'s> {
         self.top = match self.top {
             [Some(a), b] if a == t => [Some(a), b],
             [a, Some(b)] if b == t => {
-                if given(Some(b)) > given(a) { [Some(b), a] } else { [a, Some(b)] }
+                if given(Some(b)) > given(a) {
+                    [Some(b), a]
+                } else {
+                    [a, Some(b)]
+                }
             }
             [a, b] => {
                 if given(Some(t)) > given(a) {
@@ -331,9 +339,16 @@ enum NoFit {
 
 enum Reclaim {
     /// These victims, on this node, of this tenant, make room.
-    Victims { tenant: u32, node: u32, victims: Vec<u32> },
+    Victims {
+        tenant: u32,
+        node: u32,
+        victims: Vec<u32>,
+    },
     /// The only possible victims are too young to preempt: the one that frees first, and when.
-    Protected { victim: u32, remaining_s: u64 },
+    Protected {
+        victim: u32,
+        remaining_s: u64,
+    },
     Impossible,
 }
 
@@ -355,12 +370,19 @@ struct Cycle<'p, 's> {
     vacating: BTreeMap<u32, Vec<(u32, bool)>>,
     /// Tenants whose standing changed by a preemption, to be ranked again.
     changed: BTreeSet<u32>,
+    /// CPU-only work that found no CPU node, to try on GPU nodes' spare host CPU at the end.
+    on_host_cpu: Vec<u32>,
     placed: u32,
     preempted_count: u32,
 }
 
 impl<'p, 's> Cycle<'p, 's> {
-    fn new(snapshot: &'p Snapshot<'s>, settings: Settings, config: Config, queues: &[Vec<(u32, &Workload<'s>)>]) -> Self {
+    fn new(
+        snapshot: &'p Snapshot<'s>,
+        settings: Settings,
+        config: Config,
+        queues: &[Vec<(u32, &Workload<'s>)>],
+    ) -> Self {
         let mut candidates: BTreeMap<(u32, u32), Vec<u32>> = BTreeMap::new();
         for (v, vw) in snapshot.running() {
             let victim_class = !matches!(vw.class, WorkloadClass::RealtimeInference | WorkloadClass::Unknown(_));
@@ -396,6 +418,7 @@ impl<'p, 's> Cycle<'p, 's> {
             preempted: vec![false; snapshot.workloads.len()],
             vacating,
             changed: BTreeSet::new(),
+            on_host_cpu: Vec::new(),
             placed: 0,
             preempted_count: 0,
         }
@@ -410,32 +433,19 @@ impl<'p, 's> Cycle<'p, 's> {
                 let left = self.fleet.plan.cpu_free(node).saturating_sub(w.cpu_millis);
                 let name = node_name(snapshot, node);
                 let reason = if w.needs_gpu() {
-                    format!("CPU-capable: placed on CPU node {name} ({left} mCPU left free there), leaving the GPUs to work that needs them")
+                    format!(
+                        "CPU-capable: placed on CPU node {name} ({left} mCPU left free there), leaving the GPUs to work that needs them"
+                    )
                 } else {
                     format!("placed on CPU node {name} ({left} mCPU left free there)")
                 };
-                self.fleet.plan.place(index, node, Vec::new(), reason)?;
+                self.fleet.place_cpu(index, node, reason)?;
                 self.placed += 1;
                 return Ok(());
             }
             if !w.needs_gpu() {
-                if let Some(node) = self.fleet.host_cpu_node(w) {
-                    let left = self.fleet.plan.cpu_free(node).saturating_sub(w.cpu_millis);
-                    let reason = format!(
-                        "no CPU node has {} mCPU and {} MiB free; placed on the spare host CPU of {} ({left} mCPU left free there), using none of its GPUs",
-                        w.cpu_millis,
-                        w.memory_mb,
-                        node_name(snapshot, node)
-                    );
-                    self.fleet.plan.place(index, node, Vec::new(), reason)?;
-                    self.placed += 1;
-                } else {
-                    let reason = format!(
-                        "no CPU node has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
-                        w.cpu_millis, w.memory_mb
-                    );
-                    self.fleet.plan.keep_pending(index, reason)?;
-                }
+                // Decided once the GPU work has taken what it needs (see `finish`).
+                self.on_host_cpu.push(index);
                 return Ok(());
             }
         }
@@ -526,6 +536,33 @@ impl<'p, 's> Cycle<'p, 's> {
         Ok(self.fleet.plan.keep_pending(index, reason)?)
     }
 
+    /// CPU-only work no CPU node had room for, in its turn: the spare host CPU of GPU nodes, now
+    /// that the GPU work of the cycle has been placed (each placed GPU gives back the host CPU kept
+    /// for it).
+    fn finish(&mut self) -> Result<(), Failure> {
+        for index in std::mem::take(&mut self.on_host_cpu) {
+            let Some(w) = self.snapshot.workload(index) else { continue };
+            if let Some(node) = self.fleet.host_cpu_node(w) {
+                let left = self.fleet.plan.cpu_free(node).saturating_sub(w.cpu_millis);
+                let reason = format!(
+                    "no CPU node has {} mCPU and {} MiB free; placed on the spare host CPU of {} ({left} mCPU left free there), using none of its GPUs",
+                    w.cpu_millis,
+                    w.memory_mb,
+                    node_name(self.snapshot, node)
+                );
+                self.fleet.place_cpu(index, node, reason)?;
+                self.placed += 1;
+            } else {
+                let reason = format!(
+                    "no CPU node has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
+                    w.cpu_millis, w.memory_mb
+                );
+                self.fleet.plan.keep_pending(index, reason)?;
+            }
+        }
+        Ok(())
+    }
+
     /// For work within its tenant's guarantee that does not fit: waits for GPUs being vacated, or
     /// preempts work of the tenant most over its fair share. Returns whether it decided `w`.
     fn reclaim(&mut self, index: u32, w: &Workload<'s>, need: &GpuNeed<'s>) -> Result<bool, Failure> {
@@ -606,7 +643,8 @@ impl<'p, 's> Cycle<'p, 's> {
     /// hold `w`; sets them aside for it.
     fn wait_for_vacating(&mut self, need: &GpuNeed<'s>) -> Option<u32> {
         let snapshot = self.snapshot;
-        let usable = |g: u32| snapshot.gpu(g).is_some_and(|gpu| need.allows_model(gpu.model) && gpu.memory_mb >= need.memory_mb);
+        let usable =
+            |g: u32| snapshot.gpu(g).is_some_and(|gpu| need.allows_model(gpu.model) && gpu.memory_mb >= need.memory_mb);
         let node = self.vacating.iter().find_map(|(&node, gpus)| {
             let stopping = gpus.iter().filter(|&&(g, counted)| !counted && usable(g)).count() as u32;
             let open = self.fleet.open_fitting(node, need);
@@ -661,7 +699,9 @@ impl<'p, 's> Cycle<'p, 's> {
                     }
                     let frees = snapshot
                         .node_gpus(node)
-                        .filter(|(_, g)| g.holder == Some(v) && need.allows_model(g.model) && g.memory_mb >= need.memory_mb)
+                        .filter(|(_, g)| {
+                            g.holder == Some(v) && need.allows_model(g.model) && g.memory_mb >= need.memory_mb
+                        })
                         .count() as u32;
                     if frees == 0 {
                         continue;
@@ -727,13 +767,41 @@ struct Fleet<'p, 's> {
     /// Per (GPU count, MiB, models), per node: the fit as of a node version. Nodes that did not
     /// change are not looked at again, which keeps 10,000 workloads on 1,000 nodes in milliseconds.
     memo: BTreeMap<(u32, u32, &'s str), Vec<Memo>>,
-    /// Ready nodes without GPUs.
-    cpu_nodes: Vec<u32>,
-    /// Ready nodes with GPUs (their spare host CPU serves CPU-only work when no CPU node can).
-    gpu_nodes: Vec<u32>,
-    /// (mCPU, MiB) that found no CPU node, and no GPU node's host CPU.
-    cpu_full: BTreeSet<(u32, u32)>,
-    host_full: BTreeSet<(u32, u32)>,
+    /// Ready nodes without GPUs, by the CPU and memory they have free.
+    cpu_room: RoomIndex,
+    /// Ready nodes with GPUs, by their spare host CPU and memory (see [`Fleet::spare_host`]).
+    host_room: RoomIndex,
+    /// Reused by fit searches, so looking at a node allocates nothing.
+    scratch: Vec<(u32, u32)>,
+}
+
+/// Nodes ordered by the host CPU and memory they have room for, so the tightest fit is a range
+/// lookup instead of a scan of the fleet.
+struct RoomIndex {
+    set: BTreeSet<(u32, u32, u32)>,
+    /// Per node, its entry in `set`.
+    room: Vec<Option<(u32, u32)>>,
+}
+
+impl RoomIndex {
+    fn new(nodes: usize) -> Self {
+        RoomIndex { set: BTreeSet::new(), room: vec![None; nodes] }
+    }
+
+    /// `node` has room for `cpu` mCPU and `memory` MiB.
+    fn set(&mut self, node: u32, (cpu, memory): (u32, u32)) {
+        let Some(slot) = self.room.get_mut(node as usize) else { return };
+        if let Some((old_cpu, old_memory)) = slot.replace((cpu, memory)) {
+            self.set.remove(&(old_cpu, old_memory, node));
+        }
+        self.set.insert((cpu, memory, node));
+    }
+
+    /// The node with room for `cpu` and `memory` and the least left over (CPU, then memory, then
+    /// the node order).
+    fn tightest(&self, cpu: u32, memory: u32) -> Option<u32> {
+        self.set.range((cpu, 0, 0)..).find(|&&(_, m, _)| m >= memory).map(|&(.., node)| node)
+    }
 }
 
 impl<'p, 's> Fleet<'p, 's> {
@@ -749,20 +817,17 @@ impl<'p, 's> Fleet<'p, 's> {
             }
         }
         let mut by_open: Vec<Vec<u32>> = Vec::new();
-        let (mut cpu_nodes, mut gpu_nodes) = (Vec::new(), Vec::new());
         for (node, n) in snapshot.ready_nodes() {
             if !n.has_gpus() {
-                cpu_nodes.push(node);
                 continue;
             }
-            gpu_nodes.push(node);
             let k = open_count[node as usize] as usize;
             if by_open.len() <= k {
                 by_open.resize_with(k + 1, Vec::new);
             }
             by_open[k].push(node);
         }
-        Fleet {
+        let mut fleet = Fleet {
             snapshot,
             plan: Plan::new(snapshot),
             open,
@@ -770,10 +835,22 @@ impl<'p, 's> Fleet<'p, 's> {
             by_open,
             version: vec![1; snapshot.nodes.len()],
             memo: BTreeMap::new(),
-            cpu_nodes,
-            gpu_nodes,
-            cpu_full: BTreeSet::new(),
-            host_full: BTreeSet::new(),
+            cpu_room: RoomIndex::new(snapshot.nodes.len()),
+            host_room: RoomIndex::new(snapshot.nodes.len()),
+            scratch: Vec::new(),
+        };
+        for (node, _) in snapshot.ready_nodes() {
+            fleet.refresh_room(node);
+        }
+        fleet
+    }
+
+    /// Files `node` (a ready node) in its room index after a change.
+    fn refresh_room(&mut self, node: u32) {
+        match self.snapshot.node(node) {
+            Some(n) if n.is_ready() && n.has_gpus() => self.host_room.set(node, self.spare_host(node)),
+            Some(n) if n.is_ready() => self.cpu_room.set(node, (self.plan.cpu_free(node), self.plan.memory_free(node))),
+            _ => {}
         }
     }
 
@@ -782,30 +859,14 @@ impl<'p, 's> Fleet<'p, 's> {
     }
 
     /// The CPU node with room for `w` and the least CPU left over.
-    fn cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
-        let key = (w.cpu_millis, w.memory_mb);
-        if self.cpu_full.contains(&key) {
-            return None;
-        }
-        let best = self.tightest(&self.cpu_nodes, w, |node| (self.plan.cpu_free(node), self.plan.memory_free(node)));
-        if best.is_none() {
-            self.cpu_full.insert(key);
-        }
-        best
+    fn cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
+        self.cpu_room.tightest(w.cpu_millis, w.memory_mb)
     }
 
     /// The GPU node whose spare host CPU and memory (see [`Fleet::spare_host`]) have room for
     /// CPU-only `w`, the least left over.
-    fn host_cpu_node(&mut self, w: &Workload<'_>) -> Option<u32> {
-        let key = (w.cpu_millis, w.memory_mb);
-        if self.host_full.contains(&key) {
-            return None;
-        }
-        let best = self.tightest(&self.gpu_nodes, w, |node| self.spare_host(node));
-        if best.is_none() {
-            self.host_full.insert(key);
-        }
-        best
+    fn host_cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
+        self.host_room.tightest(w.cpu_millis, w.memory_mb)
     }
 
     /// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of
@@ -822,18 +883,6 @@ impl<'p, 's> Fleet<'p, 's> {
         )
     }
 
-    /// Of `nodes`, the one whose `room` (free mCPU, MiB) holds `w` with the least left over.
-    fn tightest(&self, nodes: &[u32], w: &Workload<'_>, room: impl Fn(u32) -> (u32, u32)) -> Option<u32> {
-        nodes
-            .iter()
-            .filter_map(|&node| {
-                let (cpu, memory) = room(node);
-                (cpu >= w.cpu_millis && memory >= w.memory_mb).then_some((cpu - w.cpu_millis, memory - w.memory_mb, node))
-            })
-            .min()
-            .map(|(.., node)| node)
-    }
-
     /// The best fit for `w`: the fewest open GPUs left over on the node, then the least GPU memory
     /// left over, then the lowest node index. `None` when no ready node has enough open GPUs that
     /// fit and the host CPU and memory.
@@ -843,24 +892,26 @@ impl<'p, 's> Fleet<'p, 's> {
         }
         let key = (need.count, need.memory_mb, w.gpu_models);
         let mut memo = self.memo.remove(&key).unwrap_or_else(|| vec![Memo::default(); self.snapshot.nodes.len()]);
+        let mut scratch = std::mem::take(&mut self.scratch);
         let mut best: Option<(u64, u32)> = None;
         // Groups are visited tightest first; the first group with a fitting node holds the best fit.
         for group in self.by_open.iter().skip(need.count as usize) {
             for &node in group {
-                if !self.has_host_room(node, w) {
-                    continue;
-                }
                 let version = self.version[node as usize];
                 let waste = match memo.get(node as usize) {
-                    Some(seen) if seen.version == version => seen.waste,
+                    // Open GPUs only dwindle in a cycle: a node that did not fit never will.
+                    Some(seen) if seen.version == version || (seen.version != 0 && seen.waste.is_none()) => seen.waste,
                     _ => {
-                        let waste = self.choose(node, need).map(|(_, waste)| waste);
+                        let waste = self.fitting(node, need, &mut scratch);
                         if let Some(seen) = memo.get_mut(node as usize) {
                             *seen = Memo { version, waste };
                         }
                         waste
                     }
                 };
+                if waste.is_some() && !self.has_host_room(node, w) {
+                    continue;
+                }
                 if let Some(waste) = waste
                     && best.is_none_or(|(least, _)| waste < least)
                 {
@@ -875,32 +926,35 @@ impl<'p, 's> Fleet<'p, 's> {
             }
         }
         self.memo.insert(key, memo);
-        let (_, node) = best?;
-        let (gpus, _) = self.choose(node, need)?;
-        Some(Fit { node, gpus })
+        let fit = best.and_then(|(_, node)| {
+            self.fitting(node, need, &mut scratch)?;
+            let mut gpus: Vec<u32> = scratch.iter().map(|&(_, g)| g).collect();
+            gpus.sort_unstable();
+            Some(Fit { node, gpus })
+        });
+        self.scratch = scratch;
+        fit
     }
 
-    /// The open GPUs of `node` that fit `need`, tightest free memory first, and the memory they
-    /// leave over; `None` if too few fit.
-    fn choose(&self, node: u32, need: &GpuNeed<'_>) -> Option<(Vec<u32>, u64)> {
+    /// Leaves in `chosen` the open GPUs of `node` that `need` would take (the tightest free memory
+    /// first) as (free MiB, GPU), and returns the memory they leave over; `None` if too few fit.
+    fn fitting(&self, node: u32, need: &GpuNeed<'_>, chosen: &mut Vec<(u32, u32)>) -> Option<u64> {
+        chosen.clear();
         if self.open_count.get(node as usize).copied().unwrap_or(0) < need.count {
             return None;
         }
-        let mut fitting: Vec<(u32, u32)> = self
-            .snapshot
-            .node_gpus(node)
-            .filter(|(g, gpu)| self.open[*g as usize] && need.fits(gpu))
-            .map(|(g, gpu)| (gpu.memory_free_mb(), g))
-            .collect();
-        if fitting.len() < need.count as usize {
+        chosen.extend(
+            self.snapshot
+                .node_gpus(node)
+                .filter(|(g, gpu)| self.open[*g as usize] && need.fits(gpu))
+                .map(|(g, gpu)| (gpu.memory_free_mb(), g)),
+        );
+        if chosen.len() < need.count as usize {
             return None;
         }
-        fitting.sort_unstable();
-        fitting.truncate(need.count as usize);
-        let waste = fitting.iter().map(|(free, _)| u64::from(free.saturating_sub(need.memory_mb))).sum();
-        let mut gpus: Vec<u32> = fitting.into_iter().map(|(_, g)| g).collect();
-        gpus.sort_unstable();
-        Some((gpus, waste))
+        chosen.sort_unstable();
+        chosen.truncate(need.count as usize);
+        Some(chosen.iter().map(|(free, _)| u64::from(free.saturating_sub(need.memory_mb))).sum())
     }
 
     /// How many open GPUs of `node` fit `need`.
@@ -911,14 +965,28 @@ impl<'p, 's> Fleet<'p, 's> {
     fn place_gpus(&mut self, index: u32, fit: Fit, reason: String) -> Result<(), Failure> {
         self.plan.place(index, fit.node, fit.gpus.clone(), reason)?;
         self.close(fit.node, &fit.gpus);
+        self.refresh_room(fit.node);
+        Ok(())
+    }
+
+    /// A CPU placement: no GPUs, the node's CPU and memory.
+    fn place_cpu(&mut self, index: u32, node: u32, reason: String) -> Result<(), Failure> {
+        self.plan.place(index, node, Vec::new(), reason)?;
+        self.refresh_room(node);
         Ok(())
     }
 
     /// Sets the open GPUs of `node` that fit `need` aside for a waiting workload.
     fn reserve(&mut self, node: u32, need: &GpuNeed<'_>) {
-        let gpus: Vec<u32> =
-            self.snapshot.node_gpus(node).filter(|(g, gpu)| self.open[*g as usize] && need.fits(gpu)).map(|(g, _)| g).collect();
+        let gpus: Vec<u32> = self
+            .snapshot
+            .node_gpus(node)
+            .filter(|(g, gpu)| self.open[*g as usize] && need.fits(gpu))
+            .map(|(g, _)| g)
+            .collect();
         self.close(node, &gpus);
+        // Fewer open GPUs keep less host CPU back.
+        self.refresh_room(node);
     }
 
     fn close(&mut self, node: u32, gpus: &[u32]) {
@@ -935,8 +1003,6 @@ impl<'p, 's> Fleet<'p, 's> {
         if closed == 0 {
             return;
         }
-        // Fewer open GPUs keep less host CPU back: CPU-only work may fit where it did not.
-        self.host_full.clear();
         let after = before - closed;
         self.open_count[node as usize] = after;
         self.version[node as usize] += 1;
@@ -974,7 +1040,12 @@ impl<'p, 's> Fleet<'p, 's> {
         if fitted_at_start {
             return NoFit::TakenThisCycle(format!("no ready node has {} left", need.describe("free")));
         }
-        let gpus_fit_now = self.by_open.iter().skip(need.count as usize).flatten().any(|&node| self.open_fitting(node, need) >= need.count);
+        let gpus_fit_now = self
+            .by_open
+            .iter()
+            .skip(need.count as usize)
+            .flatten()
+            .any(|&node| self.open_fitting(node, need) >= need.count);
         if gpus_fit_now {
             return NoFit::Busy(format!(
                 "the ready nodes with {} lack {} mCPU and {} MiB of host memory free",
@@ -991,7 +1062,9 @@ impl<'p, 's> Fleet<'p, 's> {
             .map(|&node| (self.open_fitting(node, need), node))
             .max_by_key(|&(count, node)| (count, Reverse(node)));
         let most = match most {
-            Some((count, node)) if count > 0 => format!("; the most on one node is {count} ({})", node_name(snapshot, node)),
+            Some((count, node)) if count > 0 => {
+                format!("; the most on one node is {count} ({})", node_name(snapshot, node))
+            }
             _ => "; every GPU that fits it is taken".to_owned(),
         };
         NoFit::Busy(format!("no ready node has {}{most}", need.describe("free")))

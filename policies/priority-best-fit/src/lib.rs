@@ -28,7 +28,6 @@
 //!   node allows it.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use airtime_policy_sdk::prelude::*;
 
@@ -58,12 +57,14 @@ impl Policy for PriorityBestFit {
 
         let mut cycle = Cycle::new(snapshot);
         let mut failed_shapes: BTreeMap<Shape<'s>, String> = BTreeMap::new();
+        let mut reserve_reason: Option<(u32, String)> = None;
+        let mut budget_reason: Option<String> = None;
 
         for (index, workload) in order {
             if cycle.placed >= max_placements {
-                cycle
-                    .plan
-                    .keep_pending(index, format!("placement budget of this cycle ({max_placements}) is used up"))?;
+                let reason = budget_reason
+                    .get_or_insert_with(|| format!("placement budget of this cycle ({max_placements}) is used up"));
+                cycle.plan.keep_pending(index, reason.clone())?;
                 continue;
             }
             if !workload.needs_gpu() {
@@ -73,28 +74,37 @@ impl Policy for PriorityBestFit {
                 continue;
             }
 
-            let need = workload.gpu_need();
             let reserve = settings.burst_reserve_gpus;
             let free = cycle.plan.free_gpu_total();
             let may_use_reserve = workload.class == WorkloadClass::RealtimeInference || workload.preemptible;
-            if reserve > 0 && !may_use_reserve && free.saturating_sub(need.count) < reserve {
-                let reason =
-                    format!("{free} GPUs are free and {reserve} are held back for real-time inference (burst reserve)");
+            if reserve > 0 && !may_use_reserve && free.saturating_sub(workload.gpu_count) < reserve {
+                // The reason changes only with the number of free GPUs: built once per number.
+                let reason = match &reserve_reason {
+                    Some((at, reason)) if *at == free => reason.clone(),
+                    _ => {
+                        let reason = format!(
+                            "{free} GPUs are free and {reserve} are held back for real-time inference (burst reserve)"
+                        );
+                        reserve_reason = Some((free, reason.clone()));
+                        reason
+                    }
+                };
                 cycle.place_on_cpu_or_wait(index, workload, reason)?;
                 continue;
             }
 
-            let shape = (need.count, need.memory_mb, workload.gpu_models, workload.cpu_millis, workload.memory_mb);
-            let found = if failed_shapes.contains_key(&shape) {
-                None
-            } else {
-                cycle.best_gpu_fit(workload, &need, prefer_nvlink)
-            };
-            match found {
+            let shape =
+                (workload.gpu_count, workload.gpu_memory_mb, workload.gpu_models, workload.cpu_millis, workload.memory_mb);
+            if let Some(reason) = failed_shapes.get(&shape) {
+                cycle.place_on_cpu_or_wait(index, workload, reason.clone())?;
+                continue;
+            }
+            let need = workload.gpu_need();
+            match cycle.best_gpu_fit(workload, &need, prefer_nvlink) {
                 Some(fit) => cycle.place_on_gpus(index, &need, fit)?,
                 None => {
-                    let reason =
-                        failed_shapes.entry(shape).or_insert_with(|| cycle.no_gpu_reason(workload, &need)).clone();
+                    let reason = cycle.no_gpu_reason(workload, &need);
+                    failed_shapes.insert(shape, reason.clone());
                     cycle.place_on_cpu_or_wait(index, workload, reason)?;
                 }
             }
@@ -120,14 +130,30 @@ struct Cycle<'p, 's> {
     /// Per GPU need, per node: the memory a fit would leave over (or `None`: it does not fit), as
     /// of a node version. Nodes that did not change are not looked at again, which keeps a cycle
     /// of 10,000 workloads on 1,000 nodes in milliseconds. `memo_ids` numbers the needs.
-    memo: Vec<Vec<Memo>>,
+    memo: Vec<NeedMemo>,
     memo_ids: BTreeMap<MemoKey<'s>, usize>,
+    /// The fleet's GPU models, trimmed, one entry per model ignoring ASCII case; a candidate
+    /// names its model by position here, so a need checks each model once, not each GPU.
+    models: Vec<&'s str>,
+    /// Every node's GPUs, tightest first (least free memory, then device order), node after node;
+    /// `order_at[node]` is where a node's run starts. Sorted once per cycle, since a GPU's free
+    /// memory does not change within one; placements only take GPUs out, which [`fit`] skips.
+    order: Vec<Candidate>,
+    order_at: Vec<usize>,
     /// The fitting GPUs of the node being looked at, reused from node to node.
     scratch: Vec<Candidate>,
 }
 
 /// (GPU count, MiB per GPU, allowed models as the workload wrote them).
 type MemoKey<'s> = (u32, u32, &'s str);
+
+/// One GPU need's view of the fleet.
+struct NeedMemo {
+    /// Per model of [`Cycle::models`], whether the need allows it.
+    allowed: Vec<bool>,
+    /// Per node.
+    nodes: Vec<Memo>,
+}
 
 #[derive(Clone, Copy, Default)]
 struct Memo {
@@ -142,6 +168,31 @@ impl<'p, 's> Cycle<'p, 's> {
         let gpus = FreeGpuIndex::new(snapshot, &plan);
         let cpus = FreeCpuIndex::new(snapshot, &plan);
         let versions = vec![1; snapshot.nodes.len()];
+        let mut models: Vec<&'s str> = Vec::new();
+        let mut model_of = |model: &'s str| {
+            let model = model.trim();
+            let at = models.iter().position(|m| m.eq_ignore_ascii_case(model)).unwrap_or_else(|| {
+                models.push(model);
+                models.len() - 1
+            });
+            at as u32
+        };
+        let mut order = Vec::with_capacity(snapshot.gpus.len());
+        let mut order_at = Vec::with_capacity(snapshot.nodes.len() + 1);
+        for (node, _) in snapshot.nodes_indexed() {
+            let start = order.len();
+            order_at.push(start);
+            order.extend(snapshot.node_gpus(node).map(|(gpu, g)| Candidate {
+                memory_free_mb: g.memory_free_mb(),
+                device_index: g.device_index,
+                gpu,
+                nvlink_group: g.nvlink_group,
+                model: model_of(g.model),
+            }));
+            // GPU indexes are distinct, so the order is total.
+            order[start..].sort_unstable_by_key(|c| (c.memory_free_mb, c.device_index, c.gpu));
+        }
+        order_at.push(order.len());
         Cycle {
             snapshot,
             plan,
@@ -151,6 +202,9 @@ impl<'p, 's> Cycle<'p, 's> {
             versions,
             memo: Vec::new(),
             memo_ids: BTreeMap::new(),
+            models,
+            order,
+            order_at,
             scratch: Vec::new(),
         }
     }
@@ -161,12 +215,23 @@ impl<'p, 's> Cycle<'p, 's> {
         let free_before = self.plan.free_gpu_count(fit.node);
         let left = free_before - need.count;
         let nvlink = if fit.one_nvlink_domain && need.count > 1 { ", one NVLink domain" } else { "" };
-        let reason = format!(
-            "best fit on {node}: {} ({}{nvlink}), {left} {} left free there",
-            gpu_list(self.snapshot, &fit.gpus),
-            fit.model,
-            if left == 1 { "GPU" } else { "GPUs" },
-        );
+        // "best fit on n7: GPUs 0,1 (H100, one NVLink domain), 6 GPUs left free there"
+        let mut reason = String::with_capacity(96);
+        reason.push_str("best fit on ");
+        reason.push_str(node);
+        reason.push_str(if fit.gpus.len() == 1 { ": GPU " } else { ": GPUs " });
+        for (n, gpu) in fit.gpus.iter().filter_map(|&i| self.snapshot.gpu(i)).enumerate() {
+            if n > 0 {
+                reason.push(',');
+            }
+            push_number(&mut reason, gpu.device_index);
+        }
+        reason.push_str(" (");
+        reason.push_str(fit.model);
+        reason.push_str(nvlink);
+        reason.push_str("), ");
+        push_number(&mut reason, left);
+        reason.push_str(if left == 1 { " GPU left free there" } else { " GPUs left free there" });
         let host_before = (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node));
         self.plan.place(index, fit.node, fit.gpus, reason)?;
         self.placed += 1;
@@ -185,16 +250,24 @@ impl<'p, 's> Cycle<'p, 's> {
         let Some(node) = self.cpus.best(workload.cpu_millis, workload.memory_mb) else { return Ok(false) };
         let name = self.snapshot.node(node).map_or("?", |n| n.name);
         let before = (self.plan.cpu_free(node), self.plan.memory_free(node));
-        let fit = format!(
-            "on CPU on {name}: {} mCPU and {} MiB, {} mCPU left free there",
-            workload.cpu_millis,
-            workload.memory_mb,
-            before.0 - workload.cpu_millis
-        );
-        let reason = match gpu_reason {
-            Some(why) => format!("{why}; runs {fit}"),
-            None => format!("best fit {fit}"),
-        };
+        // "{why}; runs on CPU on n7: 4000 mCPU and 16384 MiB, 124000 mCPU left free there", or
+        // "best fit on CPU on …" without a GPU reason.
+        let mut reason = String::with_capacity(gpu_reason.map_or(0, str::len) + 96);
+        match gpu_reason {
+            Some(why) => {
+                reason.push_str(why);
+                reason.push_str("; runs on CPU on ");
+            }
+            None => reason.push_str("best fit on CPU on "),
+        }
+        reason.push_str(name);
+        reason.push_str(": ");
+        push_number(&mut reason, workload.cpu_millis);
+        reason.push_str(" mCPU and ");
+        push_number(&mut reason, workload.memory_mb);
+        reason.push_str(" MiB, ");
+        push_number(&mut reason, before.0 - workload.cpu_millis);
+        reason.push_str(" mCPU left free there");
         self.plan.place(index, node, Vec::new(), reason)?;
         self.placed += 1;
         let has_gpus = self.snapshot.node(node).is_some_and(Node::has_gpus);
@@ -221,13 +294,18 @@ impl<'p, 's> Cycle<'p, 's> {
         let id = match self.memo_ids.get(&key) {
             Some(&id) => id,
             None => {
-                self.memo.push(vec![Memo::default(); self.snapshot.nodes.len()]);
+                let allowed = self.models.iter().map(|m| need.allows_model(m)).collect();
+                self.memo.push(NeedMemo { allowed, nodes: vec![Memo::default(); self.snapshot.nodes.len()] });
                 self.memo_ids.insert(key, self.memo.len() - 1);
                 self.memo.len() - 1
             }
         };
-        let Cycle { plan, gpus, versions, memo, scratch, .. } = self;
-        let memo = &mut memo[id];
+        let Cycle { plan, gpus, versions, memo, order, order_at, scratch, .. } = self;
+        let gpus_of = |node: u32| {
+            let node = node as usize;
+            order_at.get(node).zip(order_at.get(node + 1)).and_then(|(&a, &b)| order.get(a..b)).unwrap_or(&[])
+        };
+        let NeedMemo { allowed, nodes: memo } = &mut memo[id];
         let mut best: Option<(u64, u32)> = None;
         // Groups are visited tightest first; the first group with a fitting node holds the best
         // fit, and within it the least memory left over wins (the first such node, as groups are
@@ -241,7 +319,7 @@ impl<'p, 's> Cycle<'p, 's> {
                 let waste = match memo.get_mut(node as usize) {
                     Some(seen) if seen.version == version => seen.waste,
                     Some(seen) => {
-                        let waste = fit(plan, node, need, prefer_nvlink, scratch).map(|(_, waste)| waste);
+                        let waste = fit(plan, gpus_of(node), need, allowed, prefer_nvlink, scratch).map(|(_, w)| w);
                         *seen = Memo { version, waste };
                         waste
                     }
@@ -261,7 +339,7 @@ impl<'p, 's> Cycle<'p, 's> {
             }
         }
         let (_, node) = best?;
-        let (domain, _) = fit(plan, node, need, prefer_nvlink, scratch)?;
+        let (domain, _) = fit(plan, gpus_of(node), need, allowed, prefer_nvlink, scratch)?;
         let chosen = || scratch.iter().filter(|c| domain.is_none_or(|d| c.nvlink_group == Some(d)));
         let gpus: Vec<u32> = chosen().take(need.count as usize).map(|c| c.gpu).collect();
         let first_group = scratch.first().and_then(|c| c.nvlink_group);
@@ -413,37 +491,37 @@ struct Candidate {
     device_index: u32,
     gpu: u32,
     nvlink_group: Option<u32>,
+    /// Position in [`Cycle::models`].
+    model: u32,
 }
 
-/// Which GPUs `need` would take on `node`, and the memory they would leave over; `None` if too few
-/// of its free GPUs fit. Fills `scratch` with the free GPUs that fit, tightest first (least free
-/// memory, then device order). The GPUs taken are the first `need.count` of them, or with
-/// `prefer_nvlink` and more than one GPU, the first `need.count` of one NVLink domain when a domain
-/// has enough: the domain with the fewest fitting GPUs that still has enough (keeping big domains
-/// whole), then the lowest domain number. Returns that domain (`None`: the tightest GPUs, whatever
-/// their domains) and the memory left over.
+/// Which GPUs `need` would take from `candidates` (one node's GPUs, tightest first: least free
+/// memory, then device order) whose model `allowed` says the need allows, and the memory they would leave over; `None` if too few of its free
+/// GPUs fit. Fills `scratch` with the free GPUs that fit, in that order. The GPUs taken are the
+/// first `need.count` of them, or with `prefer_nvlink` and more than one GPU, the first
+/// `need.count` of one NVLink domain when a domain has enough: the domain with the fewest fitting
+/// GPUs that still has enough (keeping big domains whole), then the lowest domain number. Returns
+/// that domain (`None`: the tightest GPUs, whatever their domains) and the memory left over.
 ///
-/// No allocation: this runs for every node a workload looks at whose GPUs changed.
+/// No allocation and no sorting: this runs for every node a workload looks at whose GPUs changed.
 fn fit(
     plan: &Plan<'_, '_>,
-    node: u32,
+    candidates: &[Candidate],
     need: &GpuNeed<'_>,
+    allowed: &[bool],
     prefer_nvlink: bool,
     scratch: &mut Vec<Candidate>,
 ) -> Option<(Option<u32>, u64)> {
     let count = need.count as usize;
     scratch.clear();
-    scratch.extend(plan.free_gpus(node).filter(|(_, g)| need.fits(g)).map(|(gpu, g)| Candidate {
-        memory_free_mb: g.memory_free_mb(),
-        device_index: g.device_index,
-        gpu,
-        nvlink_group: g.nvlink_group,
+    scratch.extend(candidates.iter().filter(|c| {
+        c.memory_free_mb >= need.memory_mb
+            && plan.is_gpu_free(c.gpu)
+            && allowed.get(c.model as usize).copied().unwrap_or(false)
     }));
     if scratch.len() < count {
         return None;
     }
-    // GPU indexes are distinct, so the order is total.
-    scratch.sort_unstable_by_key(|c| (c.memory_free_mb, c.device_index, c.gpu));
     let mut domain = None;
     if prefer_nvlink && count > 1 {
         // (fitting GPUs, domain) of the best domain with enough, each domain counted once.
@@ -473,17 +551,23 @@ fn no_cpu_reason(workload: &Workload<'_>) -> String {
     format!("no ready node has {} mCPU and {} MiB free", workload.cpu_millis, workload.memory_mb)
 }
 
-/// "GPUs 0,1,2,3" by device index on their node.
-fn gpu_list(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
-    let mut text = String::from(if gpus.len() == 1 { "GPU " } else { "GPUs " });
-    for (n, gpu) in gpus.iter().filter_map(|&i| snapshot.gpu(i)).enumerate() {
-        if n > 0 {
-            text.push(',');
+/// Appends `n` in decimal. The reasons written for every placement are built with this and
+/// `push_str` rather than `format!`, whose dynamic dispatch costs, in Wasm, as much as the rest
+/// of a placement.
+fn push_number(text: &mut String, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
-        // Writing to a String cannot fail.
-        let _ = write!(text, "{}", gpu.device_index);
     }
-    text
+    for &digit in &digits[at..] {
+        text.push(char::from(digit));
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! that nothing else can panic either.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use super::{
     ABI_VERSION, AbiError, Action, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision,
@@ -20,7 +21,7 @@ use super::{
 /// bytes are skipped), that strings are UTF-8, and that every index a record carries (a GPU's node
 /// and holder, a node's GPU range, a workload's tenant and node, the scope tenant) names a record.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
-    let buf = Buf { bytes };
+    let buf = Buf::new(bytes);
     if bytes.len() < SNAPSHOT_HEADER_SIZE {
         return Err(AbiError::TooShort {
             buffer: BufferKind::Snapshot,
@@ -173,7 +174,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
 /// buffer cannot make the host allocate a large one). Whether the indexes name real workloads, nodes
 /// and GPUs needs the snapshot: see [`crate::check::check_decisions`].
 pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
-    let buf = Buf { bytes };
+    let buf = Buf::new(bytes);
     if bytes.len() < DECISIONS_HEADER_SIZE {
         return Err(AbiError::TooShort {
             buffer: BufferKind::Decisions,
@@ -228,9 +229,14 @@ pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
 }
 
 /// A buffer being decoded.
-#[derive(Clone, Copy)]
 struct Buf<'a> {
     bytes: &'a [u8],
+    /// Where strings are: from the first non-empty string read to the end of the buffer, or to
+    /// the first byte that is not UTF-8, as one validated `&str` (its start in `bytes`, the text).
+    /// Strings inside it are sliced out of it, without validating each one: encoders put strings
+    /// together after the records (the snapshot's heap, the decisions' reasons), so one pass over
+    /// them replaces thousands of short ones, which matters to a guest in Wasm.
+    text: Cell<Option<(usize, &'a str)>>,
 }
 
 /// A table whose records are known to lie inside the buffer.
@@ -253,6 +259,10 @@ impl<'a> TableView<'a> {
 }
 
 impl<'a> Buf<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Buf { bytes, text: Cell::new(None) }
+    }
+
     /// Reads the `{offset, count, stride}` descriptor at `at` in the header and checks it.
     fn table(&self, header: &[u8], at: usize, table: Table, size: usize) -> Result<TableView<'a>, AbiError> {
         let (offset, count, stride) = (u32_at(header, at), u32_at(header, at + 4), u32_at(header, at + 8));
@@ -284,6 +294,28 @@ impl<'a> Buf<'a> {
     /// The string whose `{offset, len}` is at `field_at` in `rec`.
     fn string(&self, at: Location, what: &'static str, rec: &[u8], field_at: usize) -> Result<&'a str, AbiError> {
         let (offset, len) = (u32_at(rec, field_at), u32_at(rec, field_at + 4));
+        if len == 0 && (offset as usize) <= self.bytes.len() {
+            return Ok("");
+        }
+        let (start, text) = match self.text.get() {
+            Some(text) => text,
+            None => {
+                let start = (offset as usize).min(self.bytes.len());
+                let rest = self.bytes.get(start..).unwrap_or(&[]);
+                let valid = match std::str::from_utf8(rest) {
+                    Ok(text) => text,
+                    Err(error) => std::str::from_utf8(rest.get(..error.valid_up_to()).unwrap_or(&[])).unwrap_or(""),
+                };
+                self.text.set(Some((start, valid)));
+                (start, valid)
+            }
+        };
+        // Inside the validated text, at character boundaries: a substring of valid UTF-8.
+        if let Some(from) = (offset as usize).checked_sub(start)
+            && let Some(text) = text.get(from..from.saturating_add(len as usize))
+        {
+            return Ok(text);
+        }
         let bytes = self.span(at, what, offset, u64::from(len))?;
         std::str::from_utf8(bytes).map_err(|error| AbiError::InvalidUtf8 {
             at,
