@@ -39,6 +39,9 @@ use airtime_policy_sdk::prelude::*;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SloFirst;
 
+/// A GPU shape (count, memory per GPU, allowed models): workloads of one shape fit or fail alike.
+type Shape<'a> = (u32, u32, &'a str);
+
 airtime_policy_sdk::export_policy!(SloFirst);
 
 /// Why a preemption is made, for the victims' records.
@@ -88,10 +91,10 @@ impl Policy for SloFirst {
         }
         // A cycle only takes resources, so a shape that found no room (or no victims) finds none
         // later in the same cycle: remembered, so 10,000 pending workloads cost one search a shape.
-        let mut no_fit: BTreeSet<(u32, u32, &str)> = BTreeSet::new();
+        let mut no_fit: BTreeSet<Shape<'_>> = BTreeSet::new();
         let mut no_victims: BTreeSet<(u32, u32, &str, bool)> = BTreeSet::new();
-        let mut reserved_only: BTreeMap<(u32, u32, &str), bool> = BTreeMap::new();
-        let mut most_free_by_shape: BTreeMap<(u32, u32, &str), Option<(usize, &str)>> = BTreeMap::new();
+        let mut reserved_only: BTreeMap<Shape<'_>, bool> = BTreeMap::new();
+        let mut most_free_by_shape: BTreeMap<Shape<'_>, Option<(usize, &str)>> = BTreeMap::new();
         let unreserved = vec![false; snapshot.gpus.len()];
         let any_stopping = snapshot.workloads.iter().any(|w| w.state == WorkloadState::Stopping);
 
