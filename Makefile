@@ -17,13 +17,15 @@ demo: build  ## Run a local demo: control plane, an agent for this host, an agen
 	@scripts/demo.sh
 
 test: build  ## Run the whole test suite against the local PostgreSQL
+	@scripts/prerequisites.sh --for-tests
 	cargo test --workspace --no-fail-fast
 
 lint: prerequisites  ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
-bench: prerequisites  ## Run the benchmarks (see BENCHMARKS.md)
-	cargo bench --workspace
+bench: prerequisites  ## Run the benchmarks (see BENCHMARKS.md) with release binaries
+	cargo build --release --workspace --bins
+	AIRTIME_BIN_DIR=$(CURDIR)/target/release cargo bench -p airtime-policy-host -p airtime-control-plane -p airtime-tests
 
 .PHONY: help prerequisites build demo test lint bench

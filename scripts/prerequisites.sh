@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks what building and testing Airtime needs, installs what can be installed, and says exactly
-# what is missing otherwise.
+# what is missing otherwise. `--for-tests` also checks what only the tests need (a browser).
 set -euo pipefail
 
 fail() { echo "airtime: $*" >&2; exit 1; }
@@ -23,8 +23,8 @@ if ! pg_up; then
 fi
 pg_up || fail "PostgreSQL is not answering on 127.0.0.1:5432; start it (trust auth for user postgres)"
 
-# The dashboard's browser test drives headless Chromium through chromedriver.
-if ! command -v chromedriver >/dev/null; then
+# The dashboard's browser test drives headless Chromium through chromedriver: needed for tests only.
+if [ "${1:-}" = "--for-tests" ] && ! command -v chromedriver >/dev/null; then
   browser_hint="install them with: apt-get install -y chromium chromium-driver"
   [ "$(id -u)" -eq 0 ] || fail "chromedriver is missing (the dashboard's browser test needs Chromium and chromedriver); $browser_hint (as root)"
   command -v apt-get >/dev/null || fail "chromedriver is missing and apt-get is not available; install Chromium and chromedriver (Debian: $browser_hint)"

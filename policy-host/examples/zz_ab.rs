@@ -32,7 +32,6 @@ fn main() {
         evaluate_encoded(&priority_best_fit::PriorityBestFit, &bytes, &mut Vec::new()).unwrap();
         wall[pols.len()].push(t.elapsed()); cpus[pols.len()].push(cpu() - c);
     }
-    { let (c, t) = (airtime_policy_host::XX_CALL.load(std::sync::atomic::Ordering::Relaxed), airtime_policy_host::XX_TOTAL.load(std::sync::atomic::Ordering::Relaxed)); let n = (rounds * pols.len()) as u64; println!("avg call {} us, avg total (store..drop) {} us drop {} decode {}", c / n / 1000, t / n / 1000, airtime_policy_host::XX_DROP.load(std::sync::atomic::Ordering::Relaxed) / n / 1000, airtime_policy_host::XX_DECODE.load(std::sync::atomic::Ordering::Relaxed) / n / 1000); }
     let med = |v: &mut Vec<Duration>| { v.sort(); v[v.len() / 2].as_secs_f64() * 1e3 };
     let nw = med(&mut wall[pols.len()]); let nc = med(&mut cpus[pols.len()]);
     for (i, (name, _)) in pols.iter().enumerate() {

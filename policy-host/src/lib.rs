@@ -50,7 +50,7 @@ mod runtime;
 
 pub use error::PolicyError;
 pub use limits::{PolicyLimits, RuntimeConfig};
-pub use runtime::{XX_CALL, XX_TOTAL, XX_DROP, XX_DECODE, CompiledPolicy, Evaluation, EvaluationRecord, PolicyLog, PolicyRuntime};
+pub use runtime::{CompiledPolicy, Evaluation, EvaluationPhases, EvaluationRecord, PolicyLog, PolicyRuntime};
 
 /// The ABI version this host speaks.
 pub use airtime_policy_sdk::abi::ABI_VERSION;

@@ -33,10 +33,6 @@ const EXPORT_ALLOC: &str = "airtime_alloc";
 const EXPORT_EVALUATE: &str = "airtime_evaluate";
 const IMPORT_MODULE: &str = "airtime";
 
-pub static XX_CALL: AtomicU64 = AtomicU64::new(0);
-pub static XX_DROP: AtomicU64 = AtomicU64::new(0);
-pub static XX_DECODE: AtomicU64 = AtomicU64::new(0);
-pub static XX_TOTAL: AtomicU64 = AtomicU64::new(0);
 /// Runs policy modules. One per process; cheap to clone (an `Arc`), `Send` and `Sync`.
 ///
 /// Building it starts a ticker thread that advances the engine's epoch every
@@ -114,6 +110,23 @@ pub struct EvaluationRecord {
     pub memory_bytes: u64,
 }
 
+/// Where the time of one evaluation went, from [`PolicyRuntime::evaluate_timed`]. A phase that
+/// did not run (the evaluation failed before it) is zero.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EvaluationPhases {
+    /// A fresh instance from the pool, with the module's memory image mapped and any start
+    /// function run.
+    pub instantiate: Duration,
+    /// `airtime_alloc` and copying the snapshot into the guest's memory.
+    pub copy_in: Duration,
+    /// `airtime_evaluate`: the policy's own work (decoding the snapshot, deciding, encoding).
+    pub guest: Duration,
+    /// Checking the output's size and bounds, copying it out and decoding it structurally.
+    pub output: Duration,
+    /// Dropping the instance: the pool zeroes the memory it keeps resident for the next one.
+    pub teardown: Duration,
+}
+
 impl EvaluationRecord {
     /// The [`Evaluation`], or the error (dropping the logs of a failure).
     pub fn into_result(self) -> Result<Evaluation, PolicyError> {
@@ -154,7 +167,6 @@ impl PolicyRuntime {
             .max_memory_size(config.max_memory_bytes)
             // Reused pages are zeroed in place rather than faulted in again (see the field's docs).
             .linear_memory_keep_resident(config.memory_keep_resident);
-        if std::env::var_os("XX_PAGEMAP").is_some() { pool.pagemap_scan(wasmtime::Enabled::Yes); }
 
         let mut wasm = Config::new();
         wasm
@@ -163,13 +175,12 @@ impl PolicyRuntime {
             // Data segments are mapped copy-on-write from the module's image instead of copied.
             .memory_init_cow(true)
             // Deadlines: compiled code checks the epoch at function entries and loop back-edges.
-            .epoch_interruption(std::env::var_os("XX_NO_EPOCH").is_none())
+            .epoch_interruption(true)
             .max_wasm_stack(config.max_wasm_stack)
             // Nothing in the ABI needs these; off means such modules fail validation at upload.
             .wasm_memory64(false)
             .wasm_multi_memory(false)
             .cranelift_opt_level(OptLevel::Speed)
-            .table_lazy_init(std::env::var_os("XX_EAGER_TABLE").is_none())
             .parallel_compilation(true);
         let engine = Engine::new(&wasm).map_err(|e| internal("building the wasm engine", e))?;
 
@@ -296,7 +307,20 @@ impl PolicyRuntime {
         snapshot_bytes: &[u8],
         limits: &PolicyLimits,
     ) -> EvaluationRecord {
+        self.evaluate_timed(policy, snapshot_bytes, limits).0
+    }
+
+    /// As [`evaluate_recorded`](Self::evaluate_recorded), also saying where the time went: the
+    /// policy's own work against what the sandbox adds around it (benchmarks and
+    /// `airtime-policy run --repeat` report both).
+    pub fn evaluate_timed(
+        &self,
+        policy: &CompiledPolicy,
+        snapshot_bytes: &[u8],
+        limits: &PolicyLimits,
+    ) -> (EvaluationRecord, EvaluationPhases) {
         let started = Instant::now();
+        let mut phases = EvaluationPhases::default();
         let failed_early = |error| EvaluationRecord {
             result: Err(error),
             logs: Vec::new(),
@@ -305,28 +329,26 @@ impl PolicyRuntime {
             memory_bytes: 0,
         };
         if policy.inner.runtime_id != self.inner.id {
-            return failed_early(PolicyError::Internal {
-                message: "the policy was compiled by another PolicyRuntime".to_owned(),
-            });
+            let error = PolicyError::Internal { message: "the policy was compiled by another PolicyRuntime".to_owned() };
+            return (failed_early(error), phases);
         }
         if let Err(error) = limits.validate() {
-            return failed_early(error);
+            return (failed_early(error), phases);
         }
-        let xx = Instant::now();
         let mut store = self.store(limits);
-        let result = self.run(policy, &mut store, snapshot_bytes, limits);
+        let result = self.run(policy, &mut store, snapshot_bytes, limits, &mut phases);
         let memory_bytes = store.data().memory_bytes;
-        let xd = Instant::now();
+        let teardown = Instant::now();
         let state = store.into_data();
-        XX_DROP.fetch_add(xd.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        XX_TOTAL.fetch_add(xx.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        EvaluationRecord {
+        phases.teardown = teardown.elapsed();
+        let record = EvaluationRecord {
             result,
             logs: state.logs.lines,
             logs_dropped: state.logs.dropped,
             elapsed: started.elapsed(),
             memory_bytes,
-        }
+        };
+        (record, phases)
     }
 
     /// A store for one evaluation: memory capped, deadline set, logs bounded.
@@ -351,10 +373,8 @@ impl PolicyRuntime {
         // already in progress, and overshoots by at most one tick.
         let tick = self.inner.config.epoch_tick.as_nanos().max(1);
         let ticks = limits.deadline().as_nanos().div_ceil(tick) as u64 + 1;
-        if std::env::var_os("XX_NO_EPOCH").is_none() {
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        }
         store
     }
 
@@ -364,6 +384,7 @@ impl PolicyRuntime {
         store: &mut Store<HostState>,
         snapshot: &[u8],
         limits: &PolicyLimits,
+        phases: &mut EvaluationPhases,
     ) -> Result<Vec<u8>, PolicyError> {
         let abi_error = |message: String| PolicyError::AbiViolation { message };
         let internal = |what: &str, e: wasmtime::Error| PolicyError::Internal { message: format!("{what}: {e:#}") };
@@ -371,6 +392,12 @@ impl PolicyRuntime {
             message: format!("a {}-byte snapshot passes 2 GiB", snapshot.len()),
         })?;
 
+        let mut clock = Instant::now();
+        let mut lap = |phase: &mut Duration| {
+            let now = Instant::now();
+            *phase = now - clock;
+            clock = now;
+        };
         let instance =
             policy.inner.pre.instantiate(&mut *store).map_err(|e| self.classify(e, store, Phase::Instantiate))?;
         let memory = instance
@@ -381,6 +408,7 @@ impl PolicyRuntime {
         let evaluate = instance
             .get_typed_func::<(i32, i32), i64>(&mut *store, EXPORT_EVALUATE)
             .map_err(|e| internal(EXPORT_EVALUATE, e))?;
+        lap(&mut phases.instantiate);
 
         let ptr = alloc.call(&mut *store, len).map_err(|e| self.classify(e, store, Phase::Call))?;
         store.data_mut().memory_bytes = memory.data_size(&*store) as u64;
@@ -392,10 +420,10 @@ impl PolicyRuntime {
             )));
         };
         target.copy_from_slice(snapshot);
+        lap(&mut phases.copy_in);
 
-        let xx = Instant::now();
         let packed = evaluate.call(&mut *store, (ptr, len));
-        XX_CALL.fetch_add(xx.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        lap(&mut phases.guest);
         store.data_mut().memory_bytes = memory.data_size(&*store) as u64;
         let packed = packed.map_err(|e| self.classify(e, store, Phase::Call))?;
         let (out_ptr, out_len) = ((packed as u64 >> 32) as usize, packed as u64 & 0xFFFF_FFFF);
@@ -409,10 +437,9 @@ impl PolicyRuntime {
                 data.len()
             )));
         };
-        let xd = Instant::now();
         let output = output.to_vec();
         abi::decode_decisions(&output)?;
-        XX_DECODE.fetch_add(xd.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        lap(&mut phases.output);
         Ok(output)
     }
 

@@ -204,7 +204,7 @@ async fn a_platform_engineer_signs_in_and_sees_the_fleet_a_running_workload_and_
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "sim-dash-1", &["--simulate-gpus", "2:H100-SXM:81920", "--cost-per-hour", "8"])
+    let agent = NodeAgent::start(&cp, "sim-dash-1", &["--simulate-gpus", "2:H100-SXM:81920", "--cost-per-hour", "8"])
         .await
         .unwrap();
     nodes_ready(&api, 1).await.unwrap();
@@ -252,6 +252,11 @@ async fn a_platform_engineer_signs_in_and_sees_the_fleet_a_running_workload_and_
     }
     browser.close().await.unwrap();
     eprintln!("dashboard story in the browser: {:.1} s", started.elapsed().as_secs_f64());
+    // Leave no `sleep 60` behind.
+    let running_id = running["id"].as_str().unwrap();
+    api.created(&format!("/api/v1/workloads/{running_id}/cancel"), &Value::Null).await.unwrap();
+    workload_reaches(&api, running_id, "cancelled", SHOWN).await.unwrap();
+    agent.kill().await;
     cp.stop().await;
 }
 

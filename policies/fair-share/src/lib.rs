@@ -517,8 +517,9 @@ impl<'p, 's> Cycle<'p, 's> {
             Some(NoFit::TakenThisCycle(why)) => match self.ledger.rival(t) {
                 Some(r) => {
                     let rival = self.ledger.name(r);
+                    // The guarantee explains the order only if it is the rival's alone.
                     match self.ledger.first_served.get(r as usize).copied().flatten() {
-                        Some((_, true)) => format!(
+                        Some((_, true)) if !self.ledger.below_guarantee(t) => format!(
                             "fair share: tenant {rival} is below its guarantee of {} GPUs and goes first; waiting behind {rival}'s work ({why})",
                             self.ledger.guaranteed(r)
                         ),
