@@ -39,7 +39,8 @@ use airtime_policy_sdk::prelude::*;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SloFirst;
 
-/// A GPU shape (count, memory per GPU, allowed models): workloads of one shape fit or fail alike.
+/// A GPU shape (count, memory per GPU, allowed models): workloads of one shape fit the GPUs or fail
+/// alike.
 type Shape<'a> = (u32, u32, &'a str);
 
 airtime_policy_sdk::export_policy!(SloFirst);
@@ -93,6 +94,7 @@ impl Policy for SloFirst {
         // later in the same cycle: remembered, so 10,000 pending workloads cost one search a shape.
         let mut no_fit: BTreeSet<Shape<'_>> = BTreeSet::new();
         let mut no_victims: BTreeSet<(u32, u32, &str, bool)> = BTreeSet::new();
+        let mut protected_by_shape: BTreeMap<(u32, u32, &str, bool), (u32, u64)> = BTreeMap::new();
         let mut reserved_only: BTreeMap<Shape<'_>, bool> = BTreeMap::new();
         let mut most_free_by_shape: BTreeMap<Shape<'_>, Option<(usize, &str)>> = BTreeMap::new();
         let unreserved = vec![false; snapshot.gpus.len()];
@@ -155,8 +157,14 @@ impl Policy for SloFirst {
             }
 
             let shape = (need.count, need.memory_mb, w.gpu_models);
-            let fit = if no_fit.contains(&shape) { None } else { best_fit(snapshot, &plan, &need, &reserved) };
-            if fit.is_none() {
+            let host = (w.cpu_millis, w.memory_mb);
+            // `no_fit` remembers GPU shapes that found no GPUs at all; host CPU and memory vary per
+            // workload, so a failure for want of them is not remembered.
+            let fit = if no_fit.contains(&shape) { None } else { best_fit(snapshot, &plan, &need, host, &reserved) };
+            if fit.is_none()
+                && !no_fit.contains(&shape)
+                && best_fit(snapshot, &plan, &need, (0, 0), &reserved).is_none()
+            {
                 no_fit.insert(shape);
             }
             if let Some((node, gpus, left)) = fit {
@@ -184,7 +192,7 @@ impl Policy for SloFirst {
             let only_reserved = head.is_some()
                 && *reserved_only
                     .entry(shape)
-                    .or_insert_with(|| best_fit(snapshot, &plan, &need, &unreserved).is_some());
+                    .or_insert_with(|| best_fit(snapshot, &plan, &need, host, &unreserved).is_some());
             if let Some(owner) = head.filter(|_| only_reserved) {
                 plan.keep_pending(
                     index,
@@ -217,6 +225,18 @@ impl Policy for SloFirst {
                 None
             };
             let victim_key = (need.count, need.memory_mb, w.gpu_models, matches!(cause, Some(Cause::Burst(_))));
+            if cause.is_some()
+                && let Some(&(v, remaining_s)) = protected_by_shape.get(&victim_key)
+            {
+                plan.keep_pending(
+                    index,
+                    format!(
+                        "waiting: {} is protected by its minimum runtime for {remaining_s} more s",
+                        snapshot.workloads[v as usize].name
+                    ),
+                )?;
+                continue;
+            }
             if let Some(cause) = cause.filter(|_| !no_victims.contains(&victim_key)) {
                 let search =
                     Search { plan: &plan, need: &need, reserved: &reserved, already: &victim, by_node: &by_node };
@@ -252,6 +272,8 @@ impl Policy for SloFirst {
                         continue;
                     }
                     Preemption::Protected { victim: v, remaining_s } => {
+                        // Nothing of this shape can preempt this cycle: later ones wait with it.
+                        protected_by_shape.insert(victim_key, (v, remaining_s));
                         plan.keep_pending(
                             index,
                             format!(
@@ -337,30 +359,45 @@ fn cpu_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>) -> O
 }
 
 /// The node whose fitting free GPUs (not reserved) hold the gang with the fewest left over.
+///
+/// Nodes are first ranked by their free-GPU count alone (a counter the plan keeps), so the GPU lists
+/// are only built for the best candidates: this runs once per placement over 1,000 nodes.
 fn best_fit(
     snapshot: &Snapshot<'_>,
     plan: &Plan<'_, '_>,
     need: &GpuNeed<'_>,
+    (cpu_millis, memory_mb): (u32, u32),
     reserved: &[bool],
 ) -> Option<(u32, Vec<u32>, u32)> {
-    snapshot
+    if need.count == 0 {
+        return None;
+    }
+    let mut candidates: Vec<(u32, u32)> = snapshot
         .ready_nodes()
-        .filter_map(|(node, _)| {
-            let mut fitting: Vec<(u32, u32)> = plan
-                .free_gpus(node)
-                .filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize])
-                .map(|(g, gpu)| (g, gpu.memory_free_mb()))
-                .collect();
-            if (fitting.len() as u32) < need.count || need.count == 0 {
-                return None;
-            }
-            // The tightest GPUs by free memory, keeping roomy ones for bigger work.
-            fitting.sort_by_key(|(g, free)| (*free, *g));
-            let gpus: Vec<u32> = fitting.iter().take(need.count as usize).map(|(g, _)| *g).collect();
-            let left = plan.free_gpu_count(node).saturating_sub(need.count);
-            Some((node, gpus, left))
+        .filter(|(node, _)| {
+            plan.free_gpu_count(*node) >= need.count
+                // The node must also have the host CPU and memory the workload asks for.
+                && plan.cpu_free(*node) >= cpu_millis
+                && plan.memory_free(*node) >= memory_mb
         })
-        .min_by_key(|(node, _, left)| (*left, *node))
+        .map(|(node, _)| (plan.free_gpu_count(node) - need.count, node))
+        .collect();
+    candidates.sort_unstable();
+    for (left, node) in candidates {
+        let mut fitting: Vec<(u32, u32)> = plan
+            .free_gpus(node)
+            .filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize])
+            .map(|(g, gpu)| (gpu.memory_free_mb(), g))
+            .collect();
+        if (fitting.len() as u32) < need.count {
+            continue;
+        }
+        // The tightest GPUs by free memory, keeping roomy ones for bigger work.
+        fitting.sort_unstable();
+        let gpus: Vec<u32> = fitting.iter().take(need.count as usize).map(|(_, g)| *g).collect();
+        return Some((node, gpus, left));
+    }
+    None
 }
 
 /// A node where the free GPUs plus those held by stopping work would hold the gang.
@@ -448,7 +485,11 @@ fn choose_victims(
             if gained >= need.count {
                 break;
             }
-            let frees = snapshot.held_gpus(v).filter(|(_, gpu)| need.allows_model(gpu.model)).count() as u32;
+            // Its GPUs are on this node: look there, not through the whole fleet's GPU table.
+            let frees = snapshot
+                .node_gpus(node)
+                .filter(|(_, gpu)| gpu.holder == Some(v) && need.allows_model(gpu.model))
+                .count() as u32;
             if frees == 0 {
                 continue;
             }

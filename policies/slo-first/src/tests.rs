@@ -184,3 +184,15 @@ fn it_places_work_on_a_large_mixed_fleet() {
         SnapshotFixture::synthetic_fleet(100, 8, 2_000, 7).settings(settings()).evaluate(&SloFirst).expect("runs");
     assert!(outcome.placed().len() > 50, "places work at scale: {}", outcome.placed().len());
 }
+
+#[test]
+fn a_node_without_the_host_cpu_a_gpu_job_asks_for_is_passed_over() {
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node_with("busy-host", 2, "H100", 81920, |n| n.cpu_millis_free = 100)
+        .node("roomy-host", 2, "H100", 81920)
+        .pending_with("train", 1, 0, |w| w.cpu_millis = 4000)
+        .evaluate(&SloFirst)
+        .expect("the policy runs and every decision passes the host's checks");
+    assert_eq!(outcome.placed_on("train"), Some("roomy-host"));
+}
