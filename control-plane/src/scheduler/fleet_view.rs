@@ -188,11 +188,11 @@ impl FleetView {
 
         // Lost nodes take no work; draining ones are shown so policies can see what runs there.
         let node_rows: Vec<NodeRow> = sqlx::query_as(
-            "SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
-                        n.gpu_source = 'simulated', \
-                        COALESCE((SELECT sum(w.cpu_millis) FROM workloads w WHERE w.node_id = n.id), 0)::bigint, \
-                        COALESCE((SELECT sum(w.memory_mb) FROM workloads w WHERE w.node_id = n.id), 0)::bigint \
-                 FROM nodes n WHERE n.state <> 'lost' ORDER BY n.name",
+            "WITH used AS (SELECT node_id, sum(cpu_millis) AS cpu, sum(memory_mb) AS mem FROM workloads \
+                           WHERE node_id IS NOT NULL GROUP BY node_id) \
+             SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
+                    n.gpu_source = 'simulated', COALESCE(u.cpu, 0)::bigint, COALESCE(u.mem, 0)::bigint \
+             FROM nodes n LEFT JOIN used u ON u.node_id = n.id WHERE n.state <> 'lost' ORDER BY n.name",
         )
         .fetch_all(&mut *conn)
         .await?;
