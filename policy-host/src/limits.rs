@@ -110,11 +110,12 @@ pub struct RuntimeConfig {
     /// reserves (not commits) address space of wasmtime's default 4 GiB reservation plus guard.
     pub max_memory_bytes: usize,
     /// Bytes at the start of each pooled memory slot that are kept resident between instances and
-    /// zeroed with `memset` when an instance ends, instead of being returned to the kernel. Pages
-    /// past it are released (`madvise`) and fault in again, zero-filled, on the next use: one
-    /// page fault per 4 KiB touched, which at the design size (a 10,000-workload snapshot, about
-    /// 9 MiB of guest memory) costs more than the policy's own work. Default 16 MiB; the price is
-    /// up to this much resident memory per slot that has been used.
+    /// zeroed with `memset` when an instance ends (only the pages it wrote, where Linux has
+    /// `PAGEMAP_SCAN`), instead of being returned to the kernel. Pages past it are released
+    /// (`madvise`) and fault in again, zero-filled, on the next use: one page fault per 4 KiB
+    /// touched, which at the design size (a 10,000-workload snapshot, about 10 MiB of guest memory)
+    /// costs more than the policy's own work. Default 16 MiB; the price is up to this much resident
+    /// memory per slot that has been used.
     pub memory_keep_resident: usize,
     /// Instances alive at once: the pool's slots. An evaluation beyond it fails with
     /// [`PolicyError::Capacity`]; bound concurrent evaluations (a semaphore) below it. Default 64.
@@ -123,7 +124,7 @@ pub struct RuntimeConfig {
     /// Default 128.
     pub cache_capacity: usize,
     /// Largest module `compile` accepts, in bytes (compilation time and memory grow with it).
-    /// Default 16 MiB; the built-in policies are about 140 KB.
+    /// Default 16 MiB; the built-in policies are 100 to 300 KB.
     pub max_module_bytes: usize,
     /// Limits for the probe that `compile` runs (instantiate and call `airtime_abi_version`), which
     /// bounds a start function that loops or allocates. Default: [`PolicyLimits::default`].

@@ -13,8 +13,8 @@ use airtime_policy_sdk::abi::{self, ABI_VERSION, Decision, Snapshot};
 use airtime_policy_sdk::guest::LogLevel;
 use sha2::{Digest, Sha256};
 use wasmtime::{
-    Caller, Config, Engine, ExternType, FuncType, InstanceAllocationStrategy, InstancePre, Linker, Module, OptLevel,
-    PoolConcurrencyLimitError, PoolingAllocationConfig, ResourceLimiter, Store, Trap, ValType,
+    Caller, Config, Enabled, Engine, ExternType, FuncType, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    OptLevel, PoolConcurrencyLimitError, PoolingAllocationConfig, ResourceLimiter, Store, Trap, ValType,
 };
 
 use crate::{PolicyError, PolicyLimits, RuntimeConfig};
@@ -121,7 +121,7 @@ pub struct EvaluationPhases {
     pub copy_in: Duration,
     /// `airtime_evaluate`: the policy's own work (decoding the snapshot, deciding, encoding).
     pub guest: Duration,
-    /// Checking the output's size and bounds, copying it out and decoding it structurally.
+    /// Checking the output (size, bounds, structure) where it lies and copying it out.
     pub output: Duration,
     /// Dropping the instance: the pool zeroes the memory it keeps resident for the next one.
     pub teardown: Duration,
@@ -167,6 +167,11 @@ impl PolicyRuntime {
             .max_memory_size(config.max_memory_bytes)
             // Reused pages are zeroed in place rather than faulted in again (see the field's docs).
             .linear_memory_keep_resident(config.memory_keep_resident);
+        // Where the kernel can say which pages an instance wrote (Linux 6.7+, `PAGEMAP_SCAN`), only
+        // those are reset: a Rust policy's 1 MiB stack, mostly untouched, is not zeroed every time.
+        // Halves the floor of an evaluation of a Rust policy (25 → 14 µs); falls back to the
+        // plain reset elsewhere.
+        pool.pagemap_scan(Enabled::Auto);
 
         let mut wasm = Config::new();
         wasm
@@ -329,7 +334,8 @@ impl PolicyRuntime {
             memory_bytes: 0,
         };
         if policy.inner.runtime_id != self.inner.id {
-            let error = PolicyError::Internal { message: "the policy was compiled by another PolicyRuntime".to_owned() };
+            let error =
+                PolicyError::Internal { message: "the policy was compiled by another PolicyRuntime".to_owned() };
             return (failed_early(error), phases);
         }
         if let Err(error) = limits.validate() {
@@ -437,8 +443,9 @@ impl PolicyRuntime {
                 data.len()
             )));
         };
+        // Checked where it lies, then copied: nothing is allocated for an output that is refused.
+        abi::validate_decisions(output)?;
         let output = output.to_vec();
-        abi::decode_decisions(&output)?;
         lap(&mut phases.output);
         Ok(output)
     }

@@ -20,7 +20,7 @@ mod decode;
 mod encode;
 mod error;
 
-pub use decode::{decode_decisions, decode_snapshot};
+pub use decode::{decode_decisions, decode_snapshot, validate_decisions};
 pub use encode::{encode_decisions, encode_snapshot, try_encode_decisions, try_encode_snapshot};
 pub use error::{AbiError, BufferKind, Location, Table};
 

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use airtime_policy_sdk::abi::{
     AbiError, Action, Decision, Gpu, NONE, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass,
-    WorkloadState, decode_decisions, decode_snapshot, encode_decisions, encode_snapshot,
+    WorkloadState, decode_decisions, decode_snapshot, encode_decisions, encode_snapshot, validate_decisions,
 };
 use airtime_policy_sdk::testing::SnapshotFixture;
 
@@ -444,7 +444,10 @@ fn decode_both(bytes: &[u8]) {
             assert!(count * size <= bytes.len(), "{count} records of {size} bytes from {} bytes", bytes.len());
         }
     }
-    if let Ok(decisions) = decode_decisions(bytes) {
+    // Validating says exactly what decoding says.
+    let decoded = decode_decisions(bytes);
+    assert_eq!(validate_decisions(bytes), decoded.as_ref().map(Vec::len).map_err(Clone::clone));
+    if let Ok(decisions) = decoded {
         let gpus: usize = decisions
             .iter()
             .map(|d| match &d.action {

@@ -93,8 +93,13 @@ impl Policy for PriorityBestFit {
                 continue;
             }
 
-            let shape =
-                (workload.gpu_count, workload.gpu_memory_mb, workload.gpu_models, workload.cpu_millis, workload.memory_mb);
+            let shape = (
+                workload.gpu_count,
+                workload.gpu_memory_mb,
+                workload.gpu_models,
+                workload.cpu_millis,
+                workload.memory_mb,
+            );
             if let Some(reason) = failed_shapes.get(&shape) {
                 cycle.place_on_cpu_or_wait(index, workload, reason.clone())?;
                 continue;

@@ -321,3 +321,71 @@ fn a_large_synthetic_fleet_gets_a_valid_decision_for_every_pending_workload() {
     // Same input, same output.
     assert_eq!(run(fixture).decisions, outcome.decisions);
 }
+
+/// Random fleets (node states, host CPU and memory in use, GPU memory in use, models written in
+/// several ways, NVLink layouts, GPUs held by running work, burst reserves, budgets): every pending
+/// workload gets exactly one decision, and the host's checks accept them all (`run` fails
+/// otherwise). The caches and indexes that make a cycle fast must never produce a decision the
+/// plain rules would not.
+#[test]
+fn random_fleets_get_decisions_the_host_accepts() {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let models = ["H100", "A100", " h100 ", "A100, H100", "B200", "h100,a100", ""];
+    for case in 0..200 {
+        let nodes = 1 + (next() % 40) as u32;
+        let per_node = [1u32, 2, 4, 8][(next() % 4) as usize];
+        let pending = (next() % 300) as u32;
+        let fixture = SnapshotFixture::synthetic_fleet(nodes, per_node, pending, case).edit(|doc| {
+            for node in &mut doc.nodes {
+                let roll = next();
+                node.state = match roll % 10 {
+                    0 => NodeState::Draining,
+                    1 => NodeState::Lost,
+                    _ => NodeState::Ready,
+                };
+                node.cpu_millis_free = (roll >> 8) as u32 % (node.cpu_millis + 1);
+                node.memory_mb_free = (roll >> 24) as u32 % (node.memory_mb + 1);
+            }
+            for gpu in &mut doc.gpus {
+                let roll = next();
+                if roll % 7 == 0 {
+                    gpu.model = "A100".into();
+                }
+                gpu.memory_used_mb = (roll >> 8) as u32 % 60_000;
+                gpu.nvlink_group = match (roll >> 40) % 4 {
+                    0 => None,
+                    1 => Some(gpu.node * 2 + gpu.device_index % 2),
+                    _ => Some(gpu.node),
+                };
+            }
+            for w in &mut doc.workloads {
+                let roll = next();
+                w.cpu_millis = [500, 4_000, 16_000, 64_000, 120_000][(roll % 5) as usize];
+                w.memory_mb = [1_024, 16_384, 131_072, 600_000][((roll >> 4) % 4) as usize];
+                w.gpu_models = models[((roll >> 8) % 7) as usize].into();
+                w.priority = ((roll >> 16) % 5) as i32;
+            }
+            let roll = next();
+            if roll % 3 == 0 {
+                doc.settings = Some(Settings {
+                    burst_reserve_gpus: (roll >> 8) as u32 % 6,
+                    realtime_first: roll % 2 == 0,
+                    ..Settings::default()
+                });
+            }
+            doc.params = match (roll >> 16) % 4 {
+                0 => r#"{"prefer_nvlink": false}"#.into(),
+                1 => format!(r#"{{"max_placements": {}}}"#, (roll >> 24) % 50),
+                _ => "{}".into(),
+            };
+        });
+        let outcome = run(fixture);
+        assert_eq!(outcome.decisions.len(), pending as usize, "case {case}: one decision per pending workload");
+    }
+}

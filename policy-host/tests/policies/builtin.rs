@@ -105,6 +105,24 @@ fn a_rust_guest_allocating_past_its_limit_hits_memory_limit() {
 }
 
 #[test]
+fn the_sdk_allocator_reuses_freed_memory_and_never_mixes_blocks() {
+    // Thousands of blocks of sizes from bytes to a MiB allocated, grown, shrunk, zero-allocated and
+    // freed, every live one checked: the guest fails if a block was handed out twice or a reused
+    // one was not zeroed for `vec![0; n]`.
+    let evaluation = probe(r#"{"churn": 4000}"#, &PolicyLimits::default()).expect("runs");
+    let line = &evaluation.logs[0].message;
+    assert!(line.starts_with("churn: 4000 rounds, ") && line.ends_with(", all checked"), "{line}");
+    let allocated: u64 =
+        line["churn: 4000 rounds, ".len()..].split(' ').next().and_then(|n| n.parse().ok()).expect("a number");
+    // Freed blocks are reused: memory stays a fraction of what was allocated in total.
+    assert!(
+        evaluation.memory_bytes * 4 < allocated,
+        "{} bytes of memory for {allocated} bytes allocated",
+        evaluation.memory_bytes
+    );
+}
+
+#[test]
 fn rust_guest_logs_are_capped_and_counted() {
     let evaluation = probe(r#"{"log_lines": 2500}"#, &PolicyLimits::default()).expect("runs");
     assert_eq!(evaluation.logs.len(), 1_000);

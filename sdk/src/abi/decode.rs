@@ -174,6 +174,44 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
 /// buffer cannot make the host allocate a large one). Whether the indexes name real workloads, nodes
 /// and GPUs needs the snapshot: see [`crate::check::check_decisions`].
 pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
+    let mut decisions = Vec::new();
+    walk_decisions(bytes, |count, workload, action, reason| {
+        if decisions.capacity() == 0 {
+            decisions.reserve_exact(count);
+        }
+        let action = match action {
+            RawAction::Place { node, gpus } => {
+                Action::Place { node, gpus: gpus.chunks_exact(4).map(|chunk| u32_at(chunk, 0)).collect() }
+            }
+            RawAction::Preempt => Action::Preempt,
+            RawAction::KeepPending => Action::KeepPending,
+        };
+        decisions.push(Decision { workload, action, reason: Cow::Borrowed(reason) });
+    })?;
+    Ok(decisions)
+}
+
+/// Makes the checks of [`decode_decisions`] without building the decisions, and returns how many
+/// there are: what a host runs on a guest's output before keeping it, without allocating.
+pub fn validate_decisions(bytes: &[u8]) -> Result<usize, AbiError> {
+    let mut count = 0;
+    walk_decisions(bytes, |_, _, _, _| count += 1)?;
+    Ok(count)
+}
+
+/// A decision's action as it lies in the buffer.
+enum RawAction<'a> {
+    Place { node: u32, gpus: &'a [u8] },
+    Preempt,
+    KeepPending,
+}
+
+/// Checks a decision buffer (see [`decode_decisions`]), giving `each` every decision in order
+/// (with the number of records in the buffer) as `(records, workload, action, reason)`.
+fn walk_decisions<'a>(
+    bytes: &'a [u8],
+    mut each: impl FnMut(usize, u32, RawAction<'a>, &'a str),
+) -> Result<(), AbiError> {
     let buf = Buf::new(bytes);
     if bytes.len() < DECISIONS_HEADER_SIZE {
         return Err(AbiError::TooShort {
@@ -189,7 +227,6 @@ pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
     let count = u32_at(bytes, 4);
     let table = buf.checked_table(Table::Decisions, DECISIONS_HEADER_SIZE as u32, count, DECISION_SIZE as u32)?;
 
-    let mut decisions = Vec::with_capacity(count as usize);
     let mut gpu_total: u64 = 0;
     for (i, rec) in table.records() {
         let at = Location::Record { table: Table::Decisions, index: i };
@@ -207,9 +244,8 @@ pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
                 if gpu_total * 4 > bytes.len() as u64 {
                     return Err(AbiError::TooManyGpuIndexes { total: gpu_total, buffer_len: bytes.len() });
                 }
-                let list = buf.span(at, "gpu list", gpus_offset, u64::from(gpus_len) * 4)?;
-                let gpus = list.chunks_exact(4).map(|chunk| u32_at(chunk, 0)).collect();
-                Action::Place { node, gpus }
+                let gpus = buf.span(at, "gpu list", gpus_offset, u64::from(gpus_len) * 4)?;
+                RawAction::Place { node, gpus }
             }
             KIND_PREEMPT | KIND_KEEP_PENDING => {
                 let name = if kind == KIND_PREEMPT { "preempt" } else { "keep pending" };
@@ -219,13 +255,13 @@ pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
                 if gpus_len != 0 {
                     return Err(AbiError::UnexpectedPlacement { decision: i, kind: name, field: "GPUs" });
                 }
-                if kind == KIND_PREEMPT { Action::Preempt } else { Action::KeepPending }
+                if kind == KIND_PREEMPT { RawAction::Preempt } else { RawAction::KeepPending }
             }
             other => return Err(AbiError::UnknownDecisionKind { decision: i, kind: other }),
         };
-        decisions.push(Decision { workload, action, reason: Cow::Borrowed(reason) });
+        each(count as usize, workload, action, reason);
     }
-    Ok(decisions)
+    Ok(())
 }
 
 /// A buffer being decoded.

@@ -1,0 +1,419 @@
+//! What a policy evaluation costs, and how a policy in Wasm compares with the same policy compiled
+//! natively, measured in the same run.
+//!
+//! ```text
+//! cargo bench -p airtime-policy-host --bench policy_eval              # the whole set, about a minute
+//! cargo bench -p airtime-policy-host --bench policy_eval -- --quick   # a short pass, same cases
+//! cargo bench -p airtime-policy-host --bench policy_eval -- best-fit  # only cases matching a word
+//! ```
+//!
+//! - **no-op**: instantiate a module, copy an empty snapshot in, call it, copy the (empty) decisions
+//!   out, drop the instance: the floor of every evaluation. A hand-written WAT module, and the Rust
+//!   template policy (the SDK's own floor: its allocator, decoder and encoder).
+//! - **priority-best-fit** at 10, 100 and 1,000 nodes × 8 GPUs with 100, 1,000 and 10,000 pending
+//!   workloads (`SnapshotFixture::synthetic_fleet`, seed 7): in Wasm, the host's whole `evaluate`
+//!   (instantiate, copy in, run, copy out, structural decode, teardown); natively, the same work
+//!   the guest does (`guest::evaluate_encoded`: decode the snapshot, decide, encode the decisions).
+//! - **slo-first** (the default platform policy) at 1,000 × 8 / 10,000, Wasm and native.
+//! - **whole evaluation** at 1,000 × 8 / 10,000: encode the snapshot, evaluate it in Wasm, decode the
+//!   decisions and check them against the snapshot with `check::check_decisions`, as the control
+//!   plane does every cycle.
+//! - **where the time goes** in the Wasm evaluation at that size (`PolicyRuntime::evaluate_timed`).
+//!
+//! Variants compared with each other run interleaved (one of each per round), so a machine busy
+//! with other work slows both alike; every row reports the median wall-clock time and the median
+//! CPU time of this thread (which leaves out time the thread spent descheduled: on a shared
+//! machine it is the steadier of the two). Ratios are Wasm over native, of the medians.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark's report is its output
+
+use std::time::{Duration, Instant};
+
+use airtime_builtin_policies::{PRIORITY_BEST_FIT, SLO_FIRST, TEMPLATE};
+use airtime_policy_host::{CompiledPolicy, EvaluationPhases, PolicyLimits, PolicyRuntime, RuntimeConfig};
+use airtime_policy_sdk::abi::{self, Snapshot};
+use airtime_policy_sdk::check::check_decisions;
+use airtime_policy_sdk::guest::{Policy, evaluate_encoded};
+use airtime_policy_sdk::testing::SnapshotFixture;
+use nix::time::{ClockId, clock_gettime};
+use priority_best_fit::PriorityBestFit;
+use slo_first::SloFirst;
+
+/// Exports the ABI and does nothing: returns an empty decision buffer from its data segment.
+const NO_OP: &str = r#"(module
+  (memory (export "memory") 1)
+  (data (i32.const 256) "ATDC\00\00\00\00")
+  (func (export "airtime_abi_version") (result i32) (i32.const 1))
+  (func (export "airtime_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "airtime_evaluate") (param i32 i32) (result i64)
+    (i64.or (i64.shl (i64.const 256) (i64.const 32)) (i64.const 8))))"#;
+
+const SEED: u64 = 7;
+const GPUS_PER_NODE: u32 = 8;
+
+/// The issue's targets (medians).
+const TARGET_NO_OP: Duration = Duration::from_micros(20);
+const TARGET_RATIO: f64 = 1.5;
+const TARGET_WHOLE: Duration = Duration::from_millis(50);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `cargo bench` passes `--bench`; any other word selects cases by name.
+    let filters: Vec<&str> = args.iter().filter(|a| !a.starts_with("--")).map(String::as_str).collect();
+    let selected = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f));
+    let scale = if quick { 0.15 } else { 1.0 };
+
+    let runtime = PolicyRuntime::new(RuntimeConfig::default()).unwrap();
+    let limits = PolicyLimits::default();
+    let bench = Bench { runtime: &runtime, limits: &limits, scale };
+
+    println!("# Policy evaluation benchmark (airtime-policy-host)\n");
+    println!("{}\n", machine());
+    println!(
+        "Medians over interleaved runs. wall: wall-clock time; cpu: this thread's CPU time. ratio: Wasm / native.\n"
+    );
+    let mut verdicts = Vec::new();
+
+    if selected("no-op") {
+        println!("## Instantiate and evaluate a no-op policy\n");
+        println!("| module | wall | cpu | runs |\n|---|---:|---:|---:|");
+        let empty = abi::encode_snapshot(&Snapshot::default());
+        let wat = runtime.compile(&wat::parse_str(NO_OP).unwrap()).unwrap();
+        let template = runtime.compile(TEMPLATE).unwrap();
+        let [wat_stats, template_stats] = bench.interleaved(
+            2.0,
+            2_000,
+            [&mut || drop(runtime.evaluate(&wat, &empty, &limits).unwrap()), &mut || {
+                drop(runtime.evaluate(&template, &empty, &limits).unwrap())
+            }],
+        );
+        println!("| no-op, hand-written WAT | {} | {} | {} |", us(wat_stats.wall), us(wat_stats.cpu), wat_stats.runs);
+        println!(
+            "| template policy (Rust SDK), empty snapshot | {} | {} | {} |\n",
+            us(template_stats.wall),
+            us(template_stats.cpu),
+            template_stats.runs
+        );
+        verdicts.push(verdict(
+            "instantiate + evaluate a no-op policy",
+            format!("≤ {} µs", TARGET_NO_OP.as_micros()),
+            format!("{} (WAT), {} (Rust SDK)", us(wat_stats.wall), us(template_stats.wall)),
+            wat_stats.wall <= TARGET_NO_OP,
+        ));
+    }
+
+    let compile_started = Instant::now();
+    let best_fit = runtime.compile(PRIORITY_BEST_FIT).unwrap();
+    let best_fit_compile = compile_started.elapsed();
+    let slo_first = runtime.compile(SLO_FIRST).unwrap();
+
+    if selected("best-fit") {
+        println!("## priority-best-fit, Wasm against native\n");
+        println!(
+            "Compiling the module ({} KB) took {} once; evaluations reuse it.\n",
+            PRIORITY_BEST_FIT.len() / 1000,
+            ms(best_fit_compile)
+        );
+        println!(
+            "| nodes × GPUs | pending | snapshot | decisions | guest memory | Wasm wall | native wall | ratio | Wasm cpu | native cpu | ratio | runs |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for nodes in [10, 100, 1_000] {
+            for pending in [100, 1_000, 10_000] {
+                let row = bench.compare(&best_fit, &PriorityBestFit, nodes, pending);
+                println!("{}", row.markdown(nodes, pending));
+                if (nodes, pending) == (1_000, 10_000) {
+                    verdicts.push(verdict(
+                        "priority-best-fit in Wasm / natively, 1,000 × 8 / 10,000",
+                        format!("≤ {TARGET_RATIO}×"),
+                        format!("{:.2}× wall, {:.2}× cpu", row.wall_ratio(), row.cpu_ratio()),
+                        row.wall_ratio() <= TARGET_RATIO,
+                    ));
+                }
+            }
+        }
+        println!();
+    }
+
+    if selected("slo-first") {
+        println!("## slo-first (the default platform policy), Wasm against native\n");
+        println!(
+            "| nodes × GPUs | pending | snapshot | decisions | guest memory | Wasm wall | native wall | ratio | Wasm cpu | native cpu | ratio | runs |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let row = bench.compare(&slo_first, &SloFirst, 1_000, 10_000);
+        println!("{}\n", row.markdown(1_000, 10_000));
+        verdicts.push(verdict(
+            "slo-first in Wasm / natively, 1,000 × 8 / 10,000 (not a target of the issue; for reference)",
+            format!("≤ {TARGET_RATIO}×"),
+            format!("{:.2}× wall, {:.2}× cpu", row.wall_ratio(), row.cpu_ratio()),
+            row.wall_ratio() <= TARGET_RATIO,
+        ));
+    }
+
+    if selected("whole") {
+        println!("## Whole evaluation at 1,000 nodes × 8 GPUs / 10,000 pending\n");
+        println!("Encode the snapshot, evaluate in Wasm, decode the decisions, check them against the snapshot.\n");
+        println!("| policy | encode | evaluate | decode | check | total wall | total cpu | runs |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        let fixture = SnapshotFixture::synthetic_fleet(1_000, GPUS_PER_NODE, 10_000, SEED);
+        for (name, policy) in [("priority-best-fit", &best_fit), ("slo-first", &slo_first)] {
+            let whole = bench.whole(policy, &fixture);
+            println!(
+                "| {name} | {} | {} | {} | {} | **{}** | {} | {} |",
+                ms(whole.encode),
+                ms(whole.evaluate),
+                ms(whole.decode),
+                ms(whole.check),
+                ms(whole.total.wall),
+                ms(whole.total.cpu),
+                whole.total.runs
+            );
+            verdicts.push(verdict(
+                &format!("whole evaluation ({name}), 1,000 × 8 / 10,000"),
+                format!("≤ {} ms", TARGET_WHOLE.as_millis()),
+                ms(whole.total.wall),
+                whole.total.wall <= TARGET_WHOLE,
+            ));
+        }
+        println!();
+    }
+
+    if selected("phases") {
+        println!("## Where the time goes: priority-best-fit in Wasm, 1,000 × 8 / 10,000\n");
+        let bytes = SnapshotFixture::synthetic_fleet(1_000, GPUS_PER_NODE, 10_000, SEED).encode();
+        let (phases, native) = bench.phases(&best_fit, &PriorityBestFit, &bytes);
+        let sandbox = phases.instantiate + phases.copy_in + phases.output + phases.teardown;
+        println!("| phase | median |\n|---|---:|");
+        println!("| instantiate (pool slot, memory image) | {} |", ms(phases.instantiate));
+        println!("| `airtime_alloc` + copy the snapshot in | {} |", ms(phases.copy_in));
+        println!("| **`airtime_evaluate`: the policy in Wasm** | **{}** |", ms(phases.guest));
+        println!("| check the decisions where they lie, copy them out | {} |", ms(phases.output));
+        println!("| teardown (the pool zeroes the memory it keeps) | {} |", ms(phases.teardown));
+        println!("| native, same work as `airtime_evaluate` | {} |", ms(native));
+        println!(
+            "\nThe policy's own code in Wasm / natively: **{:.2}×**; the sandbox around it adds {} per evaluation.\n",
+            phases.guest.as_secs_f64() / native.as_secs_f64(),
+            ms(sandbox)
+        );
+    }
+
+    if !verdicts.is_empty() {
+        println!("## Targets\n");
+        println!("| target | wanted | measured | |\n|---|---|---|---|");
+        for line in &verdicts {
+            println!("{line}");
+        }
+        println!();
+    }
+    println!("{}", load_average("load average at the end"));
+}
+
+/// Medians of one variant.
+#[derive(Debug, Clone, Copy)]
+struct Stats {
+    wall: Duration,
+    cpu: Duration,
+    runs: usize,
+}
+
+/// One row of a Wasm/native comparison.
+struct Row {
+    wasm: Stats,
+    native: Stats,
+    snapshot_bytes: usize,
+    decisions: usize,
+    memory_bytes: u64,
+}
+
+impl Row {
+    fn wall_ratio(&self) -> f64 {
+        self.wasm.wall.as_secs_f64() / self.native.wall.as_secs_f64()
+    }
+
+    fn cpu_ratio(&self) -> f64 {
+        self.wasm.cpu.as_secs_f64() / self.native.cpu.as_secs_f64()
+    }
+
+    fn markdown(&self, nodes: u32, pending: u32) -> String {
+        format!(
+            "| {nodes} × {GPUS_PER_NODE} | {pending} | {} KB | {} | {:.1} MiB | {} | {} | **{:.2}×** | {} | {} | {:.2}× | {} |",
+            self.snapshot_bytes / 1000,
+            self.decisions,
+            self.memory_bytes as f64 / f64::from(1 << 20),
+            ms(self.wasm.wall),
+            ms(self.native.wall),
+            self.wall_ratio(),
+            ms(self.wasm.cpu),
+            ms(self.native.cpu),
+            self.cpu_ratio(),
+            self.wasm.runs
+        )
+    }
+}
+
+/// Medians of the whole evaluation's steps.
+struct Whole {
+    encode: Duration,
+    evaluate: Duration,
+    decode: Duration,
+    check: Duration,
+    total: Stats,
+}
+
+struct Bench<'a> {
+    runtime: &'a PolicyRuntime,
+    limits: &'a PolicyLimits,
+    /// Multiplies every time budget (`--quick`: 0.15).
+    scale: f64,
+}
+
+impl Bench<'_> {
+    /// Runs the variants in turn, one run each per round, until `seconds` (scaled) have passed and
+    /// at least `min_rounds` rounds are done; the medians of each.
+    fn interleaved<const N: usize>(
+        &self,
+        seconds: f64,
+        min_rounds: usize,
+        variants: [&mut dyn FnMut(); N],
+    ) -> [Stats; N] {
+        let mut variants = variants;
+        let budget = Duration::from_secs_f64(seconds * self.scale);
+        let min_rounds = ((min_rounds as f64 * self.scale) as usize).max(5);
+        let mut samples: [Vec<(Duration, Duration)>; N] = std::array::from_fn(|_| Vec::new());
+        // One untimed round first: caches, the pool's first use of a slot, lazy statics.
+        for variant in variants.iter_mut() {
+            variant();
+        }
+        let started = Instant::now();
+        while samples[0].len() < min_rounds || started.elapsed() < budget {
+            for (variant, samples) in variants.iter_mut().zip(samples.iter_mut()) {
+                let (wall, cpu) = (Instant::now(), thread_cpu());
+                variant();
+                samples.push((wall.elapsed(), thread_cpu().saturating_sub(cpu)));
+            }
+        }
+        samples.map(|samples| Stats {
+            wall: median(samples.iter().map(|s| s.0).collect()),
+            cpu: median(samples.iter().map(|s| s.1).collect()),
+            runs: samples.len(),
+        })
+    }
+
+    /// `compiled` in Wasm against `native` on the synthetic fleet.
+    fn compare(&self, compiled: &CompiledPolicy, native: &dyn Policy, nodes: u32, pending: u32) -> Row {
+        let bytes = SnapshotFixture::synthetic_fleet(nodes, GPUS_PER_NODE, pending, SEED).encode();
+        let evaluation = self.runtime.evaluate(compiled, &bytes, self.limits).unwrap();
+        // Same policy, same answer: the native run is a fair baseline only if it does the same work.
+        let native_output = evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap();
+        assert_eq!(evaluation.output, native_output, "Wasm and native decide alike ({nodes} nodes, {pending} pending)");
+        let [wasm, native_stats] = self.interleaved(
+            3.0,
+            20,
+            [&mut || drop(self.runtime.evaluate(compiled, &bytes, self.limits).unwrap()), &mut || {
+                drop(evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap())
+            }],
+        );
+        Row {
+            wasm,
+            native: native_stats,
+            snapshot_bytes: bytes.len(),
+            decisions: evaluation.decisions().unwrap().len(),
+            memory_bytes: evaluation.memory_bytes,
+        }
+    }
+
+    /// What the control plane does with a snapshot, step by step.
+    fn whole(&self, compiled: &CompiledPolicy, fixture: &SnapshotFixture) -> Whole {
+        let snapshot = fixture.document().as_snapshot();
+        let mut steps: [Vec<Duration>; 4] = Default::default();
+        let [total] = self.interleaved(
+            4.0,
+            20,
+            [&mut || {
+                let mut lap = Instant::now();
+                let mut step = |i: usize| {
+                    steps[i].push(lap.elapsed());
+                    lap = Instant::now();
+                };
+                let bytes = abi::encode_snapshot(&snapshot);
+                step(0);
+                let evaluation = self.runtime.evaluate(compiled, &bytes, self.limits).unwrap();
+                step(1);
+                let decisions = evaluation.decisions().unwrap();
+                step(2);
+                let problems = check_decisions(&snapshot, &decisions);
+                step(3);
+                assert!(problems.is_empty(), "the host accepts every decision: {problems:?}");
+            }],
+        );
+        let [encode, evaluate, decode, check] = steps.map(median);
+        Whole { encode, evaluate, decode, check, total }
+    }
+
+    /// Median of each phase of the Wasm evaluation, and of the native run, interleaved.
+    fn phases(&self, compiled: &CompiledPolicy, native: &dyn Policy, bytes: &[u8]) -> (EvaluationPhases, Duration) {
+        let mut all: Vec<EvaluationPhases> = Vec::new();
+        let [_, native_stats] = self.interleaved(
+            3.0,
+            20,
+            [
+                &mut || {
+                    let (record, phases) = self.runtime.evaluate_timed(compiled, bytes, self.limits);
+                    record.result.unwrap();
+                    all.push(phases);
+                },
+                &mut || drop(evaluate_encoded(native, bytes, &mut Vec::new()).unwrap()),
+            ],
+        );
+        let of = |f: fn(&EvaluationPhases) -> Duration| median(all.iter().map(f).collect());
+        let phases = EvaluationPhases {
+            instantiate: of(|p| p.instantiate),
+            copy_in: of(|p| p.copy_in),
+            guest: of(|p| p.guest),
+            output: of(|p| p.output),
+            teardown: of(|p| p.teardown),
+        };
+        (phases, native_stats.wall)
+    }
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map(Duration::from).unwrap_or_default()
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ms(d: Duration) -> String {
+    if d < Duration::from_millis(1) { us(d) } else { format!("{:.2} ms", d.as_secs_f64() * 1e3) }
+}
+
+fn verdict(target: &str, wanted: String, measured: String, met: bool) -> String {
+    format!("| {target} | {wanted} | {measured} | {} |", if met { "met" } else { "**not met**" })
+}
+
+/// "Machine: Intel(R) Xeon(R) …, 2 CPUs; load average at the start 1.52 1.83 1.77".
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name").and_then(|rest| rest.split_once(':')).map(|(_, m)| m.trim()))
+        .unwrap_or("unknown CPU");
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("Machine: {model}, {cpus} CPUs; {}.", load_average("load average at the start"))
+}
+
+fn load_average(label: &str) -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let three: Vec<&str> = text.split_whitespace().take(3).collect();
+    format!("{label} {}", three.join(" "))
+}
