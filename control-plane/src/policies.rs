@@ -86,17 +86,12 @@ impl PolicyCatalog {
             }
             tx.commit().await?;
         }
-        let (fallback_version,): (Uuid,) = sqlx::query_as(
-            "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
-             WHERE p.builtin AND p.name = $1 ORDER BY v.version DESC LIMIT 1",
-        )
-        .bind(if airtime_builtin_policies::ALL.iter().any(|(name, _)| *name == DEFAULT_POLICY) {
+        let default = if airtime_builtin_policies::ALL.iter().any(|(name, _)| *name == DEFAULT_POLICY) {
             DEFAULT_POLICY
         } else {
             FALLBACK_POLICY
-        })
-        .fetch_one(db)
-        .await?;
+        };
+        let fallback_version = latest_builtin(db, default).await?;
         sqlx::query(
             "INSERT INTO policy_activations (scope, policy_version_id) VALUES ($1, $2) ON CONFLICT (scope) DO NOTHING",
         )
@@ -166,13 +161,7 @@ impl PolicyCatalog {
 
     /// The latest version of the built-in fallback policy, with default parameters and limits.
     pub async fn fallback(&self, db: &PgPool) -> anyhow::Result<Selected> {
-        let (version_id,): (Uuid,) = sqlx::query_as(
-            "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
-             WHERE p.builtin AND p.name = $1 ORDER BY v.version DESC LIMIT 1",
-        )
-        .bind(FALLBACK_POLICY)
-        .fetch_one(db)
-        .await?;
+        let version_id = latest_builtin(db, FALLBACK_POLICY).await?;
         Ok(Selected { policy: self.load(db, version_id).await?, params: "{}".into(), limits: PolicyLimits::default() })
     }
 
@@ -322,6 +311,18 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
         params: "{}",
         scope_tenant: None,
     }
+}
+
+/// The latest version of a built-in policy.
+async fn latest_builtin(db: &PgPool, name: &str) -> sqlx::Result<Uuid> {
+    let (version_id,): (Uuid,) = sqlx::query_as(
+        "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
+         WHERE p.builtin AND p.name = $1 ORDER BY v.version DESC LIMIT 1",
+    )
+    .bind(name)
+    .fetch_one(db)
+    .await?;
+    Ok(version_id)
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -194,11 +194,10 @@ struct AssignmentRow {
 }
 
 async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::Result<DesiredState> {
-    let (grace_s,): (i32,) = sqlx::query_as("SELECT grace_period_s FROM priority_settings WHERE id")
-        .fetch_optional(&state.db)
-        .await?
-        .unwrap_or((30,));
-    let grace_period_ms = u64::from(grace_s.max(0) as u32) * 1000;
+    let grace_period_ms = {
+        let mut conn = state.db.acquire().await?;
+        crate::settings::PrioritySettings::load(&mut conn).await?.grace_period_ms()
+    };
     let rows: Vec<AssignmentRow> = sqlx::query_as(
         "SELECT w.id, w.attempt, w.state, w.command, w.env, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \

@@ -3,7 +3,6 @@
 //! every snapshot; the host enforces the preemption rules whatever a policy says.
 
 use axum::extract::State;
-use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -18,32 +17,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(read, write))
 }
 
-#[derive(Debug, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Priorities {
-    /// GPUs kept free for real-time (customer-facing) inference bursts; other work may use them
-    /// only if it is preemptible.
-    pub burst_reserve_gpus: i32,
-    /// Customer-facing inference outranks internal training.
-    pub realtime_first: bool,
-    /// Seconds a workload runs before it may be preempted.
-    pub min_runtime_s: i32,
-    /// Seconds between the checkpoint signal (SIGTERM) and SIGKILL.
-    pub grace_period_s: i32,
-    /// Most preemptions of one workload in an hour.
-    pub max_preemptions_per_hour: i32,
-    /// Only checkpointable work may be preempted.
-    pub checkpointable_only: bool,
-    /// Priority added to training and fine-tuning in the night window.
-    pub night_training_bonus: i32,
-    /// The night window, UTC hours (it may wrap midnight: 22 → 6).
-    pub night_start_hour: i32,
-    pub night_end_hour: i32,
-}
-
-const SELECT: &str = "SELECT burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, \
-     max_preemptions_per_hour, checkpointable_only, night_training_bonus, night_start_hour, night_end_hour \
-     FROM priority_settings WHERE id";
+pub use crate::settings::PrioritySettings as Priorities;
 
 /// The platform's priority settings (everyone may read them: they decide everyone's work).
 #[utoipa::path(
@@ -59,7 +33,8 @@ async fn read(_caller: Caller, State(state): State<AppState>) -> ApiResult<axum:
 }
 
 async fn current(state: &AppState) -> ApiResult<axum::Json<Priorities>> {
-    Ok(axum::Json(sqlx::query_as(SELECT).fetch_one(&state.db).await?))
+    let mut conn = state.db.acquire().await?;
+    Ok(axum::Json(Priorities::load(&mut conn).await?))
 }
 
 /// Replace the priority settings (platform admins; audited).
@@ -82,42 +57,9 @@ async fn write(
     Json(p): Json<Priorities>,
 ) -> ApiResult<axum::Json<Priorities>> {
     caller.require_platform_admin()?;
-    let bad = |m: &str| Err(ApiError::unprocessable("invalid_settings", m));
-    if !(0..=100_000).contains(&p.burst_reserve_gpus) {
-        return bad("burst_reserve_gpus must be between 0 and 100000");
-    }
-    if !(0..=7 * 86_400).contains(&p.min_runtime_s) {
-        return bad("min_runtime_s must be between 0 and 604800 (a week)");
-    }
-    if !(0..=3600).contains(&p.grace_period_s) {
-        return bad("grace_period_s must be between 0 and 3600");
-    }
-    if !(0..=1000).contains(&p.max_preemptions_per_hour) {
-        return bad("max_preemptions_per_hour must be between 0 and 1000");
-    }
-    if !(-1000..=1000).contains(&p.night_training_bonus) {
-        return bad("night_training_bonus must be between -1000 and 1000");
-    }
-    if !(0..24).contains(&p.night_start_hour) || !(0..24).contains(&p.night_end_hour) {
-        return bad("night_start_hour and night_end_hour are UTC hours, 0 to 23");
-    }
+    p.check().map_err(|m| ApiError::unprocessable("invalid_settings", m))?;
     let mut tx = state.db.begin().await?;
-    sqlx::query(
-        "UPDATE priority_settings SET burst_reserve_gpus = $1, realtime_first = $2, min_runtime_s = $3, \
-             grace_period_s = $4, max_preemptions_per_hour = $5, checkpointable_only = $6, \
-             night_training_bonus = $7, night_start_hour = $8, night_end_hour = $9, updated_at = now() WHERE id",
-    )
-    .bind(p.burst_reserve_gpus)
-    .bind(p.realtime_first)
-    .bind(p.min_runtime_s)
-    .bind(p.grace_period_s)
-    .bind(p.max_preemptions_per_hour)
-    .bind(p.checkpointable_only)
-    .bind(p.night_training_bonus)
-    .bind(p.night_start_hour)
-    .bind(p.night_end_hour)
-    .execute(&mut *tx)
-    .await?;
+    p.save(&mut tx).await?;
     audit::record(
         &mut tx,
         &AuditActor::from(&caller),

@@ -69,8 +69,8 @@ pub fn check_registration(r: &Registration) -> Result<(), String> {
     if r.name.is_empty() || r.name.len() > 253 || r.name.chars().any(|c| c.is_control()) {
         return Err("name must be 1 to 253 printable characters".into());
     }
-    if r.cpu_millis == 0 {
-        return Err("cpu_millis must be positive".into());
+    if r.cpu_millis == 0 || i32::try_from(r.cpu_millis).is_err() {
+        return Err("cpu_millis must be between 1 and 2147483647".into());
     }
     if i64::try_from(r.memory_mb).is_err() {
         return Err("memory_mb is out of range".into());
@@ -110,6 +110,11 @@ pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
         return Err("cpu_util must be between 0 and 1".into());
     }
     for g in &t.gpus {
+        // Stored as signed integers: a value past their range would be stored wrong, not refused.
+        let in_range = |v: Option<u64>| v.is_none_or(|v| i64::try_from(v).is_ok());
+        if g.index > 63 || !in_range(g.memory_used_mb) || !in_range(g.ecc_errors) {
+            return Err(format!("GPU {}: index (0..=63), memory_used_mb or ecc_errors is out of range", g.index));
+        }
         if let Some(u) = g.util
             && !unit(u)
         {
@@ -234,4 +239,39 @@ pub async fn record_telemetry(db: &PgPool, node_id: Uuid, t: &TelemetryReport) -
     }
     tx.commit().await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration() -> Registration {
+        serde_json::from_value(serde_json::json!({
+            "name": "gpu-1", "hostname": "gpu-1", "cpu_millis": 64000, "memory_mb": 262144,
+            "agent_version": "0.1.0", "gpu_source": "simulated",
+            "gpus": [{"index": 0, "model": "H100", "memory_mb": 81920, "simulated": true}]
+        }))
+        .expect("valid registration")
+    }
+
+    #[test]
+    fn values_the_database_cannot_hold_are_refused_not_wrapped() {
+        assert_eq!(check_registration(&registration()), Ok(()));
+        let huge_cpu = Registration { cpu_millis: u32::MAX, ..registration() };
+        assert!(check_registration(&huge_cpu).unwrap_err().contains("cpu_millis"));
+
+        let report = |gpu: serde_json::Value| -> TelemetryReport {
+            serde_json::from_value(serde_json::json!({"cpu_util": 0.5, "memory_used_mb": 1, "gpus": [gpu]}))
+                .expect("valid shape")
+        };
+        assert_eq!(check_telemetry(&report(serde_json::json!({"index": 0, "memory_used_mb": 1024}))), Ok(()));
+        for bad in [
+            serde_json::json!({"index": 0, "memory_used_mb": u64::MAX}),
+            serde_json::json!({"index": 0, "ecc_errors": u64::MAX}),
+            serde_json::json!({"index": 64}),
+            serde_json::json!({"index": 0, "util": 1.5}),
+        ] {
+            assert!(check_telemetry(&report(bad.clone())).is_err(), "{bad}");
+        }
+    }
 }

@@ -9,6 +9,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::model::{NodeState, WorkloadClass, WorkloadState};
+pub use crate::settings::PrioritySettings;
 
 #[derive(Debug, Clone)]
 pub struct TenantEntry {
@@ -83,55 +84,6 @@ pub struct WorkloadEntry {
 impl WorkloadEntry {
     pub fn allows_model(&self, model: &str) -> bool {
         self.gpu_models.is_empty() || self.gpu_models.split(',').any(|m| m == model)
-    }
-}
-
-/// The platform's priority settings (see `migrations/0003_*`), as the scheduler reads them.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct PrioritySettings {
-    pub burst_reserve_gpus: i32,
-    pub realtime_first: bool,
-    pub min_runtime_s: i32,
-    pub grace_period_s: i32,
-    pub max_preemptions_per_hour: i32,
-    pub checkpointable_only: bool,
-    pub night_training_bonus: i32,
-    pub night_start_hour: i32,
-    pub night_end_hour: i32,
-}
-
-impl Default for PrioritySettings {
-    fn default() -> Self {
-        PrioritySettings {
-            burst_reserve_gpus: 0,
-            realtime_first: true,
-            min_runtime_s: 0,
-            grace_period_s: 30,
-            max_preemptions_per_hour: 4,
-            checkpointable_only: false,
-            night_training_bonus: 0,
-            night_start_hour: 22,
-            night_end_hour: 6,
-        }
-    }
-}
-
-impl PrioritySettings {
-    pub async fn load(conn: &mut PgConnection) -> sqlx::Result<PrioritySettings> {
-        let row: Option<PrioritySettings> = sqlx::query_as(
-            "SELECT burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, max_preemptions_per_hour, \
-                    checkpointable_only, night_training_bonus, night_start_hour, night_end_hour \
-             FROM priority_settings WHERE id",
-        )
-        .fetch_optional(conn)
-        .await?;
-        Ok(row.unwrap_or_default())
-    }
-
-    /// Whether `hour` (UTC) falls in the night window, which may wrap midnight.
-    pub fn is_night(&self, hour: u32) -> bool {
-        let (start, end, hour) = (self.night_start_hour as u32, self.night_end_hour as u32, hour);
-        if start <= end { (start..end).contains(&hour) } else { hour >= start || hour < end }
     }
 }
 

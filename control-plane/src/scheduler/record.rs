@@ -217,21 +217,17 @@ pub async fn apply(
 
     record_pending_reasons(&mut tx, cycle_id, &pending_changes).await?;
 
-    for (refusal, decider) in refused.iter().chain(late_refusals.iter()) {
-        if let Some(index) = &refusal.workload {
-            let reason = format!("refused by the control plane: {}", refusal.reason);
-            // A policy that repeats a refused decision every cycle is recorded once, not every tick.
-            let last: Option<(String, String)> =
-                sqlx::query_as("SELECT kind, reason FROM decisions WHERE workload_id = $1 ORDER BY id DESC LIMIT 1")
-                    .bind(fleet.workloads[*index].id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            if last.is_some_and(|(kind, last_reason)| kind == "rejected" && last_reason == reason) {
-                continue;
-            }
-            insert_decision(&mut tx, cycle_id, fleet, *index, "rejected", None, &[], &reason, decider).await?;
-        }
-    }
+    let refusals: Vec<(Uuid, Uuid, String, &Decider)> = refused
+        .iter()
+        .chain(late_refusals.iter())
+        .filter_map(|(refusal, decider)| {
+            let w = &fleet.workloads[refusal.workload?];
+            let reason: String =
+                format!("refused by the control plane: {}", refusal.reason).chars().take(1000).collect();
+            Some((w.id, fleet.tenants[w.tenant].id, reason, *decider))
+        })
+        .collect();
+    record_refusals(&mut tx, cycle_id, &refusals).await?;
     outcome.refused += late_refusals.len();
 
     sqlx::query(
@@ -250,6 +246,50 @@ pub async fn apply(
     Ok(outcome)
 }
 
+/// Refused decisions, in one statement. A policy that repeats a refused decision every cycle is
+/// recorded once, not every tick: a refusal identical to the workload's latest decision is skipped.
+async fn record_refusals(
+    tx: &mut sqlx::PgConnection,
+    cycle_id: i64,
+    refusals: &[(Uuid, Uuid, String, &Decider)],
+) -> sqlx::Result<()> {
+    if refusals.is_empty() {
+        return Ok(());
+    }
+    let (ids, tenants, reasons, versions, names) = decision_columns(refusals);
+    sqlx::query(
+        "WITH r AS (SELECT * FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::uuid[], $6::text[]) \
+                    AS r(workload_id, tenant_id, reason, version_id, policy_name)) \
+         INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, reason, policy_version_id, policy_name) \
+         SELECT $1, r.tenant_id, r.workload_id, 'rejected', r.reason, r.version_id, r.policy_name FROM r \
+         WHERE NOT EXISTS (SELECT 1 FROM (SELECT d.kind, d.reason FROM decisions d WHERE d.workload_id = r.workload_id \
+                                          ORDER BY d.id DESC LIMIT 1) last \
+                           WHERE last.kind = 'rejected' AND last.reason = r.reason)",
+    )
+    .bind(cycle_id)
+    .bind(&ids)
+    .bind(&tenants)
+    .bind(&reasons)
+    .bind(&versions)
+    .bind(&names)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+type DecisionColumns<'a> = (Vec<Uuid>, Vec<Uuid>, Vec<&'a str>, Vec<Option<Uuid>>, Vec<&'a str>);
+
+/// (workload, tenant, reason, decider) rows as the column arrays `UNNEST` takes.
+fn decision_columns<'a>(rows: &'a [(Uuid, Uuid, String, &'a Decider)]) -> DecisionColumns<'a> {
+    (
+        rows.iter().map(|r| r.0).collect(),
+        rows.iter().map(|r| r.1).collect(),
+        rows.iter().map(|r| r.2.as_str()).collect(),
+        rows.iter().map(|r| r.3.policy_version_id).collect(),
+        rows.iter().map(|r| r.3.policy_name.as_str()).collect(),
+    )
+}
+
 /// New pending reasons, in two statements whatever their number: a cycle over 10,000 waiting
 /// workloads must not cost 20,000 round trips.
 async fn record_pending_reasons(
@@ -260,11 +300,7 @@ async fn record_pending_reasons(
     if changes.is_empty() {
         return Ok(());
     }
-    let ids: Vec<Uuid> = changes.iter().map(|c| c.0).collect();
-    let tenants: Vec<Uuid> = changes.iter().map(|c| c.1).collect();
-    let reasons: Vec<&str> = changes.iter().map(|c| c.2.as_str()).collect();
-    let versions: Vec<Option<Uuid>> = changes.iter().map(|c| c.3.policy_version_id).collect();
-    let names: Vec<&str> = changes.iter().map(|c| c.3.policy_name.as_str()).collect();
+    let (ids, tenants, reasons, versions, names) = decision_columns(changes);
     sqlx::query(
         "WITH c AS (SELECT * FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::uuid[], $6::text[]) \
                     AS c(workload_id, tenant_id, reason, version_id, policy_name)), \
