@@ -52,6 +52,22 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_POLICY_SUSPEND_AFTER", default_value_t = 3)]
     pub policy_suspend_after: u32,
 
+    /// How long a cycle waits for the tenants' own policies, in milliseconds, evaluated side by
+    /// side. A tenant policy still running then falls back to the platform's decisions for that
+    /// tenant (a failure, counted towards suspension), so a slow tenant never delays the others.
+    #[arg(long, env = "AIRTIME_CYCLE_BUDGET_MS", default_value_t = 1000)]
+    pub cycle_budget_ms: u64,
+
+    /// Longest an upload's compilation and trial may take, in milliseconds; past it the upload is
+    /// refused (the work already started finishes in the background, holding its compile slot).
+    #[arg(long, env = "AIRTIME_POLICY_COMPILE_TIMEOUT_MS", default_value_t = 20000)]
+    pub policy_compile_timeout_ms: u64,
+
+    /// Uploads compiled at once across the control plane (a tenant may have one at a time); more
+    /// are answered 429 with Retry-After.
+    #[arg(long, env = "AIRTIME_POLICY_COMPILES", default_value_t = 2)]
+    pub policy_compiles: u32,
+
     /// Half-life of the decayed GPU usage that fair-share policies weigh, in hours.
     #[arg(long, env = "AIRTIME_USAGE_HALF_LIFE_HOURS", default_value_t = 24.0)]
     pub usage_half_life_hours: f64,
@@ -138,6 +154,11 @@ impl Config {
         }
         if !(self.usage_half_life_hours.is_finite() && self.usage_half_life_hours > 0.0) {
             return invalid("--usage-half-life-hours must be a positive number");
+        }
+        if self.cycle_budget_ms == 0 || self.policy_compile_timeout_ms == 0 || self.policy_compiles == 0 {
+            return invalid(
+                "--cycle-budget-ms, --policy-compile-timeout-ms and --policy-compiles must be more than zero",
+            );
         }
         if self.policy_suspend_after == 0 {
             return invalid("--policy-suspend-after must be at least 1");

@@ -17,8 +17,14 @@ const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 pub struct Metrics {
     cycles: Mutex<Histogram>,
     cycle_failures: AtomicU64,
+    /// Cycles failed in a row, and why the last one did: `/readyz` reports a stalled loop.
+    failures_in_a_row: AtomicU64,
+    last_failure: Mutex<Option<String>>,
     queue_depth: AtomicU64,
 }
+
+/// Cycles that may fail in a row before `/readyz` says the loop is stalled.
+pub const STALLED_AFTER_FAILURES: u64 = 3;
 
 #[derive(Default)]
 struct Histogram {
@@ -41,8 +47,28 @@ impl Metrics {
         }
     }
 
-    pub fn cycle_failed(&self) {
+    pub fn cycle_failed(&self, error: &str) {
         self.cycle_failures.fetch_add(1, Ordering::Relaxed);
+        self.failures_in_a_row.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_failure.lock() {
+            *last = Some(error.chars().take(500).collect());
+        }
+    }
+
+    /// A cycle that ran to its end (or found nothing to decide): the loop is not stalled.
+    pub fn cycle_succeeded(&self) {
+        self.failures_in_a_row.store(0, Ordering::Relaxed);
+    }
+
+    /// Why the scheduling loop is stalled, if it has failed [`STALLED_AFTER_FAILURES`] cycles in a
+    /// row on this replica.
+    pub fn stalled(&self) -> Option<String> {
+        let n = self.failures_in_a_row.load(Ordering::Relaxed);
+        if n < STALLED_AFTER_FAILURES {
+            return None;
+        }
+        let last = self.last_failure.lock().ok().and_then(|l| l.clone()).unwrap_or_default();
+        Some(format!("the scheduling loop failed {n} cycles in a row; the last: {last}"))
     }
 
     pub fn set_queue_depth(&self, depth: usize) {

@@ -2,8 +2,9 @@
 //! version, the active version per scope, and evaluation off the async workers. The sandbox itself
 //! (wasmtime and its limits) lives in `airtime-policy-host`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use airtime_policy_host::{CompiledPolicy, EvaluationRecord, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
 use airtime_policy_sdk::abi;
@@ -30,6 +31,8 @@ pub struct LoadedPolicy {
     pub version_id: Uuid,
     pub name: String,
     pub version: i32,
+    /// One of Airtime's own policies (what every scope falls back to), not a tenant's upload.
+    pub builtin: bool,
     pub compiled: CompiledPolicy,
 }
 
@@ -52,20 +55,96 @@ pub struct PolicyCatalog {
     runtime: PolicyRuntime,
     /// Compiled modules by version id; a version's bytes never change.
     compiled: Mutex<HashMap<Uuid, Arc<LoadedPolicy>>>,
-    /// Evaluations run on blocking threads; this bounds how many at once.
-    evaluations: Arc<Semaphore>,
+    /// Evaluations run on blocking threads, in two lanes of bounded concurrency: the platform
+    /// scope's (the cycle's first level, its fallback, shadow) and everything a tenant can cause
+    /// (tenant scopes, upload trials, dry runs), so no number of hostile tenants can keep the
+    /// platform policy from a thread.
+    platform_lane: Arc<Semaphore>,
+    tenant_lane: Arc<Semaphore>,
+    /// Scopes whose last evaluation is still running (abandoned past the cycle budget): they fall
+    /// back at once rather than queueing a second evaluation behind the first.
+    busy_scopes: Arc<Mutex<HashSet<String>>>,
+    /// Compilations at once, across the control plane.
+    compiles: Arc<Semaphore>,
+    /// Owners (`None`: the platform) with an upload compiling: one at a time each.
+    compiling: Arc<Mutex<HashSet<Option<Uuid>>>>,
+    compile_timeout: Duration,
     limits: PolicyLimits,
 }
 
+/// Which lane an evaluation runs in (see [`PolicyCatalog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Platform,
+    Tenant,
+}
+
+/// Why an uploaded module was not accepted.
+#[derive(Debug)]
+pub enum VetError {
+    /// The module itself was refused: invalid, over a bound, or failing its trial.
+    Refused(PolicyError),
+    /// Compiling it took longer than the compile timeout.
+    TooSlow { timeout: Duration },
+    /// Other uploads are compiling (the owner's own, or as many as the control plane allows).
+    Busy { retry_after: Duration },
+}
+
+impl From<PolicyError> for VetError {
+    fn from(error: PolicyError) -> Self {
+        VetError::Refused(error)
+    }
+}
+
+/// Releases an owner's compile slot when the compilation ends, even one abandoned at its timeout.
+struct CompileSlot {
+    owners: Arc<Mutex<HashSet<Option<Uuid>>>>,
+    owner: Option<Uuid>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for CompileSlot {
+    fn drop(&mut self) {
+        if let Ok(mut owners) = self.owners.lock() {
+            owners.remove(&self.owner);
+        }
+    }
+}
+
+/// Marks a scope busy while its evaluation runs on its blocking thread.
+struct BusyScope {
+    scopes: Arc<Mutex<HashSet<String>>>,
+    scope: String,
+}
+
+impl Drop for BusyScope {
+    fn drop(&mut self) {
+        if let Ok(mut scopes) = self.scopes.lock() {
+            scopes.remove(&self.scope);
+        }
+    }
+}
+
 impl PolicyCatalog {
-    pub fn new() -> anyhow::Result<Self> {
+    /// `compiles`: uploads compiled at once; `compile_timeout`: the longest one may take.
+    pub fn new(compiles: u32, compile_timeout: Duration) -> anyhow::Result<Self> {
         let parallel = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         Ok(Self {
             runtime: PolicyRuntime::new(RuntimeConfig::default())?,
             compiled: Mutex::new(HashMap::new()),
-            evaluations: Arc::new(Semaphore::new(parallel)),
+            platform_lane: Arc::new(Semaphore::new(parallel)),
+            tenant_lane: Arc::new(Semaphore::new(parallel)),
+            busy_scopes: Arc::new(Mutex::new(HashSet::new())),
+            compiles: Arc::new(Semaphore::new(compiles.max(1) as usize)),
+            compiling: Arc::new(Mutex::new(HashSet::new())),
+            compile_timeout,
             limits: PolicyLimits::default(),
         })
+    }
+
+    /// How many compiled modules the runtime keeps (refused uploads are never kept).
+    pub fn cached_modules(&self) -> usize {
+        self.runtime.cached_policies()
     }
 
     /// Stores each built-in policy as a platform policy (a new version when its bytes changed) and
@@ -169,8 +248,8 @@ impl PolicyCatalog {
         if let Some(hit) = self.cached(version_id) {
             return Ok(hit);
         }
-        let (policy_id, name, version, wasm): (Uuid, String, i32, Vec<u8>) = sqlx::query_as(
-            "SELECT p.id, p.name, v.version, v.wasm FROM policy_versions v \
+        let (policy_id, name, version, builtin, wasm): (Uuid, String, i32, bool, Vec<u8>) = sqlx::query_as(
+            "SELECT p.id, p.name, v.version, p.builtin, v.wasm FROM policy_versions v \
              JOIN policies p ON p.id = v.policy_id WHERE v.id = $1",
         )
         .bind(version_id)
@@ -178,7 +257,7 @@ impl PolicyCatalog {
         .await?;
         let runtime = self.runtime.clone();
         let compiled = tokio::task::spawn_blocking(move || runtime.compile(&wasm)).await??;
-        let loaded = Arc::new(LoadedPolicy { policy_id, version_id, name, version, compiled });
+        let loaded = Arc::new(LoadedPolicy { policy_id, version_id, name, version, builtin, compiled });
         if let Ok(mut cache) = self.compiled.lock() {
             cache.insert(version_id, loaded.clone());
         }
@@ -189,9 +268,22 @@ impl PolicyCatalog {
         self.compiled.lock().ok().and_then(|cache| cache.get(&version_id).cloned())
     }
 
-    /// Evaluates a policy on a snapshot on a blocking thread, bounded in concurrency and by the
-    /// policy's limits. Logs written before a failure are kept.
-    pub async fn evaluate(&self, selected: &Selected, snapshot: Vec<u8>) -> EvaluationRecord {
+    /// Whether a scope's last evaluation is still running (it ran past the cycle budget).
+    pub fn scope_busy(&self, scope: &str) -> bool {
+        self.busy_scopes.lock().map(|s| s.contains(scope)).unwrap_or(false)
+    }
+
+    /// Evaluates a policy on a snapshot on a blocking thread, in its lane and bounded by the
+    /// policy's limits. Logs written before a failure are kept. With `scope`, the scope is marked
+    /// busy until the evaluation really ends, even when the caller stops waiting for it. The lane's
+    /// permit is held by the blocking thread itself, so an abandoned evaluation still counts.
+    pub async fn evaluate(
+        &self,
+        selected: &Selected,
+        snapshot: Vec<u8>,
+        lane: Lane,
+        scope: Option<&str>,
+    ) -> EvaluationRecord {
         let failed = |error| EvaluationRecord {
             result: Err(error),
             logs: Vec::new(),
@@ -199,47 +291,101 @@ impl PolicyCatalog {
             elapsed: std::time::Duration::ZERO,
             memory_bytes: 0,
         };
-        let Ok(_permit) = self.evaluations.clone().acquire_owned().await else {
+        let semaphore = match lane {
+            Lane::Platform => self.platform_lane.clone(),
+            Lane::Tenant => self.tenant_lane.clone(),
+        };
+        let Ok(permit) = semaphore.acquire_owned().await else {
             return failed(PolicyError::Internal { message: "the control plane is shutting down".into() });
         };
+        let busy = scope.map(|scope| {
+            if let Ok(mut scopes) = self.busy_scopes.lock() {
+                scopes.insert(scope.to_owned());
+            }
+            BusyScope { scopes: self.busy_scopes.clone(), scope: scope.to_owned() }
+        });
         let runtime = self.runtime.clone();
         let policy = selected.policy.clone();
         let limits = selected.limits;
-        tokio::task::spawn_blocking(move || runtime.evaluate_recorded(&policy.compiled, &snapshot, &limits))
-            .await
-            .unwrap_or_else(|_| failed(PolicyError::Internal { message: "the evaluation thread was lost".into() }))
+        tokio::task::spawn_blocking(move || {
+            let _held = (permit, busy);
+            runtime.evaluate_recorded(&policy.compiled, &snapshot, &limits)
+        })
+        .await
+        .unwrap_or_else(|_| failed(PolicyError::Internal { message: "the evaluation thread was lost".into() }))
     }
 
-    /// Compiles a module that is not stored (a dry run of a candidate before upload).
-    pub async fn compile_unstored(&self, wasm: Vec<u8>, params: String) -> Result<Selected, PolicyError> {
+    /// Takes a compile slot for an upload by `owner`, or says when to come back.
+    fn compile_slot(&self, owner: Option<Uuid>) -> Result<CompileSlot, VetError> {
+        let busy = VetError::Busy { retry_after: Duration::from_secs(2) };
+        let mut owners = self.compiling.lock().map_err(|_| VetError::Busy { retry_after: Duration::from_secs(2) })?;
+        if owners.contains(&owner) {
+            return Err(busy);
+        }
+        let permit = self.compiles.clone().try_acquire_owned().map_err(|_| busy)?;
+        owners.insert(owner);
+        Ok(CompileSlot { owners: self.compiling.clone(), owner, _permit: permit })
+    }
+
+    /// Compiles a module in a compile slot, within the compile timeout, without caching it.
+    async fn compile_bounded(
+        &self,
+        owner: Option<Uuid>,
+        wasm: Vec<u8>,
+        then: impl FnOnce(&PolicyRuntime, CompiledPolicy) -> Result<CompiledPolicy, PolicyError> + Send + 'static,
+    ) -> Result<CompiledPolicy, VetError> {
+        let slot = self.compile_slot(owner)?;
         let runtime = self.runtime.clone();
-        let compiled = tokio::task::spawn_blocking(move || runtime.compile(&wasm))
-            .await
-            .unwrap_or_else(|_| Err(PolicyError::Internal { message: "compilation was aborted".into() }))?;
+        let work = tokio::task::spawn_blocking(move || {
+            let _slot = slot; // held until the compilation really ends
+            let compiled = runtime.compile_uncached(&wasm)?;
+            then(&runtime, compiled)
+        });
+        match tokio::time::timeout(self.compile_timeout, work).await {
+            Ok(Ok(result)) => result.map_err(VetError::Refused),
+            Ok(Err(_)) => Err(VetError::Refused(PolicyError::Internal { message: "compilation was aborted".into() })),
+            Err(_) => Err(VetError::TooSlow { timeout: self.compile_timeout }),
+        }
+    }
+
+    /// Compiles a module that is not stored (a dry run of a candidate before upload). Bounded like
+    /// an upload; never cached.
+    pub async fn compile_unstored(&self, wasm: Vec<u8>, params: String) -> Result<Selected, VetError> {
+        let compiled = self.compile_bounded(None, wasm, |_, compiled| Ok(compiled)).await?;
         let policy = Arc::new(LoadedPolicy {
             policy_id: Uuid::nil(),
             version_id: Uuid::nil(),
             name: "unstored module".into(),
             version: 0,
+            builtin: false,
             compiled,
         });
         Ok(Selected { policy, params, limits: self.limits })
     }
 
-    /// Checks an uploaded module: it compiles, speaks our ABI, imports nothing it may not, and
-    /// evaluates a small fixture snapshot into well-formed decisions. Nothing is stored on failure.
-    pub async fn vet(&self, wasm: Vec<u8>) -> Result<(), PolicyError> {
-        let runtime = self.runtime.clone();
-        let limits = self.limits;
-        tokio::task::spawn_blocking(move || {
-            let compiled = runtime.compile(&wasm)?;
-            let fixture = trial_snapshot();
-            let evaluation = runtime.evaluate(&compiled, &abi::encode_snapshot(&fixture), &limits)?;
-            abi::decode_decisions(&evaluation.output).map_err(PolicyError::MalformedOutput)?;
-            Ok(())
-        })
-        .await
-        .unwrap_or_else(|_| Err(PolicyError::Trap { message: "the trial evaluation was aborted".into() }))
+    /// Checks a module uploaded by `owner` (None: the platform): it compiles within the bounds,
+    /// speaks our ABI, imports nothing it may not, and evaluates a small fixture snapshot into
+    /// well-formed decisions, in the tenants' evaluation lane. Only a module that passes is kept
+    /// compiled; nothing is stored on failure.
+    pub async fn vet(&self, owner: Option<Uuid>, wasm: Vec<u8>) -> Result<(), VetError> {
+        let compiled = self.compile_bounded(owner, wasm, |_, compiled| Ok(compiled)).await?;
+        let selected = Selected {
+            policy: Arc::new(LoadedPolicy {
+                policy_id: Uuid::nil(),
+                version_id: Uuid::nil(),
+                name: "upload trial".into(),
+                version: 0,
+                builtin: false,
+                compiled: compiled.clone(),
+            }),
+            params: "{}".into(),
+            limits: self.limits,
+        };
+        let record = self.evaluate(&selected, abi::encode_snapshot(&trial_snapshot()), Lane::Tenant, None).await;
+        let evaluation = record.into_result()?;
+        abi::decode_decisions(&evaluation.output).map_err(PolicyError::MalformedOutput)?;
+        self.runtime.remember(&compiled);
+        Ok(())
     }
 }
 
@@ -608,6 +754,11 @@ pub async fn activate(
     let mut tx = db.begin().await?;
     let scope = scope_of(&mut tx, policy_id).await?;
     let version_id = version_id(&mut tx, policy_id, version).await?;
+    let previous: Option<(Uuid,)> =
+        sqlx::query_as("SELECT policy_version_id FROM policy_activations WHERE scope = $1 FOR UPDATE")
+            .bind(&scope)
+            .fetch_optional(&mut *tx)
+            .await?;
     sqlx::query(
         "INSERT INTO policy_activations (scope, policy_version_id, params) VALUES ($1, $2, $3) \
          ON CONFLICT (scope) DO UPDATE SET policy_version_id = EXCLUDED.policy_version_id, \
@@ -618,13 +769,56 @@ pub async fn activate(
     .bind(&params)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("UPDATE policies SET consecutive_failures = 0 WHERE id = $1").bind(policy_id).execute(&mut *tx).await?;
+    // A new version starts with a clean record; re-activating the version that was failing keeps
+    // its history, so a policy that is suspended and re-activated is suspended at its next failure
+    // rather than given another full run of failed cycles.
+    if previous.map(|(v,)| v) != Some(version_id) {
+        sqlx::query("UPDATE policies SET consecutive_failures = 0 WHERE id = $1")
+            .bind(policy_id)
+            .execute(&mut *tx)
+            .await?;
+    }
     audit::record(
         &mut tx,
         actor,
         Change::new("policy.activate", "policy", policy_id)
             .tenant(tenant_of_scope(&scope))
             .detail(serde_json::json!({"scope": scope, "version_id": version_id, "params": params})),
+    )
+    .await?;
+    tx.commit().await?;
+    get(db, policy_id).await?.ok_or(ApiError::NotFound("policy"))
+}
+
+/// Ends a tenant policy's activation: its scope's work is placed by the platform policy again. The
+/// platform scope always has a policy (activate another instead).
+pub async fn deactivate(db: &PgPool, policy_id: Uuid, actor: &AuditActor) -> ApiResult<PolicyView> {
+    let mut tx = db.begin().await?;
+    let scope = scope_of(&mut tx, policy_id).await?;
+    if scope == PLATFORM_SCOPE {
+        return Err(ApiError::conflict(
+            "platform_scope",
+            "the platform scope always has a policy; activate another one instead",
+        ));
+    }
+    let removed = sqlx::query(
+        "DELETE FROM policy_activations a USING policy_versions v \
+         WHERE a.scope = $1 AND v.id = a.policy_version_id AND v.policy_id = $2",
+    )
+    .bind(&scope)
+    .bind(policy_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if removed == 0 {
+        return Err(ApiError::conflict("not_active", "this policy is not active"));
+    }
+    audit::record(
+        &mut tx,
+        actor,
+        Change::new("policy.deactivate", "policy", policy_id)
+            .tenant(tenant_of_scope(&scope))
+            .detail(serde_json::json!({"scope": scope})),
     )
     .await?;
     tx.commit().await?;
@@ -823,7 +1017,8 @@ pub async fn record_failure(
     suspend_after: u32,
 ) -> sqlx::Result<bool> {
     let mut tx = db.begin().await?;
-    let message: String = message.chars().take(2000).collect();
+    // Trap messages name the guest's functions (its name section): guest text, cleaned here too.
+    let message = airtime_policy_sdk::text::clean(message, airtime_policy_sdk::text::MAX_FAILURE_CHARS);
     sqlx::query(
         "INSERT INTO policy_failures (cycle_id, policy_version_id, tenant_id, kind, message) \
          SELECT $1, v.id, v.tenant_id, $3, $4 FROM policy_versions v WHERE v.id = $2",
@@ -831,7 +1026,7 @@ pub async fn record_failure(
     .bind(cycle_id)
     .bind(selected.policy.version_id)
     .bind(kind)
-    .bind(&message)
+    .bind(message.as_ref())
     .execute(&mut *tx)
     .await?;
     let (failures,): (i32,) = sqlx::query_as(
@@ -875,7 +1070,10 @@ pub async fn record_logs(
         return Ok(());
     }
     let levels: Vec<String> = logs.iter().map(|l| format!("{:?}", l.level).to_lowercase()).collect();
-    let messages: Vec<String> = logs.iter().map(|l| l.message.clone()).collect();
+    let messages: Vec<String> = logs
+        .iter()
+        .map(|l| airtime_policy_sdk::text::clean(&l.message, airtime_policy_sdk::text::MAX_LOG_CHARS).into_owned())
+        .collect();
     sqlx::query(
         "INSERT INTO policy_logs (policy_version_id, tenant_id, cycle_id, level, message) \
          SELECT v.id, v.tenant_id, $2, l.level, l.message FROM policy_versions v, \

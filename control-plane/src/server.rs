@@ -41,7 +41,9 @@ impl FromRef<AppState> for Arc<AuthContext> {
 
 impl AppState {
     pub async fn new(db: PgPool, config: Config) -> anyhow::Result<Self> {
-        let policies = PolicyCatalog::new().context("starting the policy runtime")?;
+        let policies =
+            PolicyCatalog::new(config.policy_compiles, Duration::from_millis(config.policy_compile_timeout_ms))
+                .context("starting the policy runtime")?;
         policies.install_builtins(&db).await.context("installing the built-in policies")?;
         let secret = config.signing_secret()?;
         let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;

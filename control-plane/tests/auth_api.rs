@@ -57,6 +57,7 @@ fn app(auth: Arc<AuthContext>) -> Router {
     }
     Router::new()
         .nest("/api/v1", Router::from(airtime_control_plane::api::auth::routes()))
+        .nest("/api/v1", Router::from(airtime_control_plane::api::invitations::routes()))
         .route("/probe", get(whoami).post(whoami))
         .route("/node-probe", post(node_probe))
         .with_state(auth)
@@ -184,10 +185,18 @@ async fn tenant_users_tokens_and_their_limits() {
             Some(json!({"email": "bob@acme.io", "password": "bob's long password"})),
         )
         .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let bob_id = body["id"].as_str().unwrap().to_owned();
-    assert_eq!(body["memberships"][0]["tenant"], "acme");
-    assert_eq!(body["memberships"][0]["role"], "tenant_member");
+    // A tenant admin invites: the same answer whether or not the login name has an account.
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body, json!({"email": "bob@acme.io", "tenant": "acme", "role": "tenant_member", "status": "invited"}));
+    let (status, pending) = c.call("GET", &format!("/api/v1/tenants/{acme}/invitations"), Some(&ann), None).await;
+    assert_eq!((status, pending[0]["email"].clone()), (StatusCode::OK, json!("bob@acme.io")), "{pending}");
+    // Bob's first login (with the password Ann chose) accepts it.
+    c.session("bob@acme.io", "bob's long password").await;
+    let (_, members) = c.call("GET", &format!("/api/v1/tenants/{acme}/members"), Some(&ann), None).await;
+    let bob = members.as_array().unwrap().iter().find(|m| m["email"] == "bob@acme.io").unwrap().clone();
+    assert_eq!(bob["role"], "tenant_member");
+    let bob_id = bob["user_id"].as_str().unwrap().to_owned();
+    assert_eq!(c.call("GET", &format!("/api/v1/tenants/{acme}/invitations"), Some(&ann), None).await.1, json!([]));
     // A tenant admin cannot create platform admins, nor users in another tenant (which is "not found").
     let (status, _) = c
         .call(
@@ -248,6 +257,42 @@ async fn tenant_users_tokens_and_their_limits() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let gus = c.session("gus@globex.io", "gus's long password").await;
+    // Gus cannot pull a user of another tenant, nor a platform admin, into his tenant: they are
+    // answered like users that do not exist, and nothing about them is revealed.
+    let (_, root_me) = c.call("GET", "/api/v1/auth/me", Some(&root), None).await;
+    for victim in [root_me["user_id"].as_str().unwrap(), bob_id.as_str(), &uuid::Uuid::new_v4().to_string()] {
+        let (status, body) = c
+            .call(
+                "PUT",
+                &format!("/api/v1/tenants/{globex}/members/{victim}"),
+                Some(&gus),
+                Some(json!({"role": "viewer"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(!body.to_string().contains('@'), "no email revealed: {body}");
+    }
+    // So the victims' plain logins still work (they belong to one tenant, or none).
+    c.session(ADMIN, ADMIN_PASSWORD).await;
+    // Nor can Gus learn who has an account: inviting a login name that has one (Ann's, in acme)
+    // answers exactly as inviting one that has none.
+    let invite = |email: &str| json!({"email": email, "password": "a long enough password", "role": "viewer"});
+    let (existing_status, existing) = c.call("POST", "/api/v1/users", Some(&gus), Some(invite("ann@acme.io"))).await;
+    let (fresh_status, fresh) = c.call("POST", "/api/v1/users", Some(&gus), Some(invite("newcomer@globex.io"))).await;
+    assert_eq!((existing_status, fresh_status), (StatusCode::ACCEPTED, StatusCode::ACCEPTED));
+    assert_eq!(existing["email"], "ann@acme.io");
+    assert_eq!(
+        (existing["status"].clone(), existing["tenant"].clone()),
+        (fresh["status"].clone(), fresh["tenant"].clone())
+    );
+    // Ann's account is untouched (her own password, acme alone) until she decides.
+    let ann_now = c.session("ann@acme.io", "ann's long password").await;
+    let (_, mine) = c.call("GET", "/api/v1/auth/invitations", Some(&ann_now), None).await;
+    assert_eq!((mine[0]["tenant"].clone(), mine[0]["role"].clone()), (json!("globex"), json!("viewer")), "{mine}");
+    let (status, _) =
+        c.call("POST", "/api/v1/auth/invitations/decline", Some(&ann_now), Some(json!({"tenant": "globex"}))).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(c.call("GET", "/api/v1/auth/invitations", Some(&ann_now), None).await.1, json!([]));
     let token_id = created["id"].as_str().unwrap();
     assert_eq!(
         c.call("DELETE", &format!("/api/v1/tokens/{token_id}"), Some(&gus), None).await.0,
@@ -297,8 +342,8 @@ async fn a_password_change_ends_earlier_sessions_and_disabling_ends_all() {
         )
         .await;
     let ann = c.session("ann@acme.io", "ann's long password").await;
-    // Sessions are valid to the second: step over the second the session was issued in.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    // No pause: a session issued in the same second as the change ends too (sessions carry the
+    // user's session generation, not a time to compare to the second).
     let (status, _) = c
         .call(
             "POST",
@@ -310,6 +355,7 @@ async fn a_password_change_ends_earlier_sessions_and_disabling_ends_all() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(c.call("GET", "/probe", Some(&ann), None).await.0, StatusCode::UNAUTHORIZED);
     assert_eq!(c.login("ann@acme.io", "ann's long password", None).await.0, StatusCode::UNAUTHORIZED);
+    // And one issued in that same second after the change is valid.
     let ann = c.session("ann@acme.io", "ann's new long password").await;
     assert_eq!(c.call("GET", "/probe", Some(&ann), None).await.0, StatusCode::OK);
 

@@ -126,6 +126,11 @@ pub struct RuntimeConfig {
     /// Largest module `compile` accepts, in bytes (compilation time and memory grow with it).
     /// Default 16 MiB; the built-in policies are 100 to 300 KB.
     pub max_module_bytes: usize,
+    /// Functions a module may define. Compilation time grows with the number of functions
+    /// (200,000 tiny functions took 24 to 60 s on two cores), so this bounds the CPU an upload can
+    /// cost before anything else is checked. Default 20,000; the built-in policies define 300 to
+    /// 1,500.
+    pub max_functions: u32,
     /// Limits for the probe that `compile` runs (instantiate and call `airtime_abi_version`), which
     /// bounds a start function that loops or allocates. Default: [`PolicyLimits::default`].
     pub probe_limits: PolicyLimits,
@@ -141,6 +146,7 @@ impl Default for RuntimeConfig {
             max_concurrent_instances: 64,
             cache_capacity: 128,
             max_module_bytes: 16 << 20,
+            max_functions: 20_000,
             probe_limits: PolicyLimits::default(),
         }
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use airtime_policy_sdk::abi::{self, ABI_VERSION, Decision, Snapshot};
 use airtime_policy_sdk::guest::LogLevel;
+use airtime_policy_sdk::text;
 use sha2::{Digest, Sha256};
 use wasmtime::{
     Caller, Config, Enabled, Engine, ExternType, FuncType, InstanceAllocationStrategy, InstancePre, Linker, Module,
@@ -233,6 +234,15 @@ impl PolicyRuntime {
     /// `airtime_abi_version`, refusing another version. A module already compiled (same sha256) is
     /// returned from the cache.
     pub fn compile(&self, wasm: &[u8]) -> Result<CompiledPolicy, PolicyError> {
+        let policy = self.compile_uncached(wasm)?;
+        self.remember(&policy);
+        Ok(policy)
+    }
+
+    /// [`compile`](Self::compile) without keeping the result in the cache (a hit is still
+    /// returned): for a module that must pass more checks (a trial evaluation) before it is kept,
+    /// so a refused upload never stays resident. Keep it with [`remember`](Self::remember).
+    pub fn compile_uncached(&self, wasm: &[u8]) -> Result<CompiledPolicy, PolicyError> {
         check_header(wasm)?;
         let limit = self.inner.config.max_module_bytes;
         if wasm.len() > limit {
@@ -242,6 +252,7 @@ impl PolicyRuntime {
         if let Some(hit) = self.inner.cache.lock().ok().and_then(|mut c| c.get(&sha256)) {
             return Ok(hit);
         }
+        check_function_count(wasm, self.inner.config.max_functions)?;
 
         let module = Module::new(&self.inner.engine, wasm)
             .map_err(|e| PolicyError::InvalidModule { message: format!("{e:#}") })?;
@@ -257,10 +268,17 @@ impl PolicyRuntime {
             inner: Arc::new(CompiledInner { sha256, module_len: wasm.len(), runtime_id: self.inner.id, pre }),
         };
         self.probe(&policy)?;
-        if let Ok(mut cache) = self.inner.cache.lock() {
-            cache.insert(sha256, policy.clone());
-        }
         Ok(policy)
+    }
+
+    /// Keeps a compiled policy in the cache, so compiling the same bytes again is free.
+    pub fn remember(&self, policy: &CompiledPolicy) {
+        if policy.inner.runtime_id != self.inner.id {
+            return;
+        }
+        if let Ok(mut cache) = self.inner.cache.lock() {
+            cache.insert(policy.inner.sha256, policy.clone());
+        }
     }
 
     /// Instantiates once and asks for the ABI version.
@@ -610,7 +628,7 @@ fn host_log(mut caller: Caller<'_, HostState>, level: i32, ptr: i32, len: i32) -
         return Ok(());
     }
     let message = match guest_bytes(&mut caller, "airtime.log", start, len) {
-        Ok(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Ok(bytes) => text::clean_owned(String::from_utf8_lossy(bytes).into_owned(), text::MAX_LOG_CHARS),
         Err(fault) => return Err(wasmtime::Error::new(fault)),
     };
     let book = &mut caller.data_mut().logs;
@@ -624,11 +642,11 @@ fn host_fail(mut caller: Caller<'_, HostState>, ptr: i32, len: i32) -> wasmtime:
     let (start, len) = (ptr as u32 as usize, len as u32 as usize);
     let message = match guest_bytes(&mut caller, "airtime.fail", start, len.min(MAX_FAIL_MESSAGE_BYTES)) {
         Ok(bytes) => {
-            let mut text = String::from_utf8_lossy(bytes).into_owned();
+            let mut message = String::from_utf8_lossy(bytes).into_owned();
             if len > MAX_FAIL_MESSAGE_BYTES {
-                text.push_str(&format!(" … ({len} bytes, cut at {MAX_FAIL_MESSAGE_BYTES})"));
+                message.push_str(&format!(" … ({len} bytes, cut at {MAX_FAIL_MESSAGE_BYTES})"));
             }
-            text
+            text::clean_owned(message, text::MAX_FAILURE_CHARS)
         }
         Err(fault) => format!("(unreadable message: {fault})"),
     };
@@ -766,6 +784,30 @@ fn check_exports(module: &Module) -> Result<(), PolicyError> {
         let ty = find(name, &expected)?;
         if !is_func(&ty, params, results) {
             return Err(PolicyError::WrongExportType { name: name.to_owned(), expected, found: describe(&ty) });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a module with more functions than the runtime compiles, before compiling anything:
+/// wasmparser reads only the section headers, so this costs microseconds whatever the module.
+fn check_function_count(wasm: &[u8], max_functions: u32) -> Result<(), PolicyError> {
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        let count = match payload {
+            Ok(wasmparser::Payload::FunctionSection(reader)) => reader.count(),
+            Ok(wasmparser::Payload::CodeSectionStart { count, .. }) => count,
+            Ok(wasmparser::Payload::CodeSectionEntry(_)) => break, // past the headers that count
+            Ok(_) => continue,
+            // Malformed modules are refused by the full validation, with its precise message.
+            Err(_) => break,
+        };
+        if count > max_functions {
+            return Err(PolicyError::UnsupportedModule {
+                message: format!(
+                    "it defines {count} functions; a policy may define at most {max_functions} \
+                     (compilation time grows with them)"
+                ),
+            });
         }
     }
     Ok(())

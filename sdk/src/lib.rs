@@ -89,6 +89,7 @@
 //! - [`params`]: the policy's JSON parameters, read without `serde`.
 //! - [`check`]: the ABI's rules for decisions against their snapshot (hosts and tests use it).
 //! - [`testing`]: [`SnapshotFixture`](testing::SnapshotFixture) and [`Outcome`](testing::Outcome).
+//! - [`text`]: how guest text is cleaned and bounded before a host keeps it.
 //! - [`owned`]: snapshots that own their strings; the JSON form with `serde`.
 //! - Helpers on the records (free GPUs of a node, [`Gpu::fits`](abi::Gpu::fits), pending workloads
 //!   by priority, the night window) are methods of [`Snapshot`](abi::Snapshot) and its records.
@@ -100,6 +101,7 @@ pub mod owned;
 pub mod params;
 pub mod plan;
 pub mod testing;
+pub mod text;
 mod view;
 
 pub use view::GpuNeed;

@@ -440,3 +440,118 @@ pub async fn nodes_ready(api: &Api, count: usize) -> anyhow::Result<Value> {
     })
     .await
 }
+
+/// Hand-built policy modules for hostile-tenant stories: each is a few lines of WAT, so what it
+/// does to the host is plain to read.
+pub mod policies {
+    /// `airtime_alloc` as a bump allocator over a mutable global `$heap`, growing the memory as
+    /// needed: what every hand-written test policy needs to receive its snapshot.
+    pub const BUMP_ALLOC: &str = r#"(func (export "airtime_alloc") (param $len i32) (result i32)
+    (local $ptr i32) (local $end i32) (local $size i32)
+    (local.set $ptr (global.get $heap))
+    (local.set $end (i32.add (local.get $ptr) (local.get $len)))
+    (local.set $size (i32.mul (memory.size) (i32.const 65536)))
+    (if (i32.gt_u (local.get $end) (local.get $size))
+      (then (drop (memory.grow (i32.div_u (i32.add (i32.sub (local.get $end) (local.get $size)) (i32.const 65535)) (i32.const 65536))))))
+    (global.set $heap (local.get $end))
+    (local.get $ptr))"#;
+
+    /// A policy that behaves (decides nothing) on the control plane's trial snapshot at upload, and
+    /// runs `body` once live: the trial snapshot's clock is in 2023, the live one is not. This is how a
+    /// hostile module gets past upload checks, and why evaluation must be sandboxed every cycle.
+    pub fn time_bomb(body: &str, extra_funcs: &str) -> Vec<u8> {
+        wat::parse_str(format!(
+            r#"(module
+      (memory (export "memory") 2)
+      (global $heap (mut i32) (i32.const 65536))
+      (data (i32.const 16) "XXXXXXXXXXXXXXXX")
+      (func (export "airtime_abi_version") (result i32) (i32.const 1))
+      {BUMP_ALLOC}
+      (func $pack (param $ptr i32) (param $len i32) (result i64)
+        (i64.or (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32)) (i64.extend_i32_u (local.get $len))))
+      {extra_funcs}
+      (func (export "airtime_evaluate") (param $snap i32) (param $len i32) (result i64)
+        (i32.store (i32.const 1024) (i32.const 0x43445441))
+        (i32.store (i32.const 1028) (i32.const 0))
+        (if (i64.gt_u (i64.load offset=8 (local.get $snap)) (i64.const 1750000000000))
+          (then {body}))
+        (call $pack (i32.const 1024) (i32.const 8))))"#
+        ))
+        .unwrap()
+    }
+
+    /// A policy that places its scope's first workload on the first node's first GPU with
+    /// `reason` (any bytes: a NUL, escape sequences, megabytes), after logging `log`, and, with
+    /// `fail`, gives up through `airtime.fail` with that message instead of deciding — once live
+    /// only, like [`time_bomb`], so the upload's trial passes.
+    pub fn deciding(reason: &[u8], log: &[u8], fail: Option<&[u8]>) -> Vec<u8> {
+        const BUF: usize = 1024;
+        const REASON: usize = 44; // after the header, one 32-byte record and a one-GPU list
+        let mut decisions = Vec::new();
+        let word = |v: usize, out: &mut Vec<u8>| out.extend_from_slice(&(v as u32).to_le_bytes());
+        word(0x4344_5441, &mut decisions); // the decisions' magic
+        word(1, &mut decisions);
+        for v in [1, 0, 0, 0, 40, 1, REASON, reason.len()] {
+            word(v, &mut decisions); // place workload 0 on node 0, GPU list at 40, reason at 44
+        }
+        word(0, &mut decisions); // GPU 0
+        decisions.extend_from_slice(reason);
+        let escaped = |bytes: &[u8]| bytes.iter().map(|b| format!("\\{b:02x}")).collect::<String>();
+        let fail_call = match fail {
+            Some(message) => format!(
+                "(if (i64.gt_u (i64.load offset=8 (local.get $snap)) (i64.const 1750000000000)) \
+                   (then (call $fail (i32.const 196608) (i32.const {})) (return (i64.const 0))))",
+                message.len()
+            ),
+            None => String::new(),
+        };
+        // Decisions at 1024 (under 128 KiB), the log line at 128 KiB, the failure at 192 KiB, the
+        // snapshot copied in from 256 KiB.
+        assert!(BUF + decisions.len() < 131072 && log.len() < 65536, "a reason under 128 KiB");
+        let pages = 5;
+        wat::parse_str(format!(
+            r#"(module
+  (import "airtime" "log" (func $log (param i32 i32 i32)))
+  (import "airtime" "fail" (func $fail (param i32 i32)))
+  (memory (export "memory") {pages})
+  (global $heap (mut i32) (i32.const {heap}))
+  (data (i32.const {BUF}) "{decisions}")
+  (data (i32.const 131072) "{log}")
+  (data (i32.const 196608) "{fail}")
+  (func (export "airtime_abi_version") (result i32) (i32.const 1))
+  {BUMP_ALLOC}
+  (func (export "airtime_evaluate") (param $snap i32) (param $len i32) (result i64)
+    (call $log (i32.const 2) (i32.const 131072) (i32.const {log_len}))
+    {fail_call}
+    (i64.or (i64.shl (i64.const {BUF}) (i64.const 32)) (i64.const {total}))))"#,
+            heap = 262144,
+            decisions = escaped(&decisions),
+            log = escaped(log),
+            fail = escaped(fail.unwrap_or(b"")),
+            log_len = log.len(),
+            total = decisions.len(),
+        ))
+        .expect("a well-formed module")
+    }
+
+    /// A module of `count` functions that does nothing else (the ABI's exports aside): what an
+    /// upload that costs minutes of compilation looks like.
+    pub fn many_functions(count: usize) -> Vec<u8> {
+        let mut funcs = String::with_capacity(count * 40);
+        for i in 0..count {
+            funcs.push_str(&format!("(func $f{i} (result i32) (i32.const {i}))\n"));
+        }
+        wat::parse_str(format!(
+            r#"(module
+  (memory (export "memory") 1)
+  {funcs}
+  (func (export "airtime_abi_version") (result i32) (i32.const 1))
+  (func (export "airtime_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "airtime_evaluate") (param i32 i32) (result i64)
+    (i32.store (i32.const 0) (i32.const 0x43445441))
+    (i32.store (i32.const 4) (i32.const 0))
+    (i64.const 8)))"#
+        ))
+        .expect("a well-formed module")
+    }
+}

@@ -120,7 +120,24 @@ fn operations(doc: &Value) -> Vec<Operation> {
             if access == "agent" {
                 assert_eq!(schemes, ["node_credential"], "{label}");
             }
+            // Every operation documents the answers every operation can give: a malformed request
+            // (400) and rate limiting (429).
+            for status in ["400", "429"] {
+                assert!(op["responses"].get(status).is_some(), "{label}: the document omits the {status} answer");
+            }
             let content = &op["requestBody"]["content"];
+            // Unknown fields are refused, and the document says so.
+            if let Some(reference) = content["application/json"]["schema"]["$ref"].as_str() {
+                let name = reference.rsplit('/').next().unwrap();
+                let schema = &doc["components"]["schemas"][name];
+                if schema["type"] == "object" {
+                    assert_eq!(
+                        schema["additionalProperties"],
+                        json!(false),
+                        "{label}: {name} refuses unknown fields; the document must say so"
+                    );
+                }
+            }
             let json_body = content.get("application/json").map(|c| {
                 c.get("example").cloned().unwrap_or_else(|| panic!("{label}: document an example request body"))
             });

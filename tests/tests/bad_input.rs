@@ -85,6 +85,15 @@ async fn bad_requests_get_a_clear_json_error_change_nothing_and_scheduling_goes_
         ("POST", format!("/api/v1/agent/nodes/{node_id}/workloads/{}/events", uuid::Uuid::new_v4()), json, br#"{"attempt":1,"event":"exploded"}"#.to_vec(), 400, "invalid_body"),
         ("POST", format!("/api/v1/agent/nodes/{node_id}/workloads/{}/events", uuid::Uuid::new_v4()), json, br#"{"attempt":1,"event":"started"}"#.to_vec(), 404, "not_found"),
         ("GET", format!("/api/v1/agent/nodes/{node_id}/assignments?after=banana"), json, vec![], 400, "invalid_query"),
+        // A NUL in any text (PostgreSQL's text cannot hold one): refused at the edge, never a 500.
+        ("POST", "/api/v1/auth/login".into(), json, br#"{"email":"ada\u0000@x.io","password":"p"}"#.to_vec(), 400, "nul_character"),
+        ("POST", "/api/v1/workloads".into(), json, br#"{"name":"x","class":"training","command":["true"],"resources":{"gpu_count":1,"gpu_models":["h100\u0000"]}}"#.to_vec(), 400, "nul_character"),
+        ("POST", "/api/v1/workloads".into(), json, br#"{"name":"x","tenant":"\u0000","class":"training","command":["true"]}"#.to_vec(), 400, "nul_character"),
+        ("GET", "/api/v1/workloads?tenant=%00".into(), json, vec![], 400, "nul_character"),
+        ("GET", "/api/v1/audit?action=a%00b".into(), json, vec![], 400, "nul_character"),
+        ("GET", "/api/v1/workloads/%00".into(), json, vec![], 400, "nul_character"),
+        ("POST", format!("/api/v1/policies/{}/activate", uuid::Uuid::new_v4()), json, br#"{"params":{"k":"\u0000"}}"#.to_vec(), 400, "nul_character"),
+        ("POST", format!("/api/v1/agent/nodes/{node_id}/workloads/{}/events", uuid::Uuid::new_v4()), json, br#"{"attempt":1,"event":"exited","exit_code":1,"message":"\u0000"}"#.to_vec(), 400, "nul_character"),
     ];
     for (method, path, content_type, body, status, code) in cases {
         let caller = if path.starts_with("/api/v1/agent/") { &agent_api } else { &api };

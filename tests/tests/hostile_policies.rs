@@ -7,44 +7,13 @@
 
 use std::time::Duration;
 
+use airtime_tests::policies::time_bomb;
 use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/wat").join(name);
     wat::parse_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// A policy that behaves (decides nothing) on the control plane's trial snapshot at upload, and
-/// runs `body` once live: the trial snapshot's clock is in 2023, the live one is not. This is how a
-/// hostile module gets past upload checks, and why evaluation must be sandboxed every cycle.
-fn time_bomb(body: &str, extra_funcs: &str) -> Vec<u8> {
-    wat::parse_str(format!(
-        r#"(module
-  (memory (export "memory") 2)
-  (global $heap (mut i32) (i32.const 65536))
-  (data (i32.const 16) "XXXXXXXXXXXXXXXX")
-  (func (export "airtime_abi_version") (result i32) (i32.const 1))
-  (func (export "airtime_alloc") (param $len i32) (result i32)
-    (local $ptr i32) (local $end i32) (local $size i32)
-    (local.set $ptr (global.get $heap))
-    (local.set $end (i32.add (local.get $ptr) (local.get $len)))
-    (local.set $size (i32.mul (memory.size) (i32.const 65536)))
-    (if (i32.gt_u (local.get $end) (local.get $size))
-      (then (drop (memory.grow (i32.div_u (i32.add (i32.sub (local.get $end) (local.get $size)) (i32.const 65535)) (i32.const 65536))))))
-    (global.set $heap (local.get $end))
-    (local.get $ptr))
-  (func $pack (param $ptr i32) (param $len i32) (result i64)
-    (i64.or (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32)) (i64.extend_i32_u (local.get $len))))
-  {extra_funcs}
-  (func (export "airtime_evaluate") (param $snap i32) (param $len i32) (result i64)
-    (i32.store (i32.const 1024) (i32.const 0x43445441))
-    (i32.store (i32.const 1028) (i32.const 0))
-    (if (i64.gt_u (i64.load offset=8 (local.get $snap)) (i64.const 1750000000000))
-      (then {body}))
-    (call $pack (i32.const 1024) (i32.const 8))))"#
-    ))
-    .unwrap()
 }
 
 /// Place decisions in a buffer at 1024 (offsets inside it are relative to its start): workload 0
@@ -190,8 +159,11 @@ async fn hostile_modules_are_refused_or_contained_and_scheduling_goes_on_for_eve
         let api = api.clone();
         let path = format!("/api/v1/decisions?workload_id={second}&kind=rejected");
         async move {
+            // The cycle after shows the GPU occupied instead: look for the refusal of the double grant.
             let d = api.ok(&path).await?;
-            Ok(d.as_array().and_then(|a| a.first().cloned()))
+            Ok(d.as_array().and_then(|a| {
+                a.iter().find(|d| d["reason"].as_str().is_some_and(|r| r.contains("already given"))).cloned()
+            }))
         }
     })
     .await

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use airtime_tests::policies::BUMP_ALLOC;
 use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -15,7 +16,7 @@ use uuid::Uuid;
 /// B's own policy: decides nothing at the upload trial (its clock is in 2023); live, it logs a line
 /// that only B may read and gives up, so it has both logs and failures.
 fn tenant_b_policy() -> Vec<u8> {
-    wat::parse_str(
+    wat::parse_str(format!(
         r#"(module
   (import "airtime" "log" (func $log (param i32 i32 i32)))
   (import "airtime" "fail" (func $fail (param i32 i32)))
@@ -24,15 +25,7 @@ fn tenant_b_policy() -> Vec<u8> {
   (data (i32.const 16) "b-confidential-note")
   (data (i32.const 64) "giving up on purpose")
   (func (export "airtime_abi_version") (result i32) (i32.const 1))
-  (func (export "airtime_alloc") (param $len i32) (result i32)
-    (local $ptr i32) (local $end i32) (local $size i32)
-    (local.set $ptr (global.get $heap))
-    (local.set $end (i32.add (local.get $ptr) (local.get $len)))
-    (local.set $size (i32.mul (memory.size) (i32.const 65536)))
-    (if (i32.gt_u (local.get $end) (local.get $size))
-      (then (drop (memory.grow (i32.div_u (i32.add (i32.sub (local.get $end) (local.get $size)) (i32.const 65535)) (i32.const 65536))))))
-    (global.set $heap (local.get $end))
-    (local.get $ptr))
+  {BUMP_ALLOC}
   (func (export "airtime_evaluate") (param $snap i32) (param $len i32) (result i64)
     (i32.store (i32.const 1024) (i32.const 0x43445441))
     (i32.store (i32.const 1028) (i32.const 0))
@@ -40,8 +33,8 @@ fn tenant_b_policy() -> Vec<u8> {
       (then
         (call $log (i32.const 3) (i32.const 16) (i32.const 19))
         (call $fail (i32.const 64) (i32.const 20))))
-    (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const 8))))"#,
-    )
+    (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const 8))))"#
+    ))
     .unwrap()
 }
 

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse as _;
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
@@ -104,6 +105,7 @@ struct LoginUser {
     password_hash: String,
     platform_admin: bool,
     disabled: bool,
+    session_generation: i64,
 }
 
 #[utoipa::path(
@@ -126,7 +128,8 @@ async fn login(
     }
     auth.logins.check(name, ip, Instant::now()).map_err(ApiError::too_many_requests)?;
     let user: Option<LoginUser> = sqlx::query_as(
-        "SELECT id, email, password_hash, platform_admin, disabled FROM users WHERE lower(email) = lower($1)",
+        "SELECT id, email, password_hash, platform_admin, disabled, session_generation FROM users \
+         WHERE lower(email) = lower($1)",
     )
     .bind(name)
     .fetch_optional(&auth.db)
@@ -139,6 +142,7 @@ async fn login(
         return Err(ApiError::Unauthorized(BAD_LOGIN));
     };
     auth.logins.record_success(name, ip);
+    crate::api::invitations::accept_on_first_login(&auth.db, user.id, &user.email).await?;
 
     let (role, tenant_id, tenant) = if user.platform_admin && req.tenant.is_none() {
         (Role::PlatformAdmin, None, None)
@@ -167,7 +171,7 @@ async fn login(
         let (id, name, role) = chosen.ok_or_else(|| ApiError::forbidden("this account has no role in that tenant"))?;
         (*role, Some(*id), Some(name.clone()))
     };
-    let (token, claims) = auth.keys.issue(user.id, &user.email, role, tenant_id)?;
+    let (token, claims) = auth.keys.issue(user.id, &user.email, role, tenant_id, user.session_generation)?;
     tracing::info!(user = %user.email, %role, "login");
     Ok(axum::Json(Session {
         token,
@@ -252,11 +256,14 @@ async fn change_password(
     }
     let hash = password::hash_blocking(req.new_password).await?;
     let mut tx = auth.db.begin().await?;
-    sqlx::query("UPDATE users SET password_hash = $2, sessions_valid_after = now() WHERE id = $1")
-        .bind(caller.user_id)
-        .bind(hash)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE users SET password_hash = $2, sessions_valid_after = now(), \
+         session_generation = session_generation + 1 WHERE id = $1",
+    )
+    .bind(caller.user_id)
+    .bind(hash)
+    .execute(&mut *tx)
+    .await?;
     audit::record(&mut tx, &AuditActor::from(&caller), Change::new("user.password_change", "user", caller.user_id))
         .await?;
     tx.commit().await?;
@@ -406,13 +413,18 @@ pub struct CreateUser {
     request_body(content = CreateUser, example = json!({"email": "new-user@example.com", "password": "a long new passphrase", "role": "viewer"})),
     security(("session" = []), ("api_token" = [])),
     extensions(("x-airtime-access" = json!("tenant_admin"))),
-    responses((status = 201, description = "Created", body = UserView), (status = 409, description = "The login name is taken", body = ErrorResponse), (status = 422, description = "Invalid", body = ErrorResponse))
+    responses(
+        (status = 201, description = "Created (platform admins)", body = UserView),
+        (status = 202, description = "Invited (tenant admins): the same answer whether or not the login name has an account", body = crate::api::invitations::Invited),
+        (status = 409, description = "The login name is taken (platform admins)", body = ErrorResponse),
+        (status = 422, description = "Invalid", body = ErrorResponse)
+    )
 )]
 async fn create_user(
     State(auth): State<Arc<AuthContext>>,
     caller: Caller,
     Json(req): Json<CreateUser>,
-) -> ApiResult<(StatusCode, axum::Json<UserView>)> {
+) -> ApiResult<axum::response::Response> {
     caller.require_role(Role::TenantAdmin)?;
     if req.platform_admin {
         caller.require_platform_admin()?;
@@ -437,6 +449,12 @@ async fn create_user(
     }
     if tenant.is_none() && !req.platform_admin {
         return Err(ApiError::unprocessable("no_tenant", "name the tenant the user belongs to (\"tenant\")"));
+    }
+    // A tenant admin never learns whether a login name has an account elsewhere: they invite it,
+    // and the answer is the same either way (see api::invitations).
+    if let (false, Some(t)) = (caller.is_platform_admin(), tenant) {
+        let invited = crate::api::invitations::invite(&auth, &caller, t, email, req.password, role).await?;
+        return Ok((StatusCode::ACCEPTED, axum::Json(invited)).into_response());
     }
     let hash = password::hash_blocking(req.password).await?;
     let id = Uuid::now_v7();
@@ -475,7 +493,7 @@ async fn create_user(
         .into_iter()
         .next()
         .ok_or(ApiError::NotFound("user"))?;
-    Ok((StatusCode::CREATED, axum::Json(user)))
+    Ok((StatusCode::CREATED, axum::Json(user)).into_response())
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -522,7 +540,8 @@ async fn update_user(
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('airtime.platform_admins'))").execute(&mut *tx).await?;
     let updated = sqlx::query(
         "UPDATE users SET disabled = COALESCE($2, disabled), platform_admin = COALESCE($3, platform_admin), \
-             password_hash = COALESCE($4, password_hash), sessions_valid_after = now() WHERE id = $1",
+             password_hash = COALESCE($4, password_hash), sessions_valid_after = now(), \
+             session_generation = session_generation + 1 WHERE id = $1",
     )
     .bind(id)
     .bind(req.disabled)
@@ -585,7 +604,8 @@ pub struct SetMember {
     pub role: Role,
 }
 
-/// Gives a user a role in a tenant (or changes it). Tenant admins for their tenant, platform admins.
+/// Gives a user a role in a tenant (or changes it). Platform admins for any user; tenant admins
+/// change the roles of their tenant's members (a user outside the tenant is not found).
 #[utoipa::path(
     put,
     path = "/tenants/{tenant_id}/members/{user_id}",
@@ -608,9 +628,19 @@ async fn set_member(
     }
     ensure_tenant_exists(&auth, tenant_id).await?;
     let mut tx = auth.db.begin().await?;
-    let exists: Option<(Uuid,)> =
-        sqlx::query_as("SELECT id FROM users WHERE id = $1").bind(user_id).fetch_optional(&mut *tx).await?;
-    if exists.is_none() {
+    // A platform admin may add any user; a tenant admin only changes the role of someone already
+    // in the tenant. A user outside it is answered exactly like one that does not exist: a tenant
+    // admin can neither pull another tenant's user (or a platform admin) in, nor learn who exists.
+    let visible: Option<(Uuid,)> = sqlx::query_as(
+        "SELECT u.id FROM users u WHERE u.id = $1 \
+         AND ($2 OR EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.tenant_id = $3))",
+    )
+    .bind(user_id)
+    .bind(caller.is_platform_admin())
+    .bind(tenant_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if visible.is_none() {
         return Err(ApiError::NotFound("user"));
     }
     sqlx::query(

@@ -1,7 +1,12 @@
 //! Extractors that turn every malformed request into the API's one error shape, instead of axum's
 //! plain-text rejections.
+//!
+//! They are also the one place that refuses a NUL character in request text (a JSON string's
+//! `\u0000`, a `%00` in a query string or a path): PostgreSQL's `text` cannot hold one, and text is
+//! parsed into types here, at the edge, so no handler has to remember it. Guest text is cleaned
+//! where it is decoded instead (`airtime_policy_sdk::text`).
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -19,32 +24,80 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Json(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        let json_type = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<mime_guess_lite::Essence>().ok())
+            .is_some_and(|essence| essence.is_json());
+        if !json_type {
+            return Err(ApiError::UnsupportedMediaType("expected Content-Type: application/json".into()));
+        }
+        let bytes = match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => bytes,
+            Err(err) if err.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(ApiError::PayloadTooLarge);
+            }
+            Err(_) => return Err(ApiError::bad_request("unreadable_body", "the request body could not be read")),
+        };
+        if json_has_nul(&bytes) {
+            return Err(nul_refused("the request body"));
+        }
+        match serde_json::from_slice::<T>(&bytes) {
+            Ok(value) => Ok(Json(value)),
+            Err(err) if err.is_data() => {
+                Err(ApiError::bad_request("invalid_body", format!("invalid request body: {err}")))
+            }
+            Err(err) => Err(ApiError::bad_request("malformed_json", format!("malformed JSON: {err}"))),
         }
     }
 }
 
-fn json_rejection(rejection: JsonRejection) -> ApiError {
-    match rejection {
-        JsonRejection::MissingJsonContentType(_) => {
-            ApiError::UnsupportedMediaType("expected Content-Type: application/json".into())
-        }
-        JsonRejection::JsonSyntaxError(err) => {
-            ApiError::bad_request("malformed_json", format!("malformed JSON: {}", inner_message(&err)))
-        }
-        JsonRejection::JsonDataError(err) => {
-            ApiError::bad_request("invalid_body", format!("invalid request body: {}", inner_message(&err)))
-        }
-        JsonRejection::BytesRejection(err) => {
-            if err.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge
-            } else {
-                ApiError::bad_request("unreadable_body", "the request body could not be read")
+fn nul_refused(where_: &str) -> ApiError {
+    ApiError::bad_request("nul_character", format!("{where_} contains a NUL character, which no text field may hold"))
+}
+
+/// Whether a JSON document holds a NUL: a raw 0 byte (never valid JSON anyway) or the escape
+/// `\u0000` inside a string (an escaped backslash followed by `u0000` is not one).
+pub(crate) fn json_has_nul(bytes: &[u8]) -> bool {
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            0 => return true,
+            b'\\' => {
+                if bytes.get(i + 1) == Some(&b'u') && bytes.get(i + 2..i + 6) == Some(b"0000") {
+                    return true;
+                }
+                i += 2; // the escaped character, whatever it is
             }
+            _ => i += 1,
         }
-        other => ApiError::bad_request("invalid_body", other.body_text()),
+    }
+    false
+}
+
+/// Whether a percent-encoded URI part decodes to a NUL (`%00`).
+fn uri_has_nul(part: &str) -> bool {
+    part.as_bytes().windows(3).any(|w| w == b"%00")
+}
+
+/// A media type's essence, enough to recognise JSON (`application/json`, `application/*+json`).
+mod mime_guess_lite {
+    pub struct Essence(String);
+
+    impl std::str::FromStr for Essence {
+        type Err = ();
+        fn from_str(s: &str) -> Result<Self, ()> {
+            let essence = s.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            if essence.is_empty() { Err(()) } else { Ok(Essence(essence)) }
+        }
+    }
+
+    impl Essence {
+        pub fn is_json(&self) -> bool {
+            let Some((kind, sub)) = self.0.split_once('/') else { return false };
+            kind == "application" && (sub == "json" || sub.ends_with("+json"))
+        }
     }
 }
 
@@ -68,6 +121,9 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        if uri_has_nul(parts.uri.path()) {
+            return Err(nul_refused("the path"));
+        }
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(value)) => Ok(Path(value)),
             Err(rejection) => Err(path_rejection(rejection)),
@@ -95,6 +151,9 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        if parts.uri.query().is_some_and(uri_has_nul) {
+            return Err(nul_refused("the query string"));
+        }
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(value)) => Ok(Query(value)),
             Err(QueryRejection::FailedToDeserializeQueryString(err)) => {
@@ -102,5 +161,18 @@ where
             }
             Err(other) => Err(ApiError::bad_request("invalid_query", other.body_text())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_has_nul;
+
+    #[test]
+    fn a_nul_escape_is_found_and_an_escaped_backslash_is_not_one() {
+        assert!(json_has_nul(br#"{"name": "a\u0000b"}"#));
+        assert!(json_has_nul(b"{\"name\": \"a\0b\"}"));
+        assert!(!json_has_nul(br#"{"name": "a\\u0000b"}"#));
+        assert!(!json_has_nul(br#"{"name": "a\u0001b", "n": 0}"#));
     }
 }

@@ -27,7 +27,8 @@ async fn healthz() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers and the scheduling loop is not stalled (on the replica that
+/// leads it: one that failed several cycles in a row says so, with the last error).
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -41,6 +42,9 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
         .execute(&state.db)
         .await
         .map_err(|_| ApiError::Unavailable("the database is not reachable".into()))?;
+    if let Some(stalled) = state.metrics.stalled() {
+        return Err(ApiError::Unavailable(stalled));
+    }
     Ok(axum::Json(json!({"status": "ready"})))
 }
 
@@ -54,6 +58,11 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
 )]
 async fn metrics(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
-    let body = state.metrics.render(&state.db).await?;
+    let mut body = state.metrics.render(&state.db).await?;
+    body.push_str(&format!(
+        "# HELP airtime_policy_modules_compiled Policy modules kept compiled (refused uploads never are).\n\
+         # TYPE airtime_policy_modules_compiled gauge\nairtime_policy_modules_compiled {}\n",
+        state.policies.cached_modules()
+    ));
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body))
 }

@@ -7,6 +7,7 @@ pub mod decisions;
 pub mod extract;
 pub mod fleet;
 pub mod health;
+pub mod invitations;
 pub mod openapi;
 pub mod policies;
 pub mod settings;
@@ -33,6 +34,7 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         .merge(snapshot::routes())
         .merge(settings::routes())
         .merge(auth::routes())
+        .merge(invitations::routes())
         .nest("/agent", agent::routes())
         .routes(routes!(openapi::openapi_json));
     OpenApiRouter::with_openapi(openapi::base()).nest("/api/v1", v1).merge(health::routes())

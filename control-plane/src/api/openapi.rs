@@ -159,15 +159,17 @@ fn complete(doc: &mut utoipa::openapi::OpenApi) {
                 s.iter().all(|r| serde_json::to_value(r).is_ok_and(|v| v.as_object().is_some_and(|o| o.is_empty())))
             });
             let responses = &mut operation.responses.responses;
-            responses.entry("400".into()).or_insert_with(|| error("Malformed request (body, path or query)"));
+            responses.entry("400".into()).or_insert_with(|| {
+                error("Malformed request: body, path or query (unknown fields and NUL characters are refused)")
+            });
+            responses
+                .entry("429".into())
+                .or_insert_with(|| error("Too many requests (from this credential or address); see Retry-After"));
             if !public {
                 responses
                     .entry("401".into())
                     .or_insert_with(|| error("No credential, or an invalid, expired or revoked one"));
                 responses.entry("403".into()).or_insert_with(|| error("The caller's role does not allow this"));
-                responses
-                    .entry("429".into())
-                    .or_insert_with(|| error("Too many requests from this credential; see Retry-After"));
             }
         }
     }

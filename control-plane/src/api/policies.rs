@@ -25,7 +25,7 @@ use crate::auth::Caller;
 use crate::auth::audit::AuditActor;
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
-use crate::policies::{self, FailureView, LogView, PolicyView, ShadowResultView};
+use crate::policies::{self, FailureView, LogView, PolicyView, ShadowResultView, VetError};
 use crate::scheduler::{self, DryRun};
 use crate::server::AppState;
 
@@ -38,6 +38,7 @@ pub fn routes(config: &Config) -> OpenApiRouter<AppState> {
         .routes(routes!(get_one, delete_policy))
         .routes(routes!(activate))
         .routes(routes!(rollback))
+        .routes(routes!(deactivate))
         .routes(routes!(set_limits))
         .routes(routes!(start_shadow, stop_shadow))
         .routes(routes!(dry_run_version))
@@ -80,6 +81,24 @@ struct UploadQuery {
     name: String,
 }
 
+/// Why a module was not accepted, as the API says it: the module's fault (422), or come back
+/// later because other uploads are compiling (429).
+fn refused(err: VetError) -> ApiError {
+    match err {
+        VetError::Refused(err) => {
+            ApiError::unprocessable("invalid_policy", format!("policy module refused ({}): {err}", err.kind()))
+        }
+        VetError::TooSlow { timeout } => ApiError::unprocessable(
+            "invalid_policy",
+            format!(
+                "policy module refused (compile_timeout): compiling and trying it took longer than {} ms",
+                timeout.as_millis()
+            ),
+        ),
+        VetError::Busy { retry_after } => ApiError::too_many_requests(retry_after),
+    }
+}
+
 fn module_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !matches!(content_type, "application/wasm" | "application/octet-stream") {
@@ -113,7 +132,8 @@ fn module_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiR
         (status = 409, description = "A built-in policy's name", body = ErrorResponse),
         (status = 413, body = ErrorResponse),
         (status = 415, body = ErrorResponse),
-        (status = 422, description = "The module was refused", body = ErrorResponse)
+        (status = 422, description = "The module was refused", body = ErrorResponse),
+        (status = 429, description = "Other uploads are compiling; retry after the given time", body = ErrorResponse)
     )
 )]
 async fn upload(
@@ -125,9 +145,7 @@ async fn upload(
 ) -> ApiResult<(StatusCode, axum::Json<PolicyView>)> {
     caller.require_role(crate::auth::Role::TenantAdmin)?;
     let body = module_body(&headers, body)?;
-    state.policies.vet(body.to_vec()).await.map_err(|err| {
-        ApiError::unprocessable("invalid_policy", format!("policy module refused ({}): {err}", err.kind()))
-    })?;
+    state.policies.vet(caller.tenant_filter(), body.to_vec()).await.map_err(refused)?;
     let view =
         policies::store_upload(&state.db, caller.tenant_filter(), &query.name, &body, &AuditActor::from(&caller))
             .await?;
@@ -201,6 +219,28 @@ async fn activate(
 ) -> ApiResult<axum::Json<PolicyView>> {
     authorize(&state, &caller, id, Need::Manage).await?;
     let view = policies::activate(&state.db, id, req.version, req.params, &AuditActor::from(&caller)).await?;
+    state.wake.wake();
+    Ok(axum::Json(view))
+}
+
+/// Stop a tenant's own policy deciding for its scope: the tenant's work is placed by the platform
+/// policy again. Tenant admins for their own policies, platform admins.
+#[utoipa::path(
+    post,
+    path = "/policies/{id}/deactivate",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses((status = 200, description = "No longer active", body = PolicyView), (status = 404, body = ErrorResponse), (status = 409, description = "Not active, or a platform policy (activate another instead)", body = ErrorResponse))
+)]
+async fn deactivate(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<PolicyView>> {
+    authorize(&state, &caller, id, Need::Manage).await?;
+    let view = policies::deactivate(&state.db, id, &AuditActor::from(&caller)).await?;
     state.wake.wake();
     Ok(axum::Json(view))
 }
@@ -390,9 +430,7 @@ async fn dry_run_module(
     if !parsed.is_object() {
         return Err(ApiError::bad_request("invalid_params", "params must be a JSON object"));
     }
-    let selected = state.policies.compile_unstored(body.to_vec(), parsed.to_string()).await.map_err(|err| {
-        ApiError::unprocessable("invalid_policy", format!("policy module refused ({}): {err}", err.kind()))
-    })?;
+    let selected = state.policies.compile_unstored(body.to_vec(), parsed.to_string()).await.map_err(refused)?;
     Ok(axum::Json(scheduler::dry_run(&state, &selected).await?))
 }
 

@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::model::PLATFORM_SCOPE;
-use crate::scheduler::fleet_view::FleetView;
+use crate::scheduler::fleet_view::{FleetView, TenantView};
 use crate::scheduler::snapshot;
 use crate::server::AppState;
 
@@ -49,7 +49,7 @@ async fn current(caller: Caller, State(state): State<AppState>) -> ApiResult<axu
         None => OwnedSnapshot::from(&snapshot::build(&fleet, &params, None)),
         Some(index) => {
             let view = fleet.tenant_view(index, &[], &[]);
-            OwnedSnapshot::from(&snapshot::build(&view.view, &params, Some(index)))
+            OwnedSnapshot::from(&snapshot::build(&view.view, &params, Some(TenantView::SCOPE_TENANT)))
         }
     };
     Ok(axum::Json(serde_json::to_value(&owned).map_err(anyhow::Error::from)?))

@@ -277,7 +277,7 @@ async fn session_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> 
         JwtError::Invalid => ApiError::Unauthorized(INVALID),
     })?;
     let row: Option<(String, bool, bool, i64, Option<Role>)> = sqlx::query_as(
-        "SELECT u.email, u.disabled, u.platform_admin, floor(extract(epoch FROM u.sessions_valid_after))::bigint, \
+        "SELECT u.email, u.disabled, u.platform_admin, u.session_generation, \
                 m.role \
          FROM users u LEFT JOIN memberships m ON m.user_id = u.id AND m.tenant_id = $2 WHERE u.id = $1",
     )
@@ -285,11 +285,11 @@ async fn session_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> 
     .bind(claims.tenant)
     .fetch_optional(&auth.db)
     .await?;
-    let Some((email, disabled, platform_admin, valid_after, member_role)) = row else {
+    let Some((email, disabled, platform_admin, generation, member_role)) = row else {
         return Err(ApiError::Unauthorized(INVALID));
     };
-    // Sessions issued before a password change or a disable are over (to the second).
-    if disabled || (claims.iat as i64) < valid_after {
+    // Sessions issued before a password change or a disable are over: exactly, whatever the clock.
+    if disabled || claims.generation != generation {
         return Err(ApiError::Unauthorized(INVALID));
     }
     let role = match (claims.role, claims.tenant) {

@@ -33,6 +33,10 @@ pub struct SessionClaims {
     pub iat: u64,
     /// Expires at, seconds since the epoch.
     pub exp: u64,
+    /// The user's session generation when it was issued: the session ends when it moves on
+    /// (a password change, a disable).
+    #[serde(default, rename = "sgen")]
+    pub generation: i64,
     /// A unique id for this session (for the audit log and future revocation lists).
     pub jti: Uuid,
     pub role: Role,
@@ -95,8 +99,9 @@ impl JwtKeys {
         name: &str,
         role: Role,
         tenant: Option<Uuid>,
+        generation: i64,
     ) -> anyhow::Result<(String, SessionClaims)> {
-        self.issue_at(user, name, role, tenant, now_secs())
+        self.issue_at(user, name, role, tenant, generation, now_secs())
     }
 
     /// [`JwtKeys::issue`] at a given instant (seconds since the epoch), for tests.
@@ -106,6 +111,7 @@ impl JwtKeys {
         name: &str,
         role: Role,
         tenant: Option<Uuid>,
+        generation: i64,
         now: u64,
     ) -> anyhow::Result<(String, SessionClaims)> {
         let claims = SessionClaims {
@@ -115,6 +121,7 @@ impl JwtKeys {
             iat: now,
             exp: now + self.ttl.as_secs(),
             jti: Uuid::new_v4(),
+            generation,
             role,
             tenant,
             name: name.to_owned(),
@@ -186,7 +193,7 @@ mod tests {
     fn a_session_round_trips_with_its_claims() {
         let user = Uuid::new_v4();
         let tenant = Some(Uuid::new_v4());
-        let (token, issued) = keys().issue(user, "ada@example.com", Role::TenantMember, tenant).expect("issue");
+        let (token, issued) = keys().issue(user, "ada@example.com", Role::TenantMember, tenant, 0).expect("issue");
         let claims = keys().verify(&token).expect("valid");
         assert_eq!(claims, issued);
         assert_eq!((claims.sub, claims.role, claims.tenant), (user, Role::TenantMember, tenant));
@@ -197,27 +204,27 @@ mod tests {
     #[test]
     fn an_expired_session_is_refused_as_expired() {
         let long_ago = now_secs() - 3600;
-        let (token, _) = keys().issue_at(Uuid::new_v4(), "a", Role::Viewer, None, long_ago).expect("issue");
+        let (token, _) = keys().issue_at(Uuid::new_v4(), "a", Role::Viewer, None, 0, long_ago).expect("issue");
         assert_eq!(keys().verify(&token), Err(JwtError::Expired));
         // Within the leeway it is still accepted.
         let just_now = now_secs() - 600 - LEEWAY_SECS + 2;
-        let (token, _) = keys().issue_at(Uuid::new_v4(), "a", Role::Viewer, None, just_now).expect("issue");
+        let (token, _) = keys().issue_at(Uuid::new_v4(), "a", Role::Viewer, None, 0, just_now).expect("issue");
         assert!(keys().verify(&token).is_ok());
     }
 
     #[test]
     fn a_token_signed_with_another_key_is_invalid() {
         let other = JwtKeys::new(b"another-secret-another-secret-another", Duration::from_secs(600)).expect("keys");
-        let (token, _) = other.issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None).expect("issue");
+        let (token, _) = other.issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None, 0).expect("issue");
         assert_eq!(keys().verify(&token), Err(JwtError::Invalid));
     }
 
     #[test]
     fn a_tampered_payload_is_invalid() {
-        let (token, _) = keys().issue(Uuid::new_v4(), "a", Role::Viewer, None).expect("issue");
+        let (token, _) = keys().issue(Uuid::new_v4(), "a", Role::Viewer, None, 0).expect("issue");
         let parts: Vec<&str> = token.split('.').collect();
         // Swap in the payload of a platform admin's token, keeping the viewer's signature.
-        let (admin, _) = keys().issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None).expect("issue");
+        let (admin, _) = keys().issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None, 0).expect("issue");
         let admin_payload = admin.split('.').nth(1).expect("payload");
         let forged = format!("{}.{}.{}", parts[0], admin_payload, parts[2]);
         assert_eq!(keys().verify(&forged), Err(JwtError::Invalid));
@@ -227,7 +234,7 @@ mod tests {
     fn the_none_algorithm_and_garbage_are_invalid() {
         // {"alg":"none","typ":"JWT"} . {"sub":...,"role":"platform_admin",...} . (no signature)
         let header = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0";
-        let (token, _) = keys().issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None).expect("issue");
+        let (token, _) = keys().issue(Uuid::new_v4(), "a", Role::PlatformAdmin, None, 0).expect("issue");
         let payload = token.split('.').nth(1).expect("payload");
         assert_eq!(keys().verify(&format!("{header}.{payload}.")), Err(JwtError::Invalid));
         assert_eq!(keys().verify("not.a.jwt"), Err(JwtError::Invalid));

@@ -230,7 +230,7 @@ fn check_gpus(
 mod tests {
     use super::*;
     use crate::model::WorkloadClass;
-    use crate::scheduler::fleet_view::{GpuEntry, NodeEntry, TenantEntry, WorkloadEntry};
+    use crate::scheduler::fleet_view::{GpuEntry, NodeEntry, TenantEntry, TenantView, WorkloadEntry};
     use uuid::Uuid;
 
     fn fleet() -> FleetView {
@@ -385,7 +385,10 @@ mod tests {
         assert_eq!(t.gpus, vec![1, 2]);
         assert_eq!(t.view.gpus[1].holder, Some(1), "its running workload, renumbered");
         assert_eq!((t.view.nodes[1].gpu_first, t.view.nodes[1].gpu_count), (1, 1));
-        assert!(t.view.workloads.iter().all(|w| w.tenant == 1));
+        // The view holds that tenant alone (renumbered): no other tenant's name or quota.
+        assert_eq!(t.view.tenants.len(), 1);
+        assert_eq!(t.view.tenants[0].id, f.tenants[1].id);
+        assert!(t.view.workloads.iter().all(|w| w.tenant == TenantView::SCOPE_TENANT));
     }
 
     #[test]

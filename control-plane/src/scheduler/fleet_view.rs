@@ -296,6 +296,11 @@ pub struct TenantView {
     pub gpus: Vec<usize>,
 }
 
+impl TenantView {
+    /// The tenant's index in its own view: the view holds that tenant alone.
+    pub const SCOPE_TENANT: usize = 0;
+}
+
 impl FleetView {
     /// The part of the fleet a tenant's policy works in: the tenant's own workloads (no other
     /// tenant's work is visible to it), the GPUs the platform granted it this cycle plus those its
@@ -318,7 +323,9 @@ impl FleetView {
         let mut view = FleetView {
             now: self.now,
             settings: self.settings.clone(),
-            tenants: self.tenants.clone(),
+            // Only this tenant: a tenant's policy (and a tenant's exported snapshot) never sees
+            // another tenant's name, guarantee, weight, tier or usage.
+            tenants: vec![self.tenants[tenant].clone()],
             nodes: nodes.iter().map(|&n| NodeEntry { gpu_first: 0, gpu_count: 0, ..self.nodes[n].clone() }).collect(),
             gpus: gpus
                 .iter()
@@ -335,7 +342,11 @@ impl FleetView {
                 .iter()
                 .map(|&w| {
                     let entry = &self.workloads[w];
-                    WorkloadEntry { node: entry.node.and_then(node_pos), ..entry.clone() }
+                    WorkloadEntry {
+                        node: entry.node.and_then(node_pos),
+                        tenant: TenantView::SCOPE_TENANT,
+                        ..entry.clone()
+                    }
                 })
                 .collect(),
         };

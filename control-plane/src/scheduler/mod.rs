@@ -11,6 +11,7 @@ pub mod shadow;
 pub mod snapshot;
 pub mod usage;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,12 +19,13 @@ use airtime_policy_sdk::abi;
 use anyhow::Context as _;
 
 use crate::model::PLATFORM_SCOPE;
-use crate::policies::Selected;
+use crate::policies::{Lane, Selected};
 use crate::scheduler::check::{Proposal, Scope};
-use crate::scheduler::fleet_view::FleetView;
+use crate::scheduler::fleet_view::{FleetView, TenantView};
 use crate::scheduler::record::{CycleOutcome, CycleRecord, Decider};
 use crate::server::AppState;
 use crate::signals::Shutdown;
+use uuid::Uuid;
 
 /// Only one control plane at a time runs the loop; others wait on this advisory lock (standby).
 const LEADER_LOCK: i64 = 0x0041_4952_5449_4d45; // "AIRTIME"
@@ -52,8 +54,9 @@ pub async fn run_loop(state: AppState, shutdown: Shutdown) {
             Ok(Some(outcome)) if outcome.nodes_changed => state.desired.announce(),
             Ok(_) => {}
             Err(err) => {
-                state.metrics.cycle_failed();
-                tracing::error!(error = format!("{err:#}"), "scheduling cycle failed; retrying next tick");
+                let error = format!("{err:#}");
+                state.metrics.cycle_failed(&error);
+                tracing::error!(error, "scheduling cycle failed; retrying next tick");
             }
         }
     }
@@ -68,6 +71,28 @@ async fn become_leader(state: &AppState) -> anyhow::Result<sqlx::pool::PoolConne
     Ok(conn)
 }
 
+/// One tenant's own policy in a cycle: what it decided within its grant (checked in its view), or
+/// why it did not.
+struct TenantRun {
+    tenant: usize,
+    selected: Selected,
+    view: fleet_view::TenantView,
+    result: Result<check::Checked, Failure>,
+}
+
+/// The platform level of a cycle: its policy's checked decisions.
+struct PlatformRun {
+    selected: Selected,
+    decider: Arc<Decider>,
+    checked: check::Checked,
+}
+
+/// A cycle's decisions as applied: accepted and refused, each with the policy that made it.
+struct Composed {
+    accepted: Vec<(Proposal, Arc<Decider>)>,
+    refused: Vec<(check::Refusal, Arc<Decider>)>,
+}
+
 /// One cycle. Returns None when there was nothing to decide.
 pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option<CycleOutcome>> {
     let started_at = chrono::Utc::now();
@@ -79,6 +104,7 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
     };
     state.metrics.set_queue_depth(fleet.pending_count());
     if fleet.pending_count() == 0 {
+        state.metrics.cycle_succeeded();
         return Ok(None);
     }
     let mut notes = Notes::default();
@@ -92,88 +118,22 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
             state.policies.fallback(&state.db).await?
         }
     };
-    let (proposals, platform_decider) = decide(state, &fleet, &platform, None, &mut notes).await?;
-    let platform_checked = check::check(&fleet, Scope::Platform, proposals.clone());
-    let platform_decider = Arc::new(platform_decider);
-    let mut accepted: Vec<(Proposal, Arc<Decider>)> =
-        platform_checked.accepted.iter().cloned().map(|p| (p, platform_decider.clone())).collect();
-    let mut refused: Vec<(check::Refusal, Arc<Decider>)> =
-        platform_checked.refused.iter().cloned().map(|r| (r, platform_decider.clone())).collect();
+    let (proposals, platform_decider, platform_selected) = decide(state, &fleet, &platform, &mut notes).await?;
+    let platform_run = PlatformRun {
+        selected: platform_selected,
+        decider: Arc::new(platform_decider),
+        checked: check::check(&fleet, Scope::Platform, proposals),
+    };
 
-    // Level 2: a tenant's own policy orders and places its work within what it was granted.
-    for tenant in 0..fleet.tenants.len() {
-        let has_pending =
-            fleet.workloads.iter().any(|w| w.tenant == tenant && w.state == crate::model::WorkloadState::Pending);
-        if !has_pending {
-            continue;
-        }
-        let scope = fleet.tenants[tenant].id.to_string();
-        let Some(own) = state.policies.active(&state.db, &scope).await? else { continue };
-        let mine = |p: &Proposal| fleet.workloads[p.workload()].tenant == tenant;
-        let mut granted_gpus = Vec::new();
-        let mut granted_nodes = Vec::new();
-        for (p, _) in accepted.iter().filter(|(p, _)| mine(p)) {
-            if let Proposal::Place { node, gpus, .. } = p {
-                granted_gpus.extend(gpus.iter().copied());
-                granted_nodes.push(*node);
-            }
-        }
-        let view = fleet.tenant_view(tenant, &granted_gpus, &granted_nodes);
-        let (tenant_proposals, tenant_decider) =
-            match evaluate_logged(state, &view.view, &own, Some(tenant), &mut notes).await {
-                Ok(proposals) => (proposals, decider(&own)),
-                Err(failure) => {
-                    notes.failures.push((own.clone(), failure));
-                    continue; // the platform's decisions for this tenant stand
-                }
-            };
-        notes.successes.push(own.clone());
-        let tenant_checked = check::check(&view.view, Scope::Tenant(tenant), tenant_proposals);
-        let tenant_decider = Arc::new(tenant_decider);
-        // The platform's preemptions of this tenant's work stand (reclaim, bursts); its placements
-        // and reasons give way to the tenant's own, within the grant.
-        accepted.retain(|(p, _)| !mine(p) || matches!(p, Proposal::Preempt { .. }));
-        let platform_preempted: Vec<usize> = accepted.iter().map(|(p, _)| p.workload()).collect();
-        for p in tenant_checked.accepted {
-            let p = remap(p, &view);
-            if !platform_preempted.contains(&p.workload()) {
-                accepted.push((p, tenant_decider.clone()));
-            }
-        }
-        // The tenant's pending work its policy left undecided waits, and says why.
-        let decided: std::collections::HashSet<usize> = accepted.iter().map(|(p, _)| p.workload()).collect();
-        for &w in &view.workloads {
-            if fleet.workloads[w].state == crate::model::WorkloadState::Pending && !decided.contains(&w) {
-                let reason = format!("{} did not place it within the tenant's grant this cycle", own.label());
-                accepted.push((Proposal::KeepPending { workload: w, reason }, tenant_decider.clone()));
-            }
-        }
-        for r in tenant_checked.refused {
-            let r = check::Refusal { workload: r.workload.map(|w| view.workloads[w]), reason: r.reason };
-            refused.push((r, tenant_decider.clone()));
-        }
-    }
-
-    // The composed decisions are checked once more as a whole: no GPU given twice across levels.
-    let deciders: std::collections::HashMap<usize, Arc<Decider>> =
-        accepted.iter().map(|(p, d)| (p.workload(), d.clone())).collect();
-    let final_check = check::check(&fleet, Scope::Platform, accepted.into_iter().map(|(p, _)| p).collect());
-    let accepted: Vec<(Proposal, Arc<Decider>)> = final_check
-        .accepted
-        .into_iter()
-        .map(|p| {
-            let d = deciders.get(&p.workload()).cloned().unwrap_or_else(|| platform_decider.clone());
-            (p, d)
-        })
-        .collect();
-    refused.extend(final_check.refused.into_iter().map(|r| (r, platform_decider.clone())));
-    for (refusal, d) in &refused {
-        tracing::warn!(policy = %d.policy_name, reason = %refusal.reason, "refused a policy decision");
-    }
+    // Level 2: each tenant's own policy orders and places its work within what it was granted,
+    // all side by side, within the cycle budget.
+    let tenant_runs = evaluate_tenant_scopes(state, &fleet, &platform_run.checked.accepted, &mut notes).await?;
 
     // Shadow: a candidate for the platform scope, evaluated on the same snapshot, never applied.
     let shadow = match state.policies.shadow(&state.db, PLATFORM_SCOPE).await {
-        Ok(Some(candidate)) => Some((candidate.clone(), evaluate(state, &fleet, &candidate, None).await)),
+        Ok(Some(candidate)) => {
+            Some((candidate.clone(), evaluate(state, &fleet, &candidate, None, Lane::Platform).await))
+        }
         Ok(None) => None,
         Err(err) => {
             tracing::warn!(error = format!("{err:#}"), "loading the shadow policy");
@@ -181,29 +141,61 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
         }
     };
 
-    let accepted_refs: Vec<(Proposal, &Decider)> = accepted.iter().map(|(p, d)| (p.clone(), d.as_ref())).collect();
-    let refused_refs: Vec<(check::Refusal, &Decider)> = refused.iter().map(|(r, d)| (r.clone(), d.as_ref())).collect();
     let error = notes.failures.first().map(|(s, f)| format!("{} failed ({}): {}", s.label(), f.kind, f.message));
-    let outcome = record::apply(
-        &state.db,
-        &fleet,
-        &accepted_refs,
-        &refused_refs,
-        CycleRecord { started_at, trigger, decider: &platform_decider, error },
-    )
-    .await
-    .context("applying the cycle's decisions")?;
+    let shadow_baseline = shadow.as_ref().map(|_| platform_run.checked.accepted.clone());
+    let mut platform_run = platform_run;
+    let composed = compose(&fleet, &platform_run, &tenant_runs, &HashSet::new());
+    let first = {
+        let cycle = CycleRecord { started_at, trigger, decider: &platform_run.decider, error: error.clone() };
+        composed.apply(state, &fleet, cycle, record::Mode::Commit).await
+    };
+    let outcome = match first {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            // The database refused what some policy decided. No single scope may stall the loop:
+            // find the scopes whose decisions cannot be applied, give them the built-in's place
+            // this cycle (recorded as their failure), and apply the rest.
+            let err = format!("{err:#}");
+            tracing::error!(error = %err, "applying the cycle's decisions failed; isolating the scope responsible");
+            let culprits = isolate_culprits(state, &fleet, &platform_run, &tenant_runs, started_at, trigger).await;
+            let mut excluded = HashSet::new();
+            for selected in &culprits {
+                excluded.insert(selected.policy.version_id);
+                notes.successes.retain(|s| s.policy.version_id != selected.policy.version_id);
+                let failure = Failure {
+                    kind: "apply_failed",
+                    message: format!("the database refused its decisions: {err}"),
+                    logs: Vec::new(),
+                };
+                notes.failures.push((selected.clone(), failure));
+            }
+            if excluded.contains(&platform_run.selected.policy.version_id) {
+                platform_run = fallback_platform(state, &fleet, &mut notes).await?;
+            }
+            let composed = compose(&fleet, &platform_run, &tenant_runs, &excluded);
+            let names: Vec<String> = culprits.iter().map(Selected::label).collect();
+            let error = Some(format!("the database refused the decisions of [{}]: {err}", names.join(", ")));
+            let cycle = CycleRecord { started_at, trigger, decider: &platform_run.decider, error };
+            composed
+                .apply(state, &fleet, cycle, record::Mode::Commit)
+                .await
+                .context("applying the cycle's decisions without the scopes the database refused")?
+        }
+    };
 
     notes.record(state, outcome.cycle_id).await;
-    if let Some((candidate, result)) = shadow {
-        let compared = shadow::compare(&fleet, &platform_checked.accepted, result);
-        if let Err(err) = shadow::record(&state.db, outcome.cycle_id, &candidate, &platform_decider, &compared).await {
+    if let (Some((candidate, result)), Some(baseline)) = (shadow, shadow_baseline) {
+        let compared = shadow::compare(&fleet, &baseline, result);
+        if let Err(err) =
+            shadow::record(&state.db, outcome.cycle_id, &candidate, &platform_run.decider, &compared).await
+        {
             tracing::warn!(error = %err, "recording the shadow comparison");
         }
     }
 
     let elapsed = clock.elapsed();
     state.metrics.cycle_finished(elapsed);
+    state.metrics.cycle_succeeded();
     tracing::debug!(
         cycle = outcome.cycle_id,
         placed = outcome.placed,
@@ -214,6 +206,209 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
         "cycle"
     );
     Ok(Some(outcome))
+}
+
+impl Composed {
+    /// Applies these decisions in one transaction (see [`record::apply`]).
+    async fn apply(
+        &self,
+        state: &AppState,
+        fleet: &FleetView,
+        cycle: CycleRecord<'_>,
+        mode: record::Mode,
+    ) -> sqlx::Result<CycleOutcome> {
+        record::apply(&state.db, fleet, &self.accepted_refs(), &self.refused_refs(), cycle, mode).await
+    }
+
+    fn accepted_refs(&self) -> Vec<(Proposal, &Decider)> {
+        self.accepted.iter().map(|(p, d)| (p.clone(), d.as_ref())).collect()
+    }
+
+    fn refused_refs(&self) -> Vec<(check::Refusal, &Decider)> {
+        self.refused.iter().map(|(r, d)| (r.clone(), d.as_ref())).collect()
+    }
+}
+
+/// Evaluates every tenant scope that has pending work and a policy of its own, side by side, each
+/// on the view of its grant. A scope still evaluating at the cycle budget (or still busy with an
+/// earlier cycle's evaluation) fails this cycle with a timeout: its tenant gets the platform's
+/// decisions, and the others are not delayed.
+async fn evaluate_tenant_scopes(
+    state: &AppState,
+    fleet: &FleetView,
+    platform_accepted: &[Proposal],
+    notes: &mut Notes,
+) -> anyhow::Result<Vec<TenantRun>> {
+    let mut prepared = Vec::new();
+    for tenant in 0..fleet.tenants.len() {
+        let has_pending =
+            fleet.workloads.iter().any(|w| w.tenant == tenant && w.state == crate::model::WorkloadState::Pending);
+        if !has_pending {
+            continue;
+        }
+        let scope = fleet.tenants[tenant].id.to_string();
+        let Some(own) = state.policies.active(&state.db, &scope).await? else { continue };
+        let mut granted_gpus = Vec::new();
+        let mut granted_nodes = Vec::new();
+        for p in platform_accepted.iter().filter(|p| fleet.workloads[p.workload()].tenant == tenant) {
+            if let Proposal::Place { node, gpus, .. } = p {
+                granted_gpus.extend(gpus.iter().copied());
+                granted_nodes.push(*node);
+            }
+        }
+        let view = fleet.tenant_view(tenant, &granted_gpus, &granted_nodes);
+        prepared.push((tenant, scope, own, view));
+    }
+    if prepared.is_empty() {
+        return Ok(Vec::new());
+    }
+    let budget = Duration::from_millis(state.config.cycle_budget_ms);
+    let deadline = tokio::time::Instant::now() + budget;
+    let evaluations = prepared.iter().map(|(_, scope, own, view)| async move {
+        if state.policies.scope_busy(scope) {
+            let message = format!(
+                "its evaluation in an earlier cycle is still running, past the {} ms cycle budget",
+                budget.as_millis()
+            );
+            return (Err(Failure { kind: "timeout", message, logs: Vec::new() }), Vec::new());
+        }
+        let run = evaluate_with_logs(state, &view.view, own, Some(TenantView::SCOPE_TENANT), Lane::Tenant, Some(scope));
+        match tokio::time::timeout_at(deadline, run).await {
+            Ok(done) => done,
+            Err(_) => {
+                let message = format!("it was still running at the {} ms cycle budget", budget.as_millis());
+                (Err(Failure { kind: "timeout", message, logs: Vec::new() }), Vec::new())
+            }
+        }
+    });
+    let results = futures::future::join_all(evaluations).await;
+    let mut runs = Vec::with_capacity(prepared.len());
+    for ((tenant, _, selected, view), (result, logs)) in prepared.into_iter().zip(results) {
+        let result = match result {
+            Ok(proposals) => {
+                if !logs.is_empty() {
+                    notes.logs.push((selected.clone(), logs));
+                }
+                notes.successes.push(selected.clone());
+                Ok(check::check(&view.view, Scope::Tenant(TenantView::SCOPE_TENANT), proposals))
+            }
+            Err(failure) => {
+                notes.failures.push((selected.clone(), failure.clone()));
+                Err(failure) // the platform's decisions for this tenant stand
+            }
+        };
+        runs.push(TenantRun { tenant, selected, view, result });
+    }
+    Ok(runs)
+}
+
+/// Composes the two levels: the platform's decisions, with each tenant's own policy's decisions
+/// in place of the platform's placements for that tenant (the platform's preemptions stand).
+/// Scopes whose policy version is in `excluded` keep the platform's decisions. The composed set
+/// is checked once more as a whole: no GPU given twice across levels.
+fn compose(fleet: &FleetView, platform: &PlatformRun, tenants: &[TenantRun], excluded: &HashSet<Uuid>) -> Composed {
+    let mut accepted: Vec<(Proposal, Arc<Decider>)> =
+        platform.checked.accepted.iter().cloned().map(|p| (p, platform.decider.clone())).collect();
+    let mut refused: Vec<(check::Refusal, Arc<Decider>)> =
+        platform.checked.refused.iter().cloned().map(|r| (r, platform.decider.clone())).collect();
+    for run in tenants {
+        let Ok(checked) = &run.result else { continue };
+        if excluded.contains(&run.selected.policy.version_id) {
+            continue;
+        }
+        let tenant = run.tenant;
+        let view = &run.view;
+        let own = &run.selected;
+        let tenant_decider = Arc::new(decider(own));
+        let mine = |p: &Proposal| fleet.workloads[p.workload()].tenant == tenant;
+        // The platform's preemptions of this tenant's work stand (reclaim, bursts); its placements
+        // and reasons give way to the tenant's own, within the grant.
+        accepted.retain(|(p, _)| !mine(p) || matches!(p, Proposal::Preempt { .. }));
+        let platform_preempted: HashSet<usize> = accepted.iter().map(|(p, _)| p.workload()).collect();
+        for p in checked.accepted.iter().cloned() {
+            let p = remap(p, view);
+            if !platform_preempted.contains(&p.workload()) {
+                accepted.push((p, tenant_decider.clone()));
+            }
+        }
+        // The tenant's pending work its policy left undecided waits, and says why.
+        let decided: HashSet<usize> = accepted.iter().map(|(p, _)| p.workload()).collect();
+        for &w in &view.workloads {
+            if fleet.workloads[w].state == crate::model::WorkloadState::Pending && !decided.contains(&w) {
+                let reason = format!("{} did not place it within the tenant's grant this cycle", own.label());
+                accepted.push((Proposal::KeepPending { workload: w, reason }, tenant_decider.clone()));
+            }
+        }
+        for r in &checked.refused {
+            let r = check::Refusal { workload: r.workload.map(|w| view.workloads[w]), reason: r.reason.clone() };
+            refused.push((r, tenant_decider.clone()));
+        }
+    }
+
+    let deciders: HashMap<usize, Arc<Decider>> = accepted.iter().map(|(p, d)| (p.workload(), d.clone())).collect();
+    let final_check = check::check(fleet, Scope::Platform, accepted.into_iter().map(|(p, _)| p).collect());
+    let accepted: Vec<(Proposal, Arc<Decider>)> = final_check
+        .accepted
+        .into_iter()
+        .map(|p| {
+            let d = deciders.get(&p.workload()).cloned().unwrap_or_else(|| platform.decider.clone());
+            (p, d)
+        })
+        .collect();
+    refused.extend(final_check.refused.into_iter().map(|r| (r, platform.decider.clone())));
+    for (refusal, d) in &refused {
+        tracing::warn!(policy = %d.policy_name, reason = %refusal.reason, "refused a policy decision");
+    }
+    Composed { accepted, refused }
+}
+
+/// Which uploaded policies' decisions the database refuses: each is tried alone beside the
+/// built-ins in a transaction that is rolled back, so a hostile scope is named precisely and no
+/// innocent scope is charged for it. Built-in policies are never culprits: if their decisions
+/// cannot be applied, the fault is not a policy's and the cycle fails.
+async fn isolate_culprits(
+    state: &AppState,
+    fleet: &FleetView,
+    platform: &PlatformRun,
+    tenants: &[TenantRun],
+    started_at: chrono::DateTime<chrono::Utc>,
+    trigger: &str,
+) -> Vec<Selected> {
+    let mut uploaded: Vec<&Selected> = Vec::new();
+    if !platform.selected.policy.builtin {
+        uploaded.push(&platform.selected);
+    }
+    uploaded.extend(tenants.iter().filter(|r| r.result.is_ok() && !r.selected.policy.builtin).map(|r| &r.selected));
+    let mut culprits = Vec::new();
+    for suspect in &uploaded {
+        // Everyone else's uploaded policy set aside: only the suspect's decisions beside the built-ins'.
+        let others: HashSet<Uuid> = uploaded
+            .iter()
+            .filter(|s| s.policy.version_id != suspect.policy.version_id)
+            .map(|s| s.policy.version_id)
+            .collect();
+        let composed = compose(fleet, platform, tenants, &others);
+        let cycle = CycleRecord { started_at, trigger, decider: &platform.decider, error: None };
+        let trial = composed.apply(state, fleet, cycle, record::Mode::Trial).await;
+        if trial.is_err() {
+            culprits.push((*suspect).clone());
+        }
+    }
+    culprits
+}
+
+/// The platform level decided by the built-in fallback, when the platform's own policy's decisions
+/// could not be applied.
+async fn fallback_platform(state: &AppState, fleet: &FleetView, notes: &mut Notes) -> anyhow::Result<PlatformRun> {
+    let fallback = state.policies.fallback(&state.db).await?;
+    match evaluate_logged(state, fleet, &fallback, None, notes).await {
+        Ok(proposals) => Ok(PlatformRun {
+            decider: Arc::new(decider(&fallback)),
+            selected: fallback,
+            checked: check::check(fleet, Scope::Platform, proposals),
+        }),
+        Err(failure) => anyhow::bail!("the built-in policy failed too ({}): {}", failure.kind, failure.message),
+    }
 }
 
 fn remap(p: Proposal, view: &fleet_view::TenantView) -> Proposal {
@@ -282,18 +477,18 @@ pub struct Failure {
     pub logs: Vec<airtime_policy_host::PolicyLog>,
 }
 
-/// Evaluates a scope's policy; when it fails, notes why and decides with the built-in instead.
+/// Evaluates the platform scope's policy; when it fails, notes why and decides with the built-in
+/// instead. Returns the decisions, who made them, and the policy that did.
 async fn decide(
     state: &AppState,
     fleet: &FleetView,
     selected: &Selected,
-    scope_tenant: Option<usize>,
     notes: &mut Notes,
-) -> anyhow::Result<(Vec<Proposal>, Decider)> {
-    match evaluate_logged(state, fleet, selected, scope_tenant, notes).await {
+) -> anyhow::Result<(Vec<Proposal>, Decider, Selected)> {
+    match evaluate_logged(state, fleet, selected, None, notes).await {
         Ok(proposals) => {
             notes.successes.push(selected.clone());
-            Ok((proposals, decider(selected)))
+            Ok((proposals, decider(selected), selected.clone()))
         }
         Err(failure) => {
             tracing::warn!(policy = %selected.label(), kind = failure.kind, message = %failure.message,
@@ -301,10 +496,10 @@ async fn decide(
             notes.failures.push((selected.clone(), failure));
             let fallback = state.policies.fallback(&state.db).await?;
             if fallback.policy.version_id == selected.policy.version_id {
-                return Ok((Vec::new(), decider(selected)));
+                return Ok((Vec::new(), decider(selected), selected.clone()));
             }
-            match evaluate_logged(state, fleet, &fallback, scope_tenant, notes).await {
-                Ok(proposals) => Ok((proposals, decider(&fallback))),
+            match evaluate_logged(state, fleet, &fallback, None, notes).await {
+                Ok(proposals) => Ok((proposals, decider(&fallback), fallback)),
                 Err(failure) => anyhow::bail!("the built-in policy failed too ({}): {}", failure.kind, failure.message),
             }
         }
@@ -315,6 +510,7 @@ fn decider(selected: &Selected) -> Decider {
     Decider { policy_version_id: Some(selected.policy.version_id), policy_name: selected.label() }
 }
 
+/// Evaluates a platform-scope policy, keeping its logs when it succeeds.
 async fn evaluate_logged(
     state: &AppState,
     fleet: &FleetView,
@@ -322,7 +518,7 @@ async fn evaluate_logged(
     scope_tenant: Option<usize>,
     notes: &mut Notes,
 ) -> Result<Vec<Proposal>, Failure> {
-    let (result, logs) = evaluate_with_logs(state, fleet, selected, scope_tenant).await;
+    let (result, logs) = evaluate_with_logs(state, fleet, selected, scope_tenant, Lane::Platform, None).await;
     if result.is_ok() && !logs.is_empty() {
         notes.logs.push((selected.clone(), logs));
     }
@@ -334,19 +530,23 @@ async fn evaluate(
     fleet: &FleetView,
     selected: &Selected,
     scope_tenant: Option<usize>,
+    lane: Lane,
 ) -> Result<Vec<Proposal>, Failure> {
-    evaluate_with_logs(state, fleet, selected, scope_tenant).await.0
+    evaluate_with_logs(state, fleet, selected, scope_tenant, lane, None).await.0
 }
 
-/// Runs a policy on the fleet and decodes its decisions into proposals.
+/// Runs a policy on the fleet and decodes its decisions into proposals (guest text cleaned and
+/// bounded as it is decoded: `airtime_policy_sdk::text`).
 pub async fn evaluate_with_logs(
     state: &AppState,
     fleet: &FleetView,
     selected: &Selected,
     scope_tenant: Option<usize>,
+    lane: Lane,
+    busy_scope: Option<&str>,
 ) -> (Result<Vec<Proposal>, Failure>, Vec<airtime_policy_host::PolicyLog>) {
     let bytes = abi::encode_snapshot(&snapshot::build(fleet, &selected.params, scope_tenant));
-    let record = state.policies.evaluate(selected, bytes).await;
+    let record = state.policies.evaluate(selected, bytes, lane, busy_scope).await;
     let logs = record.logs.clone();
     let result = match record.into_result() {
         Ok(evaluation) => match abi::decode_decisions(&evaluation.output) {
@@ -376,7 +576,8 @@ pub async fn dry_run(state: &AppState, selected: &Selected) -> anyhow::Result<Dr
         FleetView::load(&mut conn).await?
     };
     let clock = Instant::now();
-    let (result, logs) = evaluate_with_logs(state, &fleet, selected, None).await;
+    // Dry runs are asked for over the API: they run in the tenants' lane, never the platform's.
+    let (result, logs) = evaluate_with_logs(state, &fleet, selected, None, Lane::Tenant, None).await;
     let elapsed_ms = clock.elapsed().as_secs_f64() * 1000.0;
     let describe = |p: &Proposal| {
         let w = &fleet.workloads[p.workload()];

@@ -29,6 +29,14 @@ pub struct CycleOutcome {
     pub nodes_changed: bool,
 }
 
+/// Whether [`apply`] keeps what it wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Commit,
+    /// Everything is written and then rolled back: does the database accept these decisions?
+    Trial,
+}
+
 pub struct CycleRecord<'a> {
     pub started_at: DateTime<Utc>,
     pub trigger: &'a str,
@@ -46,6 +54,7 @@ pub async fn apply(
     accepted: &[(Proposal, &Decider)],
     refused: &[(Refusal, &Decider)],
     record: CycleRecord<'_>,
+    mode: Mode,
 ) -> sqlx::Result<CycleOutcome> {
     let mut tx = db.begin().await?;
     let (cycle_id,): (i64,) = sqlx::query_as(
@@ -242,7 +251,10 @@ pub async fn apply(
     .bind(outcome.refused as i32)
     .execute(&mut *tx)
     .await?;
-    tx.commit().await?;
+    match mode {
+        Mode::Commit => tx.commit().await?,
+        Mode::Trial => tx.rollback().await?,
+    }
     Ok(outcome)
 }
 

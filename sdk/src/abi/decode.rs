@@ -4,7 +4,6 @@
 //! record does not have; the table bounds checks make that unreachable, and the fuzz tests check
 //! that nothing else can panic either.
 
-use std::borrow::Cow;
 use std::cell::Cell;
 
 use super::{
@@ -166,7 +165,9 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
     Ok(snapshot)
 }
 
-/// Decodes a decision buffer, borrowing reasons from `bytes`.
+/// Decodes a decision buffer, borrowing reasons from `bytes` (cleaned and cut to
+/// [`crate::text::MAX_REASON_CHARS`]: a reason with a NUL or control character, or a longer one, is
+/// copied).
 ///
 /// Checks the magic, that the records, GPU lists and reasons lie inside the buffer, that reasons are
 /// UTF-8, that kinds are known, that a place names a node and a preempt or keep-pending names no
@@ -186,7 +187,9 @@ pub fn decode_decisions(bytes: &[u8]) -> Result<Vec<Decision<'_>>, AbiError> {
             RawAction::Preempt => Action::Preempt,
             RawAction::KeepPending => Action::KeepPending,
         };
-        decisions.push(Decision { workload, action, reason: Cow::Borrowed(reason) });
+        // Guest text is cleaned and bounded here, where it is decoded (see `crate::text`).
+        let reason = crate::text::clean(reason, crate::text::MAX_REASON_CHARS);
+        decisions.push(Decision { workload, action, reason });
     })?;
     Ok(decisions)
 }

@@ -1,0 +1,307 @@
+//! Hostile tenants against the real control plane: what one tenant does must never stop scheduling
+//! for the others, show it their data, or exhaust the control plane. Each story runs an attack
+//! while another tenant's work is submitted, and that work must keep being placed within a bounded
+//! delay.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use airtime_tests::policies::{deciding, many_functions, time_bomb};
+use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(40);
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/wat").join(name);
+    wat::parse_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+async fn submit(api: &Api, tenant: &str, name: &str, gpus: u32) -> String {
+    let body = json!({"name": name, "tenant": tenant, "class": "batch_inference", "command": ["sleep", "60"],
+                      "resources": {"gpu_count": gpus}});
+    api.created("/api/v1/workloads", &body).await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+/// Uploads and activates a tenant's own policy; returns its id.
+async fn activate_own(tenant_admin: &Api, name: &str, wasm: Vec<u8>) -> String {
+    let uploaded =
+        tenant_admin.post_raw(&format!("/api/v1/policies?name={name}"), "application/wasm", wasm).await.unwrap();
+    assert_eq!(uploaded.status, 201, "{}", uploaded.body);
+    let id = uploaded.body["id"].as_str().unwrap().to_owned();
+    tenant_admin.created(&format!("/api/v1/policies/{id}/activate"), &json!({})).await.unwrap();
+    id
+}
+
+async fn ready(cp: &ControlPlane) -> (u16, Value) {
+    let answer = cp.anonymous().get("/readyz").await.unwrap();
+    (answer.status, answer.body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_writing_nul_bytes_and_megabytes_of_text_stops_no_one_and_sees_no_neighbour() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let admin = cp.api();
+    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
+    nodes_ready(&admin, 1).await.unwrap();
+    let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
+    cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap();
+
+    // Mallory's policy gives a reason with a NUL, a terminal escape and 8,000 more characters, and
+    // logs a line with a NUL: PostgreSQL's text cannot hold a NUL, so unchecked, every cycle would
+    // roll back for everyone.
+    let mut reason = b"placed\0\x1b[2J".to_vec();
+    reason.extend(std::iter::repeat_n(b'A', 8000));
+    let policy = activate_own(&mallory, "nul-writer", deciding(&reason, b"log\0line", None)).await;
+    let hers = submit(&admin, "mallory", "mallory-job", 1).await;
+    let alices = submit(&admin, "alice", "alice-job", 1).await;
+    workload_reaches(&admin, &alices, "running", WAIT).await.unwrap();
+    let detail = workload_reaches(&admin, &hers, "running", WAIT).await.unwrap();
+
+    // Her reason was kept, cleaned (the NUL and the escape visible as U+FFFD) and cut to 500
+    // characters, in the decision, the event and the workload's answer alike.
+    let place = detail["decisions"].as_array().unwrap().iter().find(|d| d["kind"] == "place").unwrap().clone();
+    assert_eq!(place["policy_name"], "nul-writer v1", "{place}");
+    let kept = place["reason"].as_str().unwrap();
+    assert!(kept.starts_with("placed\u{FFFD}\u{FFFD}[2J"), "{kept:?}");
+    assert_eq!(kept.chars().count(), 500, "{kept:?}");
+    assert!(
+        detail.to_string().len() < 16 * 1024,
+        "the workload's detail stays small: {} bytes",
+        detail.to_string().len()
+    );
+    let logs = mallory.ok(&format!("/api/v1/policies/{policy}/logs")).await.unwrap();
+    assert!(logs.to_string().contains("log\u{FFFD}line"), "{logs}");
+
+    // A new version that gives up through airtime.fail with a NUL in its message: the failure is
+    // recorded (cleaned), Mallory's work gets the platform's decision, Alice's is placed as ever.
+    let v2 = mallory
+        .post_raw("/api/v1/policies?name=nul-writer", "application/wasm", deciding(b"-", b"", Some(b"gave\0up")))
+        .await
+        .unwrap();
+    assert_eq!(v2.status, 201, "{}", v2.body);
+    mallory.created(&format!("/api/v1/policies/{policy}/activate"), &json!({"version": 2})).await.unwrap();
+    let hers = submit(&admin, "mallory", "mallory-second", 1).await;
+    let alices = submit(&admin, "alice", "alice-second", 1).await;
+    workload_reaches(&admin, &alices, "running", WAIT).await.unwrap();
+    workload_reaches(&admin, &hers, "running", WAIT).await.unwrap();
+    let failures = mallory.ok(&format!("/api/v1/policies/{policy}/failures")).await.unwrap();
+    assert!(failures.to_string().contains("gave\u{FFFD}up"), "{failures}");
+    assert_eq!(ready(&cp).await.0, 200);
+
+    // Mallory's exported snapshot (what her own policy is given) names her tenant alone: no
+    // other tenant's name, guarantee, weight, tier or usage.
+    let snapshot = mallory.ok("/api/v1/scheduler/snapshot").await.unwrap();
+    let tenants = snapshot["tenants"].as_array().unwrap();
+    assert_eq!(tenants.len(), 1, "{tenants:?}");
+    assert_eq!(tenants[0]["name"], "mallory");
+    assert!(!snapshot.to_string().contains("alice"), "{snapshot}");
+    cp.stop().await;
+}
+
+/// Refuses, from inside PostgreSQL, any workload event whose message holds `marker`: a stand-in
+/// for whatever a database may refuse of what a policy wrote.
+async fn refuse_events_containing(db: &TestDb, marker: &str) {
+    let pool = db.pool().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF NEW.detail LIKE '%{marker}%' THEN RAISE EXCEPTION 'refused by the test''s trigger'; END IF; \
+           RETURN NEW; END $$"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_marked BEFORE INSERT ON workload_events FOR EACH ROW EXECUTE FUNCTION refuse_marked()",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_database_refuses_one_tenants_decisions_only_that_tenant_falls_back() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let admin = cp.api();
+    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
+    nodes_ready(&admin, 1).await.unwrap();
+    let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
+    let alice = cp.api_as(&cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap());
+    refuse_events_containing(&db, "POISON").await;
+
+    let hostile = activate_own(&mallory, "poison", deciding(b"POISON", b"", None)).await;
+    let innocent = activate_own(&alice, "alice-order", deciding(b"alice's own order", b"", None)).await;
+    let hers = submit(&admin, "mallory", "mallory-job", 1).await;
+    let alices = submit(&admin, "alice", "alice-job", 1).await;
+
+    // Alice's policy still decides for Alice; Mallory's work is placed by the platform's decision.
+    let alice_detail = workload_reaches(&admin, &alices, "running", WAIT).await.unwrap();
+    let place = alice_detail["decisions"].as_array().unwrap().iter().find(|d| d["kind"] == "place").unwrap().clone();
+    assert_eq!(place["policy_name"], "alice-order v1", "{place}");
+    let mallory_detail = workload_reaches(&admin, &hers, "running", WAIT).await.unwrap();
+    let place = mallory_detail["decisions"].as_array().unwrap().iter().find(|d| d["kind"] == "place").unwrap().clone();
+    assert_ne!(place["policy_name"], "poison v1", "{place}");
+
+    // The refusal is Mallory's failure alone, named as such; Alice's policy is not charged.
+    let failures = mallory.ok(&format!("/api/v1/policies/{hostile}/failures")).await.unwrap();
+    assert!(failures.as_array().unwrap().iter().any(|f| f["kind"] == "apply_failed"), "{failures}");
+    let innocent_failures = alice.ok(&format!("/api/v1/policies/{innocent}/failures")).await.unwrap();
+    assert_eq!(innocent_failures, json!([]));
+    assert_eq!(ready(&cp).await.0, 200);
+    cp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduling_loop_that_cannot_commit_makes_readyz_say_so_until_it_recovers() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let admin = cp.api();
+    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
+    nodes_ready(&admin, 1).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    sqlx::query(
+        "CREATE FUNCTION refuse_cycles() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           RAISE EXCEPTION 'the cycle table refuses writes'; END $$",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_cycles BEFORE INSERT ON scheduling_cycles FOR EACH ROW EXECUTE FUNCTION refuse_cycles()",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let job = submit(&admin, "default", "waits", 1).await;
+
+    let stalled = eventually("readyz reports the stalled loop", WAIT, || {
+        let cp = &cp;
+        async move {
+            let (status, body) = ready(cp).await;
+            Ok((status == 503).then_some(body))
+        }
+    })
+    .await
+    .unwrap();
+    let message = stalled["error"]["message"].as_str().unwrap();
+    assert!(message.contains("scheduling loop failed") && message.contains("refuses writes"), "{message}");
+
+    sqlx::query("DROP TRIGGER refuse_cycles ON scheduling_cycles").execute(&pool).await.unwrap();
+    workload_reaches(&admin, &job, "running", WAIT).await.unwrap();
+    assert_eq!(ready(&cp).await.0, 200);
+    cp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_tenant_policy_delays_no_one_else_and_stays_suspended_when_reactivated() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &["--cycle-budget-ms", "500", "--policy-suspend-after", "2"]).await.unwrap();
+    let admin = cp.api();
+    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "2:H100-SXM:81920"]).await.unwrap();
+    nodes_ready(&admin, 1).await.unwrap();
+    let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
+    cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap();
+
+    // Live, Mallory's policy loops until its deadline, which the platform team allowed to be 10 s.
+    let uploaded = mallory
+        .post_raw("/api/v1/policies?name=hang", "application/wasm", time_bomb("(loop $forever (br $forever))", ""))
+        .await
+        .unwrap();
+    assert_eq!(uploaded.status, 201, "{}", uploaded.body);
+    let policy = uploaded.body["id"].as_str().unwrap().to_owned();
+    admin.put(&format!("/api/v1/policies/{policy}/limits"), &json!({"deadline_ms": 10000})).await.unwrap();
+    mallory.created(&format!("/api/v1/policies/{policy}/activate"), &json!({})).await.unwrap();
+    // Work of hers that never fits keeps her scope evaluated every cycle.
+    submit(&admin, "mallory", "never-fits", 8).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    // Alice's work is placed within the cycle budget and a tick, not after Mallory's 10 s.
+    let asked = Instant::now();
+    let alices = submit(&admin, "alice", "alice-job", 1).await;
+    workload_reaches(&admin, &alices, "running", WAIT).await.unwrap();
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_secs(6), "Alice waited {waited:?} behind Mallory's hanging policy");
+
+    let suspended = |expect: &'static str| {
+        let mallory = mallory.clone();
+        let path = format!("/api/v1/policies/{policy}");
+        eventually(expect, WAIT, move || {
+            let mallory = mallory.clone();
+            let path = path.clone();
+            async move {
+                let view = mallory.ok(&path).await?;
+                Ok(view["suspended_reason"].as_str().map(|_| view.clone()))
+            }
+        })
+    };
+    let first = suspended("the hanging policy is suspended").await.unwrap();
+    assert!(first["suspended_reason"].as_str().unwrap().contains("timeout"), "{first}");
+
+    // Re-activating the same version keeps its history: its next failure suspends it again.
+    let failures_before = mallory.ok(&format!("/api/v1/policies/{policy}/failures")).await.unwrap();
+    let count_before = failures_before.as_array().unwrap().len();
+    let again = mallory.created(&format!("/api/v1/policies/{policy}/activate"), &json!({})).await.unwrap();
+    assert!(again["consecutive_failures"].as_i64().unwrap() >= 2, "the count survives: {again}");
+    suspended("suspended again at its next failure").await.unwrap();
+    let failures_after = mallory.ok(&format!("/api/v1/policies/{policy}/failures")).await.unwrap();
+    assert!(failures_after.as_array().unwrap().len() <= count_before + 2, "{failures_after}");
+
+    // And Mallory can take her policy out of service herself.
+    let off = mallory.post(&format!("/api/v1/policies/{policy}/deactivate"), &json!({})).await.unwrap();
+    assert_eq!(off.status, 200, "{}", off.body);
+    assert!(off.body["active_version"].is_null(), "{}", off.body);
+    cp.stop().await;
+}
+
+/// What the control plane exposes of its compiled-module cache.
+async fn modules_compiled(cp: &ControlPlane) -> f64 {
+    let text = reqwest::get(cp.anonymous().url("/metrics")).await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|l| l.starts_with("airtime_policy_modules_compiled ")).expect("the metric");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_are_bounded_in_cpu_memory_and_concurrency() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &["--policy-compile-timeout-ms", "300"]).await.unwrap();
+    let admin = cp.api();
+    let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
+    let upload = |wasm: Vec<u8>| {
+        let mallory = mallory.clone();
+        async move { mallory.post_raw("/api/v1/policies?name=heavy", "application/wasm", wasm).await.unwrap() }
+    };
+
+    // Too many functions: refused before any compilation, at once.
+    let started = Instant::now();
+    let refused = upload(many_functions(25_000)).await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("functions; a policy may define at most 20000"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(5), "refused in {:?}", started.elapsed());
+
+    // Within the count but slower to compile than the deadline: refused when the deadline passes.
+    let slow = upload(many_functions(19_000)).await;
+    assert_eq!(slow.status, 422, "{}", slow.body);
+    assert!(slow.body["error"]["message"].as_str().unwrap().contains("compile_timeout"), "{}", slow.body);
+    // Its compilation still holds Mallory's one compile slot: her next upload waits its turn.
+    let busy = upload(deciding(b"fine", b"", None)).await;
+    assert_eq!(busy.status, 429, "{}", busy.body);
+
+    // A module refused at its trial is never kept compiled: the cache does not grow.
+    let cached = modules_compiled(&cp).await;
+    let failing = eventually("Mallory's compile slot is free again", WAIT, || async move {
+        let answer = upload(fixture("fail_with_message.wat")).await;
+        Ok((answer.status != 429).then_some(answer))
+    })
+    .await
+    .unwrap();
+    assert_eq!(failing.status, 422, "{}", failing.body);
+    assert!(failing.body["error"]["message"].as_str().unwrap().contains("no GPUs of model B300"), "{}", failing.body);
+    assert_eq!(modules_compiled(&cp).await, cached, "a refused module stays out of the cache");
+    let stored = admin.ok("/api/v1/policies").await.unwrap();
+    assert!(!stored.to_string().contains("\"heavy\""), "nothing refused was stored: {stored}");
+    cp.stop().await;
+}
