@@ -16,9 +16,13 @@ build: prerequisites  ## Build every binary (the policies are compiled to Wasm b
 demo: build  ## Run a local demo: control plane, an agent for this host, an agent with simulated GPUs
 	@scripts/demo.sh
 
-test: build  ## Run the whole test suite against the local PostgreSQL
+test: build  ## Run the whole test suite against the local PostgreSQL, then schemathesis on the API
 	@scripts/prerequisites.sh --for-tests
 	cargo test --workspace --no-fail-fast
+	scripts/api-fuzz.sh
+
+fuzz: prerequisites  ## Fuzz the decoders of guest output and agent messages (FUZZ_SECONDS each, default 30)
+	scripts/fuzz.sh
 
 lint: prerequisites  ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --all --check
@@ -28,4 +32,4 @@ bench: prerequisites  ## Run the benchmarks (see BENCHMARKS.md) with release bin
 	cargo build --release --workspace --bins
 	AIRTIME_BIN_DIR=$(CURDIR)/target/release cargo bench -p airtime-policy-host -p airtime-control-plane -p airtime-tests
 
-.PHONY: help prerequisites build demo test lint bench
+.PHONY: help prerequisites build demo test lint bench fuzz

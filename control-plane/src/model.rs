@@ -112,16 +112,7 @@ impl NodeState {
     }
 }
 
-/// Where a node's GPU inventory came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-pub enum GpuSource {
-    Nvml,
-    /// Advertised by `--simulate-gpus`: for demos and load tests, never real hardware.
-    Simulated,
-    None,
-}
+pub use airtime_protocol::agent::GpuSource;
 
 /// The platform scope's id for policy activation (tenant scopes use the tenant id).
 pub const PLATFORM_SCOPE: &str = "platform";

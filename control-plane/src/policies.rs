@@ -731,12 +731,31 @@ async fn version_id(conn: &mut sqlx::PgConnection, policy_id: Uuid, version: Opt
     row.map(|(id,)| id).ok_or(ApiError::NotFound("policy version"))
 }
 
+/// Largest magnitude of a number in policy parameters. PostgreSQL's JSONB keeps numbers as exact
+/// decimals, and one near `f64::MAX` (1.8e308) comes back as a 309-digit integer that does not
+/// parse as a double: refused here, where parameters enter, so what is stored can be read back.
+const MAX_PARAM_NUMBER: f64 = 1e300;
+
 fn check_params(params: &serde_json::Value) -> ApiResult<()> {
     if !params.is_object() {
         return Err(ApiError::unprocessable("invalid_params", "params must be a JSON object"));
     }
     if params.to_string().len() > 64 * 1024 {
         return Err(ApiError::unprocessable("invalid_params", "params must be at most 64 KiB of JSON"));
+    }
+    fn numbers_in_range(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Number(n) => n.as_f64().is_some_and(|x| x.abs() <= MAX_PARAM_NUMBER),
+            serde_json::Value::Array(items) => items.iter().all(numbers_in_range),
+            serde_json::Value::Object(map) => map.values().all(numbers_in_range),
+            _ => true,
+        }
+    }
+    if !numbers_in_range(params) {
+        return Err(ApiError::unprocessable(
+            "invalid_params",
+            format!("numbers in params must be at most {MAX_PARAM_NUMBER:e} in magnitude"),
+        ));
     }
     Ok(())
 }
@@ -1136,7 +1155,8 @@ pub struct ShadowResultView {
     pub active_policy_name: String,
     pub agreed: i32,
     pub differed: i32,
-    #[schema(value_type = Object)]
+    /// The decisions that differed, one object each.
+    #[schema(value_type = Vec<Object>)]
     pub diff: serde_json::Value,
     pub error: Option<String>,
     pub at: DateTime<Utc>,

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use airtime_protocol::agent::{EventKind, EventReport};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -227,29 +228,6 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
     Ok(DesiredState { version, assignments })
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-struct EventReport {
-    attempt: i32,
-    event: EventKind,
-    #[serde(default)]
-    pid: Option<u32>,
-    #[serde(default)]
-    exit_code: Option<i32>,
-    #[serde(default)]
-    signal: Option<i32>,
-    #[serde(default)]
-    message: Option<String>,
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-enum EventKind {
-    Started,
-    Exited,
-    FailedToStart,
-}
-
 /// A workload event: started, exited, failed to start.
 #[utoipa::path(
     post,
@@ -274,7 +252,7 @@ async fn event(
     Path((node_id, workload_id)): Path<(Uuid, Uuid)>,
     Json(report): Json<EventReport>,
 ) -> ApiResult<StatusCode> {
-    let message = report.message.map(|m| m.chars().take(2000).collect::<String>());
+    let message = report.bounded_message();
     let event = match report.event {
         EventKind::Started => AgentEvent::Started { pid: report.pid },
         EventKind::Exited => AgentEvent::Exited { exit_code: report.exit_code, signal: report.signal, message },

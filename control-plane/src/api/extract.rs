@@ -6,6 +6,7 @@
 //! parsed into types here, at the edge, so no handler has to remember it. Guest text is cleaned
 //! where it is decoded instead (`airtime_policy_sdk::text`).
 
+use airtime_protocol::text::{json_has_nul, uri_has_nul};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -55,30 +56,6 @@ where
 
 fn nul_refused(where_: &str) -> ApiError {
     ApiError::bad_request("nul_character", format!("{where_} contains a NUL character, which no text field may hold"))
-}
-
-/// Whether a JSON document holds a NUL: a raw 0 byte (never valid JSON anyway) or the escape
-/// `\u0000` inside a string (an escaped backslash followed by `u0000` is not one).
-pub(crate) fn json_has_nul(bytes: &[u8]) -> bool {
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            0 => return true,
-            b'\\' => {
-                if bytes.get(i + 1) == Some(&b'u') && bytes.get(i + 2..i + 6) == Some(b"0000") {
-                    return true;
-                }
-                i += 2; // the escaped character, whatever it is
-            }
-            _ => i += 1,
-        }
-    }
-    false
-}
-
-/// Whether a percent-encoded URI part decodes to a NUL (`%00`).
-fn uri_has_nul(part: &str) -> bool {
-    part.as_bytes().windows(3).any(|w| w == b"%00")
 }
 
 /// A media type's essence, enough to recognise JSON (`application/json`, `application/*+json`).
@@ -161,18 +138,5 @@ where
             }
             Err(other) => Err(ApiError::bad_request("invalid_query", other.body_text())),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::json_has_nul;
-
-    #[test]
-    fn a_nul_escape_is_found_and_an_escaped_backslash_is_not_one() {
-        assert!(json_has_nul(br#"{"name": "a\u0000b"}"#));
-        assert!(json_has_nul(b"{\"name\": \"a\0b\"}"));
-        assert!(!json_has_nul(br#"{"name": "a\\u0000b"}"#));
-        assert!(!json_has_nul(br#"{"name": "a\u0001b", "n": 0}"#));
     }
 }

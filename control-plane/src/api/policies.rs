@@ -124,7 +124,7 @@ fn module_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiR
     path = "/policies",
     tag = "policies",
     params(UploadQuery),
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The `.wasm` module"),
+    request_body(content((Vec<u8> = "application/wasm"), (Vec<u8> = "application/octet-stream")), description = "The `.wasm` module"),
     security(("session" = []), ("api_token" = [])),
     extensions(("x-airtime-access" = json!("tenant_admin"))),
     responses(
@@ -410,7 +410,7 @@ struct DryRunQuery {
     path = "/policies/dry-run",
     tag = "policies",
     params(DryRunQuery),
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "The `.wasm` module"),
+    request_body(content((Vec<u8> = "application/wasm"), (Vec<u8> = "application/octet-stream")), description = "The `.wasm` module"),
     security(("session" = []), ("api_token" = [])),
     extensions(("x-airtime-access" = json!("platform_admin"))),
     responses((status = 200, description = "What it would decide; nothing applied or stored", body = Object), (status = 422, body = ErrorResponse))

@@ -1,0 +1,182 @@
+//! Agent → control plane: registration, telemetry and workload events.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a node's GPU inventory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(type_name = "text", rename_all = "snake_case"))]
+#[serde(rename_all = "snake_case")]
+pub enum GpuSource {
+    Nvml,
+    /// Advertised by `--simulate-gpus`: for demos and load tests, never real hardware.
+    Simulated,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Registration {
+    pub name: String,
+    pub hostname: String,
+    pub cpu_millis: u32,
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cost_per_hour: Option<f64>,
+    pub agent_version: String,
+    pub gpu_source: GpuSource,
+    #[serde(default)]
+    pub gpus: Vec<GpuInventory>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GpuInventory {
+    pub index: u32,
+    #[serde(default)]
+    pub uuid: Option<String>,
+    pub model: String,
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub nvlink_group: Option<u32>,
+    pub simulated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryReport {
+    pub cpu_util: f32,
+    pub memory_used_mb: u64,
+    #[serde(default)]
+    pub gpus: Vec<GpuSample>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GpuSample {
+    pub index: u32,
+    #[serde(default)]
+    pub util: Option<f32>,
+    #[serde(default)]
+    pub memory_used_mb: Option<u64>,
+    #[serde(default)]
+    pub temperature_c: Option<f32>,
+    #[serde(default)]
+    pub power_w: Option<f32>,
+    #[serde(default)]
+    pub ecc_errors: Option<u64>,
+}
+
+/// A precise reason a registration or report is refused (answered 422, nothing written).
+pub fn check_registration(r: &Registration) -> Result<(), String> {
+    if r.name.is_empty() || r.name.len() > 253 || r.name.chars().any(|c| c.is_control()) {
+        return Err("name must be 1 to 253 printable characters".into());
+    }
+    if r.cpu_millis == 0 || i32::try_from(r.cpu_millis).is_err() {
+        return Err("cpu_millis must be between 1 and 2147483647".into());
+    }
+    if i64::try_from(r.memory_mb).is_err() {
+        return Err("memory_mb is out of range".into());
+    }
+    if let Some(cost) = r.cost_per_hour
+        && !(cost.is_finite() && cost >= 0.0)
+    {
+        return Err("cost_per_hour must be a non-negative number".into());
+    }
+    if r.gpus.len() > 64 {
+        return Err("a node may advertise at most 64 GPUs".into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for gpu in &r.gpus {
+        if !seen.insert(gpu.index) {
+            return Err(format!("GPU index {} is listed twice", gpu.index));
+        }
+        if gpu.index > 63 {
+            return Err(format!("GPU index {} is out of range (0..=63)", gpu.index));
+        }
+        if gpu.model.is_empty() || gpu.model.len() > 128 {
+            return Err(format!("GPU {}: model must be 1 to 128 characters", gpu.index));
+        }
+        if i64::try_from(gpu.memory_mb).is_err() {
+            return Err(format!("GPU {}: memory_mb is out of range", gpu.index));
+        }
+    }
+    if r.gpu_source == GpuSource::None && !r.gpus.is_empty() {
+        return Err("gpu_source \"none\" cannot list GPUs".into());
+    }
+    Ok(())
+}
+
+pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
+    let unit = |v: f32| v.is_finite() && (0.0..=1.0).contains(&v);
+    if !unit(t.cpu_util) {
+        return Err("cpu_util must be between 0 and 1".into());
+    }
+    for g in &t.gpus {
+        // Stored as signed integers: a value past their range would be stored wrong, not refused.
+        let in_range = |v: Option<u64>| v.is_none_or(|v| i64::try_from(v).is_ok());
+        if g.index > 63 || !in_range(g.memory_used_mb) || !in_range(g.ecc_errors) {
+            return Err(format!("GPU {}: index (0..=63), memory_used_mb or ecc_errors is out of range", g.index));
+        }
+        if let Some(u) = g.util
+            && !unit(u)
+        {
+            return Err(format!("GPU {}: util must be between 0 and 1", g.index));
+        }
+        for (name, v) in [("temperature_c", g.temperature_c), ("power_w", g.power_w)] {
+            if let Some(v) = v
+                && !v.is_finite()
+            {
+                return Err(format!("GPU {}: {name} must be a finite number", g.index));
+            }
+        }
+    }
+    if i64::try_from(t.memory_used_mb).is_err() {
+        return Err("memory_used_mb is out of range".into());
+    }
+    Ok(())
+}
+
+/// A workload event an agent reports: started, exited, failed to start.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EventReport {
+    pub attempt: i32,
+    pub event: EventKind,
+    #[serde(default)]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Started,
+    Exited,
+    FailedToStart,
+}
+
+/// Longest event message kept, in characters (an exit reason, a spawn error).
+pub const MAX_EVENT_MESSAGE_CHARS: usize = 2000;
+
+impl EventReport {
+    /// The message, cut to [`MAX_EVENT_MESSAGE_CHARS`].
+    pub fn bounded_message(&self) -> Option<String> {
+        self.message.as_ref().map(|m| m.chars().take(MAX_EVENT_MESSAGE_CHARS).collect())
+    }
+}

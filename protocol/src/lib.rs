@@ -1,0 +1,10 @@
+//! The agent protocol's wire types (`docs/agent-protocol.md`): what node agents send the control
+//! plane, and the checks each message passes before anything is written. One definition: the
+//! control plane's handlers and OpenAPI document, the node agent and the fuzz targets
+//! (`fuzz/fuzz_targets/agent_messages.rs`) all use these.
+//!
+//! Requests the control plane receives refuse unknown fields (`deny_unknown_fields`): a typo in an
+//! agent's message is an error, never silently dropped data.
+
+pub mod agent;
+pub mod text;
