@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::GpuModel;
+
 /// Where a node's GPU inventory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -41,7 +43,7 @@ pub struct GpuInventory {
     pub index: u32,
     #[serde(default)]
     pub uuid: Option<String>,
-    pub model: String,
+    pub model: GpuModel,
     pub memory_mb: u64,
     #[serde(default)]
     pub nvlink_group: Option<u32>,
@@ -101,9 +103,6 @@ pub fn check_registration(r: &Registration) -> Result<(), String> {
         }
         if gpu.index > 63 {
             return Err(format!("GPU index {} is out of range (0..=63)", gpu.index));
-        }
-        if gpu.model.is_empty() || gpu.model.len() > 128 {
-            return Err(format!("GPU {}: model must be 1 to 128 characters", gpu.index));
         }
         if i64::try_from(gpu.memory_mb).is_err() {
             return Err(format!("GPU {}: memory_mb is out of range", gpu.index));

@@ -7,4 +7,5 @@
 //! agent's message is an error, never silently dropped data.
 
 pub mod agent;
+pub mod model;
 pub mod text;

@@ -104,7 +104,7 @@ pub mod testing;
 pub mod text;
 mod view;
 
-pub use view::GpuNeed;
+pub use view::{GpuNeed, model_allowed, same_model};
 
 /// What a policy crate needs in scope.
 pub mod prelude {

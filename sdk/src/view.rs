@@ -193,21 +193,9 @@ impl<'a> Workload<'a> {
         self.gpu_models.split(',').map(str::trim).filter(|m| !m.is_empty())
     }
 
-    /// Whether `model` is allowed: the list is empty, or an entry equals `model` ignoring ASCII
-    /// case and surrounding spaces.
+    /// Whether `model` is allowed: see [`model_allowed`].
     pub fn allows_model(&self, model: &str) -> bool {
-        if self.gpu_models.is_empty() {
-            return true;
-        }
-        let model = model.trim();
-        let mut any = false;
-        for allowed in self.allowed_models() {
-            if allowed.eq_ignore_ascii_case(model) {
-                return true;
-            }
-            any = true;
-        }
-        !any
+        model_allowed(self.gpu_models, model)
     }
 
     /// What one of its GPUs must offer, with the model list parsed once (for loops over many GPUs).
@@ -255,13 +243,9 @@ impl GpuNeed<'_> {
         gpu.memory_free_mb() >= self.memory_mb && self.allows_model(gpu.model)
     }
 
-    /// Whether `model` is allowed (same rule as [`Workload::allows_model`]).
+    /// Whether `model` is allowed (the rule of [`model_allowed`], on the list parsed once).
     pub fn allows_model(&self, model: &str) -> bool {
-        if self.models.is_empty() {
-            return true;
-        }
-        let model = model.trim();
-        self.models.iter().any(|m| m.eq_ignore_ascii_case(model))
+        self.models.is_empty() || self.models.iter().any(|m| same_model(m, model))
     }
 
     /// "4 GPUs with ≥ 40960 MiB (H100 or A100)": the need in words, for reasons. With `adjective`
@@ -275,4 +259,18 @@ impl GpuNeed<'_> {
         }
         text
     }
+}
+
+/// Whether two GPU model names name the same model: equal ignoring ASCII case and surrounding
+/// spaces (`"h100-sxm"` is an `"H100-SXM "`).
+pub fn same_model(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
+/// The one rule for GPU models, which every policy, the host's check and the simulator apply: a
+/// workload's `allowed` list (comma-separated, as the ABI carries it) allows `model` when it names
+/// no model at all, or when one of its entries is the [same model](same_model).
+pub fn model_allowed(allowed: &str, model: &str) -> bool {
+    let mut entries = allowed.split(',').map(str::trim).filter(|m| !m.is_empty()).peekable();
+    entries.peek().is_none() || entries.any(|m| same_model(m, model))
 }

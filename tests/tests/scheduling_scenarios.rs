@@ -267,6 +267,34 @@ async fn an_eight_gpu_training_job_is_never_placed_partly_nor_starved_by_a_strea
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_asking_for_its_gpu_model_in_lower_case_is_placed_and_nothing_waits_behind_it_for_ever() {
+    // The node reports "H100-SXM"; the gang asks for " h100-sxm": the same model by the SDK's rule
+    // (ASCII case and surrounding spaces ignored), which the host's check now applies too.
+    let s = Scenario::start(&[("gpu-m", &["--simulate-gpus", "8:H100-SXM:81920"])], json!({})).await;
+    let gang = s
+        .submit(json!({"name": "pretrain-lower", "class": "training", "command": ["sleep", "30"],
+                        "resources": {"gpu_count": 8, "gpu_models": [" h100-sxm"]}}))
+        .await;
+    let placed = s.reaches(&gang, "running").await;
+    assert_eq!(placed["gpu_ids"].as_array().unwrap().len(), 8);
+    let refused: Vec<&Value> =
+        placed["decisions"].as_array().unwrap().iter().filter(|d| d["kind"] == "rejected").collect();
+    assert!(refused.is_empty(), "the host refused what the policy placed: {refused:?}");
+    // Stored as asked, trimmed: the model list is parsed once, at submission.
+    assert_eq!(placed["resources"]["gpu_models"], json!(["h100-sxm"]), "{placed}");
+    // And the small jobs that queued behind it run once it ends (they are not kept waiting for a
+    // gang the host refuses for ever).
+    s.api.created(&format!("/api/v1/workloads/{gang}/cancel"), &json!({})).await.unwrap();
+    for i in 0..4 {
+        let small = s
+            .submit(json!({"name": format!("after-{i}"), "class": "evaluation", "resources": {"gpu_count": 1},
+                            "command": ["sleep", "1"]}))
+            .await;
+        s.reaches(&small, "running").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_capable_embedding_service_lands_on_a_cpu_node_while_a_gpu_only_job_takes_the_gpu() {
     let s = Scenario::start(
         &[

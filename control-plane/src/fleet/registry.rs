@@ -49,7 +49,7 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
         .bind(node_id)
         .bind(gpu.index as i32)
         .bind(&gpu.uuid)
-        .bind(&gpu.model)
+        .bind(gpu.model.as_str())
         .bind(gpu.memory_mb as i64)
         .bind(gpu.nvlink_group.map(|g| g as i32))
         .bind(gpu.simulated)

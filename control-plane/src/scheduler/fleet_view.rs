@@ -82,8 +82,10 @@ pub struct WorkloadEntry {
 }
 
 impl WorkloadEntry {
+    /// The SDK's rule (`airtime_policy_sdk::model_allowed`): the host refuses exactly what a
+    /// policy's own tests refuse.
     pub fn allows_model(&self, model: &str) -> bool {
-        self.gpu_models.is_empty() || self.gpu_models.split(',').any(|m| m == model)
+        airtime_policy_sdk::model_allowed(&self.gpu_models, model)
     }
 }
 

@@ -260,6 +260,8 @@ pub async fn apply(
 
 /// Refused decisions, in one statement. A policy that repeats a refused decision every cycle is
 /// recorded once, not every tick: a refusal identical to the workload's latest decision is skipped.
+/// A refused pending workload's pending reason becomes the refusal: "why is my job pending?" must
+/// name what the host refused, not "waiting for the next scheduling cycle".
 async fn record_refusals(
     tx: &mut sqlx::PgConnection,
     cycle_id: i64,
@@ -271,7 +273,10 @@ async fn record_refusals(
     let (ids, tenants, reasons, versions, names) = decision_columns(refusals);
     sqlx::query(
         "WITH r AS (SELECT * FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::uuid[], $6::text[]) \
-                    AS r(workload_id, tenant_id, reason, version_id, policy_name)) \
+                    AS r(workload_id, tenant_id, reason, version_id, policy_name)), \
+              waiting AS (UPDATE workloads w SET pending_reason = r.reason FROM r \
+                          WHERE w.id = r.workload_id AND w.state = 'pending' \
+                            AND w.pending_reason IS DISTINCT FROM r.reason RETURNING w.id) \
          INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, reason, policy_version_id, policy_name) \
          SELECT $1, r.tenant_id, r.workload_id, 'rejected', r.reason, r.version_id, r.policy_name FROM r \
          WHERE NOT EXISTS (SELECT 1 FROM (SELECT d.kind, d.reason FROM decisions d WHERE d.workload_id = r.workload_id \

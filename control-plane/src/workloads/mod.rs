@@ -5,6 +5,7 @@ pub mod transitions;
 
 use std::collections::BTreeMap;
 
+use airtime_protocol::model::GpuModel;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -64,9 +65,11 @@ pub struct ResourceProfile {
     /// GPU memory needed on each GPU, MiB.
     #[serde(default)]
     pub gpu_memory_mb: u64,
-    /// Allowed GPU models; empty allows any.
+    /// Allowed GPU models; empty allows any. Trimmed where they are read; matched ignoring ASCII
+    /// case (the SDK's rule).
     #[serde(default)]
-    pub gpu_models: Vec<String>,
+    #[schema(value_type = Vec<String>)]
+    pub gpu_models: Vec<GpuModel>,
     /// CPU needed, thousandths of a core.
     #[serde(default)]
     pub cpu_millis: u32,
@@ -127,9 +130,6 @@ impl SubmitWorkload {
         }
         if r.gpu_memory_mb > 4 * 1024 * 1024 || r.memory_mb > i64::MAX as u64 / 2 || r.cpu_millis > 1_000_000 {
             return Err("a resource request is out of range".into());
-        }
-        if r.gpu_models.iter().any(|m| m.is_empty() || m.contains(',') || m.len() > 128) {
-            return Err("gpu_models entries must be 1 to 128 characters without commas".into());
         }
         Ok(())
     }
@@ -242,7 +242,7 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiRe
     .bind(req.priority)
     .bind(r.gpu_count as i32)
     .bind(r.gpu_memory_mb as i64)
-    .bind(&r.gpu_models)
+    .bind(r.gpu_models.iter().map(GpuModel::as_str).collect::<Vec<_>>())
     .bind(r.cpu_millis as i32)
     .bind(r.memory_mb as i64)
     .bind(r.cpu_capable)
@@ -338,44 +338,11 @@ pub async fn cancel(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(Worklo
     caller.ensure_can_write(tenant_id, "workload")?;
     let node_changed = match state {
         WorkloadState::Pending => {
-            sqlx::query(
-                "UPDATE workloads SET state = 'cancelled', pending_reason = NULL, finished_at = now(), \
-                 updated_at = now() WHERE id = $1",
-            )
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-            transitions::record_event(
-                &mut tx,
-                id,
-                tenant_id,
-                Some(state),
-                WorkloadState::Cancelled,
-                attempt,
-                "cancelled",
-            )
-            .await?;
+            transitions::cancel_pending(&mut tx, id, tenant_id, attempt).await?;
             false
         }
         WorkloadState::Scheduled | WorkloadState::Running | WorkloadState::Preempting => {
-            sqlx::query("UPDATE workloads SET state = 'cancelling', updated_at = now() WHERE id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
-                .bind(node_id)
-                .execute(&mut *tx)
-                .await?;
-            transitions::record_event(
-                &mut tx,
-                id,
-                tenant_id,
-                Some(state),
-                WorkloadState::Cancelling,
-                attempt,
-                "cancel requested; stopping on its node",
-            )
-            .await?;
+            transitions::request_cancel(&mut tx, id, tenant_id, state, attempt, node_id).await?;
             true
         }
         WorkloadState::Cancelling => false,

@@ -32,6 +32,41 @@ pub async fn record_event(
     Ok(())
 }
 
+/// A pending workload is cancelled: it never ran, so it ends at once.
+pub async fn cancel_pending(conn: &mut PgConnection, id: Uuid, tenant_id: Uuid, attempt: i32) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE workloads SET state = 'cancelled', pending_reason = NULL, finished_at = now(), \
+         updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    record_event(conn, id, tenant_id, Some(WorkloadState::Pending), WorkloadState::Cancelled, attempt, "cancelled")
+        .await
+}
+
+/// A workload on a node is to be cancelled: its agent stops it (SIGTERM, SIGKILL after the grace
+/// period) and the exit ends it. The node's desired state changes.
+pub async fn request_cancel(
+    conn: &mut PgConnection,
+    id: Uuid,
+    tenant_id: Uuid,
+    from: WorkloadState,
+    attempt: i32,
+    node_id: Option<Uuid>,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE workloads SET state = 'cancelling', updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+        .bind(node_id)
+        .execute(&mut *conn)
+        .await?;
+    let detail = "cancel requested; stopping on its node";
+    record_event(conn, id, tenant_id, Some(from), WorkloadState::Cancelling, attempt, detail).await
+}
+
 /// Everything on a node goes back to the queue (the node was lost, or its agent restarted and runs
 /// nothing): placed, running and preempting work becomes pending again with its GPUs released;
 /// work being cancelled is cancelled.

@@ -1,0 +1,176 @@
+//! The architecture's invariants that a command can check (ARCHITECTURE.md states each with the
+//! reason it exists), as rust-analyzer's `tidy` does: this test fails CI the moment one is broken,
+//! naming the rule and the place that broke it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use sha2::Digest as _;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Every file under `dir` whose name ends with `suffix`, skipping build outputs.
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !matches!(name.as_str(), "target" | "node_modules" | ".git" | "corpus" | "artifacts") {
+                    stack.push(path);
+                }
+            } else if name.ends_with(suffix) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap().display().to_string()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The SQL statements in a source file that write a workload's `state`, as `UPDATE workloads …
+/// SET … state = …` before the statement's `WHERE` (string continuations joined).
+fn state_writes(source: &str) -> usize {
+    let flat = source.replace("\\\n", " ");
+    let mut count = 0;
+    for (at, _) in flat.match_indices("UPDATE workloads") {
+        let rest = &flat[at..];
+        let end = rest.find("WHERE").unwrap_or(rest.len()).min(600);
+        let set = &rest[..end];
+        let writes_state = set.match_indices("state").any(|(i, _)| {
+            let before = set[..i].chars().next_back();
+            let after = set[i + "state".len()..].trim_start();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && after.starts_with('=')
+        });
+        count += usize::from(writes_state);
+    }
+    count
+}
+
+#[test]
+fn a_workloads_state_is_written_only_by_its_transitions_and_the_cycles_record() {
+    let allowed = ["control-plane/src/workloads/transitions.rs", "control-plane/src/scheduler/record.rs"];
+    let mut broken = Vec::new();
+    for file in files(&root().join("control-plane/src"), ".rs") {
+        let name = relative(&file);
+        let writes = state_writes(&read(&file));
+        if writes > 0 && !allowed.contains(&name.as_str()) {
+            broken.push(format!("{name}: {writes} statement(s) set a workload's state"));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "a workload's state changes only in workloads::transitions or scheduler::record, with its event \
+         row in the same transaction:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_state_scan_finds_a_write_and_ignores_other_columns() {
+    assert_eq!(state_writes(r#""UPDATE workloads SET state = 'running' WHERE id = $1""#), 1);
+    assert_eq!(
+        state_writes("\"UPDATE workloads SET pending_reason = $2, \\\n updated_at = now() WHERE state = 'pending'\""),
+        0
+    );
+    assert_eq!(state_writes(r#""UPDATE workloads w SET last_state = 1, state= $2 WHERE""#), 1);
+}
+
+#[test]
+fn only_the_policy_host_depends_on_wasmtime() {
+    let mut broken = Vec::new();
+    for manifest in files(&root(), "Cargo.toml") {
+        let name = relative(&manifest);
+        if name == "Cargo.toml" || name == "policy-host/Cargo.toml" {
+            continue; // the workspace's version pin; the one crate that runs Wasm
+        }
+        for line in read(&manifest).lines() {
+            let key = line.split(['=', '.', ' ']).next().unwrap_or("");
+            if key == "wasmtime" || key.starts_with("wasmtime-") {
+                broken.push(format!("{name}: {line}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "only airtime-policy-host may depend on wasmtime:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn unsafe_code_appears_only_in_the_sdks_guest_exports_and_allocator() {
+    let allowed = ["sdk/src/guest.rs", "sdk/src/guest/alloc.rs", "sdk/src/guest/exports.rs"];
+    let mut broken = Vec::new();
+    for file in files(&root(), ".rs") {
+        let name = relative(&file);
+        if allowed.contains(&name.as_str()) || name == "tests/tests/tidy.rs" {
+            continue;
+        }
+        for (n, line) in read(&file).lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            let forbids = code.contains("forbid(unsafe_code)") || code.contains("deny(unsafe_code)");
+            if !forbids
+                && code.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == "unsafe" || w == "unsafe_code")
+            {
+                broken.push(format!("{name}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "unsafe code lives only in the SDK's guest exports and allocator (sdk/src/guest*):\n{}",
+        broken.join("\n")
+    );
+}
+
+/// The sha256 of `sources` (in order), hex.
+fn digest(sources: &[PathBuf]) -> String {
+    let mut hash = sha2::Sha256::new();
+    for source in sources {
+        hash.update(relative(source).as_bytes());
+        hash.update(std::fs::read(source).unwrap());
+    }
+    hex(&hash.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A contract's sources and its document change together: the document carries the digest of the
+/// sources it describes (`<!-- tidy: <digest> -->`), so changing them without touching it fails.
+fn contract_changes_with_its_document(sources: &[PathBuf], document: &str) {
+    let now = digest(sources);
+    let doc = read(&root().join(document));
+    let recorded = doc.lines().find_map(|l| l.trim().strip_prefix("<!-- tidy: ")?.strip_suffix(" -->"));
+    let names: Vec<String> = sources.iter().map(|s| relative(s)).collect();
+    assert_eq!(
+        recorded,
+        Some(now.as_str()),
+        "{} changed without {document}: say in it what changed, then set its line `<!-- tidy: {now} -->`",
+        names.join(", ")
+    );
+}
+
+#[test]
+fn the_policy_abi_changes_only_with_its_document() {
+    contract_changes_with_its_document(&[root().join("sdk/src/abi.rs")], "docs/policy-abi.md");
+}
+
+#[test]
+fn the_agent_protocol_changes_only_with_its_document() {
+    contract_changes_with_its_document(&files(&root().join("protocol/src"), ".rs"), "docs/agent-protocol.md");
+}
