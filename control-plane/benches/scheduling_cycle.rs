@@ -37,6 +37,7 @@ fn main() {
         let config =
             Config::try_from_args(["airtime-control-plane", "--database-url", &url, "--jwt-secret", &secret]).unwrap();
         let state = AppState::new(db.clone(), config).await.unwrap();
+        assert!(state.leadership.try_acquire(&db).await.unwrap(), "the bench leads its own database");
         seed(&db).await;
 
         let mut reads = Vec::new();

@@ -52,6 +52,13 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_POLICY_SUSPEND_AFTER", default_value_t = 3)]
     pub policy_suspend_after: u32,
 
+    /// How long the scheduling loop's lease lasts without renewal, in milliseconds. The leader
+    /// renews it every tick and proves it in every cycle's transaction; a standby takes over once
+    /// the leader has not renewed it for this long (a leader that shuts down cleanly hands it over
+    /// at once). Must be more than twice --tick-ms.
+    #[arg(long, env = "AIRTIME_LEADER_LEASE_MS", default_value_t = 10000)]
+    pub leader_lease_ms: u64,
+
     /// How long a cycle waits for the tenants' own policies, in milliseconds, evaluated side by
     /// side. A tenant policy still running then falls back to the platform's decisions for that
     /// tenant (a failure, counted towards suspension), so a slow tenant never delays the others.
@@ -155,6 +162,9 @@ impl Config {
         if !(self.usage_half_life_hours.is_finite() && self.usage_half_life_hours > 0.0) {
             return invalid("--usage-half-life-hours must be a positive number");
         }
+        if self.leader_lease_ms <= 2 * self.tick_ms {
+            return invalid("--leader-lease-ms must be more than twice --tick-ms");
+        }
         if self.cycle_budget_ms == 0 || self.policy_compile_timeout_ms == 0 || self.policy_compiles == 0 {
             return invalid(
                 "--cycle-budget-ms, --policy-compile-timeout-ms and --policy-compiles must be more than zero",
@@ -192,6 +202,10 @@ impl Config {
             return invalid("--login-max-failures must be at least 1");
         }
         Ok(())
+    }
+
+    pub fn leader_lease(&self) -> Duration {
+        Duration::from_millis(self.leader_lease_ms)
     }
 
     pub fn tick(&self) -> Duration {

@@ -17,6 +17,7 @@ use crate::auth::AuthContext;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policies::PolicyCatalog;
+use crate::scheduler::leader::Leadership;
 use crate::signals::{DesiredStateChanged, SchedulerWake, Shutdown};
 use crate::{api, fleet, scheduler, web};
 
@@ -31,6 +32,8 @@ pub struct AppState {
     pub policies: Arc<PolicyCatalog>,
     /// Authentication: signing keys, rate limits, login throttling.
     pub auth: Arc<AuthContext>,
+    /// This replica's claim to lead the scheduling loop.
+    pub leadership: Arc<Leadership>,
 }
 
 impl FromRef<AppState> for Arc<AuthContext> {
@@ -46,6 +49,7 @@ impl AppState {
                 .context("starting the policy runtime")?;
         policies.install_builtins(&db).await.context("installing the built-in policies")?;
         let secret = config.signing_secret()?;
+        let config_lease = config.leader_lease();
         let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;
         Ok(Self {
             auth,
@@ -55,6 +59,7 @@ impl AppState {
             desired: DesiredStateChanged::default(),
             metrics: Arc::new(Metrics::default()),
             policies: Arc::new(policies),
+            leadership: Arc::new(Leadership::new(config_lease)),
         })
     }
 }

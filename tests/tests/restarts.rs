@@ -65,6 +65,42 @@ async fn a_control_plane_killed_mid_flight_comes_back_with_every_workload_and_de
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_down_longer_than_the_lost_node_timeout_restarts_no_running_work() {
+    // The harness runs control planes with --node-lost-after-ms 3000 and heartbeats every 500 ms.
+    let db = TestDb::create().await.unwrap();
+    let first = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = first.api();
+    let _agent = NodeAgent::start(&first, "steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let w = api
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "runs-through-the-outage", "class": "training", "resources": {"gpu_count": 1},
+                    "command": ["sleep", "120"]}),
+        )
+        .await
+        .unwrap();
+    let id = w["id"].as_str().unwrap().to_owned();
+    workload_reaches(&api, &id, "running", WAIT).await.unwrap();
+
+    // Down for longer than the lost-node timeout: the agents could not be heard, not silent.
+    let address = first.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    first.stop().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let second = ControlPlane::start(&db, &["--listen", &address]).await.unwrap();
+    let api = second.api();
+    // Past another timeout after the return: the node is ready and its work ran on, once.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let node = &api.ok("/api/v1/nodes").await.unwrap()[0];
+    assert_eq!(node["state"], "ready", "{node}");
+    let detail = api.ok(&format!("/api/v1/workloads/{id}")).await.unwrap();
+    assert_eq!((detail["state"].clone(), detail["attempt"].clone()), (json!("running"), json!(1)), "{detail}");
+    let history = detail["history"].to_string();
+    assert!(!history.contains("lost"), "the node was taken for lost: {history}");
+    second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_agent_killed_with_work_running_comes_back_and_the_work_runs_again() {
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
@@ -103,5 +139,125 @@ async fn a_node_agent_killed_with_work_running_comes_back_and_the_work_runs_agai
     assert!(details.iter().any(|d| d.contains("requeued")), "{details:?}");
     let nodes = api.ok("/api/v1/nodes").await.unwrap();
     assert_eq!(nodes.as_array().unwrap().len(), 1, "the same node, not a second one: {nodes}");
+    cp.stop().await;
+}
+
+/// POSTs a submission with an `Idempotency-Key`, as a client retrying after a timeout would.
+async fn submit_with_key(
+    api: &airtime_tests::Api,
+    key: &str,
+    body: &serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    let answer = reqwest::Client::new()
+        .post(api.url("/api/v1/workloads"))
+        .bearer_auth(api.token().unwrap())
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let replayed = answer.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap().to_owned());
+    (status, replayed, answer.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_retried_with_its_idempotency_key_is_queued_once() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let body = json!({"name": "retried", "class": "evaluation", "resources": {"gpu_count": 1}, "command": ["true"]});
+
+    // The client's first answer was lost to a timeout; it retries with the same key.
+    let (status, replayed, first) = submit_with_key(&api, "order-7f3a", &body).await;
+    assert_eq!((status, replayed), (201, None), "{first}");
+    let (status, replayed, again) = submit_with_key(&api, "order-7f3a", &body).await;
+    assert_eq!((status, replayed.as_deref()), (201, Some("true")), "{again}");
+    assert_eq!(again["id"], first["id"]);
+
+    // Retries racing each other still queue one workload.
+    let racing = submit_concurrently(&api, "order-race", &body).await;
+    assert!(racing.windows(2).all(|w| w[0] == w[1]), "{racing:?}");
+
+    // The same key for a different request is a client error, not a silent replay.
+    let other =
+        json!({"name": "something-else", "class": "evaluation", "resources": {"gpu_count": 1}, "command": ["true"]});
+    let (status, _, refused) = submit_with_key(&api, "order-7f3a", &other).await;
+    assert_eq!((status, refused["error"]["code"].clone()), (422, json!("idempotency_key_reused")), "{refused}");
+    // Keys belong to a tenant: another tenant's identical key is its own.
+    let research = cp.api_as(&cp.user("research", "lead@research.test", "tenant_member").await.unwrap());
+    let (status, replayed, theirs) = submit_with_key(&research, "order-7f3a", &body).await;
+    assert_eq!((status, replayed), (201, None), "{theirs}");
+    assert_ne!(theirs["id"], first["id"]);
+
+    let all = api.ok("/api/v1/workloads?limit=100").await.unwrap();
+    let named = |n: &str| all.as_array().unwrap().iter().filter(|w| w["name"] == n).count();
+    assert_eq!((named("retried"), named("something-else")), (3, 0), "one per tenant and one raced: {all}");
+    cp.stop().await;
+}
+
+/// Five submissions with one key at once; their workload ids.
+async fn submit_concurrently(api: &airtime_tests::Api, key: &str, body: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let (api, key, body) = (api.clone(), key.to_owned(), body.clone());
+        tasks.push(tokio::spawn(async move { submit_with_key(&api, &key, &body).await }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        let (status, _, answer) = task.await.unwrap();
+        assert_eq!(status, 201, "{answer}");
+        ids.push(answer["id"].clone());
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_lease_was_taken_commits_no_cycle_until_it_leads_again() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &["--leader-lease-ms", "2000"]).await.unwrap();
+    let api = cp.api();
+    let _agent = NodeAgent::start(&cp, "steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    eventually("the control plane to lead", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            let row: Option<(i64,)> = sqlx::query_as("SELECT epoch FROM scheduler_lease").fetch_optional(&pool).await?;
+            Ok(row)
+        }
+    })
+    .await
+    .unwrap();
+
+    // Another replica takes the lease (as a standby would once this one's lapsed, say while the
+    // database restarted under it). This one must not commit another cycle.
+    sqlx::query(
+        "UPDATE scheduler_lease SET holder = '00000000-0000-0000-0000-0000000000ff', epoch = epoch + 1, \
+         renewed_at = now() + interval '1 hour'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (cycles_before,): (i64,) = sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
+    let w = api
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "waits-for-a-leader", "class": "evaluation", "resources": {"gpu_count": 1}, "command": ["sleep", "30"]}),
+        )
+        .await
+        .unwrap();
+    let id = w["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (cycles_after,): (i64,) = sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
+    assert_eq!(cycles_after, cycles_before, "a deposed leader committed cycles");
+    assert_eq!(api.ok(&format!("/api/v1/workloads/{id}")).await.unwrap()["state"], "pending");
+
+    // The other replica goes away (its lease lapses): this one leads again and places the work.
+    sqlx::query("UPDATE scheduler_lease SET renewed_at = '-infinity'").execute(&pool).await.unwrap();
+    workload_reaches(&api, &id, "running", WAIT).await.unwrap();
+    let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM scheduler_lease").fetch_one(&pool).await.unwrap();
+    assert!(epoch >= 3, "a new epoch for the new term: {epoch}");
     cp.stop().await;
 }

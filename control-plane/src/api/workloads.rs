@@ -10,9 +10,9 @@ use uuid::Uuid;
 use crate::api::extract::{Json, Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
-use crate::workloads::{self, SubmitWorkload, WorkloadDetail, WorkloadFilter, WorkloadView};
+use crate::workloads::{self, IdempotencyKey, SubmitWorkload, WorkloadDetail, WorkloadFilter, WorkloadView};
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(submit, list)).routes(routes!(detail)).routes(routes!(cancel))
@@ -27,21 +27,38 @@ pub fn routes() -> OpenApiRouter<AppState> {
         "name": "eval-nightly", "class": "evaluation", "command": ["sh", "-c", "echo hi"],
         "resources": {"gpu_count": 0, "cpu_millis": 500, "memory_mb": 256}
     })),
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry safe: the same key (per tenant, for a day) with the same request returns the workload the first request created (`Idempotent-Replayed: true`) instead of queueing it twice; with a different request it is refused (422 `idempotency_key_reused`). 1 to 255 visible ASCII characters.")),
     security(("session" = []), ("api_token" = [])),
     extensions(("x-airtime-access" = json!("tenant_member"))),
     responses(
-        (status = 201, description = "Queued", body = WorkloadView),
-        (status = 422, description = "Invalid, or an unknown tenant", body = ErrorResponse)
+        (status = 201, description = "Queued (or, for a retried key, the workload the first request queued)", body = WorkloadView),
+        (status = 422, description = "Invalid, an unknown tenant, or an Idempotency-Key used for another request", body = ErrorResponse)
     )
 )]
 async fn submit(
     caller: Caller,
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     Json(req): Json<SubmitWorkload>,
-) -> ApiResult<(StatusCode, axum::Json<WorkloadView>)> {
-    let view = workloads::submit(&state.db, &req, &caller).await?;
-    state.wake.wake();
-    Ok((StatusCode::CREATED, axum::Json(view)))
+) -> ApiResult<(StatusCode, axum::http::HeaderMap, axum::Json<WorkloadView>)> {
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| "Idempotency-Key must be 1 to 255 visible ASCII characters".to_owned())
+                .and_then(IdempotencyKey::parse)
+                .map_err(|m| ApiError::bad_request("invalid_idempotency_key", m))?,
+        ),
+    };
+    let (view, replayed) = workloads::submit(&state.db, &req, &caller, key.as_ref()).await?;
+    let mut answer_headers = axum::http::HeaderMap::new();
+    if replayed {
+        answer_headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+    } else {
+        state.wake.wake();
+    }
+    Ok((StatusCode::CREATED, answer_headers, axum::Json(view)))
 }
 
 /// The caller's tenant's workloads, most recent first (every tenant's for platform admins).

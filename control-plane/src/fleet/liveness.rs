@@ -1,5 +1,11 @@
 //! Watches the fleet: a node whose agent has been silent past `--node-lost-after-ms` is marked lost
 //! and its workloads go back to the queue; old telemetry history is pruned.
+//!
+//! Silence is measured only over time this control plane could have heard the agent: since it
+//! started, or since the database last came back, whichever is later (`hearing_since`, in the
+//! database's clock). A control plane that was down for longer than the timeout, or a database that
+//! was, marks no node lost on its return: the agents get a full timeout to heartbeat again, so work
+//! that ran through the outage is not restarted (run twice) elsewhere.
 
 use std::time::Duration;
 
@@ -12,19 +18,39 @@ pub async fn run(state: AppState, shutdown: Shutdown) {
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_prune = tokio::time::Instant::now();
+    // When this process last began to hear the fleet without a break (the database's clock); None
+    // while the database is unreachable or before the first check.
+    let mut hearing_since: Option<chrono::DateTime<chrono::Utc>> = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        match mark_lost_nodes(&state).await {
+        let since = match hearing_since {
+            Some(since) => since,
+            None => match database_now(&state).await {
+                Ok(now) => {
+                    tracing::info!("hearing the fleet; nodes silent from now on may be marked lost after the timeout");
+                    *hearing_since.insert(now)
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "the database is unreachable; no node is marked lost meanwhile");
+                    continue;
+                }
+            },
+        };
+        match mark_lost_nodes(&state, since).await {
             Ok(0) => {}
             Ok(lost) => {
                 tracing::warn!(lost, "nodes lost; their workloads were requeued");
                 state.desired.announce();
                 state.wake.wake();
             }
-            Err(err) => tracing::error!(error = %err, "checking node liveness"),
+            Err(err) => {
+                // The database may be gone: silence from now on is not the agents' fault.
+                tracing::error!(error = %err, "checking node liveness");
+                hearing_since = None;
+            }
         }
         if last_prune.elapsed() > Duration::from_secs(600) {
             last_prune = tokio::time::Instant::now();
@@ -35,25 +61,34 @@ pub async fn run(state: AppState, shutdown: Shutdown) {
     }
 }
 
-/// Marks silent nodes lost and requeues their work, one transaction per node so a failure leaves
-/// nothing half-done.
-pub async fn mark_lost_nodes(state: &AppState) -> sqlx::Result<usize> {
+async fn database_now(state: &AppState) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
+    let (now,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&state.db).await?;
+    Ok(now)
+}
+
+/// Marks nodes lost that have been silent for the timeout *while this control plane could hear
+/// them* (since `hearing_since`), and requeues their work, one transaction per node so a failure
+/// leaves nothing half-done.
+pub async fn mark_lost_nodes(state: &AppState, hearing_since: chrono::DateTime<chrono::Utc>) -> sqlx::Result<usize> {
     let lost_after_ms = state.config.node_lost_after_ms as f64;
     let silent: Vec<(uuid::Uuid, String)> = sqlx::query_as(
         "SELECT id, name FROM nodes WHERE state <> 'lost' \
-         AND last_seen_at < now() - make_interval(secs => $1 / 1000.0)",
+         AND greatest(last_seen_at, $2) < now() - make_interval(secs => $1 / 1000.0)",
     )
     .bind(lost_after_ms)
+    .bind(hearing_since)
     .fetch_all(&state.db)
     .await?;
     for (node_id, name) in &silent {
         let mut tx = state.db.begin().await?;
         let still_silent = sqlx::query(
             "UPDATE nodes SET state = 'lost', desired_version = desired_version + 1 \
-             WHERE id = $1 AND state <> 'lost' AND last_seen_at < now() - make_interval(secs => $2 / 1000.0)",
+             WHERE id = $1 AND state <> 'lost' \
+               AND greatest(last_seen_at, $3) < now() - make_interval(secs => $2 / 1000.0)",
         )
         .bind(node_id)
         .bind(lost_after_ms)
+        .bind(hearing_since)
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod fleet_view;
+pub mod leader;
 pub mod record;
 pub mod shadow;
 pub mod snapshot;
@@ -27,32 +28,69 @@ use crate::server::AppState;
 use crate::signals::Shutdown;
 use uuid::Uuid;
 
-/// Only one control plane at a time runs the loop; others wait on this advisory lock (standby).
-const LEADER_LOCK: i64 = 0x0041_4952_5449_4d45; // "AIRTIME"
-
+/// Runs the loop while this replica leads (see [`leader`]); stands by otherwise, taking over when
+/// the leader's lease lapses.
 pub async fn run_loop(state: AppState, shutdown: Shutdown) {
-    let _leader = loop {
-        match become_leader(&state).await {
-            Ok(conn) => break conn,
-            Err(err) => tracing::warn!(error = %err, "waiting to lead the scheduling loop"),
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-        }
-    };
-    tracing::info!(tick_ms = state.config.tick_ms, "scheduling loop started");
     let mut ticker = tokio::time::interval(state.config.tick());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let standby_poll = (state.config.leader_lease() / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
+    let mut standing_by = false;
     loop {
+        if state.leadership.epoch().is_none() {
+            match state.leadership.try_acquire(&state.db).await {
+                Ok(true) => {
+                    standing_by = false;
+                    tracing::info!(
+                        epoch = state.leadership.epoch(),
+                        tick_ms = state.config.tick_ms,
+                        "leading the scheduling loop"
+                    );
+                }
+                Ok(false) => {
+                    if !standing_by {
+                        tracing::info!("another control plane leads the scheduling loop; standing by");
+                        standing_by = true;
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "cannot reach the database to lead the scheduling loop"),
+            }
+            if state.leadership.epoch().is_none() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(standby_poll) => continue,
+                }
+            }
+        }
         let trigger = tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => {
+                state.leadership.release(&state.db).await;
+                return;
+            }
             _ = ticker.tick() => "tick",
             _ = state.wake.woken() => "event",
         };
+        if trigger == "tick" {
+            match state.leadership.renew(&state.db).await {
+                Ok(()) => {}
+                Err(leader::LeaseError::Deposed) => {
+                    tracing::warn!("lost the scheduling lease to another control plane; standing by");
+                    continue;
+                }
+                Err(leader::LeaseError::Database(err)) => {
+                    tracing::warn!(error = %err, "cannot renew the scheduling lease");
+                }
+            }
+        }
         match run_cycle(&state, trigger).await {
             Ok(Some(outcome)) if outcome.nodes_changed => state.desired.announce(),
             Ok(_) => {}
+            Err(err)
+                if err
+                    .downcast_ref::<leader::LeaseError>()
+                    .is_some_and(|e| matches!(e, leader::LeaseError::Deposed)) =>
+            {
+                tracing::warn!("a cycle found the scheduling lease lost and rolled back; standing by");
+            }
             Err(err) => {
                 let error = format!("{err:#}");
                 state.metrics.cycle_failed(&error);
@@ -60,15 +98,6 @@ pub async fn run_loop(state: AppState, shutdown: Shutdown) {
             }
         }
     }
-}
-
-async fn become_leader(state: &AppState) -> anyhow::Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
-    let mut conn = state.db.acquire().await?;
-    let (got,): (bool,) =
-        sqlx::query_as("SELECT pg_try_advisory_lock($1)").bind(LEADER_LOCK).fetch_one(&mut *conn).await?;
-    anyhow::ensure!(got, "another control plane leads the scheduling loop");
-    // Held as long as this connection lives: dropping it (or a crash) hands leadership on.
-    Ok(conn)
 }
 
 /// One tenant's own policy in a cycle: what it decided within its grant (checked in its view), or
@@ -95,6 +124,9 @@ struct Composed {
 
 /// One cycle. Returns None when there was nothing to decide.
 pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option<CycleOutcome>> {
+    if state.leadership.epoch().is_none() {
+        return Ok(None); // a standby decides nothing
+    }
     let started_at = chrono::Utc::now();
     let clock = Instant::now();
     usage::accrue(&state.db, state.config.usage_half_life_hours).await.context("accruing tenant usage")?;
@@ -146,12 +178,19 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
     let mut platform_run = platform_run;
     let composed = compose(&fleet, &platform_run, &tenant_runs, &HashSet::new());
     let first = {
-        let cycle = CycleRecord { started_at, trigger, decider: &platform_run.decider, error: error.clone() };
+        let cycle = CycleRecord {
+            leadership: &state.leadership,
+            started_at,
+            trigger,
+            decider: &platform_run.decider,
+            error: error.clone(),
+        };
         composed.apply(state, &fleet, cycle, record::Mode::Commit).await
     };
     let outcome = match first {
         Ok(outcome) => outcome,
-        Err(err) => {
+        Err(leader::LeaseError::Deposed) => return Err(leader::LeaseError::Deposed.into()),
+        Err(leader::LeaseError::Database(err)) => {
             // The database refused what some policy decided. No single scope may stall the loop:
             // find the scopes whose decisions cannot be applied, give them the built-in's place
             // this cycle (recorded as their failure), and apply the rest.
@@ -175,7 +214,13 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
             let composed = compose(&fleet, &platform_run, &tenant_runs, &excluded);
             let names: Vec<String> = culprits.iter().map(Selected::label).collect();
             let error = Some(format!("the database refused the decisions of [{}]: {err}", names.join(", ")));
-            let cycle = CycleRecord { started_at, trigger, decider: &platform_run.decider, error };
+            let cycle = CycleRecord {
+                leadership: &state.leadership,
+                started_at,
+                trigger,
+                decider: &platform_run.decider,
+                error,
+            };
             composed
                 .apply(state, &fleet, cycle, record::Mode::Commit)
                 .await
@@ -216,7 +261,7 @@ impl Composed {
         fleet: &FleetView,
         cycle: CycleRecord<'_>,
         mode: record::Mode,
-    ) -> sqlx::Result<CycleOutcome> {
+    ) -> Result<CycleOutcome, leader::LeaseError> {
         record::apply(&state.db, fleet, &self.accepted_refs(), &self.refused_refs(), cycle, mode).await
     }
 
@@ -388,9 +433,10 @@ async fn isolate_culprits(
             .map(|s| s.policy.version_id)
             .collect();
         let composed = compose(fleet, platform, tenants, &others);
-        let cycle = CycleRecord { started_at, trigger, decider: &platform.decider, error: None };
+        let cycle =
+            CycleRecord { leadership: &state.leadership, started_at, trigger, decider: &platform.decider, error: None };
         let trial = composed.apply(state, fleet, cycle, record::Mode::Trial).await;
-        if trial.is_err() {
+        if matches!(trial, Err(leader::LeaseError::Database(_))) {
             culprits.push((*suspect).clone());
         }
     }

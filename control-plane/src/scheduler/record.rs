@@ -9,6 +9,7 @@ use uuid::Uuid;
 use crate::model::WorkloadState;
 use crate::scheduler::check::{Proposal, Refusal};
 use crate::scheduler::fleet_view::FleetView;
+use crate::scheduler::leader::{Leadership, LeaseError};
 use crate::workloads::transitions;
 
 /// Which policy decided, for the record.
@@ -38,6 +39,7 @@ pub enum Mode {
 }
 
 pub struct CycleRecord<'a> {
+    pub leadership: &'a Leadership,
     pub started_at: DateTime<Utc>,
     pub trigger: &'a str,
     pub decider: &'a Decider,
@@ -55,8 +57,10 @@ pub async fn apply(
     refused: &[(Refusal, &Decider)],
     record: CycleRecord<'_>,
     mode: Mode,
-) -> sqlx::Result<CycleOutcome> {
+) -> Result<CycleOutcome, LeaseError> {
     let mut tx = db.begin().await?;
+    // First, and held to the commit: this replica still leads (see scheduler::leader).
+    record.leadership.prove(&mut tx).await?;
     let (cycle_id,): (i64,) = sqlx::query_as(
         "INSERT INTO scheduling_cycles (started_at, finished_at, trigger, policy_version_id, policy_name, \
              duration_us, placed, preempted, pending, rejected, error) \

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use airtime_protocol::model::GpuModel;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -208,7 +209,47 @@ const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.nam
 /// Submits a workload for `caller`: into the caller's own tenant (a named tenant must be it), or
 /// for a platform admin into the named tenant (`default` when none is named). Another tenant's
 /// name is refused exactly like a name that does not exist.
-pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiResult<WorkloadView> {
+/// A client's `Idempotency-Key`: 1 to 255 visible ASCII characters, parsed where it enters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn parse(key: &str) -> Result<IdempotencyKey, String> {
+        if key.is_empty() || key.len() > 255 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("Idempotency-Key must be 1 to 255 visible ASCII characters".into());
+        }
+        Ok(IdempotencyKey(key.to_owned()))
+    }
+}
+
+/// A retry's insert lost the race to an earlier one with the same key (never answered).
+const RACED: &str = "idempotency_race";
+
+/// How long a submission's idempotency key is remembered.
+pub const IDEMPOTENCY_WINDOW_HOURS: i32 = 24;
+
+/// Queues a workload. With an idempotency key, a retry of the same request within a day returns
+/// the workload the first one created (`replayed` true) instead of queueing it twice; the same key
+/// with a different request is refused.
+pub async fn submit(
+    db: &PgPool,
+    req: &SubmitWorkload,
+    caller: &Caller,
+    key: Option<&IdempotencyKey>,
+) -> ApiResult<(WorkloadView, bool)> {
+    match submit_once(db, req, caller, key).await {
+        // Two retries raced and the other committed first: answer with its workload.
+        Err(ApiError::Conflict { code: RACED, .. }) => submit_once(db, req, caller, key).await,
+        other => other,
+    }
+}
+
+async fn submit_once(
+    db: &PgPool,
+    req: &SubmitWorkload,
+    caller: &Caller,
+    key: Option<&IdempotencyKey>,
+) -> ApiResult<(WorkloadView, bool)> {
     caller.require_role(crate::auth::Role::TenantMember)?;
     req.check().map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
     let mut tx = db.begin().await?;
@@ -226,14 +267,45 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiRe
     let Some((tenant_id,)) = tenant else {
         return Err(ApiError::unprocessable("unknown_tenant", format!("no tenant named {tenant_name:?}")));
     };
+    // The request as parsed, not its bytes: a retry that reorders fields is the same request.
+    let digest = key.map(|_| hex::encode(sha2::Sha256::digest(format!("{req:?}").as_bytes())));
+    if let Some(IdempotencyKey(key)) = key {
+        sqlx::query(
+            "UPDATE workloads SET idempotency_key = NULL WHERE tenant_id = $1 AND idempotency_key = $2 \
+             AND submitted_at < now() - make_interval(hours => $3)",
+        )
+        .bind(tenant_id)
+        .bind(key)
+        .bind(IDEMPOTENCY_WINDOW_HOURS)
+        .execute(&mut *tx)
+        .await?;
+        let first: Option<(Uuid, Option<String>)> = sqlx::query_as(
+            "SELECT id, idempotency_digest FROM workloads WHERE tenant_id = $1 AND idempotency_key = $2",
+        )
+        .bind(tenant_id)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((first_id, first_digest)) = first {
+            if first_digest != digest {
+                return Err(ApiError::unprocessable(
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used for a different request in the last day",
+                ));
+            }
+            tx.commit().await?;
+            let view = get(db, first_id).await?.ok_or(ApiError::NotFound("workload"))?;
+            return Ok((view, true));
+        }
+    }
     let id = Uuid::now_v7();
     let r = &req.resources;
     sqlx::query(
         "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, gpu_models, \
              cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, command, env, \
-             slo_latency_ms, deadline, state, pending_reason) \
+             slo_latency_ms, deadline, state, pending_reason, idempotency_key, idempotency_digest) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 'pending', \
-                 'waiting for the next scheduling cycle')",
+                 'waiting for the next scheduling cycle', $19, $20)",
     )
     .bind(id)
     .bind(tenant_id)
@@ -253,8 +325,16 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiRe
     .bind(serde_json::to_value(&req.env).unwrap_or_default())
     .bind(req.slo.latency_ms.map(|l| l.min(i32::MAX as u32) as i32))
     .bind(req.slo.deadline)
+    .bind(key.map(|IdempotencyKey(k)| k.as_str()))
+    .bind(&digest)
     .execute(&mut *tx)
-    .await?;
+    .await
+    .map_err(|err| match &err {
+        sqlx::Error::Database(e) if key.is_some() && e.is_unique_violation() => {
+            ApiError::conflict(RACED, "a retry with the same Idempotency-Key committed first")
+        }
+        _ => ApiError::from(err),
+    })?;
     transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;
     audit::record(
         &mut tx,
@@ -265,7 +345,7 @@ pub async fn submit(db: &PgPool, req: &SubmitWorkload, caller: &Caller) -> ApiRe
     )
     .await?;
     tx.commit().await?;
-    get(db, id).await?.ok_or(ApiError::NotFound("workload"))
+    Ok((get(db, id).await?.ok_or(ApiError::NotFound("workload"))?, false))
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<WorkloadView>> {
