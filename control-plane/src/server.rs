@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policies::PolicyCatalog;
 use crate::scheduler::leader::Leadership;
-use crate::signals::{DesiredStateChanged, SchedulerWake, Shutdown};
+use crate::signals::{DesiredStateChanged, Outbox, SchedulerWake, Shutdown};
 use crate::{api, fleet, scheduler, web};
 
 /// Everything a request handler or background task shares.
@@ -28,6 +28,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub wake: SchedulerWake,
     pub desired: DesiredStateChanged,
+    /// What this replica tells the others (see `signals::relay`).
+    pub outbox: Arc<Outbox>,
     pub metrics: Arc<Metrics>,
     pub policies: Arc<PolicyCatalog>,
     /// Authentication: signing keys, rate limits, login throttling.
@@ -50,13 +52,15 @@ impl AppState {
         policies.install_builtins(&db).await.context("installing the built-in policies")?;
         let secret = config.signing_secret()?;
         let config_lease = config.leader_lease();
+        let outbox = Arc::new(Outbox::default());
         let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;
         Ok(Self {
             auth,
             db,
             config: Arc::new(config),
-            wake: SchedulerWake::default(),
-            desired: DesiredStateChanged::default(),
+            wake: SchedulerWake::new(outbox.clone()),
+            desired: DesiredStateChanged::new(outbox.clone()),
+            outbox,
             metrics: Arc::new(Metrics::default()),
             policies: Arc::new(policies),
             leadership: Arc::new(Leadership::new(config_lease)),
@@ -96,6 +100,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = Shutdown::default();
     let scheduler = tokio::spawn(scheduler::run_loop(state.clone(), shutdown.clone()));
     let watch = tokio::spawn(fleet::liveness::run(state.clone(), shutdown.clone()));
+    let relay = tokio::spawn(crate::signals::relay(
+        state.db.clone(),
+        state.leadership.instance(),
+        state.outbox.clone(),
+        state.wake.clone(),
+        state.desired.clone(),
+        shutdown.clone(),
+    ));
 
     // Tests and scripts read this line to learn the port when --listen uses port 0.
     #[allow(clippy::print_stdout)]
@@ -117,6 +129,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     shutdown.cancel();
     let _ = scheduler.await;
     let _ = watch.await;
+    let _ = relay.await;
     Ok(())
 }
 

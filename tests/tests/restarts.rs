@@ -240,7 +240,8 @@ async fn a_leader_whose_lease_was_taken_commits_no_cycle_until_it_leads_again() 
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (cycles_before,): (i64,) = sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
+    let (cycles_before,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
     let w = api
         .created(
             "/api/v1/workloads",
@@ -250,7 +251,8 @@ async fn a_leader_whose_lease_was_taken_commits_no_cycle_until_it_leads_again() 
         .unwrap();
     let id = w["id"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (cycles_after,): (i64,) = sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
+    let (cycles_after,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
     assert_eq!(cycles_after, cycles_before, "a deposed leader committed cycles");
     assert_eq!(api.ok(&format!("/api/v1/workloads/{id}")).await.unwrap()["state"], "pending");
 
@@ -260,4 +262,39 @@ async fn a_leader_whose_lease_was_taken_commits_no_cycle_until_it_leads_again() 
     let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM scheduler_lease").fetch_one(&pool).await.unwrap();
     assert!(epoch >= 3, "a new epoch for the new term: {epoch}");
     cp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_served_by_a_standby_replica_hears_the_leaders_placement_at_once() {
+    let db = TestDb::create().await.unwrap();
+    let leader = ControlPlane::start(&db, &[]).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    eventually("the first replica to lead", WAIT, || {
+        let pool = pool.clone();
+        async move { Ok(sqlx::query_as::<_, (i64,)>("SELECT epoch FROM scheduler_lease").fetch_optional(&pool).await?) }
+    })
+    .await
+    .unwrap();
+    let standby = ControlPlane::start(&db, &[]).await.unwrap();
+    // The agent's long-polls land on the standby; the leader decides.
+    let _agent = NodeAgent::start(&standby, "behind-the-standby", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
+    nodes_ready(&leader.api(), 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await; // the agent is waiting in its long-poll
+
+    let asked = std::time::Instant::now();
+    let w = leader
+        .api()
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "placed-by-the-leader", "class": "evaluation", "resources": {"gpu_count": 1},
+                    "command": ["sleep", "30"]}),
+        )
+        .await
+        .unwrap();
+    workload_reaches(&leader.api(), w["id"].as_str().unwrap(), "running", WAIT).await.unwrap();
+    let waited = asked.elapsed();
+    // Without the relay the standby's long-poll answered only at its 25 s timeout.
+    assert!(waited < Duration::from_secs(5), "decision to start took {waited:?} through the standby");
+    standby.stop().await;
+    leader.stop().await;
 }

@@ -39,6 +39,11 @@ impl Leadership {
         Leadership { instance: Uuid::new_v4(), epoch: AtomicI64::new(0), lease }
     }
 
+    /// This replica's id (also the origin of its signals to the other replicas).
+    pub fn instance(&self) -> Uuid {
+        self.instance
+    }
+
     /// The epoch this replica leads in, if it leads.
     pub fn epoch(&self) -> Option<i64> {
         Some(self.epoch.load(Ordering::SeqCst)).filter(|e| *e > 0)
