@@ -2,10 +2,10 @@
 //! `{"error": {"code": "...", "message": "..."}}` with a 4xx or 5xx status. Database and unexpected
 //! errors are logged with their detail and answered with an opaque 500: no SQL, no internals.
 
+use airtime_protocol::agent::{ErrorBody, ErrorResponse};
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -102,23 +102,12 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorDetail<'a>,
-}
-
-#[derive(Serialize)]
-struct ErrorDetail<'a> {
-    code: &'a str,
-    message: String,
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let Self::Internal(err) = &self {
             tracing::error!(error = format!("{err:#}"), "internal error answering a request");
         }
-        let body = ErrorBody { error: ErrorDetail { code: self.code(), message: self.to_string() } };
+        let body = ErrorResponse { error: ErrorBody { code: self.code().to_owned(), message: self.to_string() } };
         let mut response = (self.status(), Json(body)).into_response();
         match &self {
             Self::Unauthorized(_) => {

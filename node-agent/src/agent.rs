@@ -26,7 +26,7 @@ use crate::backoff::Backoff;
 use crate::client::{ClientError, ControlPlaneClient};
 use crate::config::{Config, WorkloadOutput};
 use crate::credential::{self, CredentialError, Secret};
-use crate::protocol::{Assignment, AssignmentAction, AssignmentsResponse, RegisterRequest, WorkloadEvent};
+use crate::protocol::{self, Assignment, AssignmentAction, DesiredState, EventReport};
 use crate::runner::{Exit, OutputMode, Runner, WorkloadSpec, orphans};
 use crate::telemetry::{Telemetry, TelemetryError};
 
@@ -129,7 +129,7 @@ impl Session {
 /// A desired state and when it arrived (for the spawn latency).
 #[derive(Debug)]
 pub struct Desired {
-    pub state: AssignmentsResponse,
+    pub state: DesiredState,
     pub received_at: Instant,
 }
 
@@ -137,7 +137,7 @@ pub struct Desired {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutgoingEvent {
     pub workload_id: Uuid,
-    pub event: WorkloadEvent,
+    pub event: EventReport,
 }
 
 /// Runs the agent until a stop request arrives on `stop_requests` (or its sender is dropped):
@@ -281,12 +281,13 @@ async fn discover_telemetry(config: &Config) -> Result<Telemetry, AgentError> {
         .map_err(AgentError::from)
 }
 
-fn register_request(config: &Config, telemetry: &Telemetry) -> RegisterRequest {
+fn register_request(config: &Config, telemetry: &Telemetry) -> protocol::Registration {
     let inventory = telemetry.inventory();
-    RegisterRequest {
+    protocol::Registration {
         name: config.name.clone(),
         hostname: config.hostname.clone(),
-        cpu_millis: inventory.cpu_millis,
+        // The protocol carries u32 (4 million cores); a larger count is reported as the most it can say.
+        cpu_millis: u32::try_from(inventory.cpu_millis).unwrap_or(u32::MAX),
         memory_mb: inventory.memory_mb,
         labels: config.labels.clone(),
         cost_per_hour: config.cost_per_hour,
@@ -327,7 +328,7 @@ async fn enrol(client: &ControlPlaneClient, name: &str, enrolment: &Enrolment) -
 async fn keep_registered(
     client: ControlPlaneClient,
     session: Arc<Session>,
-    request: RegisterRequest,
+    request: protocol::Registration,
     enrolment: Option<Enrolment>,
 ) {
     let mut generation = 0;
@@ -490,7 +491,7 @@ async fn deliver_events(
             let log = |error: &ClientError, what: &str| {
                 tracing::warn!(
                     workload_id = %outgoing.workload_id,
-                    attempt = outgoing.event.attempt(),
+                    attempt = outgoing.event.attempt,
                     event = outgoing.event.name(),
                     %error,
                     "{what}"
@@ -604,14 +605,11 @@ impl Reconciler {
                     spawn_us = started.spawn_time.as_micros(),
                     "spawned (latency: from the desired state's arrival)"
                 );
-                self.send(run.workload_id, WorkloadEvent::Started { attempt: run.attempt, pid: started.pid });
+                self.send(run.workload_id, EventReport::started(run.attempt, started.pid));
             }
             Err(error) => {
                 tracing::warn!(workload_id = %run.workload_id, attempt = run.attempt, %error, "workload failed to start");
-                self.send(
-                    run.workload_id,
-                    WorkloadEvent::FailedToStart { attempt: run.attempt, message: error.to_string() },
-                );
+                self.send(run.workload_id, EventReport::failed_to_start(run.attempt, error.to_string()));
             }
         }
     }
@@ -623,15 +621,15 @@ impl Reconciler {
             self.launched.insert((orphan.workload_id, orphan.attempt));
             self.send(
                 orphan.workload_id,
-                WorkloadEvent::Exited {
-                    attempt: orphan.attempt,
-                    exit_code: None,
-                    signal: None,
-                    message: Some(format!(
+                EventReport::exited(
+                    orphan.attempt,
+                    None,
+                    None,
+                    Some(format!(
                         "stopped: left running by an earlier node agent process (pid {}) that ended without stopping it",
                         orphan.agent_pid
                     )),
-                },
+                ),
             );
         }
     }
@@ -641,7 +639,7 @@ impl Reconciler {
         self.send(exit.workload_id, exit.to_event());
     }
 
-    fn send(&self, workload_id: Uuid, event: WorkloadEvent) {
+    fn send(&self, workload_id: Uuid, event: EventReport) {
         // The receiver lives until the reconciler is dropped.
         let _ = self.events.send(OutgoingEvent { workload_id, event });
     }

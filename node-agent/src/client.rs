@@ -14,8 +14,7 @@ use uuid::Uuid;
 
 use crate::credential::Secret;
 use crate::protocol::{
-    AssignmentsResponse, EnrolRequest, EnrolResponse, ErrorResponse, RegisterRequest, RegisterResponse,
-    TelemetryReport, WorkloadEvent, codes,
+    DesiredState, EnrolRequest, Enrolled, ErrorResponse, EventReport, Registered, Registration, TelemetryReport, codes,
 };
 
 /// Bound on a plain call; a control plane slower than this is treated as unreachable.
@@ -126,14 +125,14 @@ impl ControlPlaneClient {
     }
 
     /// Exchanges a one-time enrolment token for the node's own credential.
-    pub async fn enrol(&self, token: &Secret, name: &str) -> Result<EnrolResponse, ClientError> {
+    pub async fn enrol(&self, token: &Secret, name: &str) -> Result<Enrolled, ClientError> {
         let url = format!("{}/enrol", self.base);
         let request = EnrolRequest { enrolment_token: token.expose().to_owned(), name: name.to_owned() };
         let response = self.send_json(self.http.post(url), &request, REQUEST_TIMEOUT).await?;
         decode(response).await
     }
 
-    pub async fn register(&self, request: &RegisterRequest) -> Result<RegisterResponse, ClientError> {
+    pub async fn register(&self, request: &Registration) -> Result<Registered, ClientError> {
         let url = format!("{}/register", self.base);
         let response = self.send_json(self.http.post(url), request, REQUEST_TIMEOUT).await?;
         decode(response).await
@@ -146,12 +145,7 @@ impl ControlPlaneClient {
 
     /// Long-polls the node's desired state: answers at once when its version is past `after`,
     /// otherwise after at most `wait` (capped at [`MAX_WAIT`]).
-    pub async fn assignments(
-        &self,
-        node_id: Uuid,
-        after: u64,
-        wait: Duration,
-    ) -> Result<AssignmentsResponse, ClientError> {
+    pub async fn assignments(&self, node_id: Uuid, after: u64, wait: Duration) -> Result<DesiredState, ClientError> {
         let wait = wait.min(MAX_WAIT);
         let url = format!("{}/nodes/{node_id}/assignments?after={after}&wait_ms={}", self.base, wait.as_millis());
         let request = self.authorized(self.http.get(url)).timeout(wait + LONG_POLL_MARGIN);
@@ -159,7 +153,7 @@ impl ControlPlaneClient {
         decode(check_status(response).await?).await
     }
 
-    pub async fn post_event(&self, node_id: Uuid, workload_id: Uuid, event: &WorkloadEvent) -> Result<(), ClientError> {
+    pub async fn post_event(&self, node_id: Uuid, workload_id: Uuid, event: &EventReport) -> Result<(), ClientError> {
         let url = format!("{}/nodes/{node_id}/workloads/{workload_id}/events", self.base);
         self.send_json(self.http.post(url), event, REQUEST_TIMEOUT).await.map(drop)
     }

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::protocol::{Assignment, WorkloadEvent};
+use crate::protocol::{Assignment, EventReport};
 
 /// Longest workload output line logged as one record; longer lines are split.
 const MAX_OUTPUT_LINE: u64 = 16 * 1024;
@@ -110,13 +110,8 @@ pub struct Exit {
 }
 
 impl Exit {
-    pub fn to_event(&self) -> WorkloadEvent {
-        WorkloadEvent::Exited {
-            attempt: self.attempt,
-            exit_code: self.exit_code,
-            signal: self.signal,
-            message: self.message.clone(),
-        }
+    pub fn to_event(&self) -> EventReport {
+        EventReport::exited(self.attempt, self.exit_code, self.signal, self.message.clone())
     }
 }
 
@@ -518,10 +513,7 @@ mod tests {
         assert!(runner.get(spec.workload_id).is_some(), "kept until reaped");
         runner.reap(&exit);
         assert!(runner.is_empty());
-        assert_eq!(
-            exit.to_event(),
-            WorkloadEvent::Exited { attempt: 1, exit_code: Some(3), signal: None, message: None }
-        );
+        assert_eq!(exit.to_event(), EventReport::exited(1, Some(3), None, None));
         Ok(())
     }
 

@@ -1,8 +1,12 @@
-//! Agent → control plane: registration, telemetry and workload events.
+//! The agent protocol's messages, both ways: enrolment, registration, telemetry (the heartbeat),
+//! the desired state (the assignments long-poll) and workload events. What the control plane
+//! receives refuses unknown fields; what the agent receives tolerates them (a newer control plane
+//! may add fields, and an assignment action an agent does not know is [`AssignmentAction::Unknown`]).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::model::GpuModel;
 
@@ -144,20 +148,107 @@ pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
     Ok(())
 }
 
-/// A workload event an agent reports: started, exited, failed to start.
+/// `POST /api/v1/agent/enrol`: a one-time enrolment token for the node's own credential.
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct EnrolRequest {
+    #[cfg_attr(feature = "openapi", schema(format = Password))]
+    pub enrolment_token: String,
+    /// The node's name, as it will register.
+    pub name: String,
+}
+
+impl std::fmt::Debug for EnrolRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrolRequest").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Answer to an enrolment: the node's own credential, shown this once.
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Enrolled {
+    /// Keep it (the agent stores it in its state directory) and send it as
+    /// `Authorization: Bearer <credential>`.
+    pub credential: String,
+    pub credential_id: Uuid,
+    pub node_name: String,
+}
+
+impl std::fmt::Debug for Enrolled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enrolled")
+            .field("credential_id", &self.credential_id)
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Answer to a registration.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Registered {
+    pub node_id: Uuid,
+    pub heartbeat_interval_ms: u64,
+}
+
+/// Answer to the assignments long-poll: the node's whole desired state.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DesiredState {
+    pub version: u64,
+    pub assignments: Vec<Assignment>,
+}
+
+/// One workload the node must run or stop.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Assignment {
+    pub workload_id: Uuid,
+    pub attempt: u32,
+    pub action: AssignmentAction,
+    /// Why a `stop` was decided (e.g. `preempted: …`); absent for `run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
+    pub grace_period_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AssignmentAction {
+    Run,
+    Stop,
+    /// An action this agent does not know yet (a newer control plane): the agent leaves such a
+    /// workload as it is rather than failing the whole desired state.
+    #[serde(other)]
+    Unknown,
+}
+
+/// A workload event an agent reports: started, exited, failed to start. On the wire
+/// `{"event": "started", "attempt": 1, "pid": 1234}`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EventReport {
-    pub attempt: i32,
+    pub attempt: u32,
     pub event: EventKind,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
-    #[serde(default)]
+    /// Set when the process exited by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    #[serde(default)]
+    /// The signal number that ended the process (15 = SIGTERM, 9 = SIGKILL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
-    #[serde(default)]
+    /// Why the agent ended it, or why it could not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
@@ -174,8 +265,52 @@ pub enum EventKind {
 pub const MAX_EVENT_MESSAGE_CHARS: usize = 2000;
 
 impl EventReport {
+    pub fn started(attempt: u32, pid: u32) -> Self {
+        EventReport { attempt, event: EventKind::Started, pid: Some(pid), exit_code: None, signal: None, message: None }
+    }
+
+    pub fn exited(attempt: u32, exit_code: Option<i32>, signal: Option<i32>, message: Option<String>) -> Self {
+        EventReport { attempt, event: EventKind::Exited, pid: None, exit_code, signal, message }
+    }
+
+    pub fn failed_to_start(attempt: u32, message: String) -> Self {
+        EventReport {
+            attempt,
+            event: EventKind::FailedToStart,
+            pid: None,
+            exit_code: None,
+            signal: None,
+            message: Some(message),
+        }
+    }
+
+    /// The event's name on the wire, for logs.
+    pub fn name(&self) -> &'static str {
+        match self.event {
+            EventKind::Started => "started",
+            EventKind::Exited => "exited",
+            EventKind::FailedToStart => "failed_to_start",
+        }
+    }
+
     /// The message, cut to [`MAX_EVENT_MESSAGE_CHARS`].
     pub fn bounded_message(&self) -> Option<String> {
         self.message.as_ref().map(|m| m.chars().take(MAX_EVENT_MESSAGE_CHARS).collect())
     }
+}
+
+/// The API's one error body: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorBody {
+    /// Stable, machine-readable: `unauthorized`, `not_found`, `invalid_body`, `rate_limited`, …
+    pub code: String,
+    /// What is wrong, for people. Never internals.
+    pub message: String,
 }

@@ -28,6 +28,17 @@ impl GpuModel {
         Ok(GpuModel(name.to_owned()))
     }
 
+    /// A name as reported by hardware (NVML), kept whatever it holds: commas and control
+    /// characters become spaces, the result is cut to the bound, and an empty one is `unknown`.
+    pub fn lossy(name: &str) -> GpuModel {
+        let cleaned: String = name.chars().map(|c| if c == ',' || c.is_control() { ' ' } else { c }).collect();
+        let mut cut = cleaned.trim().to_owned();
+        while cut.len() > MAX_GPU_MODEL_BYTES {
+            cut.pop();
+        }
+        GpuModel::parse(&cut).unwrap_or_else(|_| GpuModel("unknown".to_owned()))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -3,13 +3,12 @@
 //! the node's own credential ([`NodeCaller`]): an agent registers only under the name it enrolled
 //! with and acts only for its own node (another node id is answered `404 node_not_found`).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use airtime_protocol::agent::{EventKind, EventReport};
+use airtime_protocol::agent::{Assignment, AssignmentAction, DesiredState, EventKind, EventReport, Registered};
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
@@ -32,12 +31,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(telemetry))
         .routes(routes!(assignments))
         .routes(routes!(event))
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-struct Registered {
-    node_id: Uuid,
-    heartbeat_interval_ms: u64,
 }
 
 /// Register the node (again): idempotent by name; what the node ran before is requeued.
@@ -120,26 +113,6 @@ struct AssignmentsQuery {
     wait_ms: u64,
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DesiredState {
-    pub version: u64,
-    pub assignments: Vec<Assignment>,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Assignment {
-    pub workload_id: Uuid,
-    pub attempt: i32,
-    /// "run" or "stop".
-    pub action: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    pub command: Vec<String>,
-    pub env: BTreeMap<String, String>,
-    pub gpu_indices: Vec<i32>,
-    pub grace_period_ms: u64,
-}
-
 /// Long-poll: answers at once when the node's desired state is newer than `after`, else waits
 /// (woken as soon as a decision commits) up to `wait_ms`.
 #[utoipa::path(
@@ -215,12 +188,12 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
             let run = matches!(r.state, WorkloadState::Scheduled | WorkloadState::Running);
             Assignment {
                 workload_id: r.id,
-                attempt: r.attempt,
-                action: if run { "run" } else { "stop" },
+                attempt: u32::try_from(r.attempt).unwrap_or(0),
+                action: if run { AssignmentAction::Run } else { AssignmentAction::Stop },
                 reason: if run { None } else { r.reason },
                 command: r.command,
                 env: serde_json::from_value(r.env).unwrap_or_default(),
-                gpu_indices: r.gpu_indices,
+                gpu_indices: r.gpu_indices.into_iter().filter_map(|i| u32::try_from(i).ok()).collect(),
                 grace_period_ms,
             }
         })
@@ -259,7 +232,9 @@ async fn event(
         EventKind::FailedToStart => AgentEvent::FailedToStart { message: message.unwrap_or_default() },
     };
     let mut tx = state.db.begin().await?;
-    let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, report.attempt, &event).await?;
+    let attempt = i32::try_from(report.attempt)
+        .map_err(|_| ApiError::unprocessable("invalid_event", "attempt is out of range"))?;
+    let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, attempt, &event).await?;
     let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });
     if freed {
         sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")

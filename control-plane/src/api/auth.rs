@@ -1038,23 +1038,7 @@ async fn revoke_node_credential(
     Ok(axum::Json(view))
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EnrolRequest {
-    #[schema(value_type = String, format = Password)]
-    pub enrolment_token: SecretString,
-    /// The node's name, as it will register.
-    pub name: String,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Enrolled {
-    /// The node's own credential: keep it (the agent stores it in its state directory) and send it
-    /// as `Authorization: Bearer <credential>`. Shown this once.
-    pub credential: String,
-    pub credential_id: Uuid,
-    pub node_name: String,
-}
+pub use airtime_protocol::agent::{EnrolRequest, Enrolled};
 
 /// The agent's exchange: a one-time enrolment token for the node's own credential. Every refusal is
 /// the same 401 (the reason is logged); failures are throttled per address.
@@ -1078,7 +1062,8 @@ async fn enrol(
     // Keyed on the address alone: a guesser cycling node names is throttled all the same.
     auth.logins.check(ENROL_THROTTLE_KEY, ip, Instant::now()).map_err(ApiError::too_many_requests)?;
     let mut tx = auth.db.begin().await?;
-    let (view, credential, token_id) = match tokens::enrol(&mut tx, &req.enrolment_token, &req.name).await? {
+    let enrolment_token = SecretString::new(req.enrolment_token.clone());
+    let (view, credential, token_id) = match tokens::enrol(&mut tx, &enrolment_token, &req.name).await? {
         Ok(done) => done,
         Err(refusal) => {
             drop(tx);

@@ -29,7 +29,7 @@ where
             .headers()
             .get(axum::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<mime_guess_lite::Essence>().ok())
+            .and_then(|v| v.parse::<media_type::Essence>().ok())
             .is_some_and(|essence| essence.is_json());
         if !json_type {
             return Err(ApiError::UnsupportedMediaType("expected Content-Type: application/json".into()));
@@ -59,7 +59,7 @@ fn nul_refused(where_: &str) -> ApiError {
 }
 
 /// A media type's essence, enough to recognise JSON (`application/json`, `application/*+json`).
-mod mime_guess_lite {
+mod media_type {
     pub struct Essence(String);
 
     impl std::str::FromStr for Essence {

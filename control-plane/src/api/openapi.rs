@@ -49,7 +49,7 @@ pub const NODE_CREDENTIAL: &str = "node_credential";
         license(name = "Apache-2.0"),
     ),
     modifiers(&SecuritySchemes),
-    components(schemas(ErrorResponse, ErrorDetail)),
+    components(schemas(ErrorResponse, ErrorBody)),
     tags(
         (name = "auth", description = "Logging in, the caller's account, users and memberships, API tokens"),
         (name = "workloads", description = "Submit, list, inspect and cancel workloads"),
@@ -65,21 +65,8 @@ pub const NODE_CREDENTIAL: &str = "node_credential";
 )]
 pub struct ApiDoc;
 
-/// Every error: `{"error": {"code": "...", "message": "..."}}`.
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-pub struct ErrorResponse {
-    error: ErrorDetail,
-}
-
-#[derive(utoipa::ToSchema)]
-#[allow(dead_code)]
-pub struct ErrorDetail {
-    /// Stable, machine-readable: `unauthorized`, `not_found`, `invalid_body`, `rate_limited`, …
-    code: String,
-    /// What is wrong, for people. Never internals.
-    message: String,
-}
+/// Every error: `{"error": {"code": "...", "message": "..."}}` (one definition, in `airtime-protocol`).
+pub use airtime_protocol::agent::{ErrorBody, ErrorResponse};
 
 struct SecuritySchemes;
 

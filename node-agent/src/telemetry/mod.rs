@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use thiserror::Error;
 
 use crate::config::{NvmlMode, SimulatedGpuSpec};
-use crate::protocol::{GpuInfo, GpuSource, TelemetryReport};
+use crate::protocol::{GpuInventory, GpuSource, TelemetryReport};
 use host::HostSampler;
 use nvml::NvmlGpus;
 use simulated::SimulatedGpus;
@@ -30,7 +30,7 @@ pub struct Inventory {
     pub memory_mb: u64,
     pub gpu_source: GpuSource,
     /// Real GPUs first, then simulated ones.
-    pub gpus: Vec<GpuInfo>,
+    pub gpus: Vec<GpuInventory>,
 }
 
 pub struct Telemetry {
@@ -99,7 +99,7 @@ impl Telemetry {
         let host = self.host.sample();
         let mut gpus = self.nvml.as_ref().map(NvmlGpus::sample).unwrap_or_default();
         gpus.extend(self.simulated.sample(busy_gpus));
-        TelemetryReport { cpu_util: host.cpu_util, memory_used_mb: host.memory_used_mb, gpus }
+        TelemetryReport { cpu_util: host.cpu_util as f32, memory_used_mb: host.memory_used_mb, gpus }
     }
 }
 

@@ -9,7 +9,7 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 
-use crate::protocol::{GpuInfo, GpuTelemetry};
+use crate::protocol::{GpuInventory, GpuModel, GpuSample};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -18,7 +18,7 @@ pub struct NvmlGpus {
     nvml: Nvml,
     /// GPUs that answered at start. A GPU that failed then is left out rather than advertised
     /// with made-up properties.
-    gpus: Vec<GpuInfo>,
+    gpus: Vec<GpuInventory>,
     /// What NVML counts, including GPUs left out; simulated GPUs are numbered after these.
     device_count: u32,
 }
@@ -44,7 +44,7 @@ impl NvmlGpus {
         Ok(Self { nvml, gpus, device_count })
     }
 
-    pub fn gpus(&self) -> &[GpuInfo] {
+    pub fn gpus(&self) -> &[GpuInventory] {
         &self.gpus
     }
 
@@ -54,12 +54,12 @@ impl NvmlGpus {
     }
 
     /// Reads every advertised GPU. Never fails as a whole: what cannot be read is `None`.
-    pub fn sample(&self) -> Vec<GpuTelemetry> {
+    pub fn sample(&self) -> Vec<GpuSample> {
         self.gpus.iter().map(|gpu| sample_one(&self.nvml, gpu.index)).collect()
     }
 }
 
-fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlError> {
+fn describe(nvml: &Nvml, index: u32) -> Result<GpuInventory, NvmlError> {
     let device = nvml.device_by_index(index)?;
     let memory_mb = match device.memory_info() {
         Ok(memory) => memory.total / MIB,
@@ -68,10 +68,10 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlError> {
             0
         }
     };
-    Ok(GpuInfo {
+    Ok(GpuInventory {
         index,
-        uuid: device.uuid()?,
-        model: device.name()?,
+        uuid: Some(device.uuid()?),
+        model: GpuModel::lossy(&device.name()?),
         memory_mb,
         // NVLink topology is not read yet; the protocol allows null.
         nvlink_group: None,
@@ -79,9 +79,9 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlError> {
     })
 }
 
-fn sample_one(nvml: &Nvml, index: u32) -> GpuTelemetry {
+fn sample_one(nvml: &Nvml, index: u32) -> GpuSample {
     let empty =
-        GpuTelemetry { index, util: None, memory_used_mb: None, temperature_c: None, power_w: None, ecc_errors: None };
+        GpuSample { index, util: None, memory_used_mb: None, temperature_c: None, power_w: None, ecc_errors: None };
     let device = match nvml.device_by_index(index) {
         Ok(device) => device,
         Err(error) => {
@@ -89,12 +89,12 @@ fn sample_one(nvml: &Nvml, index: u32) -> GpuTelemetry {
             return empty;
         }
     };
-    GpuTelemetry {
-        util: device.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0),
+    GpuSample {
+        util: device.utilization_rates().ok().map(|u| u.gpu as f32 / 100.0),
         memory_used_mb: device.memory_info().ok().map(|m| m.used / MIB),
-        temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
+        temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(|t| t as f32),
         // NVML reports milliwatts.
-        power_w: device.power_usage().ok().map(|mw| f64::from(mw) / 1000.0),
+        power_w: device.power_usage().ok().map(|mw| mw as f32 / 1000.0),
         // Uncorrected errors since the driver loaded: the count that means a GPU is unhealthy now.
         // Fails with NotSupported on GPUs without ECC, which is then null.
         ecc_errors: device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::config::SimulatedGpuSpec;
-use crate::protocol::{GpuInfo, GpuTelemetry};
+use crate::protocol::{GpuInventory, GpuModel, GpuSample};
 
 const BUSY_UTIL: f64 = 0.95;
 const BUSY_MEMORY_SHARE: f64 = 0.8;
@@ -20,7 +20,7 @@ const IDLE_POWER_W: f64 = 60.0;
 const BUSY_POWER_W: f64 = 450.0;
 
 pub struct SimulatedGpus {
-    gpus: Vec<GpuInfo>,
+    gpus: Vec<GpuInventory>,
     since: Instant,
 }
 
@@ -32,10 +32,10 @@ impl SimulatedGpus {
             .iter()
             .flat_map(|spec| (0..spec.count).map(move |_| spec))
             .zip(first_index..)
-            .map(|(spec, index)| GpuInfo {
+            .map(|(spec, index)| GpuInventory {
                 index,
-                uuid: format!("SIM-{node_name}-{index}"),
-                model: spec.model.clone(),
+                uuid: Some(format!("SIM-{node_name}-{index}")),
+                model: GpuModel::lossy(&spec.model),
                 memory_mb: spec.memory_mb,
                 nvlink_group: None,
                 simulated: true,
@@ -44,16 +44,16 @@ impl SimulatedGpus {
         Self { gpus, since: Instant::now() }
     }
 
-    pub fn gpus(&self) -> &[GpuInfo] {
+    pub fn gpus(&self) -> &[GpuInventory] {
         &self.gpus
     }
 
     /// `busy` holds the indices of the GPUs that running workloads hold.
-    pub fn sample(&self, busy: &BTreeSet<u32>) -> Vec<GpuTelemetry> {
+    pub fn sample(&self, busy: &BTreeSet<u32>) -> Vec<GpuSample> {
         self.sample_at(busy, self.since.elapsed())
     }
 
-    fn sample_at(&self, busy: &BTreeSet<u32>, elapsed: Duration) -> Vec<GpuTelemetry> {
+    fn sample_at(&self, busy: &BTreeSet<u32>, elapsed: Duration) -> Vec<GpuSample> {
         self.gpus
             .iter()
             .map(|gpu| {
@@ -61,21 +61,21 @@ impl SimulatedGpus {
                 let wobble = (elapsed.as_secs_f64() * 0.7 + f64::from(gpu.index) * 1.3).sin();
                 if busy.contains(&gpu.index) {
                     let memory = gpu.memory_mb as f64 * BUSY_MEMORY_SHARE * (1.0 + 0.01 * wobble);
-                    GpuTelemetry {
+                    GpuSample {
                         index: gpu.index,
-                        util: Some((BUSY_UTIL + 0.03 * wobble).clamp(0.0, 1.0)),
+                        util: Some((BUSY_UTIL + 0.03 * wobble).clamp(0.0, 1.0) as f32),
                         memory_used_mb: Some((memory.round() as u64).min(gpu.memory_mb)),
-                        temperature_c: Some(BUSY_TEMPERATURE_C + 2.0 * wobble),
-                        power_w: Some(BUSY_POWER_W + 15.0 * wobble),
+                        temperature_c: Some((BUSY_TEMPERATURE_C + 2.0 * wobble) as f32),
+                        power_w: Some((BUSY_POWER_W + 15.0 * wobble) as f32),
                         ecc_errors: Some(0),
                     }
                 } else {
-                    GpuTelemetry {
+                    GpuSample {
                         index: gpu.index,
                         util: Some(0.0),
                         memory_used_mb: Some(0),
-                        temperature_c: Some(IDLE_TEMPERATURE_C),
-                        power_w: Some(IDLE_POWER_W),
+                        temperature_c: Some(IDLE_TEMPERATURE_C as f32),
+                        power_w: Some(IDLE_POWER_W as f32),
                         ecc_errors: Some(0),
                     }
                 }
@@ -95,8 +95,11 @@ mod tests {
     #[test]
     fn numbers_gpus_after_the_first_index() {
         let sim = SimulatedGpus::new(&[spec(2, "H100-SXM", 81920), spec(1, "L4", 23034)], 4, "n1");
-        let listed: Vec<(u32, &str, &str, u64, bool)> =
-            sim.gpus().iter().map(|g| (g.index, g.uuid.as_str(), g.model.as_str(), g.memory_mb, g.simulated)).collect();
+        let listed: Vec<(u32, &str, &str, u64, bool)> = sim
+            .gpus()
+            .iter()
+            .map(|g| (g.index, g.uuid.as_deref().unwrap_or_default(), g.model.as_str(), g.memory_mb, g.simulated))
+            .collect();
         assert_eq!(
             listed,
             vec![

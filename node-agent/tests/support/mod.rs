@@ -18,9 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use airtime_node_agent::protocol::{
-    Assignment, AssignmentAction, AssignmentsResponse, RegisterRequest, TelemetryReport,
-};
+use airtime_node_agent::protocol::{Assignment, AssignmentAction, DesiredState, Registration, TelemetryReport};
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -31,7 +29,7 @@ pub const CREDENTIAL: &str = "nc_fake-node-credential";
 
 #[derive(Default)]
 pub struct Recorded {
-    pub registrations: Vec<RegisterRequest>,
+    pub registrations: Vec<Registration>,
     pub telemetry: Vec<TelemetryReport>,
     /// (workload id, event body as received, when it arrived)
     pub events: Vec<(Uuid, Value, SystemTime)>,
@@ -50,7 +48,7 @@ pub struct Recorded {
 #[derive(Clone)]
 pub struct FakeControlPlane {
     pub recorded: Arc<Mutex<Recorded>>,
-    pub desired: Arc<watch::Sender<AssignmentsResponse>>,
+    pub desired: Arc<watch::Sender<DesiredState>>,
 }
 
 impl FakeControlPlane {
@@ -119,7 +117,7 @@ pub async fn register(State(cp): State<FakeControlPlane>, Json(body): Json<Value
     if fields != documented {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
     }
-    let Ok(request) = serde_json::from_value::<RegisterRequest>(body) else {
+    let Ok(request) = serde_json::from_value::<Registration>(body) else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
     };
     cp.recorded().registrations.push(request);
@@ -195,7 +193,7 @@ async fn require_credential(State(cp): State<FakeControlPlane>, request: Request
 pub async fn start_fake() -> Result<(FakeControlPlane, String), std::io::Error> {
     let cp = FakeControlPlane {
         recorded: Arc::default(),
-        desired: Arc::new(watch::channel(AssignmentsResponse { version: 0, assignments: vec![] }).0),
+        desired: Arc::new(watch::channel(DesiredState { version: 0, assignments: vec![] }).0),
     };
     let app = Router::new()
         .route("/api/v1/agent/enrol", post(enrol))
