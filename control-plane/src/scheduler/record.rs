@@ -48,8 +48,8 @@ pub struct CycleRecord<'a> {
 
 /// Applies the accepted proposals and records everything, all or nothing. A placement whose
 /// workload changed since the snapshot (cancelled meanwhile) or whose GPU was granted meanwhile is
-/// skipped and recorded as refused; the database's primary key on `gpu_grants.gpu_id` is the last
-/// word on double grants.
+/// undone and recorded as refused; the database's primary key on `gpu_grants.gpu_id` is the last
+/// word on double grants. Placements are applied set-based ([`apply_placements`]).
 pub async fn apply(
     db: &PgPool,
     fleet: &FleetView,
@@ -78,96 +78,13 @@ pub async fn apply(
         CycleOutcome { cycle_id, placed: 0, preempted: 0, pending: 0, refused: refused.len(), nodes_changed: false };
     let mut late_refusals: Vec<(Refusal, &Decider)> = Vec::new();
     let mut pending_changes: Vec<(Uuid, Uuid, String, &Decider)> = Vec::new();
+    let mut placements: Vec<Placement<'_>> = Vec::new();
 
     for &(ref proposal, decider) in accepted {
         let w = &fleet.workloads[proposal.workload()];
         match proposal {
             Proposal::Place { node, gpus, reason, .. } => {
-                let n = &fleet.nodes[*node];
-                let gpu_ids: Vec<Uuid> = gpus.iter().map(|&g| fleet.gpus[g].id).collect();
-                // A savepoint per placement: one that lost a race rolls back alone.
-                let mut sp = sqlx::Connection::begin(&mut *tx).await?;
-                let moved = sqlx::query(
-                    "UPDATE workloads SET state = 'scheduled', node_id = $2, attempt = attempt + 1, \
-                         pending_reason = NULL, updated_at = now() \
-                     WHERE id = $1 AND state = 'pending'",
-                )
-                .bind(w.id)
-                .bind(n.id)
-                .execute(&mut *sp)
-                .await?
-                .rows_affected();
-                if moved == 0 {
-                    sp.rollback().await?;
-                    late_refusals.push((
-                        Refusal {
-                            workload: Some(proposal.workload()),
-                            reason: format!("workload {} is no longer pending", w.id),
-                        },
-                        decider,
-                    ));
-                    continue;
-                }
-                let granted = sqlx::query(
-                    "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id) \
-                     SELECT g, $2, $3 FROM UNNEST($1::uuid[]) AS g ON CONFLICT (gpu_id) DO NOTHING",
-                )
-                .bind(&gpu_ids)
-                .bind(w.id)
-                .bind(fleet.tenants[w.tenant].id)
-                .execute(&mut *sp)
-                .await?
-                .rows_affected();
-                if granted != gpu_ids.len() as u64 {
-                    sp.rollback().await?;
-                    late_refusals.push((
-                        Refusal {
-                            workload: Some(proposal.workload()),
-                            reason: "a GPU it was given was granted to another workload meanwhile".into(),
-                        },
-                        decider,
-                    ));
-                    continue;
-                }
-                sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
-                    .bind(n.id)
-                    .execute(&mut *sp)
-                    .await?;
-                let (attempt,): (i32,) = sqlx::query_as("SELECT attempt FROM workloads WHERE id = $1")
-                    .bind(w.id)
-                    .fetch_one(&mut *sp)
-                    .await?;
-                let where_ = if gpus.is_empty() {
-                    format!("placed on {} (CPU)", n.name)
-                } else {
-                    let list: Vec<String> = gpus.iter().map(|&g| fleet.gpus[g].device_index.to_string()).collect();
-                    format!("placed on {} GPUs [{}]", n.name, list.join(","))
-                };
-                transitions::record_event(
-                    &mut sp,
-                    w.id,
-                    fleet.tenants[w.tenant].id,
-                    Some(WorkloadState::Pending),
-                    WorkloadState::Scheduled,
-                    attempt,
-                    &format!("{where_} by {}: {reason}", decider.policy_name),
-                )
-                .await?;
-                insert_decision(
-                    &mut sp,
-                    cycle_id,
-                    fleet,
-                    proposal.workload(),
-                    "place",
-                    Some(n.id),
-                    &gpu_ids,
-                    reason,
-                    decider,
-                )
-                .await?;
-                sp.commit().await?;
-                outcome.placed += 1;
-                outcome.nodes_changed = true;
+                placements.push(Placement { workload: proposal.workload(), node: *node, gpus, reason, decider });
             }
             Proposal::Preempt { reason, .. } => {
                 let moved: Option<(Uuid, i32)> = sqlx::query_as(
@@ -228,6 +145,9 @@ pub async fn apply(
         }
     }
 
+    let placed = apply_placements(&mut tx, cycle_id, fleet, &placements, &mut late_refusals).await?;
+    outcome.placed = placed;
+    outcome.nodes_changed |= placed > 0;
     record_pending_reasons(&mut tx, cycle_id, &pending_changes).await?;
 
     let refusals: Vec<(Uuid, Uuid, String, &Decider)> = refused
@@ -260,6 +180,161 @@ pub async fn apply(
         Mode::Trial => tx.rollback().await?,
     }
     Ok(outcome)
+}
+
+/// One placement to apply.
+struct Placement<'a> {
+    workload: usize,
+    node: usize,
+    gpus: &'a [usize],
+    reason: &'a str,
+    decider: &'a Decider,
+}
+
+/// Applies a cycle's placements in a few set-based statements whatever their number: move the
+/// workloads that are still pending, grant their GPUs (the primary key on `gpu_grants.gpu_id` is the
+/// last word on double grants), undo the few that lost a race (a workload cancelled meanwhile, a GPU
+/// granted meanwhile: refused, recorded like any refusal), then bump the nodes' desired state and
+/// write the events and decisions. Returns how many were placed.
+async fn apply_placements<'a>(
+    tx: &mut sqlx::PgConnection,
+    cycle_id: i64,
+    fleet: &FleetView,
+    placements: &[Placement<'a>],
+    late_refusals: &mut Vec<(Refusal, &'a Decider)>,
+) -> sqlx::Result<usize> {
+    if placements.is_empty() {
+        return Ok(0);
+    }
+    let workload_ids: Vec<Uuid> = placements.iter().map(|p| fleet.workloads[p.workload].id).collect();
+    let node_ids: Vec<Uuid> = placements.iter().map(|p| fleet.nodes[p.node].id).collect();
+    let moved: Vec<(Uuid, i32)> = sqlx::query_as(
+        "UPDATE workloads w SET state = 'scheduled', node_id = p.node_id, attempt = w.attempt + 1, \
+             pending_reason = NULL, updated_at = now() \
+         FROM UNNEST($1::uuid[], $2::uuid[]) AS p(id, node_id) \
+         WHERE w.id = p.id AND w.state = 'pending' RETURNING w.id, w.attempt",
+    )
+    .bind(&workload_ids)
+    .bind(&node_ids)
+    .fetch_all(&mut *tx)
+    .await?;
+    let attempts: std::collections::HashMap<Uuid, i32> = moved.into_iter().collect();
+
+    // Grants for the workloads that moved.
+    let (mut grant_gpus, mut grant_workloads, mut grant_tenants) = (Vec::new(), Vec::new(), Vec::new());
+    for p in placements {
+        let w = &fleet.workloads[p.workload];
+        if attempts.contains_key(&w.id) {
+            for &g in p.gpus {
+                grant_gpus.push(fleet.gpus[g].id);
+                grant_workloads.push(w.id);
+                grant_tenants.push(fleet.tenants[w.tenant].id);
+            }
+        }
+    }
+    let granted: Vec<(Uuid,)> = sqlx::query_as(
+        "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id) \
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[]) ON CONFLICT (gpu_id) DO NOTHING \
+         RETURNING workload_id",
+    )
+    .bind(&grant_gpus)
+    .bind(&grant_workloads)
+    .bind(&grant_tenants)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut granted_count: std::collections::HashMap<Uuid, usize> = std::collections::HashMap::new();
+    for (w,) in granted {
+        *granted_count.entry(w).or_default() += 1;
+    }
+
+    // Sort each placement into placed or refused (and undo a refused one that had moved).
+    let mut undo: Vec<Uuid> = Vec::new();
+    let mut placed: Vec<&Placement<'a>> = Vec::new();
+    for p in placements {
+        let w = &fleet.workloads[p.workload];
+        if !attempts.contains_key(&w.id) {
+            let reason = format!("workload {} is no longer pending", w.id);
+            late_refusals.push((Refusal { workload: Some(p.workload), reason }, p.decider));
+        } else if granted_count.get(&w.id).copied().unwrap_or(0) != p.gpus.len() {
+            undo.push(w.id);
+            let reason = "a GPU it was given was granted to another workload meanwhile".to_owned();
+            late_refusals.push((Refusal { workload: Some(p.workload), reason }, p.decider));
+        } else {
+            placed.push(p);
+        }
+    }
+    if !undo.is_empty() {
+        sqlx::query("DELETE FROM gpu_grants WHERE workload_id = ANY($1)").bind(&undo).execute(&mut *tx).await?;
+        sqlx::query(
+            "UPDATE workloads SET state = 'pending', node_id = NULL, attempt = attempt - 1, updated_at = now() \
+             WHERE id = ANY($1)",
+        )
+        .bind(&undo)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if placed.is_empty() {
+        return Ok(0);
+    }
+
+    let nodes: Vec<Uuid> = {
+        let set: std::collections::BTreeSet<Uuid> = placed.iter().map(|p| fleet.nodes[p.node].id).collect();
+        set.into_iter().collect()
+    };
+    sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = ANY($1)")
+        .bind(&nodes)
+        .execute(&mut *tx)
+        .await?;
+
+    let mut events = Vec::with_capacity(placed.len());
+    let (mut d_workloads, mut d_tenants, mut d_nodes, mut d_gpus, mut d_reasons, mut d_versions, mut d_names) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for p in &placed {
+        let w = &fleet.workloads[p.workload];
+        let n = &fleet.nodes[p.node];
+        let where_ = if p.gpus.is_empty() {
+            format!("placed on {} (CPU)", n.name)
+        } else {
+            let list: Vec<String> = p.gpus.iter().map(|&g| fleet.gpus[g].device_index.to_string()).collect();
+            format!("placed on {} GPUs [{}]", n.name, list.join(","))
+        };
+        events.push(transitions::EventRow {
+            workload_id: w.id,
+            tenant_id: fleet.tenants[w.tenant].id,
+            from: Some(WorkloadState::Pending),
+            to: WorkloadState::Scheduled,
+            attempt: attempts[&w.id],
+            detail: format!("{where_} by {}: {}", p.decider.policy_name, p.reason),
+        });
+        d_workloads.push(w.id);
+        d_tenants.push(fleet.tenants[w.tenant].id);
+        d_nodes.push(n.id);
+        d_gpus.push(p.gpus.iter().map(|&g| fleet.gpus[g].id.to_string()).collect::<Vec<_>>().join(","));
+        d_reasons.push(p.reason);
+        d_versions.push(p.decider.policy_version_id);
+        d_names.push(p.decider.policy_name.as_str());
+    }
+    transitions::record_events(&mut *tx, &events).await?;
+    sqlx::query(
+        "INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, node_id, gpu_ids, reason, \
+             policy_version_id, policy_name) \
+         SELECT $1, d.tenant_id, d.workload_id, 'place', d.node_id, \
+                CASE WHEN d.gpus = '' THEN '{}'::uuid[] ELSE string_to_array(d.gpus, ',')::uuid[] END, \
+                d.reason, d.version_id, d.policy_name \
+         FROM UNNEST($2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::text[], $7::uuid[], $8::text[]) \
+              AS d(workload_id, tenant_id, node_id, gpus, reason, version_id, policy_name)",
+    )
+    .bind(cycle_id)
+    .bind(&d_workloads)
+    .bind(&d_tenants)
+    .bind(&d_nodes)
+    .bind(&d_gpus)
+    .bind(&d_reasons)
+    .bind(&d_versions)
+    .bind(&d_names)
+    .execute(&mut *tx)
+    .await?;
+    Ok(placed.len())
 }
 
 /// Refused decisions, in one statement. A policy that repeats a refused decision every cycle is

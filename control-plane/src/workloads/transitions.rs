@@ -32,6 +32,37 @@ pub async fn record_event(
     Ok(())
 }
 
+/// One event row for [`record_events`].
+pub struct EventRow {
+    pub workload_id: Uuid,
+    pub tenant_id: Uuid,
+    pub from: Option<WorkloadState>,
+    pub to: WorkloadState,
+    pub attempt: i32,
+    pub detail: String,
+}
+
+/// Many events in one statement (a cycle's placements).
+pub async fn record_events(conn: &mut PgConnection, rows: &[EventRow]) -> sqlx::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let state = |s: WorkloadState| s.as_str().to_owned();
+    sqlx::query(
+        "INSERT INTO workload_events (workload_id, tenant_id, from_state, to_state, attempt, detail) \
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int[], $6::text[])",
+    )
+    .bind(rows.iter().map(|r| r.workload_id).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.tenant_id).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.from.map(state)).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| state(r.to)).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.attempt).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.detail.as_str()).collect::<Vec<_>>())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// A pending workload is cancelled: it never ran, so it ends at once.
 pub async fn cancel_pending(conn: &mut PgConnection, id: Uuid, tenant_id: Uuid, attempt: i32) -> sqlx::Result<()> {
     sqlx::query(
