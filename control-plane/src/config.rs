@@ -65,8 +65,9 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_CYCLE_BUDGET_MS", default_value_t = 1000)]
     pub cycle_budget_ms: u64,
 
-    /// Longest an upload's compilation and trial may take, in milliseconds; past it the upload is
-    /// refused (the work already started finishes in the background, holding its compile slot).
+    /// Longest an upload's compilation may take, in milliseconds; past it the upload is refused
+    /// (the work already started finishes in the background, holding its compile slot). The trial
+    /// evaluation that follows is bounded by the policy's own deadline.
     #[arg(long, env = "AIRTIME_POLICY_COMPILE_TIMEOUT_MS", default_value_t = 20000)]
     pub policy_compile_timeout_ms: u64,
 

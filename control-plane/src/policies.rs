@@ -328,18 +328,12 @@ impl PolicyCatalog {
     }
 
     /// Compiles a module in a compile slot, within the compile timeout, without caching it.
-    async fn compile_bounded(
-        &self,
-        owner: Option<Uuid>,
-        wasm: Vec<u8>,
-        then: impl FnOnce(&PolicyRuntime, CompiledPolicy) -> Result<CompiledPolicy, PolicyError> + Send + 'static,
-    ) -> Result<CompiledPolicy, VetError> {
+    async fn compile_bounded(&self, owner: Option<Uuid>, wasm: Vec<u8>) -> Result<CompiledPolicy, VetError> {
         let slot = self.compile_slot(owner)?;
         let runtime = self.runtime.clone();
         let work = tokio::task::spawn_blocking(move || {
             let _slot = slot; // held until the compilation really ends
-            let compiled = runtime.compile_uncached(&wasm)?;
-            then(&runtime, compiled)
+            runtime.compile_uncached(&wasm)
         });
         match tokio::time::timeout(self.compile_timeout, work).await {
             Ok(Ok(result)) => result.map_err(VetError::Refused),
@@ -348,19 +342,24 @@ impl PolicyCatalog {
         }
     }
 
-    /// Compiles a module that is not stored (a dry run of a candidate before upload). Bounded like
-    /// an upload; never cached.
-    pub async fn compile_unstored(&self, wasm: Vec<u8>, params: String) -> Result<Selected, VetError> {
-        let compiled = self.compile_bounded(None, wasm, |_, compiled| Ok(compiled)).await?;
+    /// A compiled module that is no stored version, as it runs with the default limits.
+    fn unstored(&self, name: &str, compiled: CompiledPolicy, params: String) -> Selected {
         let policy = Arc::new(LoadedPolicy {
             policy_id: Uuid::nil(),
             version_id: Uuid::nil(),
-            name: "unstored module".into(),
+            name: name.to_owned(),
             version: 0,
             builtin: false,
             compiled,
         });
-        Ok(Selected { policy, params, limits: self.limits })
+        Selected { policy, params, limits: self.limits }
+    }
+
+    /// Compiles a module that is not stored (a dry run of a candidate before upload). Bounded like
+    /// an upload; never cached.
+    pub async fn compile_unstored(&self, wasm: Vec<u8>, params: String) -> Result<Selected, VetError> {
+        let compiled = self.compile_bounded(None, wasm).await?;
+        Ok(self.unstored("unstored module", compiled, params))
     }
 
     /// Checks a module uploaded by `owner` (None: the platform): it compiles within the bounds,
@@ -368,19 +367,8 @@ impl PolicyCatalog {
     /// well-formed decisions, in the tenants' evaluation lane. Only a module that passes is kept
     /// compiled; nothing is stored on failure.
     pub async fn vet(&self, owner: Option<Uuid>, wasm: Vec<u8>) -> Result<(), VetError> {
-        let compiled = self.compile_bounded(owner, wasm, |_, compiled| Ok(compiled)).await?;
-        let selected = Selected {
-            policy: Arc::new(LoadedPolicy {
-                policy_id: Uuid::nil(),
-                version_id: Uuid::nil(),
-                name: "upload trial".into(),
-                version: 0,
-                builtin: false,
-                compiled: compiled.clone(),
-            }),
-            params: "{}".into(),
-            limits: self.limits,
-        };
+        let compiled = self.compile_bounded(owner, wasm).await?;
+        let selected = self.unstored("upload trial", compiled.clone(), "{}".into());
         let record = self.evaluate(&selected, abi::encode_snapshot(&trial_snapshot()), Lane::Tenant, None).await;
         let evaluation = record.into_result()?;
         abi::decode_decisions(&evaluation.output).map_err(PolicyError::MalformedOutput)?;
@@ -1089,10 +1077,8 @@ pub async fn record_logs(
         return Ok(());
     }
     let levels: Vec<String> = logs.iter().map(|l| format!("{:?}", l.level).to_lowercase()).collect();
-    let messages: Vec<String> = logs
-        .iter()
-        .map(|l| airtime_policy_sdk::text::clean(&l.message, airtime_policy_sdk::text::MAX_LOG_CHARS).into_owned())
-        .collect();
+    // Cleaned and bounded already, where the host read them from the guest (`airtime.log`).
+    let messages: Vec<&str> = logs.iter().map(|l| l.message.as_str()).collect();
     sqlx::query(
         "INSERT INTO policy_logs (policy_version_id, tenant_id, cycle_id, level, message) \
          SELECT v.id, v.tenant_id, $2, l.level, l.message FROM policy_versions v, \

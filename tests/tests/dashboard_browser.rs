@@ -228,11 +228,14 @@ async fn a_platform_engineer_signs_in_and_sees_the_fleet_a_running_workload_and_
         .unwrap();
     workload_reaches(&api, running["id"].as_str().unwrap(), "running", SHOWN).await.unwrap();
     let waiting_path = format!("/api/v1/workloads/{}", waiting["id"].as_str().unwrap());
+    // The policy's reason, not the placeholder a submission carries until its first cycle.
     let reason = until("the 4-GPU workload's pending reason", SHOWN, || {
         let w = api.ok(&waiting_path);
         async move {
             let w = w.await?;
-            Ok(w["pending_reason"].as_str().filter(|r| w["state"] == "pending" && !r.is_empty()).map(str::to_owned))
+            let decided =
+                |r: &&str| w["state"] == "pending" && !r.is_empty() && *r != "waiting for the next scheduling cycle";
+            Ok(w["pending_reason"].as_str().filter(decided).map(str::to_owned))
         }
     })
     .await

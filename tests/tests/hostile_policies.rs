@@ -169,12 +169,6 @@ async fn hostile_modules_are_refused_or_contained_and_scheduling_goes_on_for_eve
     .await
     .unwrap();
     assert!(twice["reason"].as_str().unwrap().contains("already given"), "{twice}");
-    // The refusal is the pending reason too: "why is my job pending?" names what the host refused.
-    let waiting = api.ok(&format!("/api/v1/workloads/{second}")).await.unwrap();
-    if waiting["state"] == "pending" {
-        let reason = waiting["pending_reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("refused by the control plane"), "{waiting}");
-    }
 
     // A policy that fails cycle after cycle is suspended; its scope runs the built-in meanwhile.
     let (_, spin) = upload(&api, "spin-forever", time_bomb("(loop $f (br $f))", "")).await;

@@ -91,7 +91,7 @@ fn refused(err: VetError) -> ApiError {
         VetError::TooSlow { timeout } => ApiError::unprocessable(
             "invalid_policy",
             format!(
-                "policy module refused (compile_timeout): compiling and trying it took longer than {} ms",
+                "policy module refused (compile_timeout): compiling it took longer than {} ms",
                 timeout.as_millis()
             ),
         ),

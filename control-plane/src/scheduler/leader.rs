@@ -74,37 +74,30 @@ impl Leadership {
         }
     }
 
-    /// Renews the lease. `Err(LeaseError::Deposed)` (and no longer leading) when it is not this replica's.
+    /// Renews the lease. `Err(LeaseError::Deposed)` (and no longer leading) when it is not this
+    /// replica's.
     pub async fn renew(&self, db: &PgPool) -> Result<(), LeaseError> {
-        let Some(epoch) = self.epoch() else { return Err(LeaseError::Deposed) };
-        let renewed =
-            sqlx::query("UPDATE scheduler_lease SET renewed_at = now() WHERE id = 1 AND holder = $1 AND epoch = $2")
-                .bind(self.instance)
-                .bind(epoch)
-                .execute(db)
-                .await?
-                .rows_affected();
-        if renewed == 0 {
-            self.step_down();
-            return Err(LeaseError::Deposed);
-        }
-        Ok(())
+        self.renew_with(db).await
     }
 
     /// Proves, inside a cycle's transaction, that this replica still holds the lease, and holds the
     /// lease row locked until the transaction ends (a takeover waits for the commit, then sees
     /// the lease renewed). Call it first in every transaction that applies decisions.
     pub async fn prove(&self, tx: &mut PgConnection) -> Result<(), LeaseError> {
+        self.renew_with(tx).await
+    }
+
+    /// The one renewal: on the pool between cycles, in the cycle's transaction at its commit.
+    async fn renew_with<'e>(&self, executor: impl sqlx::PgExecutor<'e>) -> Result<(), LeaseError> {
         let Some(epoch) = self.epoch() else { return Err(LeaseError::Deposed) };
-        let held: Option<(i64,)> = sqlx::query_as(
-            "UPDATE scheduler_lease SET renewed_at = now() WHERE id = 1 AND holder = $1 AND epoch = $2 \
-             RETURNING epoch",
-        )
-        .bind(self.instance)
-        .bind(epoch)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if held.is_none() {
+        let renewed =
+            sqlx::query("UPDATE scheduler_lease SET renewed_at = now() WHERE id = 1 AND holder = $1 AND epoch = $2")
+                .bind(self.instance)
+                .bind(epoch)
+                .execute(executor)
+                .await?
+                .rows_affected();
+        if renewed == 0 {
             self.step_down();
             return Err(LeaseError::Deposed);
         }
