@@ -2,14 +2,14 @@
 //! encode the snapshot, run the default policy (Wasm), check every decision, and commit them with
 //! their reasons. 1,000 nodes × 8 GPUs with 10,000 pending workloads.
 //!
-//! Baseline, measured in the same run: reading the fleet and queue alone (`FleetView::load`), the
+//! Baseline, measured in the same run: reading the fleet and queue alone (`fleet_view::load`), the
 //! floor any cycle pays. Run with `make bench`.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::time::Instant;
 
-use airtime_control_plane::scheduler::{self, fleet_view::FleetView};
+use airtime_control_plane::scheduler::{self, fleet_view};
 use airtime_control_plane::{AppState, Config};
 
 const NODES: usize = 1000;
@@ -46,7 +46,7 @@ fn main() {
         for i in 0..CYCLES {
             let clock = Instant::now();
             let mut conn = db.acquire().await.unwrap();
-            let fleet = FleetView::load(&mut conn).await.unwrap();
+            let fleet = fleet_view::load(&mut conn).await.unwrap();
             drop(conn);
             reads.push(clock.elapsed().as_secs_f64() * 1000.0);
             assert!(fleet.workloads.len() >= PENDING);

@@ -72,12 +72,8 @@ pub struct PolicyCatalog {
     limits: PolicyLimits,
 }
 
-/// Which lane an evaluation runs in (see [`PolicyCatalog`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    Platform,
-    Tenant,
-}
+/// Which lane an evaluation runs in (see [`PolicyCatalog`]); the scheduling core names it.
+pub use airtime_scheduler::cycle::Lane;
 
 /// Why an uploaded module was not accepted.
 #[derive(Debug)]

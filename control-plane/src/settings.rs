@@ -1,134 +1,39 @@
-//! The platform's priority settings (one row, `migrations/0003_*`): the ordering between
-//! customer-facing services and internal training, the burst reserve, the night window and the
-//! preemption rules. The API reads and writes them, the scheduler reads them into every snapshot,
-//! agents get the grace period from them; this is their one definition.
+//! The platform's priority settings (one row, `migrations/0003_*`), read and written here; the type
+//! and its rules are `airtime_protocol::settings::PrioritySettings`.
 
-use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PrioritySettings {
-    /// GPUs kept free for real-time (customer-facing) inference bursts; other work may use them
-    /// only if it is preemptible.
-    pub burst_reserve_gpus: i32,
-    /// Customer-facing inference outranks internal training.
-    pub realtime_first: bool,
-    /// Seconds a workload runs before it may be preempted.
-    pub min_runtime_s: i32,
-    /// Seconds between the checkpoint signal (SIGTERM) and SIGKILL.
-    pub grace_period_s: i32,
-    /// Most preemptions of one workload in an hour.
-    pub max_preemptions_per_hour: i32,
-    /// Only checkpointable work may be preempted.
-    pub checkpointable_only: bool,
-    /// Priority added to training and fine-tuning in the night window.
-    pub night_training_bonus: i32,
-    /// The night window, UTC hours (it may wrap midnight: 22 → 6).
-    pub night_start_hour: i32,
-    pub night_end_hour: i32,
+pub use airtime_protocol::settings::PrioritySettings;
+
+/// The stored settings, or the defaults before any were saved.
+pub async fn load(conn: &mut PgConnection) -> sqlx::Result<PrioritySettings> {
+    let row: Option<PrioritySettings> = sqlx::query_as(
+        "SELECT burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, max_preemptions_per_hour, \
+                checkpointable_only, night_training_bonus, night_start_hour, night_end_hour \
+         FROM priority_settings WHERE id",
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.unwrap_or_default())
 }
 
-impl Default for PrioritySettings {
-    fn default() -> Self {
-        PrioritySettings {
-            burst_reserve_gpus: 0,
-            realtime_first: true,
-            min_runtime_s: 0,
-            grace_period_s: 30,
-            max_preemptions_per_hour: 4,
-            checkpointable_only: false,
-            night_training_bonus: 0,
-            night_start_hour: 22,
-            night_end_hour: 6,
-        }
-    }
-}
-
-impl PrioritySettings {
-    pub async fn load(conn: &mut PgConnection) -> sqlx::Result<PrioritySettings> {
-        let row: Option<PrioritySettings> = sqlx::query_as(
-            "SELECT burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, max_preemptions_per_hour, \
-                    checkpointable_only, night_training_bonus, night_start_hour, night_end_hour \
-             FROM priority_settings WHERE id",
-        )
-        .fetch_optional(conn)
-        .await?;
-        Ok(row.unwrap_or_default())
-    }
-
-    /// A precise reason the settings are refused, before anything is written.
-    pub fn check(&self) -> Result<(), &'static str> {
-        if !(0..=100_000).contains(&self.burst_reserve_gpus) {
-            return Err("burst_reserve_gpus must be between 0 and 100000");
-        }
-        if !(0..=7 * 86_400).contains(&self.min_runtime_s) {
-            return Err("min_runtime_s must be between 0 and 604800 (a week)");
-        }
-        if !(0..=3600).contains(&self.grace_period_s) {
-            return Err("grace_period_s must be between 0 and 3600");
-        }
-        if !(0..=1000).contains(&self.max_preemptions_per_hour) {
-            return Err("max_preemptions_per_hour must be between 0 and 1000");
-        }
-        if !(-1000..=1000).contains(&self.night_training_bonus) {
-            return Err("night_training_bonus must be between -1000 and 1000");
-        }
-        if !(0..24).contains(&self.night_start_hour) || !(0..24).contains(&self.night_end_hour) {
-            return Err("night_start_hour and night_end_hour are UTC hours, 0 to 23");
-        }
-        Ok(())
-    }
-
-    pub async fn save(&self, conn: &mut PgConnection) -> sqlx::Result<()> {
-        sqlx::query(
-            "UPDATE priority_settings SET burst_reserve_gpus = $1, realtime_first = $2, min_runtime_s = $3, \
-                 grace_period_s = $4, max_preemptions_per_hour = $5, checkpointable_only = $6, \
-                 night_training_bonus = $7, night_start_hour = $8, night_end_hour = $9, updated_at = now() WHERE id",
-        )
-        .bind(self.burst_reserve_gpus)
-        .bind(self.realtime_first)
-        .bind(self.min_runtime_s)
-        .bind(self.grace_period_s)
-        .bind(self.max_preemptions_per_hour)
-        .bind(self.checkpointable_only)
-        .bind(self.night_training_bonus)
-        .bind(self.night_start_hour)
-        .bind(self.night_end_hour)
-        .execute(conn)
-        .await?;
-        Ok(())
-    }
-
-    /// Whether `hour` (UTC) falls in the night window, which may wrap midnight.
-    pub fn is_night(&self, hour: u32) -> bool {
-        let (start, end, hour) = (self.night_start_hour as u32, self.night_end_hour as u32, hour);
-        if start <= end { (start..end).contains(&hour) } else { hour >= start || hour < end }
-    }
-
-    /// The grace period agents give a stopped workload, in milliseconds.
-    pub fn grace_period_ms(&self) -> u64 {
-        u64::from(self.grace_period_s.max(0) as u32) * 1000
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_night_window_may_wrap_midnight() {
-        let s = PrioritySettings::default(); // 22 → 6
-        assert!(s.is_night(23) && s.is_night(0) && s.is_night(5));
-        assert!(!s.is_night(6) && !s.is_night(12) && !s.is_night(21));
-        let day = PrioritySettings { night_start_hour: 9, night_end_hour: 17, ..s };
-        assert!(day.is_night(9) && !day.is_night(17));
-    }
-
-    #[test]
-    fn out_of_range_settings_are_named() {
-        let bad = PrioritySettings { grace_period_s: 7200, ..PrioritySettings::default() };
-        assert!(bad.check().unwrap_err().contains("grace_period_s"));
-        assert_eq!(PrioritySettings::default().check(), Ok(()));
-    }
+/// Replaces the stored settings.
+pub async fn save(settings: &PrioritySettings, conn: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE priority_settings SET burst_reserve_gpus = $1, realtime_first = $2, min_runtime_s = $3, \
+             grace_period_s = $4, max_preemptions_per_hour = $5, checkpointable_only = $6, \
+             night_training_bonus = $7, night_start_hour = $8, night_end_hour = $9, updated_at = now() WHERE id",
+    )
+    .bind(settings.burst_reserve_gpus)
+    .bind(settings.realtime_first)
+    .bind(settings.min_runtime_s)
+    .bind(settings.grace_period_s)
+    .bind(settings.max_preemptions_per_hour)
+    .bind(settings.checkpointable_only)
+    .bind(settings.night_training_bonus)
+    .bind(settings.night_start_hour)
+    .bind(settings.night_end_hour)
+    .execute(conn)
+    .await?;
+    Ok(())
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use airtime_control_plane::scheduler::check::Proposal;
-use airtime_control_plane::scheduler::fleet_view::FleetView;
+use airtime_control_plane::scheduler::fleet_view;
 use airtime_control_plane::scheduler::leader::Leadership;
 use airtime_control_plane::scheduler::record::{self, CycleRecord, Decider, Mode};
 use uuid::Uuid;
@@ -74,7 +74,7 @@ async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
     // The cycle reads the fleet…
     let fleet = {
         let mut conn = db.acquire().await.unwrap();
-        FleetView::load(&mut conn).await.unwrap()
+        fleet_view::load(&mut conn).await.unwrap()
     };
     let index = |id: Uuid| fleet.workloads.iter().position(|w| w.id == id).unwrap();
     let gpu = |id: Uuid| fleet.gpus.iter().position(|g| g.id == id).unwrap();

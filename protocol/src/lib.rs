@@ -1,6 +1,7 @@
-//! The agent protocol's wire types (`docs/agent-protocol.md`): what node agents send the control
-//! plane, and the checks each message passes before anything is written. One definition: the
-//! control plane's handlers and OpenAPI document, the node agent and the fuzz targets
+//! The wire types, one definition each: the agent protocol (`docs/agent-protocol.md`: what node
+//! agents send the control plane, and the checks each message passes before anything is written),
+//! the domain's shared enums ([`workload`]) and the priority settings ([`settings`]). The control
+//! plane's handlers and OpenAPI document, the node agent, the scheduling core and the fuzz targets
 //! (`fuzz/fuzz_targets/agent_messages.rs`) all use these.
 //!
 //! Requests the control plane receives refuse unknown fields (`deny_unknown_fields`): a typo in an
@@ -8,4 +9,6 @@
 
 pub mod agent;
 pub mod model;
+pub mod settings;
 pub mod text;
+pub mod workload;

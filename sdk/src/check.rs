@@ -8,8 +8,11 @@
 //! memory by live telemetry; a CPU placement (no GPUs) only for CPU-only or CPU-capable work; a
 //! preemption only of running, preemptible work.
 //!
-//! The control plane adds rules of its own on top (tenant scope, quotas, the preemption settings).
-//! It can act on the decisions that pass and record the problems of those that do not.
+//! This is the one implementation of those rules: [`check_decisions`] runs a [`Checker`] for a
+//! policy's tests, and the scheduling core (`airtime-scheduler`) runs one in every cycle, adding
+//! the rules only a host knows (tenant scope, quotas, the preemption settings) through
+//! [`Checker::check_with`]. It acts on the decisions that pass and records the problems of those
+//! that do not.
 
 use std::fmt;
 
@@ -38,18 +41,12 @@ impl fmt::Display for DecisionProblem {
 /// the same GPU, or more CPU than a node has, or decide the same workload, the later one is the
 /// problem.
 pub fn check_decisions(snapshot: &Snapshot<'_>, decisions: &[Decision<'_>]) -> Vec<DecisionProblem> {
-    let mut cycle = Cycle {
-        snapshot,
-        decided: vec![false; snapshot.workloads.len()],
-        gpu_taken: vec![false; snapshot.gpus.len()],
-        cpu_free: snapshot.nodes.iter().map(|n| n.cpu_millis_free).collect(),
-        memory_free: snapshot.nodes.iter().map(|n| n.memory_mb_free).collect(),
-    };
+    let mut checker = Checker::new(snapshot);
     decisions
         .iter()
         .enumerate()
         .filter_map(|(position, decision)| {
-            cycle.check(decision).err().map(|problem| DecisionProblem {
+            checker.check(decision).err().map(|problem| DecisionProblem {
                 decision: position,
                 workload: decision.workload,
                 problem,
@@ -58,8 +55,11 @@ pub fn check_decisions(snapshot: &Snapshot<'_>, decisions: &[Decision<'_>]) -> V
         .collect()
 }
 
-/// What the decisions accepted so far took.
-struct Cycle<'s, 'a> {
+/// The ABI's rules, one decision at a time, remembering what the accepted ones took. This is the
+/// one implementation of those rules: [`check_decisions`] runs it for a policy's tests, and the
+/// control plane's scheduling core (crate `airtime-scheduler`) runs it with its own rules added
+/// through [`Checker::check_with`].
+pub struct Checker<'s, 'a> {
     snapshot: &'s Snapshot<'a>,
     decided: Vec<bool>,
     gpu_taken: Vec<bool>,
@@ -67,9 +67,30 @@ struct Cycle<'s, 'a> {
     memory_free: Vec<u32>,
 }
 
-impl Cycle<'_, '_> {
+impl<'s, 'a> Checker<'s, 'a> {
+    pub fn new(snapshot: &'s Snapshot<'a>) -> Self {
+        Checker {
+            snapshot,
+            decided: vec![false; snapshot.workloads.len()],
+            gpu_taken: vec![false; snapshot.gpus.len()],
+            cpu_free: snapshot.nodes.iter().map(|n| n.cpu_millis_free).collect(),
+            memory_free: snapshot.nodes.iter().map(|n| n.memory_mb_free).collect(),
+        }
+    }
+
     /// Checks one decision and, if it passes, records what it takes.
-    fn check(&mut self, decision: &Decision<'_>) -> Result<(), String> {
+    pub fn check(&mut self, decision: &Decision<'_>) -> Result<(), String> {
+        self.check_with(decision, |_| Ok(()))
+    }
+
+    /// Checks one decision by the ABI's rules and then by `more` (a host's own rules, given the
+    /// decided workload), and records what it takes only if both pass. The first decision for a
+    /// workload claims it, even if refused.
+    pub fn check_with(
+        &mut self,
+        decision: &Decision<'_>,
+        more: impl FnOnce(&Workload<'a>) -> Result<(), String>,
+    ) -> Result<(), String> {
         let snapshot = self.snapshot;
         let Some(workload) = snapshot.workload(decision.workload) else {
             return Err(format!("no workload {} (the snapshot has {})", decision.workload, snapshot.workloads.len()));
@@ -78,12 +99,25 @@ impl Cycle<'_, '_> {
             Some(true) => {
                 return Err(format!("workload {} ({}) already has a decision", decision.workload, workload.name));
             }
-            // The first decision for a workload claims it, even if refused below.
             Some(decided) => *decided = true,
             None => {}
         }
         match &decision.action {
-            Action::Place { node, gpus } => self.check_place(workload, *node, gpus)?,
+            Action::Place { node, gpus } => {
+                self.check_place(workload, *node, gpus)?;
+                more(workload)?;
+                if let Some(n) = self.cpu_free.get_mut(*node as usize) {
+                    *n -= workload.cpu_millis;
+                }
+                if let Some(m) = self.memory_free.get_mut(*node as usize) {
+                    *m -= workload.memory_mb;
+                }
+                for &gpu in gpus {
+                    if let Some(taken) = self.gpu_taken.get_mut(gpu as usize) {
+                        *taken = true;
+                    }
+                }
+            }
             Action::Preempt => {
                 if workload.is_stopping() {
                     return Err(format!("preempt: workload {} is already stopping", workload.name));
@@ -94,17 +128,20 @@ impl Cycle<'_, '_> {
                 if !workload.preemptible {
                     return Err(format!("preempt: workload {} is not preemptible", workload.name));
                 }
+                more(workload)?;
             }
             Action::KeepPending => {
                 if !workload.is_pending() {
                     return Err(format!("keep pending: workload {} is {}, not pending", workload.name, workload.state));
                 }
+                more(workload)?;
             }
         }
         Ok(())
     }
 
-    fn check_place(&mut self, workload: &Workload<'_>, node: u32, gpus: &[u32]) -> Result<(), String> {
+    /// Whether a placement is sound; records nothing.
+    fn check_place(&self, workload: &Workload<'_>, node: u32, gpus: &[u32]) -> Result<(), String> {
         let snapshot = self.snapshot;
         let name = workload.name;
         if !workload.is_pending() {
@@ -141,12 +178,7 @@ impl Cycle<'_, '_> {
             for (i, &gpu) in gpus.iter().enumerate() {
                 self.check_gpu(workload, node, n, gpu, gpus.get(..i).unwrap_or(&[]))?;
             }
-            for &gpu in gpus {
-                self.gpu_taken[gpu as usize] = true;
-            }
         }
-        self.cpu_free[node as usize] -= workload.cpu_millis;
-        self.memory_free[node as usize] -= workload.memory_mb;
         Ok(())
     }
 

@@ -107,6 +107,50 @@ fn only_the_policy_host_depends_on_wasmtime() {
     assert!(broken.is_empty(), "only airtime-policy-host may depend on wasmtime:\n{}", broken.join("\n"));
 }
 
+/// What the scheduling core may never pull in, directly or through another crate: a database, a
+/// web framework, an async runtime or the Wasm engine (its adapters bring those).
+const NOT_UNDER_THE_CORE: [&str; 6] = ["sqlx", "tokio", "axum", "hyper", "wasmtime", "reqwest"];
+
+/// The names of every crate in a `cargo tree --prefix none` listing that the core must not hold.
+fn forbidden_under_the_core(tree: &str) -> Vec<String> {
+    let mut found: Vec<String> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| NOT_UNDER_THE_CORE.iter().any(|f| name == f || name.starts_with(&format!("{f}-"))))
+        .map(str::to_owned)
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn the_scheduling_core_depends_on_no_database_runtime_or_engine() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--offline", "-p", "airtime-scheduler", "-e", "normal", "--prefix", "none"])
+        .current_dir(root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(tree.contains("airtime-policy-sdk"), "the listing names the core's dependencies:\n{tree}");
+    let found = forbidden_under_the_core(&tree);
+    assert!(
+        found.is_empty(),
+        "the scheduling core (scheduler/) must not depend on {found:?}: the control plane and the simulator \
+         are its adapters, and the simulator runs it in virtual time"
+    );
+}
+
+#[test]
+fn the_core_scan_finds_a_planted_dependency() {
+    let planted = "airtime-scheduler v0.1.0 (/x/scheduler)\nsqlx-core v0.9.0\nchrono v0.4.45\ntokio v1.54.1\n";
+    assert_eq!(forbidden_under_the_core(planted), vec!["sqlx-core", "tokio"]);
+    assert_eq!(forbidden_under_the_core("tokio-stream v0.1.17\n"), vec!["tokio-stream"]);
+    assert!(forbidden_under_the_core("sqlxish v1\nchrono v0.4\n").is_empty());
+}
+
 #[test]
 fn unsafe_code_appears_only_in_the_sdks_guest_exports_and_allocator() {
     let allowed = ["sdk/src/guest.rs", "sdk/src/guest/alloc.rs", "sdk/src/guest/exports.rs"];

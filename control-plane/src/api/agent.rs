@@ -170,7 +170,7 @@ struct AssignmentRow {
 async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::Result<DesiredState> {
     let grace_period_ms = {
         let mut conn = state.db.acquire().await?;
-        crate::settings::PrioritySettings::load(&mut conn).await?.grace_period_ms()
+        crate::settings::load(&mut conn).await?.grace_period_ms()
     };
     let rows: Vec<AssignmentRow> = sqlx::query_as(
         "SELECT w.id, w.attempt, w.state, w.command, w.env, \

@@ -34,7 +34,7 @@ async fn read(_caller: Caller, State(state): State<AppState>) -> ApiResult<axum:
 
 async fn current(state: &AppState) -> ApiResult<axum::Json<Priorities>> {
     let mut conn = state.db.acquire().await?;
-    Ok(axum::Json(Priorities::load(&mut conn).await?))
+    Ok(axum::Json(crate::settings::load(&mut conn).await?))
 }
 
 /// Replace the priority settings (platform admins; audited).
@@ -59,7 +59,7 @@ async fn write(
     caller.require_platform_admin()?;
     p.check().map_err(|m| ApiError::unprocessable("invalid_settings", m))?;
     let mut tx = state.db.begin().await?;
-    p.save(&mut tx).await?;
+    crate::settings::save(&p, &mut tx).await?;
     audit::record(
         &mut tx,
         &AuditActor::from(&caller),

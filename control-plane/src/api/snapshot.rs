@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use crate::auth::{Caller, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::model::PLATFORM_SCOPE;
-use crate::scheduler::fleet_view::{FleetView, TenantView};
+use crate::scheduler::fleet_view::TenantView;
 use crate::scheduler::snapshot;
 use crate::server::AppState;
 
@@ -32,7 +32,7 @@ async fn current(caller: Caller, State(state): State<AppState>) -> ApiResult<axu
     caller.require_role(Role::TenantAdmin)?;
     let fleet = {
         let mut conn = state.db.acquire().await?;
-        FleetView::load(&mut conn).await?
+        crate::scheduler::fleet_view::load(&mut conn).await?
     };
     let (scope, tenant) = match caller.tenant_filter() {
         None => (PLATFORM_SCOPE.to_owned(), None),

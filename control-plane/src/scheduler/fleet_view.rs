@@ -1,6 +1,6 @@
-//! The scheduler's picture of the world for one cycle, read from PostgreSQL: tenants, nodes with
-//! their GPUs and live telemetry, and every pending or placed workload. Positions in these vectors
-//! are the indexes the policy ABI speaks in.
+//! The control plane's side of the scheduling core's fleet model: the fleet and the queue read
+//! from PostgreSQL, in one repeatable-read transaction so they agree. The model itself is
+//! `airtime_scheduler::fleet`.
 
 use std::collections::HashMap;
 
@@ -8,251 +8,158 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+pub use airtime_scheduler::fleet::*;
+
 use crate::model::{NodeState, WorkloadClass, WorkloadState};
-pub use crate::settings::PrioritySettings;
 
-#[derive(Debug, Clone)]
-pub struct TenantEntry {
-    pub id: Uuid,
-    pub name: String,
-    pub guaranteed_gpus: u32,
-    pub weight: u32,
-    pub tier: i32,
-    pub may_borrow: bool,
-    pub running_gpus: u32,
-    /// GPU-hours used, decayed with a half-life (fair share).
-    pub decayed_gpu_hours: f64,
+/// Reads the fleet and the queue in one repeatable-read transaction so they agree.
+pub async fn load(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *conn).await?;
+    let result = load_inner(conn).await;
+    // A read-only transaction: ending it cannot lose anything.
+    sqlx::query("COMMIT").execute(&mut *conn).await?;
+    result
 }
 
-#[derive(Debug, Clone)]
-pub struct NodeEntry {
-    pub id: Uuid,
-    pub name: String,
-    pub state: NodeState,
-    pub cpu_millis: u32,
-    pub memory_mb: u64,
-    pub cpu_millis_free: u32,
-    pub memory_mb_free: u64,
-    pub cost_per_hour: f64,
-    pub cpu_util: f32,
-    pub simulated: bool,
-    pub gpu_first: usize,
-    pub gpu_count: usize,
-}
+async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
+    let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *conn).await?;
+    let settings = crate::settings::load(&mut *conn).await?;
 
-#[derive(Debug, Clone)]
-pub struct GpuEntry {
-    pub id: Uuid,
-    pub node: usize,
-    pub device_index: u32,
-    pub model: String,
-    pub memory_mb: u64,
-    pub memory_used_mb: u64,
-    pub util: f32,
-    pub nvlink_group: Option<u32>,
-    pub holder: Option<usize>,
-    pub simulated: bool,
-}
+    let tenant_rows: Vec<TenantRow> = sqlx::query_as(
+        "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, \
+                (SELECT count(*) FROM gpu_grants g WHERE g.tenant_id = t.id), \
+                COALESCE((SELECT u.decayed_gpu_hours FROM tenant_usage u WHERE u.tenant_id = t.id), 0) \
+         FROM tenants t ORDER BY t.name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let tenants: Vec<TenantEntry> = tenant_rows
+        .into_iter()
+        .map(|TenantRow(id, name, guaranteed, weight, tier, may_borrow, running, usage)| TenantEntry {
+            id,
+            name,
+            guaranteed_gpus: guaranteed.max(0) as u32,
+            weight: weight.max(1) as u32,
+            tier,
+            may_borrow,
+            running_gpus: running.max(0) as u32,
+            decayed_gpu_hours: usage.max(0.0),
+        })
+        .collect();
+    let tenant_index: HashMap<Uuid, usize> = tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
 
-#[derive(Debug, Clone)]
-pub struct WorkloadEntry {
-    pub id: Uuid,
-    pub id_text: String,
-    pub name: String,
-    pub tenant: usize,
-    pub class: WorkloadClass,
-    pub state: WorkloadState,
-    pub priority: i32,
-    pub gpu_count: u32,
-    pub gpu_memory_mb: u64,
-    /// Comma-separated, as the ABI carries it.
-    pub gpu_models: String,
-    pub cpu_millis: u32,
-    pub memory_mb: u64,
-    pub cpu_capable: bool,
-    pub preemptible: bool,
-    pub checkpointable: bool,
-    pub expected_duration_s: u32,
-    pub submitted_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub node: Option<usize>,
-    pub pending_reason: Option<String>,
-    /// Times it was preempted in the last hour (the cap in the priority settings).
-    pub preemptions_last_hour: u32,
-}
-
-impl WorkloadEntry {
-    /// The SDK's rule (`airtime_policy_sdk::model_allowed`): the host refuses exactly what a
-    /// policy's own tests refuse.
-    pub fn allows_model(&self, model: &str) -> bool {
-        airtime_policy_sdk::model_allowed(&self.gpu_models, model)
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct FleetView {
-    pub now: DateTime<Utc>,
-    pub settings: PrioritySettings,
-    pub tenants: Vec<TenantEntry>,
-    pub nodes: Vec<NodeEntry>,
-    pub gpus: Vec<GpuEntry>,
-    pub workloads: Vec<WorkloadEntry>,
-}
-
-impl FleetView {
-    pub fn pending_count(&self) -> usize {
-        self.workloads.iter().filter(|w| w.state == WorkloadState::Pending).count()
-    }
-
-    /// Reads the fleet and the queue in one repeatable-read transaction so they agree.
-    pub async fn load(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
-        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *conn).await?;
-        let result = Self::load_inner(conn).await;
-        // A read-only transaction: ending it cannot lose anything.
-        sqlx::query("COMMIT").execute(&mut *conn).await?;
-        result
-    }
-
-    async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
-        let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *conn).await?;
-        let settings = PrioritySettings::load(&mut *conn).await?;
-
-        let tenant_rows: Vec<TenantRow> = sqlx::query_as(
-            "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, \
-                    (SELECT count(*) FROM gpu_grants g WHERE g.tenant_id = t.id), \
-                    COALESCE((SELECT u.decayed_gpu_hours FROM tenant_usage u WHERE u.tenant_id = t.id), 0) \
-             FROM tenants t ORDER BY t.name",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let tenants: Vec<TenantEntry> = tenant_rows
-            .into_iter()
-            .map(|TenantRow(id, name, guaranteed, weight, tier, may_borrow, running, usage)| TenantEntry {
+    // Lost nodes take no work; draining ones are shown so policies can see what runs there.
+    let node_rows: Vec<NodeRow> = sqlx::query_as(
+        "WITH used AS (SELECT node_id, sum(cpu_millis) AS cpu, sum(memory_mb) AS mem FROM workloads \
+                       WHERE node_id IS NOT NULL GROUP BY node_id) \
+         SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
+                n.gpu_source = 'simulated', COALESCE(u.cpu, 0)::bigint, COALESCE(u.mem, 0)::bigint \
+         FROM nodes n LEFT JOIN used u ON u.node_id = n.id WHERE n.state <> 'lost' ORDER BY n.name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut nodes: Vec<NodeEntry> = node_rows
+        .into_iter()
+        .map(|NodeRow(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used)| {
+            let cpu_millis = cpu.max(0) as u32;
+            let memory_mb = mem.max(0) as u64;
+            NodeEntry {
                 id,
                 name,
-                guaranteed_gpus: guaranteed.max(0) as u32,
-                weight: weight.max(1) as u32,
-                tier,
-                may_borrow,
-                running_gpus: running.max(0) as u32,
-                decayed_gpu_hours: usage.max(0.0),
-            })
-            .collect();
-        let tenant_index: HashMap<Uuid, usize> = tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-
-        // Lost nodes take no work; draining ones are shown so policies can see what runs there.
-        let node_rows: Vec<NodeRow> = sqlx::query_as(
-            "WITH used AS (SELECT node_id, sum(cpu_millis) AS cpu, sum(memory_mb) AS mem FROM workloads \
-                           WHERE node_id IS NOT NULL GROUP BY node_id) \
-             SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
-                    n.gpu_source = 'simulated', COALESCE(u.cpu, 0)::bigint, COALESCE(u.mem, 0)::bigint \
-             FROM nodes n LEFT JOIN used u ON u.node_id = n.id WHERE n.state <> 'lost' ORDER BY n.name",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut nodes: Vec<NodeEntry> = node_rows
-            .into_iter()
-            .map(|NodeRow(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used)| {
-                let cpu_millis = cpu.max(0) as u32;
-                let memory_mb = mem.max(0) as u64;
-                NodeEntry {
-                    id,
-                    name,
-                    state,
-                    cpu_millis,
-                    memory_mb,
-                    cpu_millis_free: cpu_millis.saturating_sub(cpu_used.max(0) as u32),
-                    memory_mb_free: memory_mb.saturating_sub(mem_used.max(0) as u64),
-                    cost_per_hour: cost.unwrap_or(0.0),
-                    cpu_util: util.unwrap_or(0.0),
-                    simulated,
-                    gpu_first: 0,
-                    gpu_count: 0,
-                }
-            })
-            .collect();
-        let node_index: HashMap<Uuid, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
-
-        let workload_rows: Vec<WorkloadRow> = sqlx::query_as(
-            "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
-                    memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
-                    started_at, node_id, pending_reason, \
-                    CASE WHEN state = 'pending' THEN 0 ELSE \
-                      (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
-                         AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') END AS preemptions_last_hour \
-             FROM workloads WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling') \
-             ORDER BY submitted_at, id",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let workloads: Vec<WorkloadEntry> = workload_rows
-            .into_iter()
-            .filter_map(|r| {
-                let tenant = *tenant_index.get(&r.tenant_id)?;
-                Some(WorkloadEntry {
-                    id: r.id,
-                    id_text: r.id.to_string(),
-                    name: r.name,
-                    tenant,
-                    class: r.class,
-                    state: r.state,
-                    priority: r.priority,
-                    gpu_count: r.gpu_count.max(0) as u32,
-                    gpu_memory_mb: r.gpu_memory_mb.max(0) as u64,
-                    gpu_models: r.gpu_models.join(","),
-                    cpu_millis: r.cpu_millis.max(0) as u32,
-                    memory_mb: r.memory_mb.max(0) as u64,
-                    cpu_capable: r.cpu_capable,
-                    preemptible: r.preemptible,
-                    checkpointable: r.checkpointable,
-                    expected_duration_s: r.expected_duration_s.unwrap_or(0).max(0) as u32,
-                    submitted_at: r.submitted_at,
-                    started_at: r.started_at,
-                    node: r.node_id.and_then(|n| node_index.get(&n).copied()),
-                    pending_reason: r.pending_reason,
-                    preemptions_last_hour: r.preemptions_last_hour.max(0) as u32,
-                })
-            })
-            .collect();
-        let workload_index: HashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
-
-        let gpu_rows: Vec<GpuRow> = sqlx::query_as(
-            "SELECT g.id, g.node_id, g.device_index, g.model, g.memory_mb, g.memory_used_mb, g.util, \
-                        g.nvlink_group, g.simulated, gr.workload_id \
-                 FROM gpus g JOIN nodes n ON n.id = g.node_id LEFT JOIN gpu_grants gr ON gr.gpu_id = g.id \
-                 WHERE g.present AND n.state <> 'lost' ORDER BY n.name, g.device_index",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut gpus = Vec::with_capacity(gpu_rows.len());
-        for GpuRow(id, node_id, device_index, model, memory_mb, used, util, nvlink, simulated, holder) in gpu_rows {
-            let Some(&node) = node_index.get(&node_id) else {
-                continue;
-            };
-            gpus.push(GpuEntry {
-                id,
-                node,
-                device_index: device_index.max(0) as u32,
-                model,
-                memory_mb: memory_mb.max(0) as u64,
-                memory_used_mb: used.unwrap_or(0).max(0) as u64,
-                util: util.unwrap_or(0.0),
-                nvlink_group: nvlink.map(|g| g.max(0) as u32),
-                // A grant held by a workload we did not load (should not happen) still blocks the GPU.
-                holder: holder.map(|w| workload_index.get(&w).copied().unwrap_or(usize::MAX)),
+                state,
+                cpu_millis,
+                memory_mb,
+                cpu_millis_free: cpu_millis.saturating_sub(cpu_used.max(0) as u32),
+                memory_mb_free: memory_mb.saturating_sub(mem_used.max(0) as u64),
+                cost_per_hour: cost.unwrap_or(0.0),
+                cpu_util: util.unwrap_or(0.0),
                 simulated,
-            });
-        }
-        // GPUs are sorted by node name, as nodes are, so each node's GPUs are one contiguous run.
-        for (i, gpu) in gpus.iter().enumerate() {
-            let node = &mut nodes[gpu.node];
-            if node.gpu_count == 0 {
-                node.gpu_first = i;
+                gpu_first: 0,
+                gpu_count: 0,
             }
-            node.gpu_count += 1;
-        }
-        Ok(FleetView { now, settings, tenants, nodes, gpus, workloads })
+        })
+        .collect();
+    let node_index: HashMap<Uuid, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+
+    let workload_rows: Vec<WorkloadRow> = sqlx::query_as(
+        "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
+                memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
+                started_at, node_id, pending_reason, \
+                CASE WHEN state = 'pending' THEN 0 ELSE \
+                  (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
+                     AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') END AS preemptions_last_hour \
+         FROM workloads WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling') \
+         ORDER BY submitted_at, id",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let workloads: Vec<WorkloadEntry> = workload_rows
+        .into_iter()
+        .filter_map(|r| {
+            let tenant = *tenant_index.get(&r.tenant_id)?;
+            Some(WorkloadEntry {
+                id: r.id,
+                id_text: r.id.to_string(),
+                name: r.name,
+                tenant,
+                class: r.class,
+                state: r.state,
+                priority: r.priority,
+                gpu_count: r.gpu_count.max(0) as u32,
+                gpu_memory_mb: r.gpu_memory_mb.max(0) as u64,
+                gpu_models: r.gpu_models.join(","),
+                cpu_millis: r.cpu_millis.max(0) as u32,
+                memory_mb: r.memory_mb.max(0) as u64,
+                cpu_capable: r.cpu_capable,
+                preemptible: r.preemptible,
+                checkpointable: r.checkpointable,
+                expected_duration_s: r.expected_duration_s.unwrap_or(0).max(0) as u32,
+                submitted_at: r.submitted_at,
+                started_at: r.started_at,
+                node: r.node_id.and_then(|n| node_index.get(&n).copied()),
+                pending_reason: r.pending_reason,
+                preemptions_last_hour: r.preemptions_last_hour.max(0) as u32,
+            })
+        })
+        .collect();
+    let workload_index: HashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
+
+    let gpu_rows: Vec<GpuRow> = sqlx::query_as(
+        "SELECT g.id, g.node_id, g.device_index, g.model, g.memory_mb, g.memory_used_mb, g.util, \
+                    g.nvlink_group, g.simulated, gr.workload_id \
+             FROM gpus g JOIN nodes n ON n.id = g.node_id LEFT JOIN gpu_grants gr ON gr.gpu_id = g.id \
+             WHERE g.present AND n.state <> 'lost' ORDER BY n.name, g.device_index",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut gpus = Vec::with_capacity(gpu_rows.len());
+    for GpuRow(id, node_id, device_index, model, memory_mb, used, util, nvlink, simulated, holder) in gpu_rows {
+        let Some(&node) = node_index.get(&node_id) else {
+            continue;
+        };
+        gpus.push(GpuEntry {
+            id,
+            node,
+            device_index: device_index.max(0) as u32,
+            model,
+            memory_mb: memory_mb.max(0) as u64,
+            memory_used_mb: used.unwrap_or(0).max(0) as u64,
+            util: util.unwrap_or(0.0),
+            nvlink_group: nvlink.map(|g| g.max(0) as u32),
+            // A grant held by a workload we did not load (should not happen) still blocks the GPU.
+            holder: holder.map(|w| workload_index.get(&w).copied().unwrap_or(usize::MAX)),
+            simulated,
+        });
     }
+    // GPUs are sorted by node name, as nodes are, so each node's GPUs are one contiguous run.
+    for (i, gpu) in gpus.iter().enumerate() {
+        let node = &mut nodes[gpu.node];
+        if node.gpu_count == 0 {
+            node.gpu_first = i;
+        }
+        node.gpu_count += 1;
+    }
+    Ok(FleetView { now, settings, tenants, nodes, gpus, workloads })
 }
 
 #[derive(sqlx::FromRow)]
@@ -286,79 +193,4 @@ struct WorkloadRow {
     node_id: Option<Uuid>,
     pending_reason: Option<String>,
     preemptions_last_hour: i64,
-}
-
-/// A tenant's part of the fleet: what its own policy may see and use this cycle.
-#[derive(Debug)]
-pub struct TenantView {
-    pub view: FleetView,
-    /// Index in the tenant view → index in the full view.
-    pub workloads: Vec<usize>,
-    pub nodes: Vec<usize>,
-    pub gpus: Vec<usize>,
-}
-
-impl TenantView {
-    /// The tenant's index in its own view: the view holds that tenant alone.
-    pub const SCOPE_TENANT: usize = 0;
-}
-
-impl FleetView {
-    /// The part of the fleet a tenant's policy works in: the tenant's own workloads (no other
-    /// tenant's work is visible to it), the GPUs the platform granted it this cycle plus those its
-    /// running work holds, and the nodes those GPUs are on (or that it was given CPU placements on).
-    pub fn tenant_view(&self, tenant: usize, granted_gpus: &[usize], granted_nodes: &[usize]) -> TenantView {
-        let workloads: Vec<usize> = (0..self.workloads.len()).filter(|&w| self.workloads[w].tenant == tenant).collect();
-        let gpu_set: std::collections::BTreeSet<usize> = granted_gpus
-            .iter()
-            .copied()
-            .chain((0..self.gpus.len()).filter(|&g| self.gpus[g].holder.is_some_and(|h| workloads.contains(&h))))
-            .collect();
-        let node_set: std::collections::BTreeSet<usize> =
-            gpu_set.iter().map(|&g| self.gpus[g].node).chain(granted_nodes.iter().copied()).collect();
-        let nodes: Vec<usize> = node_set.into_iter().collect();
-        // GPUs grouped by node, in node order, so each node's GPUs stay one contiguous run.
-        let gpus: Vec<usize> =
-            nodes.iter().flat_map(|&n| gpu_set.iter().copied().filter(move |&g| self.gpus[g].node == n)).collect();
-        let node_pos = |n: usize| nodes.iter().position(|&x| x == n);
-        let workload_pos = |w: usize| workloads.iter().position(|&x| x == w);
-        let mut view = FleetView {
-            now: self.now,
-            settings: self.settings.clone(),
-            // Only this tenant: a tenant's policy (and a tenant's exported snapshot) never sees
-            // another tenant's name, guarantee, weight, tier or usage.
-            tenants: vec![self.tenants[tenant].clone()],
-            nodes: nodes.iter().map(|&n| NodeEntry { gpu_first: 0, gpu_count: 0, ..self.nodes[n].clone() }).collect(),
-            gpus: gpus
-                .iter()
-                .filter_map(|&g| {
-                    let gpu = &self.gpus[g];
-                    Some(GpuEntry {
-                        node: node_pos(gpu.node)?,
-                        holder: gpu.holder.and_then(workload_pos),
-                        ..gpu.clone()
-                    })
-                })
-                .collect(),
-            workloads: workloads
-                .iter()
-                .map(|&w| {
-                    let entry = &self.workloads[w];
-                    WorkloadEntry {
-                        node: entry.node.and_then(node_pos),
-                        tenant: TenantView::SCOPE_TENANT,
-                        ..entry.clone()
-                    }
-                })
-                .collect(),
-        };
-        for (i, gpu) in view.gpus.iter().enumerate() {
-            let node = &mut view.nodes[gpu.node];
-            if node.gpu_count == 0 {
-                node.gpu_first = i;
-            }
-            node.gpu_count += 1;
-        }
-        TenantView { view, workloads, nodes, gpus }
-    }
 }

@@ -12,12 +12,8 @@ use crate::scheduler::fleet_view::FleetView;
 use crate::scheduler::leader::{Leadership, LeaseError};
 use crate::workloads::transitions;
 
-/// Which policy decided, for the record.
-#[derive(Debug, Clone)]
-pub struct Decider {
-    pub policy_version_id: Option<Uuid>,
-    pub policy_name: String,
-}
+/// Which policy decided, for the record (the core's).
+pub use airtime_scheduler::cycle::Decider;
 
 #[derive(Debug, Clone)]
 pub struct CycleOutcome {

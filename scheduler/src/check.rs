@@ -1,12 +1,22 @@
 //! The host's check of every decision a policy returns, before anything is applied. A policy is
 //! untrusted code: it may name a workload outside its scope, a GPU that is busy or on another node,
-//! the same GPU twice, or a node that cannot fit the work. Each such decision is refused with the
-//! precise reason, and the rest of the cycle goes on.
+//! the same GPU twice, a node that cannot fit the work, more GPUs than its tenant may hold, or a
+//! preemption the platform's rules protect against. Each such decision is refused with the precise
+//! reason, and the rest of the cycle goes on.
+//!
+//! One implementation: the structural rules are the SDK's own [`Checker`] (what a policy's unit
+//! tests apply through `airtime_policy_sdk::check::check_decisions`), run on the same ABI snapshot
+//! the policy read; the host adds its rules through [`Checker::check_with`] — scope, quota and the
+//! preemption settings. The control plane's cycle, the simulator and a policy's tests therefore
+//! refuse exactly the same decisions.
 
-use std::collections::HashSet;
+use std::borrow::Cow;
 
-use crate::model::{NodeState, WorkloadState};
-use crate::scheduler::fleet_view::FleetView;
+use airtime_policy_sdk::abi;
+use airtime_policy_sdk::check::Checker;
+
+use crate::fleet::FleetView;
+use crate::snapshot;
 
 /// A decision as the policy returned it, in snapshot indexes.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,98 +58,69 @@ pub struct Checked {
     pub refused: Vec<Refusal>,
 }
 
-/// Checks proposals in order; an earlier accepted placement's GPUs and CPU count as taken for later
-/// ones, so two placements can never share a GPU.
+/// Checks proposals in order; an earlier accepted placement's GPUs, CPU and memory count as taken
+/// for later ones, so two placements can never share a GPU.
 pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Checked {
+    let snapshot = snapshot::build(fleet, "", None);
+    let mut checker = Checker::new(&snapshot);
+    let mut held = fleet.held_gpus();
     let mut out = Checked::default();
-    let mut decided: HashSet<usize> = HashSet::new();
-    let mut taken_gpus: HashSet<usize> = HashSet::new();
-    let mut cpu_free: Vec<u64> = fleet.nodes.iter().map(|n| u64::from(n.cpu_millis_free)).collect();
-    let mut mem_free: Vec<u64> = fleet.nodes.iter().map(|n| n.memory_mb_free).collect();
-
     for proposal in proposals {
         let index = proposal.workload();
-        let Some(w) = fleet.workloads.get(index) else {
-            out.refused.push(Refusal {
-                workload: None,
-                reason: format!("names workload #{index}, but the snapshot has {}", fleet.workloads.len()),
-            });
-            continue;
-        };
-        let refuse = |why: String| Refusal { workload: Some(index), reason: why };
-        if let Scope::Tenant(t) = scope
+        let refuse = |reason: String| Refusal { workload: (index < fleet.workloads.len()).then_some(index), reason };
+        if let (Scope::Tenant(t), Some(w)) = (scope, fleet.workloads.get(index))
             && w.tenant != t
         {
-            out.refused.push(refuse(format!(
-                "workload {} belongs to tenant {}, outside this policy's scope",
-                w.id, fleet.tenants[w.tenant].name
-            )));
+            let owner = fleet.tenants.get(w.tenant).map_or("?", |t| t.name.as_str());
+            out.refused
+                .push(refuse(format!("workload {} belongs to tenant {owner}, outside this policy's scope", w.name)));
             continue;
         }
-        if !decided.insert(index) {
-            out.refused.push(refuse(format!("a second decision for workload {} in one cycle", w.id)));
-            continue;
+        let decision = decision(&proposal);
+        let verdict = checker.check_with(&decision, |_| match &proposal {
+            Proposal::Preempt { .. } => preemption_allowed(fleet, index),
+            Proposal::Place { gpus, .. } => within_quota(fleet, index, gpus.len(), &held),
+            Proposal::KeepPending { .. } => Ok(()),
+        });
+        match verdict {
+            Ok(()) => {
+                if let Proposal::Place { gpus, .. } = &proposal {
+                    held[fleet.workloads[index].tenant] += gpus.len() as u32;
+                }
+                out.accepted.push(proposal);
+            }
+            Err(reason) => out.refused.push(refuse(reason)),
         }
-        match &proposal {
-            Proposal::KeepPending { .. } => {
-                if w.state != WorkloadState::Pending {
-                    out.refused.push(refuse(format!(
-                        "keep pending for workload {}, which is {}",
-                        w.id,
-                        w.state.as_str()
-                    )));
-                    continue;
-                }
-            }
-            Proposal::Preempt { .. } => {
-                if !matches!(w.state, WorkloadState::Scheduled | WorkloadState::Running) {
-                    out.refused.push(refuse(format!("preempt workload {}, which is {}", w.id, w.state.as_str())));
-                    continue;
-                }
-                if !w.preemptible {
-                    out.refused.push(refuse(format!("preempt workload {}, which is not preemptible", w.id)));
-                    continue;
-                }
-                if let Err(why) = preemption_allowed(fleet, index) {
-                    out.refused.push(refuse(why));
-                    continue;
-                }
-            }
-            Proposal::Place { node, gpus, .. } => {
-                if w.state != WorkloadState::Pending {
-                    out.refused.push(refuse(format!("place workload {}, which is {}", w.id, w.state.as_str())));
-                    continue;
-                }
-                let Some(n) = fleet.nodes.get(*node) else {
-                    out.refused
-                        .push(refuse(format!("place on node #{node}, but the snapshot has {}", fleet.nodes.len())));
-                    continue;
-                };
-                if n.state != NodeState::Ready {
-                    out.refused.push(refuse(format!("place on node {}, which is {}", n.name, n.state.as_str())));
-                    continue;
-                }
-                if let Err(why) = check_gpus(fleet, index, *node, gpus, &taken_gpus) {
-                    out.refused.push(refuse(why));
-                    continue;
-                }
-                // A CPU placement needs the CPU alternative; a GPU placement its host share too.
-                let (cpu, mem) = (u64::from(w.cpu_millis), w.memory_mb);
-                if cpu > cpu_free[*node] || mem > mem_free[*node] {
-                    out.refused.push(refuse(format!(
-                        "node {} has {} millicores and {} MiB free; workload {} needs {cpu} and {mem}",
-                        n.name, cpu_free[*node], mem_free[*node], w.id
-                    )));
-                    continue;
-                }
-                cpu_free[*node] -= cpu;
-                mem_free[*node] -= mem;
-                taken_gpus.extend(gpus.iter().copied());
-            }
-        }
-        out.accepted.push(proposal);
     }
     out
+}
+
+/// The proposal as the ABI decision it came from (indexes past `u32` name nothing).
+fn decision(proposal: &Proposal) -> abi::Decision<'_> {
+    let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+    let (action, reason) = match proposal {
+        Proposal::Place { node, gpus, reason, .. } => {
+            (abi::Action::Place { node: index(*node), gpus: gpus.iter().map(|&g| index(g)).collect() }, reason)
+        }
+        Proposal::Preempt { reason, .. } => (abi::Action::Preempt, reason),
+        Proposal::KeepPending { reason, .. } => (abi::Action::KeepPending, reason),
+    };
+    abi::Decision { workload: index(proposal.workload()), action, reason: Cow::Borrowed(reason.as_str()) }
+}
+
+/// The quota rule no policy can override: a tenant that may not borrow holds at most its
+/// guaranteed GPUs.
+fn within_quota(fleet: &FleetView, workload: usize, gpus: usize, held: &[u32]) -> Result<(), String> {
+    let w = &fleet.workloads[workload];
+    let tenant = &fleet.tenants[w.tenant];
+    let holds = held[w.tenant];
+    if gpus > 0 && !tenant.may_borrow && u64::from(holds) + gpus as u64 > u64::from(tenant.guaranteed_gpus) {
+        return Err(format!(
+            "place: tenant {} may not borrow: it holds {holds} of its {} guaranteed GPUs and workload {} needs {gpus}",
+            tenant.name, tenant.guaranteed_gpus, w.name
+        ));
+    }
+    Ok(())
 }
 
 /// The platform's preemption rules, which no policy can override: minimum runtime, the cap on
@@ -148,80 +129,22 @@ pub fn preemption_allowed(fleet: &FleetView, workload: usize) -> Result<(), Stri
     let w = &fleet.workloads[workload];
     let rules = &fleet.settings;
     if rules.checkpointable_only && !w.checkpointable {
-        return Err(format!("preempt workload {}: only checkpointable work may be preempted", w.id));
+        return Err(format!("preempt: only checkpointable work may be preempted, and {} is not", w.name));
     }
     if let Some(started) = w.started_at {
         let ran = (fleet.now - started).num_seconds();
         if ran < i64::from(rules.min_runtime_s) {
             return Err(format!(
-                "preempt workload {}: it has run {ran} s of its protected {} s minimum runtime",
-                w.id, rules.min_runtime_s
+                "preempt: workload {} has run {ran} s of its protected {} s minimum runtime",
+                w.name, rules.min_runtime_s
             ));
         }
     }
     if w.preemptions_last_hour >= rules.max_preemptions_per_hour.max(0) as u32 {
         return Err(format!(
-            "preempt workload {}: already preempted {} times in the last hour (cap {})",
-            w.id, w.preemptions_last_hour, rules.max_preemptions_per_hour
+            "preempt: workload {} was already preempted {} times in the last hour (cap {})",
+            w.name, w.preemptions_last_hour, rules.max_preemptions_per_hour
         ));
-    }
-    Ok(())
-}
-
-fn check_gpus(
-    fleet: &FleetView,
-    workload: usize,
-    node: usize,
-    gpus: &[usize],
-    taken: &HashSet<usize>,
-) -> Result<(), String> {
-    let w = &fleet.workloads[workload];
-    let n = &fleet.nodes[node];
-    if gpus.is_empty() {
-        if w.gpu_count == 0 || w.cpu_capable {
-            return Ok(());
-        }
-        return Err(format!(
-            "CPU placement for workload {}, which needs {} GPUs and is not cpu_capable",
-            w.id, w.gpu_count
-        ));
-    }
-    if gpus.len() != w.gpu_count as usize {
-        return Err(format!(
-            "{} GPUs for workload {}, which needs exactly {} (a gang is all or nothing)",
-            gpus.len(),
-            w.id,
-            w.gpu_count
-        ));
-    }
-    let mut seen = HashSet::new();
-    for &g in gpus {
-        let Some(gpu) = fleet.gpus.get(g) else {
-            return Err(format!("GPU #{g} does not exist (the snapshot has {})", fleet.gpus.len()));
-        };
-        let label = format!("GPU {} of node {}", gpu.device_index, fleet.nodes[gpu.node].name);
-        if gpu.node != node {
-            return Err(format!("{label} is not on node {}", n.name));
-        }
-        if !seen.insert(g) {
-            return Err(format!("{label} is listed twice"));
-        }
-        if gpu.holder.is_some() {
-            return Err(format!("{label} is occupied"));
-        }
-        if taken.contains(&g) {
-            return Err(format!("{label} was already given to another workload this cycle"));
-        }
-        if !w.allows_model(&gpu.model) {
-            return Err(format!("{label} is a {}, not one of the allowed models ({})", gpu.model, w.gpu_models));
-        }
-        let free = gpu.memory_mb.saturating_sub(gpu.memory_used_mb);
-        if free < w.gpu_memory_mb {
-            return Err(format!(
-                "{label} has {free} MiB free of {} MiB; workload {} needs {} MiB",
-                gpu.memory_mb, w.id, w.gpu_memory_mb
-            ));
-        }
     }
     Ok(())
 }
@@ -229,8 +152,8 @@ fn check_gpus(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::WorkloadClass;
-    use crate::scheduler::fleet_view::{GpuEntry, NodeEntry, TenantEntry, TenantView, WorkloadEntry};
+    use crate::fleet::{GpuEntry, NodeEntry, TenantEntry, TenantView, WorkloadEntry};
+    use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
     use uuid::Uuid;
 
     fn fleet() -> FleetView {
@@ -328,22 +251,22 @@ mod tests {
     #[test]
     fn each_unsound_decision_is_refused_with_its_reason() {
         let cases: Vec<(Vec<Proposal>, Scope, &str)> = vec![
-            (vec![place(0, 0, &[0]), place(1, 0, &[0])], Scope::Platform, "already given"),
-            (vec![place(0, 1, &[2])], Scope::Platform, "occupied"),
-            (vec![place(0, 0, &[2])], Scope::Platform, "not on node"),
-            (vec![place(0, 0, &[9])], Scope::Platform, "does not exist"),
-            (vec![place(2, 0, &[0])], Scope::Platform, "exactly 2"),
+            (vec![place(0, 0, &[0]), place(1, 0, &[0])], Scope::Platform, "taken by an earlier decision"),
+            (vec![place(0, 1, &[2])], Scope::Platform, "is held by"),
+            (vec![place(0, 0, &[2])], Scope::Platform, "is on node n2, not n1"),
+            (vec![place(0, 0, &[9])], Scope::Platform, "no GPU 9"),
+            (vec![place(2, 0, &[0])], Scope::Platform, "needs 2 GPUs, 1 were given"),
             (vec![place(2, 0, &[0, 0])], Scope::Platform, "listed twice"),
             (vec![place(3, 0, &[0])], Scope::Platform, "running"),
             (vec![place(9, 0, &[0])], Scope::Platform, "snapshot has 4"),
-            (vec![place(0, 7, &[0])], Scope::Platform, "node #7"),
+            (vec![place(0, 7, &[0])], Scope::Platform, "no node 7"),
             (vec![place(2, 0, &[0, 1])], Scope::Tenant(0), "outside this policy's scope"),
-            (vec![place(0, 0, &[])], Scope::Platform, "not cpu_capable"),
+            (vec![place(0, 0, &[])], Scope::Platform, "cannot run on CPU"),
             (vec![Proposal::Preempt { workload: 3, reason: String::new() }], Scope::Platform, "not preemptible"),
             (
                 vec![place(0, 0, &[0]), Proposal::KeepPending { workload: 0, reason: String::new() }],
                 Scope::Platform,
-                "second decision",
+                "already has a decision",
             ),
         ];
         for (proposals, scope, expected) in cases {
@@ -397,5 +320,66 @@ mod tests {
         f.gpus[0].memory_used_mb = 50000;
         let checked = check(&f, Scope::Platform, vec![place(0, 0, &[0])]);
         assert!(checked.refused[0].reason.contains("31920 MiB free"), "{:?}", checked.refused);
+    }
+
+    #[test]
+    fn a_tenant_that_may_not_borrow_holds_at_most_its_guarantee() {
+        let mut f = fleet();
+        f.tenants[0].may_borrow = false;
+        f.tenants[0].guaranteed_gpus = 1;
+        let checked = check(&f, Scope::Platform, vec![place(0, 0, &[0]), place(1, 0, &[1])]);
+        assert_eq!(checked.accepted, vec![place(0, 0, &[0])]);
+        assert!(
+            checked.refused[0].reason.contains("may not borrow: it holds 1 of its 1 guaranteed GPUs"),
+            "{checked:?}"
+        );
+        // The refused placement's GPU stays free for others.
+        let checked = check(&f, Scope::Platform, vec![place(0, 0, &[0]), place(1, 0, &[1]), place(2, 0, &[1, 1])]);
+        assert_eq!(checked.accepted.len(), 1);
+        let checked = check(&f, Scope::Platform, vec![place(1, 0, &[1]), place(0, 0, &[1])]);
+        assert_eq!(checked.accepted, vec![place(1, 0, &[1])], "the first placement took the one allowed GPU");
+    }
+
+    /// The host's structural rules are the SDK's: on every decision a policy's own tests accept or
+    /// refuse, the host agrees (where its own rules — scope, quota, preemption settings — allow).
+    #[test]
+    fn the_host_refuses_exactly_what_a_policys_tests_refuse() {
+        let f = fleet();
+        let candidates = [
+            place(0, 0, &[0]),
+            place(0, 0, &[1]),
+            place(1, 0, &[0]),
+            place(1, 0, &[1]),
+            place(2, 0, &[0, 1]),
+            place(2, 1, &[2]),
+            place(0, 1, &[]),
+            place(3, 0, &[0]),
+            place(0, 5, &[0]),
+            place(7, 0, &[0]),
+            Proposal::Preempt { workload: 3, reason: String::new() },
+            Proposal::KeepPending { workload: 1, reason: String::new() },
+            Proposal::KeepPending { workload: 3, reason: String::new() },
+        ];
+        // Every ordered pair and triple of candidates, as one policy output each.
+        let mut outputs: Vec<Vec<Proposal>> = Vec::new();
+        for a in &candidates {
+            for b in &candidates {
+                outputs.push(vec![a.clone(), b.clone()]);
+                for c in candidates.iter().step_by(3) {
+                    outputs.push(vec![a.clone(), b.clone(), c.clone()]);
+                }
+            }
+        }
+        let snapshot = snapshot::build(&f, "", None);
+        for output in outputs {
+            let decisions: Vec<abi::Decision<'_>> = output.iter().map(decision).collect();
+            let sdk: Vec<String> = airtime_policy_sdk::check::check_decisions(&snapshot, &decisions)
+                .into_iter()
+                .map(|p| p.problem)
+                .collect();
+            let host: Vec<String> =
+                check(&f, Scope::Platform, output.clone()).refused.into_iter().map(|r| r.reason).collect();
+            assert_eq!(host, sdk, "{output:?}");
+        }
     }
 }

@@ -1,9 +1,10 @@
-//! Encodes the cycle's `FleetView` into the policy ABI's snapshot, borrowing its strings.
+//! Encodes the cycle's `FleetView` into the policy ABI's snapshot, borrowing its strings, and
+//! turns a policy's decoded decisions into proposals for the check.
 
 use airtime_policy_sdk::abi;
 
-use crate::model::{NodeState, WorkloadClass, WorkloadState};
-use crate::scheduler::fleet_view::FleetView;
+use crate::fleet::FleetView;
+use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 
 fn u32_sat(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -129,8 +130,8 @@ fn settings(fleet: &FleetView) -> abi::Settings {
 }
 
 /// Turns the policy's decisions into proposals for the host's check.
-pub fn proposals(decisions: Vec<abi::Decision<'_>>) -> Vec<crate::scheduler::check::Proposal> {
-    use crate::scheduler::check::Proposal;
+pub fn proposals(decisions: Vec<abi::Decision<'_>>) -> Vec<crate::check::Proposal> {
+    use crate::check::Proposal;
     decisions
         .into_iter()
         .map(|d| {

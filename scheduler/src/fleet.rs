@@ -1,0 +1,196 @@
+//! The scheduler's picture of the world for one cycle: tenants, nodes with their GPUs and live
+//! telemetry, and every pending or placed workload. Positions in these vectors are the indexes the
+//! policy ABI speaks in. An adapter fills it: the control plane from PostgreSQL in one
+//! repeatable-read transaction, the simulator from its virtual fleet.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+pub use airtime_protocol::settings::PrioritySettings;
+use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
+
+#[derive(Debug, Clone)]
+pub struct TenantEntry {
+    pub id: Uuid,
+    pub name: String,
+    pub guaranteed_gpus: u32,
+    pub weight: u32,
+    pub tier: i32,
+    pub may_borrow: bool,
+    pub running_gpus: u32,
+    /// GPU-hours used, decayed with a half-life (fair share).
+    pub decayed_gpu_hours: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeEntry {
+    pub id: Uuid,
+    pub name: String,
+    pub state: NodeState,
+    pub cpu_millis: u32,
+    pub memory_mb: u64,
+    pub cpu_millis_free: u32,
+    pub memory_mb_free: u64,
+    pub cost_per_hour: f64,
+    pub cpu_util: f32,
+    pub simulated: bool,
+    pub gpu_first: usize,
+    pub gpu_count: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct GpuEntry {
+    pub id: Uuid,
+    pub node: usize,
+    pub device_index: u32,
+    pub model: String,
+    pub memory_mb: u64,
+    pub memory_used_mb: u64,
+    pub util: f32,
+    pub nvlink_group: Option<u32>,
+    pub holder: Option<usize>,
+    pub simulated: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkloadEntry {
+    pub id: Uuid,
+    pub id_text: String,
+    pub name: String,
+    pub tenant: usize,
+    pub class: WorkloadClass,
+    pub state: WorkloadState,
+    pub priority: i32,
+    pub gpu_count: u32,
+    pub gpu_memory_mb: u64,
+    /// Comma-separated, as the ABI carries it.
+    pub gpu_models: String,
+    pub cpu_millis: u32,
+    pub memory_mb: u64,
+    pub cpu_capable: bool,
+    pub preemptible: bool,
+    pub checkpointable: bool,
+    pub expected_duration_s: u32,
+    pub submitted_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub node: Option<usize>,
+    pub pending_reason: Option<String>,
+    /// Times it was preempted in the last hour (the cap in the priority settings).
+    pub preemptions_last_hour: u32,
+}
+
+impl WorkloadEntry {
+    /// The SDK's rule (`airtime_policy_sdk::model_allowed`): the host refuses exactly what a
+    /// policy's own tests refuse.
+    pub fn allows_model(&self, model: &str) -> bool {
+        airtime_policy_sdk::model_allowed(&self.gpu_models, model)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FleetView {
+    pub now: DateTime<Utc>,
+    pub settings: PrioritySettings,
+    pub tenants: Vec<TenantEntry>,
+    pub nodes: Vec<NodeEntry>,
+    pub gpus: Vec<GpuEntry>,
+    pub workloads: Vec<WorkloadEntry>,
+}
+
+impl FleetView {
+    pub fn pending_count(&self) -> usize {
+        self.workloads.iter().filter(|w| w.state == WorkloadState::Pending).count()
+    }
+
+    /// The tenants with pending work, in tenant order: the scopes whose own policy may decide this
+    /// cycle.
+    pub fn tenants_with_pending(&self) -> Vec<usize> {
+        let mut has = vec![false; self.tenants.len()];
+        for w in self.workloads.iter().filter(|w| w.state == WorkloadState::Pending) {
+            if let Some(slot) = has.get_mut(w.tenant) {
+                *slot = true;
+            }
+        }
+        (0..self.tenants.len()).filter(|&t| has[t]).collect()
+    }
+
+    /// GPUs each tenant holds now (grants of its placed work), by tenant index.
+    pub fn held_gpus(&self) -> Vec<u32> {
+        self.tenants.iter().map(|t| t.running_gpus).collect()
+    }
+}
+
+/// A tenant's part of the fleet: what its own policy may see and use this cycle.
+#[derive(Debug)]
+pub struct TenantView {
+    pub view: FleetView,
+    /// Index in the tenant view → index in the full view.
+    pub workloads: Vec<usize>,
+    pub nodes: Vec<usize>,
+    pub gpus: Vec<usize>,
+}
+
+impl TenantView {
+    /// The tenant's index in its own view: the view holds that tenant alone.
+    pub const SCOPE_TENANT: usize = 0;
+}
+
+impl FleetView {
+    /// The part of the fleet a tenant's policy works in: the tenant's own workloads (no other
+    /// tenant's work is visible to it), the GPUs the platform granted it this cycle plus those its
+    /// running work holds, and the nodes those GPUs are on (or that it was given CPU placements on).
+    pub fn tenant_view(&self, tenant: usize, granted_gpus: &[usize], granted_nodes: &[usize]) -> TenantView {
+        let workloads: Vec<usize> = (0..self.workloads.len()).filter(|&w| self.workloads[w].tenant == tenant).collect();
+        let gpu_set: std::collections::BTreeSet<usize> = granted_gpus
+            .iter()
+            .copied()
+            .chain((0..self.gpus.len()).filter(|&g| self.gpus[g].holder.is_some_and(|h| workloads.contains(&h))))
+            .collect();
+        let node_set: std::collections::BTreeSet<usize> =
+            gpu_set.iter().map(|&g| self.gpus[g].node).chain(granted_nodes.iter().copied()).collect();
+        let nodes: Vec<usize> = node_set.into_iter().collect();
+        // GPUs grouped by node, in node order, so each node's GPUs stay one contiguous run.
+        let gpus: Vec<usize> =
+            nodes.iter().flat_map(|&n| gpu_set.iter().copied().filter(move |&g| self.gpus[g].node == n)).collect();
+        let node_pos = |n: usize| nodes.iter().position(|&x| x == n);
+        let workload_pos = |w: usize| workloads.iter().position(|&x| x == w);
+        let mut view = FleetView {
+            now: self.now,
+            settings: self.settings.clone(),
+            // Only this tenant: a tenant's policy (and a tenant's exported snapshot) never sees
+            // another tenant's name, guarantee, weight, tier or usage.
+            tenants: vec![self.tenants[tenant].clone()],
+            nodes: nodes.iter().map(|&n| NodeEntry { gpu_first: 0, gpu_count: 0, ..self.nodes[n].clone() }).collect(),
+            gpus: gpus
+                .iter()
+                .filter_map(|&g| {
+                    let gpu = &self.gpus[g];
+                    Some(GpuEntry {
+                        node: node_pos(gpu.node)?,
+                        holder: gpu.holder.and_then(workload_pos),
+                        ..gpu.clone()
+                    })
+                })
+                .collect(),
+            workloads: workloads
+                .iter()
+                .map(|&w| {
+                    let entry = &self.workloads[w];
+                    WorkloadEntry {
+                        node: entry.node.and_then(node_pos),
+                        tenant: TenantView::SCOPE_TENANT,
+                        ..entry.clone()
+                    }
+                })
+                .collect(),
+        };
+        for (i, gpu) in view.gpus.iter().enumerate() {
+            let node = &mut view.nodes[gpu.node];
+            if node.gpu_count == 0 {
+                node.gpu_first = i;
+            }
+            node.gpu_count += 1;
+        }
+        TenantView { view, workloads, nodes, gpus }
+    }
+}
