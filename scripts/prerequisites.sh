@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks what building and testing Airtime needs, installs what can be installed, and says exactly
-# what is missing otherwise. `--for-tests` also checks what only the tests need (a browser).
+# what is missing otherwise. `--for-tests` also checks what only the tests need (a browser, clang and lld).
 set -euo pipefail
 
 fail() { echo "airtime: $*" >&2; exit 1; }
@@ -33,4 +33,17 @@ if [ "${1:-}" = "--for-tests" ] && ! command -v chromedriver >/dev/null; then
   apt_install || { DEBIAN_FRONTEND=noninteractive apt-get update && apt_install; } \
     || fail "could not install chromium and chromium-driver with apt-get; $browser_hint"
   command -v chromedriver >/dev/null || fail "chromedriver is still missing after installing chromium-driver; $browser_hint"
+fi
+
+# The C policy's test builds policies/c-first-fit with clang's wasm32 target and wasm-ld (lld): needed
+# for tests only (without them that test says it is skipped).
+if [ "${1:-}" = "--for-tests" ] && { ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null; }; then
+  c_hint="install them with: apt-get install -y clang lld"
+  [ "$(id -u)" -eq 0 ] || fail "clang or wasm-ld is missing (the C policy's test builds a wasm32 module with them); $c_hint (as root)"
+  command -v apt-get >/dev/null || fail "clang or wasm-ld is missing and apt-get is not available; install clang and lld (Debian: $c_hint)"
+  echo "airtime: installing clang and lld (the C policy's test builds a wasm32 module with them)"
+  apt_install_c() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends clang lld; }
+  apt_install_c || { DEBIAN_FRONTEND=noninteractive apt-get update && apt_install_c; } \
+    || fail "could not install clang and lld with apt-get; $c_hint"
+  command -v wasm-ld >/dev/null || fail "wasm-ld is still missing after installing lld; $c_hint"
 fi

@@ -7,10 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use airtime_control_plane::scheduler::{self, fleet_view};
-use airtime_control_plane::{AppState, Config};
+use airtime_control_plane::scheduler::{self, Scheduler, SchedulerSettings, fleet_view};
 
 const NODES: usize = 1000;
 const GPUS_PER_NODE: usize = 8;
@@ -33,10 +32,15 @@ fn main() {
         let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
 
         let db = airtime_control_plane::db::connect(&url, 8).await.unwrap();
-        let secret = "bench-only signing key, long enough for HS256 use".to_owned();
-        let config =
-            Config::try_from_args(["airtime-control-plane", "--database-url", &url, "--jwt-secret", &secret]).unwrap();
-        let state = AppState::new(db.clone(), config).await.unwrap();
+        // The loop's own handles: no signing key, no API (the control plane's defaults).
+        let settings = SchedulerSettings {
+            tick: Duration::from_millis(1000),
+            leader_lease: Duration::from_millis(10_000),
+            cycle_budget: Duration::from_millis(1000),
+            usage_half_life_hours: 24.0,
+            policy_suspend_after: 3,
+        };
+        let state = Scheduler::standalone(db.clone(), settings).await.unwrap();
         assert!(state.leadership.try_acquire(&db).await.unwrap(), "the bench leads its own database");
         seed(&db).await;
 

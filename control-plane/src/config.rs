@@ -216,6 +216,25 @@ impl Config {
         Duration::from_millis(self.node_lost_after_ms)
     }
 
+    /// What the scheduling loop reads of the configuration.
+    pub fn scheduler_settings(&self) -> crate::scheduler::SchedulerSettings {
+        crate::scheduler::SchedulerSettings {
+            tick: self.tick(),
+            leader_lease: self.leader_lease(),
+            cycle_budget: Duration::from_millis(self.cycle_budget_ms),
+            usage_half_life_hours: self.usage_half_life_hours,
+            policy_suspend_after: self.policy_suspend_after,
+        }
+    }
+
+    /// What the fleet watch reads of the configuration.
+    pub fn liveness_settings(&self) -> crate::fleet::liveness::LivenessSettings {
+        crate::fleet::liveness::LivenessSettings {
+            node_lost_after: self.node_lost_after(),
+            telemetry_retention_hours: self.telemetry_retention_hours,
+        }
+    }
+
     /// The access-control settings.
     pub fn auth_settings(&self) -> crate::auth::AuthSettings {
         crate::auth::AuthSettings {

@@ -19,9 +19,11 @@ pub mod scheduler;
 pub mod server;
 pub mod settings;
 pub mod signals;
+pub mod state;
 pub mod tenancy;
 pub mod web;
 pub mod workloads;
 
 pub use config::Config;
-pub use server::{AppState, app, serve};
+pub use server::{app, serve};
+pub use state::AppState;

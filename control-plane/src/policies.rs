@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use airtime_policy_host::{CompiledPolicy, EvaluationRecord, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{
+    CompiledPolicy, EvaluationRecord, ParamsVerdict, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig,
+};
 use airtime_policy_sdk::abi;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -309,6 +311,28 @@ impl PolicyCatalog {
         })
         .await
         .unwrap_or_else(|_| failed(PolicyError::Internal { message: "the evaluation thread was lost".into() }))
+    }
+
+    /// Offers `params` to a version's own check (`airtime_validate_params`, ABI 1.1) in the tenants'
+    /// lane, bounded by the default limits: what an activation asks before it is written.
+    pub async fn validate_params(
+        &self,
+        db: &PgPool,
+        version_id: Uuid,
+        params: &serde_json::Value,
+    ) -> anyhow::Result<Result<ParamsVerdict, PolicyError>> {
+        let policy = self.load(db, version_id).await?;
+        let Ok(permit) = self.tenant_lane.clone().acquire_owned().await else {
+            anyhow::bail!("the control plane is shutting down");
+        };
+        let runtime = self.runtime.clone();
+        let text = params.to_string();
+        let verdict = tokio::task::spawn_blocking(move || {
+            let _held = permit;
+            runtime.validate_params(&policy.compiled, &text, &PolicyLimits::default())
+        })
+        .await?;
+        Ok(verdict)
     }
 
     /// Takes a compile slot for an upload by `owner`, or says when to come back.
@@ -748,6 +772,7 @@ fn check_params(params: &serde_json::Value) -> ApiResult<()> {
 /// with these parameters. Clears a suspension and the failure count.
 pub async fn activate(
     db: &PgPool,
+    catalog: &PolicyCatalog,
     policy_id: Uuid,
     version: Option<i32>,
     params: serde_json::Value,
@@ -757,6 +782,23 @@ pub async fn activate(
     let mut tx = db.begin().await?;
     let scope = scope_of(&mut tx, policy_id).await?;
     let version_id = version_id(&mut tx, policy_id, version).await?;
+    // The policy's own word on its parameters, before anything is written: a bad value is refused
+    // now with the policy's message, not three failed cycles later with a suspension.
+    match catalog.validate_params(db, version_id, &params).await? {
+        Ok(ParamsVerdict::Accepted | ParamsVerdict::NotChecked) => {}
+        Ok(ParamsVerdict::Refused(message)) => {
+            return Err(ApiError::unprocessable(
+                "invalid_params",
+                format!("the policy refused its parameters: {message}"),
+            ));
+        }
+        Err(error) => {
+            return Err(ApiError::unprocessable(
+                "invalid_params",
+                format!("the policy failed checking its parameters ({}): {error}", error.kind()),
+            ));
+        }
+    }
     let previous: Option<(Uuid,)> =
         sqlx::query_as("SELECT policy_version_id FROM policy_activations WHERE scope = $1 FOR UPDATE")
             .bind(&scope)
@@ -829,7 +871,12 @@ pub async fn deactivate(db: &PgPool, policy_id: Uuid, actor: &AuditActor) -> Api
 }
 
 /// Activates the version before the active one of this policy (its parameters kept).
-pub async fn rollback(db: &PgPool, policy_id: Uuid, actor: &AuditActor) -> ApiResult<PolicyView> {
+pub async fn rollback(
+    db: &PgPool,
+    catalog: &PolicyCatalog,
+    policy_id: Uuid,
+    actor: &AuditActor,
+) -> ApiResult<PolicyView> {
     let mut conn = db.acquire().await?;
     let scope = scope_of(&mut conn, policy_id).await?;
     let current: Option<(i32, serde_json::Value)> = sqlx::query_as(
@@ -855,7 +902,7 @@ pub async fn rollback(db: &PgPool, policy_id: Uuid, actor: &AuditActor) -> ApiRe
     let Some((previous,)) = previous else {
         return Err(ApiError::conflict("no_previous_version", format!("version {current} is the oldest version")));
     };
-    activate(db, policy_id, Some(previous), params, actor).await
+    activate(db, catalog, policy_id, Some(previous), params, actor).await
 }
 
 /// Deletes one version (or, with `version` None, the whole policy). An active or shadowed version

@@ -1,72 +1,21 @@
-//! Builds the router from an `AppState` (`app`) and runs the whole control plane (`serve`).
+//! Builds the router from an `AppState` (`app`) and runs the whole control plane (`serve`): the
+//! HTTP surface, the scheduling loop, the fleet watch and the signal relay.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRef};
+use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tower_http::compression::CompressionLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::auth::AuthContext;
 use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::policies::PolicyCatalog;
-use crate::scheduler::leader::Leadership;
-use crate::signals::{DesiredStateChanged, Outbox, SchedulerWake, Shutdown};
+use crate::signals::Shutdown;
+pub use crate::state::AppState;
 use crate::{api, fleet, scheduler, web};
-
-/// Everything a request handler or background task shares.
-#[derive(Clone)]
-pub struct AppState {
-    pub db: PgPool,
-    pub config: Arc<Config>,
-    pub wake: SchedulerWake,
-    pub desired: DesiredStateChanged,
-    /// What this replica tells the others (see `signals::relay`).
-    pub outbox: Arc<Outbox>,
-    pub metrics: Arc<Metrics>,
-    pub policies: Arc<PolicyCatalog>,
-    /// Authentication: signing keys, rate limits, login throttling.
-    pub auth: Arc<AuthContext>,
-    /// This replica's claim to lead the scheduling loop.
-    pub leadership: Arc<Leadership>,
-}
-
-impl FromRef<AppState> for Arc<AuthContext> {
-    fn from_ref(state: &AppState) -> Self {
-        state.auth.clone()
-    }
-}
-
-impl AppState {
-    pub async fn new(db: PgPool, config: Config) -> anyhow::Result<Self> {
-        let policies =
-            PolicyCatalog::new(config.policy_compiles, Duration::from_millis(config.policy_compile_timeout_ms))
-                .context("starting the policy runtime")?;
-        policies.install_builtins(&db).await.context("installing the built-in policies")?;
-        let secret = config.signing_secret()?;
-        let config_lease = config.leader_lease();
-        let outbox = Arc::new(Outbox::default());
-        let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;
-        Ok(Self {
-            auth,
-            db,
-            config: Arc::new(config),
-            wake: SchedulerWake::new(outbox.clone()),
-            desired: DesiredStateChanged::new(outbox.clone()),
-            outbox,
-            metrics: Arc::new(Metrics::default()),
-            policies: Arc::new(policies),
-            leadership: Arc::new(Leadership::new(config_lease)),
-        })
-    }
-}
 
 /// The whole HTTP surface: API, agent protocol, health, metrics and the dashboard.
 pub fn app(state: AppState) -> Router {
@@ -98,8 +47,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let state = AppState::new(db, config).await?;
 
     let shutdown = Shutdown::default();
-    let scheduler = tokio::spawn(scheduler::run_loop(state.clone(), shutdown.clone()));
-    let watch = tokio::spawn(fleet::liveness::run(state.clone(), shutdown.clone()));
+    let scheduler = tokio::spawn(scheduler::run_loop(state.scheduler(), shutdown.clone()));
+    let watch = tokio::spawn(fleet::liveness::run(state.liveness(), shutdown.clone()));
     let relay = tokio::spawn(crate::signals::relay(
         state.db.clone(),
         state.leadership.instance(),

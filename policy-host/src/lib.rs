@@ -59,7 +59,9 @@ mod runtime;
 
 pub use error::PolicyError;
 pub use limits::{PolicyLimits, RuntimeConfig};
-pub use runtime::{CompiledPolicy, Evaluation, EvaluationPhases, EvaluationRecord, PolicyLog, PolicyRuntime};
+pub use runtime::{
+    CompiledPolicy, Evaluation, EvaluationPhases, EvaluationRecord, ParamsVerdict, PolicyLog, PolicyRuntime,
+};
 
 /// The ABI version this host speaks.
 pub use airtime_policy_sdk::abi::ABI_VERSION;

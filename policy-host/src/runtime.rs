@@ -32,6 +32,8 @@ const EXPORT_MEMORY: &str = "memory";
 const EXPORT_ABI_VERSION: &str = "airtime_abi_version";
 const EXPORT_ALLOC: &str = "airtime_alloc";
 const EXPORT_EVALUATE: &str = "airtime_evaluate";
+/// Optional (ABI 1.1): the policy's own check of its parameters, at activation.
+const EXPORT_VALIDATE_PARAMS: &str = "airtime_validate_params";
 const IMPORT_MODULE: &str = "airtime";
 
 /// Runs policy modules. One per process; cheap to clone (an `Arc`), `Send` and `Sync`.
@@ -65,6 +67,19 @@ struct CompiledInner {
     module_len: usize,
     runtime_id: u64,
     pre: InstancePre<HostState>,
+    /// Exports `airtime_validate_params`.
+    validates_params: bool,
+}
+
+/// What a policy said of the parameters it was offered ([`PolicyRuntime::validate_params`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamsVerdict {
+    Accepted,
+    /// Refused, with the policy's message (cleaned and bounded like a failure's).
+    Refused(String),
+    /// The module exports no `airtime_validate_params`: it reads its parameters only when it
+    /// evaluates.
+    NotChecked,
 }
 
 /// One line a policy logged through `airtime.log`.
@@ -257,7 +272,7 @@ impl PolicyRuntime {
         let module = Module::new(&self.inner.engine, wasm)
             .map_err(|e| PolicyError::InvalidModule { message: format!("{e:#}") })?;
         check_imports(&module)?;
-        check_exports(&module)?;
+        let validates_params = check_exports(&module)?;
         check_resources(&module, &self.inner.config)?;
         let pre = self
             .inner
@@ -265,7 +280,13 @@ impl PolicyRuntime {
             .instantiate_pre(&module)
             .map_err(|e| PolicyError::Internal { message: format!("pre-instantiating a checked module: {e:#}") })?;
         let policy = CompiledPolicy {
-            inner: Arc::new(CompiledInner { sha256, module_len: wasm.len(), runtime_id: self.inner.id, pre }),
+            inner: Arc::new(CompiledInner {
+                sha256,
+                module_len: wasm.len(),
+                runtime_id: self.inner.id,
+                pre,
+                validates_params,
+            }),
         };
         self.probe(&policy)?;
         Ok(policy)
@@ -310,6 +331,62 @@ impl PolicyRuntime {
         limits: &PolicyLimits,
     ) -> Result<Evaluation, PolicyError> {
         self.evaluate_recorded(policy, snapshot_bytes, limits).into_result()
+    }
+
+    /// Offers `params` (the JSON an activation would hand the policy in every snapshot) to the
+    /// policy's `airtime_validate_params`, in a fresh instance bounded by `limits`: the host copies
+    /// the UTF-8 text into a buffer from `airtime_alloc` and calls the export with its pointer and
+    /// length; 0 accepts, `(ptr << 32) | len` refuses with the UTF-8 message there. Blocking.
+    pub fn validate_params(
+        &self,
+        policy: &CompiledPolicy,
+        params: &str,
+        limits: &PolicyLimits,
+    ) -> Result<ParamsVerdict, PolicyError> {
+        if policy.inner.runtime_id != self.inner.id {
+            return Err(PolicyError::Internal {
+                message: "the policy was compiled by another PolicyRuntime".to_owned(),
+            });
+        }
+        if !policy.inner.validates_params {
+            return Ok(ParamsVerdict::NotChecked);
+        }
+        limits.validate()?;
+        let mut store = self.store(limits);
+        let abi_error = |message: String| PolicyError::AbiViolation { message };
+        let internal = |what: &str, e: wasmtime::Error| PolicyError::Internal { message: format!("{what}: {e:#}") };
+        let len = i32::try_from(params.len())
+            .map_err(|_| PolicyError::Internal { message: format!("{} bytes of parameters", params.len()) })?;
+        let instance =
+            policy.inner.pre.instantiate(&mut store).map_err(|e| self.classify(e, &store, Phase::Instantiate))?;
+        let memory = instance
+            .get_memory(&mut store, EXPORT_MEMORY)
+            .ok_or_else(|| PolicyError::Internal { message: "checked module has no memory".to_owned() })?;
+        let alloc =
+            instance.get_typed_func::<i32, i32>(&mut store, EXPORT_ALLOC).map_err(|e| internal(EXPORT_ALLOC, e))?;
+        let validate = instance
+            .get_typed_func::<(i32, i32), i64>(&mut store, EXPORT_VALIDATE_PARAMS)
+            .map_err(|e| internal(EXPORT_VALIDATE_PARAMS, e))?;
+        let ptr = alloc.call(&mut store, len).map_err(|e| self.classify(e, &store, Phase::Call))?;
+        let start = ptr as u32 as usize;
+        let Some(target) = memory.data_mut(&mut store).get_mut(start..start + params.len()) else {
+            return Err(abi_error(format!("{EXPORT_ALLOC}({len}) returned {start:#x}, outside memory")));
+        };
+        target.copy_from_slice(params.as_bytes());
+        let packed = validate.call(&mut store, (ptr, len)).map_err(|e| self.classify(e, &store, Phase::Call))?;
+        if packed == 0 {
+            return Ok(ParamsVerdict::Accepted);
+        }
+        let (out_ptr, out_len) = ((packed as u64 >> 32) as usize, (packed as u64 & 0xFFFF_FFFF) as usize);
+        let data = memory.data(&store);
+        let Some(message) = data.get(out_ptr..out_ptr.saturating_add(out_len.min(64 * 1024))) else {
+            return Err(abi_error(format!(
+                "{EXPORT_VALIDATE_PARAMS} returned {out_len} bytes at {out_ptr:#x}, outside the {}-byte memory",
+                data.len()
+            )));
+        };
+        let message = text::clean_owned(String::from_utf8_lossy(message).into_owned(), text::MAX_FAILURE_CHARS);
+        Ok(ParamsVerdict::Refused(message))
     }
 
     /// Encodes `snapshot` and evaluates it.
@@ -759,7 +836,9 @@ fn check_imports(module: &Module) -> Result<(), PolicyError> {
     Ok(())
 }
 
-fn check_exports(module: &Module) -> Result<(), PolicyError> {
+/// Checks the required exports; returns whether the optional `airtime_validate_params` is there
+/// (with its type checked too).
+fn check_exports(module: &Module) -> Result<bool, PolicyError> {
     use ValType::{I32, I64};
     let find = |name: &str, expected: &str| {
         module
@@ -786,7 +865,15 @@ fn check_exports(module: &Module) -> Result<(), PolicyError> {
             return Err(PolicyError::WrongExportType { name: name.to_owned(), expected, found: describe(&ty) });
         }
     }
-    Ok(())
+    let Some(validate) = module.get_export(EXPORT_VALIDATE_PARAMS) else { return Ok(false) };
+    if !is_func(&validate, &[I32, I32], &[I64]) {
+        return Err(PolicyError::WrongExportType {
+            name: EXPORT_VALIDATE_PARAMS.to_owned(),
+            expected: signature(&[I32, I32], &[I64]),
+            found: describe(&validate),
+        });
+    }
+    Ok(true)
 }
 
 /// Refuses a module with more functions than the runtime compiles, before compiling anything:

@@ -18,6 +18,15 @@ use crate::plan::PlanError;
 /// are. Return `Err` to give up: the host records the message and keeps the previous state.
 pub trait Policy {
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure>;
+
+    /// Checks the parameters a platform team activates the policy with, before any cycle runs it
+    /// (exported as `airtime_validate_params`, ABI 1.1): an `Err` refuses the activation with its
+    /// message. Read them as [`evaluate`](Self::evaluate) does, so the two agree. The default
+    /// accepts everything.
+    fn validate_params(&self, params: &Params<'_>) -> Result<(), Failure> {
+        let _ = params;
+        Ok(())
+    }
 }
 
 /// A policy giving up, with the message the host records ("params.max_gpus: expected an unsigned
@@ -259,6 +268,11 @@ macro_rules! export_policy {
             #[unsafe(no_mangle)]
             pub extern "C" fn airtime_evaluate(ptr: i32, len: i32) -> i64 {
                 $crate::guest::exports::evaluate(&$policy, ptr, len)
+            }
+
+            #[unsafe(no_mangle)]
+            pub extern "C" fn airtime_validate_params(ptr: i32, len: i32) -> i64 {
+                $crate::guest::exports::validate_params(&$policy, ptr, len)
             }
         };
     };

@@ -109,6 +109,19 @@ async fn an_author_uploads_dry_runs_shadows_activates_and_rolls_back_a_policy() 
     let bad =
         api.post(&format!("/api/v1/policies/{id}/activate"), &json!({"version": 2, "params": [1, 2]})).await.unwrap();
     assert_eq!(bad.status, 422, "{}", bad.body);
+    // The policy's own check (its `airtime_validate_params` export) refuses a value it cannot read,
+    // with its own message, before anything is written.
+    let refused = api
+        .post(&format!("/api/v1/policies/{id}/activate"), &json!({"version": 2, "params": {"max_placements": -1}}))
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "invalid_params");
+    assert_eq!(
+        refused.body["error"]["message"],
+        "the policy refused its parameters: params.max_placements: expected an unsigned 32-bit integer, found -1"
+    );
+    assert_eq!(api.ok(&format!("/api/v1/policies/{id}")).await.unwrap()["active_params"]["max_placements"], 5);
     let rolled = api.created(&format!("/api/v1/policies/{id}/rollback"), &json!({})).await.unwrap();
     assert_eq!(rolled["active_version"], 1);
     assert_eq!(rolled["active_params"]["max_placements"], 5, "parameters survive a rollback");

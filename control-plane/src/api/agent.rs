@@ -19,7 +19,7 @@ use crate::auth::NodeCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::fleet::registry::{self, Registration, TelemetryReport};
 use crate::model::WorkloadState;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::workloads::transitions::{self, AgentEvent, EventOutcome};
 
 /// The longest an assignments long-poll waits before answering with the unchanged state.

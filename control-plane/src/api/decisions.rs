@@ -9,7 +9,7 @@ use crate::api::extract::Query;
 use crate::auth::Caller;
 use crate::error::ApiResult;
 use crate::scheduler::record::{self, DecisionFilter, DecisionView};
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list))

@@ -12,7 +12,7 @@ use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::fleet::{self, GpuView, NodeView};
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

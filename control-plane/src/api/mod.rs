@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The whole API, documented: `/api/v1/…` and the health routes. `split_for_parts` gives the axum
 /// router and the OpenAPI document, which therefore list exactly the same routes.

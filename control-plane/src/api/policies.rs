@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::policies::{self, FailureView, LogView, PolicyView, ShadowResultView, VetError};
 use crate::scheduler::{self, DryRun};
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn routes(config: &Config) -> OpenApiRouter<AppState> {
     let module_limit = DefaultBodyLimit::max(config.max_policy_bytes);
@@ -218,7 +218,8 @@ async fn activate(
     Json(req): Json<VersionRequest>,
 ) -> ApiResult<axum::Json<PolicyView>> {
     authorize(&state, &caller, id, Need::Manage).await?;
-    let view = policies::activate(&state.db, id, req.version, req.params, &AuditActor::from(&caller)).await?;
+    let view =
+        policies::activate(&state.db, &state.policies, id, req.version, req.params, &AuditActor::from(&caller)).await?;
     state.wake.wake();
     Ok(axum::Json(view))
 }
@@ -261,7 +262,7 @@ async fn rollback(
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<PolicyView>> {
     authorize(&state, &caller, id, Need::Manage).await?;
-    let view = policies::rollback(&state.db, id, &AuditActor::from(&caller)).await?;
+    let view = policies::rollback(&state.db, &state.policies, id, &AuditActor::from(&caller)).await?;
     state.wake.wake();
     Ok(axum::Json(view))
 }
@@ -391,7 +392,7 @@ async fn dry_run_version(
     .await?;
     let (version_id,) = version_id.ok_or(ApiError::NotFound("policy version"))?;
     let selected = state.policies.version(&state.db, version_id, req.params).await?;
-    Ok(axum::Json(scheduler::dry_run(&state, &selected).await?))
+    Ok(axum::Json(scheduler::dry_run(&state.scheduler(), &selected).await?))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -431,7 +432,7 @@ async fn dry_run_module(
         return Err(ApiError::bad_request("invalid_params", "params must be a JSON object"));
     }
     let selected = state.policies.compile_unstored(body.to_vec(), parsed.to_string()).await.map_err(refused)?;
-    Ok(axum::Json(scheduler::dry_run(&state, &selected).await?))
+    Ok(axum::Json(scheduler::dry_run(&state.scheduler(), &selected).await?))
 }
 
 /// The policy's failed evaluations, newest first.

@@ -11,7 +11,7 @@ use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::auth::audit::{self, AuditActor, Change};
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(read, write))

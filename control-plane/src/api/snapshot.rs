@@ -13,7 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::model::PLATFORM_SCOPE;
 use crate::scheduler::fleet_view::TenantView;
 use crate::scheduler::snapshot;
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(current))

@@ -11,7 +11,7 @@ use crate::api::extract::{Json, Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::workloads::{self, IdempotencyKey, SubmitWorkload, WorkloadDetail, WorkloadFilter, WorkloadView};
 
 pub fn routes() -> OpenApiRouter<AppState> {

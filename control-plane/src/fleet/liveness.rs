@@ -9,12 +9,30 @@
 
 use std::time::Duration;
 
-use crate::server::AppState;
-use crate::signals::Shutdown;
+use sqlx::PgPool;
+
+use crate::signals::{DesiredStateChanged, SchedulerWake, Shutdown};
 use crate::workloads::transitions;
 
-pub async fn run(state: AppState, shutdown: Shutdown) {
-    let period = (state.config.node_lost_after() / 4).max(Duration::from_millis(200));
+/// What the fleet watch reads of the configuration.
+#[derive(Debug, Clone)]
+pub struct LivenessSettings {
+    pub node_lost_after: Duration,
+    pub telemetry_retention_hours: u32,
+}
+
+/// The fleet watch's handles: the database, its settings, and the signals it sends when nodes are
+/// lost.
+#[derive(Clone)]
+pub struct Liveness {
+    pub db: PgPool,
+    pub settings: LivenessSettings,
+    pub wake: SchedulerWake,
+    pub desired: DesiredStateChanged,
+}
+
+pub async fn run(state: Liveness, shutdown: Shutdown) {
+    let period = (state.settings.node_lost_after / 4).max(Duration::from_millis(200));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_prune = tokio::time::Instant::now();
@@ -61,7 +79,7 @@ pub async fn run(state: AppState, shutdown: Shutdown) {
     }
 }
 
-async fn database_now(state: &AppState) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
+async fn database_now(state: &Liveness) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
     let (now,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&state.db).await?;
     Ok(now)
 }
@@ -69,8 +87,8 @@ async fn database_now(state: &AppState) -> sqlx::Result<chrono::DateTime<chrono:
 /// Marks nodes lost that have been silent for the timeout *while this control plane could hear
 /// them* (since `hearing_since`), and requeues their work, one transaction per node so a failure
 /// leaves nothing half-done.
-pub async fn mark_lost_nodes(state: &AppState, hearing_since: chrono::DateTime<chrono::Utc>) -> sqlx::Result<usize> {
-    let lost_after_ms = state.config.node_lost_after_ms as f64;
+pub async fn mark_lost_nodes(state: &Liveness, hearing_since: chrono::DateTime<chrono::Utc>) -> sqlx::Result<usize> {
+    let lost_after_ms = state.settings.node_lost_after.as_millis() as f64;
     let silent: Vec<(uuid::Uuid, String)> = sqlx::query_as(
         "SELECT id, name FROM nodes WHERE state <> 'lost' \
          AND greatest(last_seen_at, $2) < now() - make_interval(secs => $1 / 1000.0)",
@@ -100,8 +118,8 @@ pub async fn mark_lost_nodes(state: &AppState, hearing_since: chrono::DateTime<c
     Ok(silent.len())
 }
 
-async fn prune_telemetry(state: &AppState) -> sqlx::Result<()> {
-    let hours = f64::from(state.config.telemetry_retention_hours);
+async fn prune_telemetry(state: &Liveness) -> sqlx::Result<()> {
+    let hours = f64::from(state.settings.telemetry_retention_hours);
     sqlx::query("DELETE FROM node_telemetry WHERE at < now() - make_interval(hours => $1::int)")
         .bind(hours as i32)
         .execute(&state.db)

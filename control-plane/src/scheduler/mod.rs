@@ -14,7 +14,7 @@ pub mod usage;
 pub use airtime_scheduler::{check, snapshot};
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use airtime_scheduler::cycle::{self, Composed, Decided, Evaluated, Levels, PolicyHandle};
@@ -25,21 +25,65 @@ use crate::policies::{Lane, Selected};
 use crate::scheduler::check::{Proposal, Scope};
 use crate::scheduler::fleet_view::FleetView;
 use crate::scheduler::record::{CycleOutcome, CycleRecord};
-use crate::server::AppState;
 use crate::signals::Shutdown;
 use airtime_policy_host::PolicyLog;
 
 pub use airtime_scheduler::cycle::Decider;
+
+/// What the scheduling loop reads of the configuration.
+#[derive(Debug, Clone)]
+pub struct SchedulerSettings {
+    pub tick: Duration,
+    /// How long a leader's lease lasts unrenewed (see [`leader`]).
+    pub leader_lease: Duration,
+    /// How long tenant scopes' policies may take in one cycle.
+    pub cycle_budget: Duration,
+    pub usage_half_life_hours: f64,
+    /// Failures in a row that suspend a policy.
+    pub policy_suspend_after: u32,
+}
+
+/// The scheduling loop's handles, and nothing it does not use (no signing keys, no HTTP): what
+/// the control plane hands it, and what a benchmark builds.
+#[derive(Clone)]
+pub struct Scheduler {
+    pub db: sqlx::PgPool,
+    pub settings: SchedulerSettings,
+    pub wake: crate::signals::SchedulerWake,
+    pub desired: crate::signals::DesiredStateChanged,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub policies: Arc<crate::policies::PolicyCatalog>,
+    pub leadership: Arc<leader::Leadership>,
+}
+
+impl Scheduler {
+    /// A scheduling loop's handles on their own, for a benchmark or a tool: the built-in policies
+    /// installed, wake-ups heard in this process only, no API.
+    pub async fn standalone(db: sqlx::PgPool, settings: SchedulerSettings) -> anyhow::Result<Scheduler> {
+        let policies = crate::policies::PolicyCatalog::new(1, Duration::from_secs(60))?;
+        policies.install_builtins(&db).await.context("installing the built-in policies")?;
+        let outbox = Arc::new(crate::signals::Outbox::default());
+        Ok(Scheduler {
+            db,
+            wake: crate::signals::SchedulerWake::new(outbox.clone()),
+            desired: crate::signals::DesiredStateChanged::new(outbox),
+            metrics: Arc::default(),
+            policies: Arc::new(policies),
+            leadership: Arc::new(leader::Leadership::new(settings.leader_lease)),
+            settings,
+        })
+    }
+}
 
 /// Why an evaluation gave no usable decisions (with what the policy logged).
 pub type Failure = cycle::Failure<PolicyLog>;
 
 /// Runs the loop while this replica leads (see [`leader`]); stands by otherwise, taking over when
 /// the leader's lease lapses.
-pub async fn run_loop(state: AppState, shutdown: Shutdown) {
-    let mut ticker = tokio::time::interval(state.config.tick());
+pub async fn run_loop(state: Scheduler, shutdown: Shutdown) {
+    let mut ticker = tokio::time::interval(state.settings.tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let standby_poll = (state.config.leader_lease() / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
+    let standby_poll = (state.settings.leader_lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
     let mut standing_by = false;
     loop {
         if state.leadership.epoch().is_none() {
@@ -48,7 +92,7 @@ pub async fn run_loop(state: AppState, shutdown: Shutdown) {
                     standing_by = false;
                     tracing::info!(
                         epoch = state.leadership.epoch(),
-                        tick_ms = state.config.tick_ms,
+                        tick_ms = state.settings.tick.as_millis() as u64,
                         "leading the scheduling loop"
                     );
                 }
@@ -127,18 +171,14 @@ impl PolicyHandle for Selected {
 /// The core's evaluator in the control plane: the policy catalogue's lanes, and the cycle budget
 /// for tenant scopes (from when the first of them starts, shared by all).
 pub struct CatalogEvaluator<'a> {
-    state: &'a AppState,
+    state: &'a Scheduler,
     budget: Duration,
     tenant_deadline: OnceLock<tokio::time::Instant>,
 }
 
 impl<'a> CatalogEvaluator<'a> {
-    pub fn new(state: &'a AppState) -> Self {
-        CatalogEvaluator {
-            state,
-            budget: Duration::from_millis(state.config.cycle_budget_ms),
-            tenant_deadline: OnceLock::new(),
-        }
+    pub fn new(state: &'a Scheduler) -> Self {
+        CatalogEvaluator { state, budget: state.settings.cycle_budget, tenant_deadline: OnceLock::new() }
     }
 }
 
@@ -179,13 +219,13 @@ fn into_evaluated(record: airtime_policy_host::EvaluationRecord) -> Evaluated<Po
 }
 
 /// One cycle. Returns None when there was nothing to decide.
-pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option<CycleOutcome>> {
+pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Option<CycleOutcome>> {
     if state.leadership.epoch().is_none() {
         return Ok(None); // a standby decides nothing
     }
     let started_at = chrono::Utc::now();
     let clock = Instant::now();
-    usage::accrue(&state.db, state.config.usage_half_life_hours).await.context("accruing tenant usage")?;
+    usage::accrue(&state.db, state.settings.usage_half_life_hours).await.context("accruing tenant usage")?;
     let fleet = {
         let mut conn = state.db.acquire().await?;
         fleet_view::load(&mut conn).await.context("reading the fleet and the queue")?
@@ -262,7 +302,7 @@ pub async fn run_cycle(state: &AppState, trigger: &str) -> anyhow::Result<Option
 
 /// The cycle's policies: the platform scope's active one (the built-in when none is, or it cannot
 /// be loaded), the built-in fallback, and the own policy of every tenant with pending work.
-async fn levels(state: &AppState, fleet: &FleetView) -> anyhow::Result<Levels<Selected>> {
+async fn levels(state: &Scheduler, fleet: &FleetView) -> anyhow::Result<Levels<Selected>> {
     let fallback = state.policies.fallback(&state.db).await?;
     let platform = match state.policies.active(&state.db, PLATFORM_SCOPE).await {
         Ok(Some(active)) => active,
@@ -284,7 +324,7 @@ async fn levels(state: &AppState, fleet: &FleetView) -> anyhow::Result<Levels<Se
 /// Applies composed decisions in one transaction (see [`record::apply`]).
 #[allow(clippy::too_many_arguments)]
 async fn apply(
-    state: &AppState,
+    state: &Scheduler,
     fleet: &FleetView,
     composed: &Composed,
     decided: &Decided<Selected, PolicyLog>,
@@ -311,7 +351,7 @@ async fn apply(
 /// innocent scope is charged for it. Built-in policies are never culprits: if their decisions
 /// cannot be applied, the fault is not a policy's and the cycle fails.
 async fn isolate_culprits(
-    state: &AppState,
+    state: &Scheduler,
     fleet: &FleetView,
     decided: &Decided<Selected, PolicyLog>,
     started_at: chrono::DateTime<chrono::Utc>,
@@ -333,7 +373,7 @@ async fn isolate_culprits(
 }
 
 /// Records what happened to each evaluated policy, once the cycle has an id.
-async fn record_notes(state: &AppState, notes: cycle::Notes<Selected, PolicyLog>, cycle_id: i64) {
+async fn record_notes(state: &Scheduler, notes: cycle::Notes<Selected, PolicyLog>, cycle_id: i64) {
     for (selected, failure) in &notes.failures {
         match crate::policies::record_failure(
             &state.db,
@@ -341,7 +381,7 @@ async fn record_notes(state: &AppState, notes: cycle::Notes<Selected, PolicyLog>
             Some(cycle_id),
             failure.kind,
             &failure.message,
-            state.config.policy_suspend_after,
+            state.settings.policy_suspend_after,
         )
         .await
         {
@@ -377,7 +417,7 @@ pub struct DryRun {
     pub error: Option<String>,
 }
 
-pub async fn dry_run(state: &AppState, selected: &Selected) -> anyhow::Result<DryRun> {
+pub async fn dry_run(state: &Scheduler, selected: &Selected) -> anyhow::Result<DryRun> {
     let fleet = {
         let mut conn = state.db.acquire().await?;
         fleet_view::load(&mut conn).await?

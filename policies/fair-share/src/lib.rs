@@ -70,8 +70,12 @@ pub struct FairShare;
 airtime_policy_sdk::export_policy!(FairShare);
 
 impl Policy for FairShare {
+    fn validate_params(&self, params: &airtime_policy_sdk::params::Params<'_>) -> Result<(), Failure> {
+        Config::read(params).map(|_| ())
+    }
+
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
-        let config = Config::read(ctx)?;
+        let config = Config::read(ctx.params())?;
         let settings = snapshot.settings_or_default();
 
         // Each tenant's queue, in its own order; the tenants are then served by share.
@@ -140,9 +144,9 @@ struct Config {
 }
 
 impl Config {
-    fn read(ctx: &Context<'_>) -> Result<Self, Failure> {
+    fn read(params: &airtime_policy_sdk::params::Params<'_>) -> Result<Self, Failure> {
         let non_negative = |key: &str| -> Result<f64, Failure> {
-            let value: f64 = ctx.param_or(key, 1.0)?;
+            let value: f64 = params.get_or(key, 1.0)?;
             if value.is_finite() && value >= 0.0 {
                 Ok(value)
             } else {
@@ -152,7 +156,7 @@ impl Config {
         Ok(Config {
             usage_weight: non_negative("usage_weight")?,
             held_gpu_hours: non_negative("held_gpu_hours")?,
-            reclaim: ctx.param_or("reclaim", true)?,
+            reclaim: params.get_or("reclaim", true)?,
         })
     }
 }

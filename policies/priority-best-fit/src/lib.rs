@@ -42,10 +42,19 @@ airtime_policy_sdk::export_policy!(PriorityBestFit);
 /// failed cannot fit later in the same cycle.
 type Shape<'a> = (u32, u32, &'a str, u32, u32);
 
+/// The parameters, read the one way both evaluation and activation's check use:
+/// `max_placements` (per cycle, default unlimited) and `prefer_nvlink` (default true).
+fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<(u32, bool), Failure> {
+    Ok((params.get_or("max_placements", u32::MAX)?, params.get_or("prefer_nvlink", true)?))
+}
+
 impl Policy for PriorityBestFit {
+    fn validate_params(&self, params: &airtime_policy_sdk::params::Params<'_>) -> Result<(), Failure> {
+        read_params(params).map(|_| ())
+    }
+
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
-        let max_placements: u32 = ctx.param_or("max_placements", u32::MAX)?;
-        let prefer_nvlink: bool = ctx.param_or("prefer_nvlink", true)?;
+        let (max_placements, prefer_nvlink) = read_params(ctx.params())?;
         let settings = snapshot.settings_or_default();
 
         let mut order = snapshot.pending_by_priority();

@@ -8,6 +8,7 @@
 //! - `{"churn": n}`: `n` rounds of allocating, growing, shrinking, zero-allocating and freeing
 //!   blocks of many sizes, checking every live block's contents throughout (for the SDK's
 //!   allocator); logs "churn: … checked".
+//! - `{"refuse_params": "text"}`: its `airtime_validate_params` refuses the parameters with `text`.
 //! - otherwise: keeps every pending workload pending with a reason that echoes what the guest
 //!   decoded (name, tenant, shape, models, node count), so tests check the encoding end to end.
 
@@ -20,6 +21,14 @@ pub struct SdkProbe;
 airtime_policy_sdk::export_policy!(SdkProbe);
 
 impl Policy for SdkProbe {
+    /// `{"refuse_params": "text"}` refuses the parameters with `text`; anything else is accepted.
+    fn validate_params(&self, params: &airtime_policy_sdk::params::Params<'_>) -> Result<(), Failure> {
+        match params.get::<String>("refuse_params")? {
+            Some(text) => Err(Failure::new(text)),
+            None => Ok(()),
+        }
+    }
+
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
         if let Some(text) = ctx.params().get::<String>("panic")? {
             panic!("{text}");

@@ -19,11 +19,22 @@ pub struct Template;
 // Emits the module's exports when built for wasm32; a type check elsewhere.
 airtime_policy_sdk::export_policy!(Template);
 
+/// Reads the parameters the one way evaluation and activation both use.
+fn max_placements(params: &airtime_policy_sdk::params::Params<'_>) -> Result<u32, Failure> {
+    Ok(params.get_or("max_placements", u32::MAX)?)
+}
+
 impl Policy for Template {
+    /// Runs when a platform team activates the policy: a parameter of the wrong type refuses the
+    /// activation with this message, before any cycle runs the policy.
+    fn validate_params(&self, params: &airtime_policy_sdk::params::Params<'_>) -> Result<(), Failure> {
+        max_placements(params).map(|_| ())
+    }
+
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
         // Parameters come from the JSON the platform stores with the policy; a wrong type fails the
         // evaluation with a message naming the key (that is what `?` does here).
-        let max_placements: u32 = ctx.param_or("max_placements", u32::MAX)?;
+        let max_placements = max_placements(ctx.params())?;
 
         // The plan refuses to take a GPU twice or decide a workload twice.
         let mut plan = Plan::new(snapshot);

@@ -143,3 +143,25 @@ fn strings_cross_the_abi_intact() {
         ]
     );
 }
+
+#[test]
+fn a_policy_checks_its_parameters_before_it_is_activated() {
+    use airtime_policy_host::ParamsVerdict;
+    let limits = PolicyLimits::default();
+    let best_fit = runtime().compile(PRIORITY_BEST_FIT).expect("compiles");
+    assert_eq!(runtime().validate_params(&best_fit, r#"{"max_placements": 3}"#, &limits), Ok(ParamsVerdict::Accepted));
+    assert_eq!(
+        runtime().validate_params(&best_fit, r#"{"max_placements": -1}"#, &limits),
+        Ok(ParamsVerdict::Refused("params.max_placements: expected an unsigned 32-bit integer, found -1".into())),
+        "the same message an evaluation with these parameters fails with"
+    );
+    let probe = runtime().compile(SDK_PROBE).expect("compiles");
+    assert_eq!(
+        runtime().validate_params(&probe, r#"{"refuse_params": "no\u0000 GPUs"}"#, &limits),
+        Ok(ParamsVerdict::Refused("no\u{fffd} GPUs".into())),
+        "the refusal is cleaned like any guest text"
+    );
+    // A module without the optional export (hand-written WAT, ABI 1.0) is not asked.
+    let hand_written = crate::support::compile_wat("first_pending_on_gpu0");
+    assert_eq!(runtime().validate_params(&hand_written, "{}", &limits), Ok(ParamsVerdict::NotChecked));
+}

@@ -4,6 +4,7 @@
 
 mod adversarial;
 mod builtin;
+mod c_policy;
 mod hand_written;
 mod runtime;
 mod support;

@@ -64,6 +64,32 @@ pub fn alloc(len: i32) -> i32 {
     buffer.as_mut_ptr() as usize as i32
 }
 
+/// Body of `airtime_validate_params`: the UTF-8 parameters in the buffer from `airtime_alloc`,
+/// offered to [`Policy::validate_params`]; 0 accepts, `(ptr << 32) | len` refuses with a message.
+pub fn validate_params<P: Policy>(policy: &P, ptr: i32, len: i32) -> i64 {
+    install_panic_hook();
+    let buffer = std::mem::take(&mut *SNAPSHOT.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    if buffer.as_ptr() as usize as i32 != ptr || usize::try_from(len).ok() != Some(buffer.len()) {
+        fail(&format!(
+            "airtime_validate_params: called with {len} bytes at {ptr:#x}, but airtime_alloc handed out {} bytes",
+            buffer.len()
+        ));
+    }
+    let verdict = match std::str::from_utf8(&buffer) {
+        Ok(text) => policy.validate_params(&crate::params::Params::parse(text)),
+        Err(_) => Err(super::Failure::new("params: not UTF-8")),
+    };
+    match verdict {
+        Ok(()) => 0,
+        Err(failure) => {
+            // Read by the host right after we return; the instance is discarded after that.
+            let message: &'static mut str = failure.message().to_owned().leak();
+            let (out_ptr, out_len) = (message.as_ptr() as usize as u64, message.len() as u64);
+            ((out_ptr << 32) | out_len) as i64
+        }
+    }
+}
+
 /// Body of `airtime_evaluate`: decodes the snapshot in the buffer from `airtime_alloc`, runs the
 /// policy, and returns `(out_ptr << 32) | out_len` of the encoded decisions.
 pub fn evaluate<P: Policy>(policy: &P, ptr: i32, len: i32) -> i64 {

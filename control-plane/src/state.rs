@@ -1,0 +1,90 @@
+//! What request handlers and background tasks share: `AppState`, built once at start-up, and the
+//! narrow handles it hands the scheduling loop (`Scheduler`) and the fleet watch (`Liveness`), so
+//! neither needs signing keys or the HTTP surface. Handlers (`api/`) and domain modules depend on
+//! this module; `server.rs` depends on them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::FromRef;
+use sqlx::PgPool;
+
+use crate::auth::AuthContext;
+use crate::config::Config;
+use crate::fleet::liveness::Liveness;
+use crate::metrics::Metrics;
+use crate::policies::PolicyCatalog;
+use crate::scheduler::Scheduler;
+use crate::scheduler::leader::Leadership;
+use crate::signals::{DesiredStateChanged, Outbox, SchedulerWake};
+
+/// Everything a request handler or background task shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: PgPool,
+    pub config: Arc<Config>,
+    pub wake: SchedulerWake,
+    pub desired: DesiredStateChanged,
+    /// What this replica tells the others (see `signals::relay`).
+    pub outbox: Arc<Outbox>,
+    pub metrics: Arc<Metrics>,
+    pub policies: Arc<PolicyCatalog>,
+    /// Authentication: signing keys, rate limits, login throttling.
+    pub auth: Arc<AuthContext>,
+    /// This replica's claim to lead the scheduling loop.
+    pub leadership: Arc<Leadership>,
+}
+
+impl FromRef<AppState> for Arc<AuthContext> {
+    fn from_ref(state: &AppState) -> Self {
+        state.auth.clone()
+    }
+}
+
+impl AppState {
+    pub async fn new(db: PgPool, config: Config) -> anyhow::Result<Self> {
+        let policies =
+            PolicyCatalog::new(config.policy_compiles, Duration::from_millis(config.policy_compile_timeout_ms))
+                .context("starting the policy runtime")?;
+        policies.install_builtins(&db).await.context("installing the built-in policies")?;
+        let secret = config.signing_secret()?;
+        let config_lease = config.leader_lease();
+        let outbox = Arc::new(Outbox::default());
+        let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;
+        Ok(Self {
+            auth,
+            db,
+            config: Arc::new(config),
+            wake: SchedulerWake::new(outbox.clone()),
+            desired: DesiredStateChanged::new(outbox.clone()),
+            outbox,
+            metrics: Arc::new(Metrics::default()),
+            policies: Arc::new(policies),
+            leadership: Arc::new(Leadership::new(config_lease)),
+        })
+    }
+
+    /// The scheduling loop's handles, and nothing else it does not use.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler {
+            db: self.db.clone(),
+            settings: self.config.scheduler_settings(),
+            wake: self.wake.clone(),
+            desired: self.desired.clone(),
+            metrics: self.metrics.clone(),
+            policies: self.policies.clone(),
+            leadership: self.leadership.clone(),
+        }
+    }
+
+    /// The fleet watch's handles.
+    pub fn liveness(&self) -> Liveness {
+        Liveness {
+            db: self.db.clone(),
+            settings: self.config.liveness_settings(),
+            wake: self.wake.clone(),
+            desired: self.desired.clone(),
+        }
+    }
+}
