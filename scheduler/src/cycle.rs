@@ -64,6 +64,10 @@ pub trait Evaluator {
         lane: Lane,
         scope: Option<&str>,
     ) -> impl Future<Output = Evaluated<Self::Log>>;
+
+    /// The built-in that stands in for a failing platform policy. Asked for only when one fails,
+    /// so a healthy cycle neither reads nor compiles it.
+    fn fallback(&self) -> impl Future<Output = Result<Self::Policy, String>>;
 }
 
 /// Why an evaluation gave no usable decisions.
@@ -130,8 +134,6 @@ pub async fn evaluate<E: Evaluator>(
 pub struct Levels<P> {
     /// The platform scope's active policy (the built-in when none is active).
     pub platform: P,
-    /// The built-in that stands in for a failing platform policy.
-    pub fallback: P,
     /// Tenants (index in the fleet) with pending work and an active policy of their own.
     pub tenants: Vec<(usize, P)>,
 }
@@ -175,7 +177,6 @@ pub struct Composed {
 /// Both levels decided, checked, ready to compose.
 pub struct Decided<P, L> {
     platform: PlatformRun<P>,
-    fallback: P,
     tenants: Vec<TenantRun<P, L>>,
     pub notes: Notes<P, L>,
 }
@@ -187,9 +188,9 @@ pub async fn decide<E: Evaluator>(
     levels: Levels<E::Policy>,
 ) -> Result<Decided<E::Policy, E::Log>, BuiltinFailed> {
     let mut notes = Notes::default();
-    let platform = decide_platform(evaluator, fleet, &levels.platform, &levels.fallback, &mut notes).await?;
+    let platform = decide_platform(evaluator, fleet, &levels.platform, &mut notes).await?;
     let tenants = decide_tenants(evaluator, fleet, &platform.checked.accepted, levels.tenants, &mut notes).await;
-    Ok(Decided { platform, fallback: levels.fallback, tenants, notes })
+    Ok(Decided { platform, tenants, notes })
 }
 
 /// Evaluates the platform scope's policy; when it fails, notes why and decides with the built-in.
@@ -197,7 +198,6 @@ async fn decide_platform<E: Evaluator>(
     evaluator: &E,
     fleet: &FleetView,
     policy: &E::Policy,
-    fallback: &E::Policy,
     notes: &mut Notes<E::Policy, E::Log>,
 ) -> Result<PlatformRun<E::Policy>, BuiltinFailed> {
     let run = |policy: &E::Policy, proposals| PlatformRun {
@@ -216,14 +216,19 @@ async fn decide_platform<E: Evaluator>(
         }
         Err(failure) => {
             notes.failures.push((policy.clone(), failure));
+            let fallback = fallback(evaluator).await?;
             if fallback.version() == policy.version() {
                 // The built-in itself failed: nothing is decided this cycle, and it is recorded.
                 return Ok(run(policy, Vec::new()));
             }
-            let proposals = evaluate_fallback(evaluator, fleet, fallback, notes).await?;
-            Ok(run(fallback, proposals))
+            let proposals = evaluate_fallback(evaluator, fleet, &fallback, notes).await?;
+            Ok(run(&fallback, proposals))
         }
     }
+}
+
+async fn fallback<E: Evaluator>(evaluator: &E) -> Result<E::Policy, BuiltinFailed> {
+    evaluator.fallback().await.map_err(|message| BuiltinFailed { kind: "unavailable", message })
 }
 
 async fn evaluate_fallback<E: Evaluator>(
@@ -408,7 +413,7 @@ impl<P: PolicyHandle, L: Clone> Decided<P, L> {
             self.notes.failures.push((culprit.clone(), failure));
         }
         if excluded.contains(&self.platform.policy.version()) {
-            let fallback = self.fallback.clone();
+            let fallback = fallback(evaluator).await?;
             let proposals = evaluate_fallback(evaluator, fleet, &fallback, &mut self.notes).await?;
             self.platform = PlatformRun {
                 decider: Arc::new(Decider::of(&fallback)),

@@ -39,7 +39,7 @@ impl PolicyHandle for Module {
     }
 }
 
-struct Wasm(PolicyRuntime);
+struct Wasm(PolicyRuntime, Option<Module>);
 
 impl Evaluator for Wasm {
     type Policy = Module;
@@ -49,10 +49,17 @@ impl Evaluator for Wasm {
         let record = self.0.evaluate_recorded(&policy.compiled, &snapshot, &PolicyLimits::default());
         Evaluated { output: record.result.map_err(|e| (e.kind(), e.to_string())), logs: record.logs }
     }
+
+    async fn fallback(&self) -> Result<Module, String> {
+        self.1.clone().ok_or_else(|| "no built-in in this test".to_owned())
+    }
 }
 
+/// A runtime whose built-in fallback is priority-best-fit.
 fn wasm() -> Wasm {
-    Wasm(PolicyRuntime::new(RuntimeConfig::default()).expect("the runtime starts"))
+    let mut runtime = Wasm(PolicyRuntime::new(RuntimeConfig::default()).expect("the runtime starts"), None);
+    runtime.1 = Some(best_fit(&runtime));
+    runtime
 }
 
 fn module(runtime: &Wasm, name: &'static str, bytes: &[u8], params: &str, builtin: bool) -> Module {
@@ -168,7 +175,7 @@ fn a_tenant_policy_places_its_own_work_within_what_the_platform_granted() {
     let f = fleet();
     let platform = best_fit(&runtime);
     let own = module(&runtime, "a-own", airtime_builtin_policies::PRIORITY_BEST_FIT, "{}", false);
-    let levels = Levels { platform: platform.clone(), fallback: platform, tenants: vec![(0, own)] };
+    let levels = Levels { platform, tenants: vec![(0, own)] };
     let decided = block_on(cycle::decide(&runtime, &f, levels)).expect("decides");
     let composed = decided.compose(&f, &HashSet::new());
 
@@ -190,7 +197,7 @@ fn a_failing_platform_policy_gives_way_to_the_builtin_and_is_noted() {
     let f = fleet();
     let failing =
         module(&runtime, "probe", airtime_builtin_policies::SDK_PROBE, r#"{"fail": "no GPUs for you"}"#, false);
-    let levels = Levels { platform: failing, fallback: best_fit(&runtime), tenants: vec![] };
+    let levels = Levels { platform: failing, tenants: vec![] };
     let decided = block_on(cycle::decide(&runtime, &f, levels)).expect("decides");
 
     assert_eq!(decided.platform_policy().label(), "priority-best-fit v1");
@@ -217,7 +224,7 @@ fn a_tenant_policys_unsound_decision_is_refused_as_its_own_tests_would_refuse_it
     .expect("fixture");
     let hostile = module(&runtime, "b-own", &wat::parse_str(&wat).expect("parses"), "{}", false);
     let platform = best_fit(&runtime);
-    let levels = Levels { platform: platform.clone(), fallback: platform, tenants: vec![(1, hostile)] };
+    let levels = Levels { platform, tenants: vec![(1, hostile)] };
     let decided = block_on(cycle::decide(&runtime, &f, levels)).expect("decides");
     let composed = decided.compose(&f, &HashSet::new());
 
@@ -248,7 +255,7 @@ fn the_database_refusing_one_scope_gives_the_builtin_its_place() {
     let runtime = wasm();
     let f = fleet();
     let uploaded = module(&runtime, "platform-own", airtime_builtin_policies::PRIORITY_BEST_FIT, "{}", false);
-    let levels = Levels { platform: uploaded.clone(), fallback: best_fit(&runtime), tenants: vec![] };
+    let levels = Levels { platform: uploaded.clone(), tenants: vec![] };
     let mut decided = block_on(cycle::decide(&runtime, &f, levels)).expect("decides");
     assert_eq!(decided.uploaded().iter().map(|p| p.name).collect::<Vec<_>>(), vec!["platform-own"]);
 

@@ -212,6 +212,10 @@ impl cycle::Evaluator for CatalogEvaluator<'_> {
             }
         }
     }
+
+    async fn fallback(&self) -> Result<Selected, String> {
+        self.state.policies.fallback(&self.state.db).await.map_err(|err| format!("loading the built-in: {err:#}"))
+    }
 }
 
 fn into_evaluated(record: airtime_policy_host::EvaluationRecord) -> Evaluated<PolicyLog> {
@@ -301,15 +305,15 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
 }
 
 /// The cycle's policies: the platform scope's active one (the built-in when none is, or it cannot
-/// be loaded), the built-in fallback, and the own policy of every tenant with pending work.
+/// be loaded) and the own policy of every tenant with pending work. The built-in fallback is
+/// loaded only when a platform policy fails ([`CatalogEvaluator`]'s `fallback`).
 async fn levels(state: &Scheduler, fleet: &FleetView) -> anyhow::Result<Levels<Selected>> {
-    let fallback = state.policies.fallback(&state.db).await?;
     let platform = match state.policies.active(&state.db, PLATFORM_SCOPE).await {
         Ok(Some(active)) => active,
-        Ok(None) => fallback.clone(),
+        Ok(None) => state.policies.fallback(&state.db).await?,
         Err(err) => {
             tracing::error!(error = format!("{err:#}"), "loading the active platform policy; using the built-in");
-            fallback.clone()
+            state.policies.fallback(&state.db).await?
         }
     };
     let mut tenants = Vec::new();
@@ -318,7 +322,7 @@ async fn levels(state: &Scheduler, fleet: &FleetView) -> anyhow::Result<Levels<S
             tenants.push((tenant, own));
         }
     }
-    Ok(Levels { platform, fallback, tenants })
+    Ok(Levels { platform, tenants })
 }
 
 /// Applies composed decisions in one transaction (see [`record::apply`]).
