@@ -16,7 +16,10 @@ build: prerequisites  ## Build every binary (the policies are compiled to Wasm b
 demo: build  ## Run a local demo: control plane, an agent for this host, an agent with simulated GPUs
 	@scripts/demo.sh
 
-test: build  ## Run the whole test suite against the local PostgreSQL, then schemathesis on the API
+# `cargo test --workspace` builds every binary as well (the packages with binaries have integration
+# tests), with the same features as the tests: building them first with `cargo build` would compile
+# a second copy of the dependencies whose features the dev-dependencies widen.
+test: prerequisites  ## Run the whole test suite against the local PostgreSQL, then schemathesis on the API
 	@scripts/prerequisites.sh --for-tests
 	cargo test --workspace --no-fail-fast
 	scripts/api-fuzz.sh

@@ -2,7 +2,7 @@
 # Property-based tests of the whole API against its own served OpenAPI document (schemathesis from
 # PyPI, pinned), as a platform admin, with a fixed seed and a bounded number of examples per
 # operation. Fails on any 5xx or any answer that breaks the document's schema. `make test` runs it
-# after the cargo tests; the binaries are the ones `cargo build --workspace --bins` left.
+# after the cargo tests; the binaries are the ones `cargo test --workspace` left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

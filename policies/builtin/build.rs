@@ -27,6 +27,9 @@ const POLICIES: &[(&str, &str)] = &[
     ("cost-aware", "cost_aware"),
     ("airtime-policy-template", "airtime_policy_template"),
     ("airtime-sdk-probe", "airtime_sdk_probe"),
+    ("baseline-fifo", "baseline_fifo"),
+    ("baseline-static-partition", "baseline_static_partition"),
+    ("baseline-strict-priority", "baseline_strict_priority"),
 ];
 
 fn main() {

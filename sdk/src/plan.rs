@@ -178,6 +178,33 @@ impl<'s, 'a> Plan<'s, 'a> {
         Ok(())
     }
 
+    /// The first of `nodes` (in the order given; pass `snapshot.ready_nodes()`' indexes for the
+    /// snapshot's order) where `workload` fits now: the CPU and memory free, and — for GPU work — as
+    /// many free GPUs as it needs of an allowed model with the memory, the lowest-indexed ones.
+    /// What [`place`](Self::place) would accept, so first-fit policies need no index of their own.
+    pub fn first_fit(&self, workload: u32, nodes: impl IntoIterator<Item = u32>) -> Option<(u32, Vec<u32>)> {
+        let w = self.snapshot.workload(workload)?;
+        let need = w.gpu_need();
+        nodes.into_iter().find_map(|node| {
+            if self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
+                return None;
+            }
+            if need.count == 0 {
+                return Some((node, Vec::new()));
+            }
+            if self.free_gpu_count(node) < need.count {
+                return None;
+            }
+            let gpus: Vec<u32> = self
+                .free_gpus(node)
+                .filter(|(_, gpu)| need.fits(gpu))
+                .map(|(i, _)| i)
+                .take(need.count as usize)
+                .collect();
+            (gpus.len() == need.count as usize).then_some((node, gpus))
+        })
+    }
+
     /// Preempts `workload` (its GPUs stay taken for this cycle: they free up once it has stopped).
     /// Refused if it is not running or not preemptible, as the host would refuse it.
     pub fn preempt(&mut self, workload: u32, reason: impl Into<Cow<'a, str>>) -> Result<(), PlanError> {

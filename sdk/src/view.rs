@@ -203,6 +203,13 @@ impl<'a> Workload<'a> {
         GpuNeed { count: self.gpu_count, memory_mb: self.gpu_memory_mb, models: self.allowed_models().collect() }
     }
 
+    /// What it needs free on one node, in words, for reasons: "2 free GPUs with ≥ 1024 MiB, 1000
+    /// mCPU and 4096 MiB of host memory" (the host part alone for CPU work).
+    pub fn needs_in_words(&self) -> String {
+        let host = format!("{} mCPU and {} MiB of host memory", self.cpu_millis, self.memory_mb);
+        if self.needs_gpu() { format!("{}, {host}", self.gpu_need().describe("free")) } else { host }
+    }
+
     /// Milliseconds since it was submitted.
     pub fn waiting_ms(&self, now_ms: u64) -> u64 {
         now_ms.saturating_sub(self.submitted_ms)

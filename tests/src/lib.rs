@@ -2,8 +2,8 @@
 //! the real `airtime-control-plane` and `airtime-node-agent` binaries as child processes, and a
 //! small HTTP client that explains its failures.
 //!
-//! The binaries are the ones `cargo build --workspace --bins` leaves in the target directory (the
-//! test command in the README builds them first). `AIRTIME_BIN_DIR` points elsewhere.
+//! The binaries are the ones `cargo test --workspace` (or `cargo build --workspace --bins`) leaves
+//! in the target directory. `AIRTIME_BIN_DIR` points elsewhere.
 //!
 //! Access control: [`ControlPlane::start`] bootstraps a platform admin ([`ADMIN_EMAIL`]) with the
 //! binary's `--bootstrap-admin`, logs in, and [`ControlPlane::api`] acts as that admin;
@@ -80,7 +80,7 @@ pub fn bin(name: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(
         path.exists(),
-        "{} is missing: run `cargo build --workspace --bins` first (`make test` does)",
+        "{} is missing: run the workspace's tests (`cargo test --workspace`, as `make test` does) or `cargo build --workspace --bins` first",
         path.display()
     );
     path

@@ -111,12 +111,16 @@ fn only_the_policy_host_depends_on_wasmtime() {
 /// web framework, an async runtime or the Wasm engine (its adapters bring those).
 const NOT_UNDER_THE_CORE: [&str; 6] = ["sqlx", "tokio", "axum", "hyper", "wasmtime", "reqwest"];
 
-/// The names of every crate in a `cargo tree --prefix none` listing that the core must not hold.
-fn forbidden_under_the_core(tree: &str) -> Vec<String> {
+/// What the simulator may never pull in: it runs the core and the Wasm runtime, in virtual time,
+/// with no database, web framework or async runtime of its own.
+const NOT_UNDER_THE_SIMULATOR: [&str; 5] = ["sqlx", "tokio", "axum", "hyper", "reqwest"];
+
+/// The names of every crate in a `cargo tree --prefix none` listing that `forbidden` names.
+fn forbidden_in(tree: &str, forbidden: &[&str]) -> Vec<String> {
     let mut found: Vec<String> = tree
         .lines()
         .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| NOT_UNDER_THE_CORE.iter().any(|f| name == f || name.starts_with(&format!("{f}-"))))
+        .filter(|name| forbidden.iter().any(|f| name == f || name.starts_with(&format!("{f}-"))))
         .map(str::to_owned)
         .collect();
     found.sort();
@@ -124,22 +128,46 @@ fn forbidden_under_the_core(tree: &str) -> Vec<String> {
     found
 }
 
-#[test]
-fn the_scheduling_core_depends_on_no_database_runtime_or_engine() {
+fn forbidden_under_the_core(tree: &str) -> Vec<String> {
+    forbidden_in(tree, &NOT_UNDER_THE_CORE)
+}
+
+/// `cargo tree` of a package's normal dependencies, one crate per line.
+fn dependency_tree(package: &str) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
-        .args(["tree", "--offline", "-p", "airtime-scheduler", "-e", "normal", "--prefix", "none"])
+        .args(["tree", "--offline", "-p", package, "-e", "normal", "--prefix", "none"])
         .current_dir(root())
         .output()
         .expect("cargo tree runs");
     assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
-    let tree = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_scheduling_core_depends_on_no_database_runtime_or_engine() {
+    let tree = dependency_tree("airtime-scheduler");
     assert!(tree.contains("airtime-policy-sdk"), "the listing names the core's dependencies:\n{tree}");
     let found = forbidden_under_the_core(&tree);
     assert!(
         found.is_empty(),
         "the scheduling core (scheduler/) must not depend on {found:?}: the control plane and the simulator \
          are its adapters, and the simulator runs it in virtual time"
+    );
+}
+
+#[test]
+fn the_simulator_runs_the_core_without_a_database_or_an_async_runtime() {
+    let tree = dependency_tree("airtime-sim");
+    assert!(
+        tree.contains("airtime-scheduler") && tree.contains("airtime-policy-host"),
+        "the listing names the simulator's dependencies:\n{tree}"
+    );
+    let found = forbidden_in(&tree, &NOT_UNDER_THE_SIMULATOR);
+    assert!(
+        found.is_empty(),
+        "the simulator (sim/) must not depend on {found:?}: it replays in virtual time through the core and \
+         the policy runtime, and a dependency on the control plane's stack would let it grow rules of its own"
     );
 }
 

@@ -26,6 +26,24 @@ pub const TEMPLATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_po
 /// failure, allocation, logging). For the host's tests; not in [`ALL`].
 pub const SDK_PROBE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/airtime_sdk_probe.wasm"));
 
+/// `policies/baseline-fifo`: one queue in submission order, head-of-line blocking, no preemption.
+pub const BASELINE_FIFO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_fifo.wasm"));
+
+/// `policies/baseline-static-partition`: a dedicated inference pool and a training pool.
+pub const BASELINE_STATIC_PARTITION: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/baseline_static_partition.wasm"));
+
+/// `policies/baseline-strict-priority`: strict priority with preemption (Kueue's and Slurm's default).
+pub const BASELINE_STRICT_PRIORITY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_strict_priority.wasm"));
+
+/// What platform teams run today, written as ordinary policies: the simulator compares Airtime's
+/// policies against these (`airtime-sim`). Not in [`ALL`]: the control plane does not register them.
+pub const BASELINES: &[(&str, &[u8])] = &[
+    ("fifo", BASELINE_FIFO),
+    ("static-partition", BASELINE_STATIC_PARTITION),
+    ("strict-priority", BASELINE_STRICT_PRIORITY),
+];
+
 /// Every built-in policy: (name, module bytes).
 pub const ALL: &[(&str, &[u8])] = &[
     ("slo-first", SLO_FIRST),
@@ -40,7 +58,9 @@ mod tests {
 
     #[test]
     fn modules_are_core_wasm() {
-        for (name, bytes) in ALL.iter().chain([("template", TEMPLATE), ("sdk-probe", SDK_PROBE)].iter()) {
+        for (name, bytes) in
+            ALL.iter().chain(BASELINES).chain([("template", TEMPLATE), ("sdk-probe", SDK_PROBE)].iter())
+        {
             assert_eq!(bytes.get(..8), Some(&b"\0asm\x01\0\0\0"[..]), "{name} is a core wasm module");
         }
     }

@@ -59,20 +59,9 @@ impl Policy for Template {
                 }
                 continue;
             }
+            // The first ready node with the GPUs, CPU and memory free (`Plan::first_fit`).
             let need = workload.gpu_need();
-            let choice = snapshot.ready_nodes().find_map(|(node, _)| {
-                // A placement also needs the host CPU and memory the workload asks for.
-                if plan.cpu_free(node) < workload.cpu_millis || plan.memory_free(node) < workload.memory_mb {
-                    return None;
-                }
-                let gpus: Vec<u32> = plan
-                    .free_gpus(node)
-                    .filter(|(_, gpu)| need.fits(gpu))
-                    .map(|(i, _)| i)
-                    .take(need.count as usize)
-                    .collect();
-                (gpus.len() == need.count as usize).then_some((node, gpus))
-            });
+            let choice = plan.first_fit(index, snapshot.ready_nodes().map(|(n, _)| n));
             match choice {
                 Some((node, gpus)) => {
                     let reason = format!("first fit on {}", snapshot.nodes[node as usize].name);

@@ -1,0 +1,629 @@
+//! The replay: a trace on a fleet in virtual time, every scheduling cycle decided by the production
+//! core (`airtime_scheduler::cycle`: both policy levels, the host's checks, the preemption rules,
+//! the priority settings) with real Wasm policies.
+//!
+//! Events drive cycles as they drive the control plane's loop: an arrival, an end, a preempted
+//! workload stopping after its grace period, a node lost or back. A cycle runs when something
+//! changed and work is pending, no sooner than `min_cycle_interval_s` after the last; while work
+//! stays pending a retry cycle follows `retry_s` later (doubling, up to an hour, while cycles change
+//! nothing — the control plane's tick re-decides every second, which in virtual time would only
+//! repeat the same answer).
+//!
+//! What the engine models, stated: a placed workload starts at once (no image pull or agent
+//! latency); a preempted workload holds its GPUs for the grace period, then requeues — with its
+//! progress when checkpointable (it checkpointed on the signal), from the start otherwise (the run
+//! is counted as wasted); a lost node's work requeues the same way, its running attempt's progress
+//! lost unless checkpointable. A GPU a workload holds is busy in proportion to its `gpu_milli`
+//! (the trace's fraction: a fractional workload holds a whole GPU until GPU sharing lands).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::time::Instant;
+
+use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
+use airtime_scheduler::check::Proposal;
+use airtime_scheduler::cycle::{self, Levels};
+use airtime_scheduler::fleet::{FleetView, GpuEntry, NodeEntry, TenantEntry, WorkloadEntry};
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use rand::{Rng, SeedableRng};
+use uuid::Uuid;
+
+use crate::format::{FleetSpec, Trace, TraceWorkload};
+use crate::policy::{Catalog, SimPolicy};
+use crate::score::{Recorder, Scores};
+
+/// How the replay runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub min_cycle_interval_s: u64,
+    pub retry_s: u64,
+    /// Seconds between samples of the time series (0: the window / 240).
+    pub sample_s: u64,
+    /// Each workload's arrival is delayed by a uniform `0..jitter_s` drawn from the seed.
+    pub jitter_s: u64,
+    pub seed: u64,
+    /// The scored window, from 0 (0: up to the trace's last arrival).
+    pub window_s: u64,
+    /// Stop at this virtual time (0: the window, then as long again — at least the longest workload,
+    /// up to a day — for the queue to drain).
+    pub until_s: u64,
+    /// Half-life of the decayed usage fair-share weighs (the control plane's default: 24 h).
+    pub usage_half_life_hours: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            min_cycle_interval_s: 5,
+            retry_s: 60,
+            sample_s: 0,
+            jitter_s: 0,
+            seed: 1,
+            window_s: 0,
+            until_s: 0,
+            usage_half_life_hours: 24.0,
+        }
+    }
+}
+
+/// Virtual time 0 is this instant (a Monday, midnight UTC), so the night window and time of day
+/// in the priority settings apply as they would.
+pub fn epoch() -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp(1_767_571_200, 0).unwrap_or_default() // 2026-01-05T00:00:00Z
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Arrive(usize),
+    /// A realtime workload's demand ends, whatever it is doing.
+    Deadline(usize),
+    /// A running attempt finishes its work.
+    End {
+        job: usize,
+        attempt: u32,
+    },
+    /// A preempted attempt's grace period is over: it stops.
+    Stopped {
+        job: usize,
+        attempt: u32,
+    },
+    NodeDown {
+        node: usize,
+        for_s: Option<u64>,
+    },
+    NodeUp(usize),
+    Cycle,
+    Sample,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    NotYet,
+    Waiting,
+    Running,
+    Stopping,
+    Done,
+}
+
+pub(crate) struct Job {
+    pub spec: TraceWorkload,
+    pub tenant: usize,
+    id: Uuid,
+    id_text: String,
+    pub phase: Phase,
+    pub node: Option<usize>,
+    pub gpus: Vec<usize>,
+    /// When the current attempt started.
+    pub since: u64,
+    /// Compute still needed (non-realtime).
+    pub remaining_s: u64,
+    pub first_start: Option<u64>,
+    attempt: u32,
+    preemptions: Vec<u64>,
+    pub reason: Option<String>,
+}
+
+pub(crate) struct Node {
+    pub name: String,
+    pub state: NodeState,
+    pub cpu_millis: u32,
+    pub memory_mb: u64,
+    pub cpu_free: u32,
+    pub memory_free: u64,
+    pub cost_per_hour: f64,
+    pub gpu_first: usize,
+    pub gpu_count: usize,
+    id: Uuid,
+}
+
+pub(crate) struct Gpu {
+    pub node: usize,
+    index: u32,
+    pub model: String,
+    pub memory_mb: u64,
+    pub holder: Option<usize>,
+    /// Dollars per second this GPU costs (its node's price shared by its GPUs).
+    pub cost_per_s: f64,
+    id: Uuid,
+}
+
+pub(crate) struct Tenant {
+    pub name: String,
+    pub guaranteed_gpus: u32,
+    weight: u32,
+    tier: i32,
+    may_borrow: bool,
+    pub held: u32,
+    pub decayed_gpu_hours: f64,
+    id: Uuid,
+}
+
+/// The simulated world.
+pub(crate) struct World {
+    pub now: u64,
+    pub tenants: Vec<Tenant>,
+    pub nodes: Vec<Node>,
+    pub gpus: Vec<Gpu>,
+    pub jobs: Vec<Job>,
+    /// Jobs waiting, running or stopping, by index.
+    pub active: BTreeSet<usize>,
+    pub settings: airtime_protocol::settings::PrioritySettings,
+}
+
+impl World {
+    pub fn build(fleet: &FleetSpec, trace: &Trace, config: &Config) -> anyhow::Result<World> {
+        let tenants: Vec<Tenant> = fleet
+            .tenants
+            .iter()
+            .map(|t| Tenant {
+                name: t.name.clone(),
+                guaranteed_gpus: t.guaranteed_gpus,
+                weight: t.weight,
+                tier: t.tier,
+                may_borrow: t.may_borrow,
+                held: 0,
+                decayed_gpu_hours: 0.0,
+                id: Uuid::new_v4(),
+            })
+            .collect();
+        let mut nodes = Vec::new();
+        let mut gpus = Vec::new();
+        for kind in &fleet.node_types {
+            for n in 0..kind.count {
+                let node = nodes.len();
+                nodes.push(Node {
+                    name: format!("{}-{n}", kind.name),
+                    state: NodeState::Ready,
+                    cpu_millis: kind.cpu_millis,
+                    memory_mb: kind.memory_mb,
+                    cpu_free: kind.cpu_millis,
+                    memory_free: kind.memory_mb,
+                    cost_per_hour: kind.cost_per_hour,
+                    gpu_first: gpus.len(),
+                    gpu_count: kind.gpus as usize,
+                    id: Uuid::new_v4(),
+                });
+                for index in 0..kind.gpus {
+                    gpus.push(Gpu {
+                        node,
+                        index,
+                        model: kind.gpu_model.clone(),
+                        memory_mb: kind.gpu_memory_mb,
+                        holder: None,
+                        cost_per_s: kind.cost_per_hour / f64::from(kind.gpus) / 3600.0,
+                        id: Uuid::new_v4(),
+                    });
+                }
+            }
+        }
+        let tenant_index: HashMap<&str, usize> =
+            tenants.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed);
+        let mut jobs = Vec::with_capacity(trace.workloads.len());
+        let mut ids = HashSet::new();
+        for w in &trace.workloads {
+            let Some(&tenant) = tenant_index.get(w.tenant.as_str()) else {
+                bail!(
+                    "workload {}: tenant {} is not in the fleet (it has {})",
+                    w.id,
+                    w.tenant,
+                    fleet.tenants.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                );
+            };
+            if !ids.insert(w.id.as_str()) {
+                bail!("workload {} appears twice in the traces", w.id);
+            }
+            let mut spec = w.clone();
+            if config.jitter_s > 0 {
+                spec.arrive_s += rng.random_range(0..config.jitter_s);
+            }
+            let id = Uuid::from_u128(jobs.len() as u128 + 1);
+            jobs.push(Job {
+                remaining_s: spec.duration_s,
+                spec,
+                tenant,
+                id,
+                id_text: id.to_string(),
+                phase: Phase::NotYet,
+                node: None,
+                gpus: Vec::new(),
+                since: 0,
+                first_start: None,
+                attempt: 0,
+                preemptions: Vec::new(),
+                reason: None,
+            });
+        }
+        Ok(World { now: 0, tenants, nodes, gpus, jobs, active: BTreeSet::new(), settings: fleet.settings.clone() })
+    }
+
+    fn pending(&self) -> usize {
+        self.active.iter().filter(|&&j| self.jobs[j].phase == Phase::Waiting).count()
+    }
+
+    /// The fleet as the core sees it this cycle, and the job behind each of its workloads.
+    fn view(&self) -> (FleetView, Vec<usize>) {
+        let now = epoch() + chrono::Duration::seconds(self.now as i64);
+        let at = |s: u64| epoch() + chrono::Duration::seconds(s as i64);
+        let order: Vec<usize> = self.active.iter().copied().collect();
+        let position: HashMap<usize, usize> = order.iter().enumerate().map(|(i, &j)| (j, i)).collect();
+        let workloads = order
+            .iter()
+            .map(|&j| {
+                let job = &self.jobs[j];
+                let s = &job.spec;
+                let hour_ago = self.now.saturating_sub(3600);
+                WorkloadEntry {
+                    id: job.id,
+                    id_text: job.id_text.clone(),
+                    name: s.id.clone(),
+                    tenant: job.tenant,
+                    class: s.class,
+                    state: match job.phase {
+                        Phase::Running => WorkloadState::Running,
+                        Phase::Stopping => WorkloadState::Preempting,
+                        _ => WorkloadState::Pending,
+                    },
+                    priority: s.priority,
+                    gpu_count: s.gpus,
+                    gpu_memory_mb: s.gpu_memory_mb,
+                    gpu_models: s.gpu_models.join(","),
+                    cpu_millis: s.cpu_millis,
+                    memory_mb: s.memory_mb,
+                    cpu_capable: s.cpu_capable,
+                    preemptible: s.preemptible,
+                    checkpointable: s.checkpointable,
+                    expected_duration_s: u32::try_from(job.remaining_s).unwrap_or(u32::MAX),
+                    submitted_at: at(s.arrive_s),
+                    started_at: matches!(job.phase, Phase::Running | Phase::Stopping).then(|| at(job.since)),
+                    node: job.node,
+                    pending_reason: job.reason.clone(),
+                    preemptions_last_hour: job.preemptions.iter().filter(|&&p| p > hour_ago).count() as u32,
+                }
+            })
+            .collect();
+        let view = FleetView {
+            now,
+            settings: self.settings.clone(),
+            tenants: self
+                .tenants
+                .iter()
+                .map(|t| TenantEntry {
+                    id: t.id,
+                    name: t.name.clone(),
+                    guaranteed_gpus: t.guaranteed_gpus,
+                    weight: t.weight,
+                    tier: t.tier,
+                    may_borrow: t.may_borrow,
+                    running_gpus: t.held,
+                    decayed_gpu_hours: t.decayed_gpu_hours,
+                })
+                .collect(),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeEntry {
+                    id: n.id,
+                    name: n.name.clone(),
+                    state: n.state,
+                    cpu_millis: n.cpu_millis,
+                    memory_mb: n.memory_mb,
+                    cpu_millis_free: n.cpu_free,
+                    memory_mb_free: n.memory_free,
+                    cost_per_hour: n.cost_per_hour,
+                    cpu_util: if n.cpu_millis == 0 { 0.0 } else { 1.0 - n.cpu_free as f32 / n.cpu_millis as f32 },
+                    simulated: true,
+                    gpu_first: n.gpu_first,
+                    gpu_count: n.gpu_count,
+                })
+                .collect(),
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| {
+                    let holder = g.holder.map(|j| &self.jobs[j]);
+                    GpuEntry {
+                        id: g.id,
+                        node: g.node,
+                        device_index: g.index,
+                        model: g.model.clone(),
+                        memory_mb: g.memory_mb,
+                        memory_used_mb: holder.map_or(0, |j| {
+                            if j.spec.gpu_memory_mb > 0 {
+                                j.spec.gpu_memory_mb
+                            } else {
+                                g.memory_mb * u64::from(j.spec.gpu_milli) / 1000
+                            }
+                        }),
+                        util: holder.map_or(0.0, |j| j.spec.gpu_milli as f32 / 1000.0),
+                        nvlink_group: None,
+                        holder: g.holder.and_then(|j| position.get(&j).copied()),
+                        simulated: true,
+                    }
+                })
+                .collect(),
+            workloads,
+        };
+        (view, order)
+    }
+
+    fn release(&mut self, j: usize, rec: &mut Recorder) {
+        let job = &mut self.jobs[j];
+        if let Some(node) = job.node.take() {
+            let n = &mut self.nodes[node];
+            n.cpu_free += job.spec.cpu_millis;
+            n.memory_free += job.spec.memory_mb;
+        }
+        let gpus = std::mem::take(&mut job.gpus);
+        for &g in &gpus {
+            self.gpus[g].holder = None;
+        }
+        self.tenants[job.tenant].held -= gpus.len() as u32;
+        rec.released(&self.gpus, &gpus, job.spec.gpu_milli);
+    }
+}
+
+/// One policy's replay of a trace.
+pub fn run(
+    catalog: &Catalog,
+    fleet: &FleetSpec,
+    trace: &Trace,
+    platform: &SimPolicy,
+    tenant_policies: &[(usize, SimPolicy)],
+    config: &Config,
+) -> anyhow::Result<Scores> {
+    let mut world = World::build(fleet, trace, config)?;
+    // The scored window: what the trace offers arrives in it (its last arrival closes it), so
+    // every policy is measured over the same owned GPU-hours however long the tail runs.
+    let last_arrival =
+        world.jobs.iter().map(|j| j.spec.arrive_s).chain(trace.node_downs.iter().map(|d| d.at_s)).max().unwrap_or(0);
+    let span = if config.window_s > 0 { config.window_s } else { last_arrival.max(1) };
+    let longest = world.jobs.iter().map(|j| j.spec.duration_s).max().unwrap_or(0);
+    let until = if config.until_s > 0 { config.until_s } else { span + span.max(longest.min(86_400)) };
+    let sample_s = if config.sample_s > 0 { config.sample_s } else { (span / 240).max(60) };
+    let node_index: HashMap<&str, usize> = world.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+
+    let mut events: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |events: &mut BinaryHeap<Reverse<(u64, u64, Event)>>, at: u64, event: Event| {
+        seq += 1;
+        events.push(Reverse((at, seq, event)));
+    };
+    for (j, job) in world.jobs.iter().enumerate() {
+        push(&mut events, job.spec.arrive_s, Event::Arrive(j));
+    }
+    for down in &trace.node_downs {
+        let Some(&node) = node_index.get(down.node.as_str()) else {
+            bail!("node_down at {} s: no node {} in the fleet (nodes are named <node type>-<n>)", down.at_s, down.node);
+        };
+        push(&mut events, down.at_s, Event::NodeDown { node, for_s: down.for_s });
+    }
+    push(&mut events, 0, Event::Sample);
+
+    let mut rec = Recorder::new(&world, span, config.usage_half_life_hours);
+    let started = Instant::now();
+    let mut last_cycle: Option<u64> = None;
+    let mut cycle_at: Option<u64> = None;
+    let mut retry = config.retry_s.max(1);
+    let mut dirty = false;
+
+    while let Some(Reverse((t, _, _))) = events.peek().copied() {
+        if t > until {
+            break;
+        }
+        rec.advance(&mut world, t);
+        world.now = t;
+        while let Some(Reverse((at, _, event))) = events.peek().copied() {
+            if at != t {
+                break;
+            }
+            events.pop();
+            match event {
+                Event::Arrive(j) => {
+                    world.jobs[j].phase = Phase::Waiting;
+                    world.active.insert(j);
+                    if world.jobs[j].spec.class == WorkloadClass::RealtimeInference {
+                        let deadline = world.jobs[j].spec.arrive_s + world.jobs[j].spec.duration_s;
+                        push(&mut events, deadline, Event::Deadline(j));
+                    }
+                    dirty = true;
+                }
+                Event::Deadline(j) => {
+                    if matches!(world.jobs[j].phase, Phase::Running | Phase::Stopping) {
+                        rec.ran(&world.jobs[j], t);
+                        world.release(j, &mut rec);
+                    }
+                    world.jobs[j].phase = Phase::Done;
+                    world.active.remove(&j);
+                    rec.finished(&world.jobs[j], t);
+                    dirty = true;
+                }
+                Event::End { job: j, attempt } => {
+                    let job = &world.jobs[j];
+                    if job.attempt == attempt && matches!(job.phase, Phase::Running | Phase::Stopping) {
+                        rec.ran(job, t);
+                        rec.completed(job);
+                        world.release(j, &mut rec);
+                        world.jobs[j].phase = Phase::Done;
+                        world.active.remove(&j);
+                        rec.finished(&world.jobs[j], t);
+                        dirty = true;
+                    }
+                }
+                Event::Stopped { job: j, attempt } => {
+                    if world.jobs[j].attempt == attempt && world.jobs[j].phase == Phase::Stopping {
+                        requeue(&mut world, j, t, &mut rec);
+                        dirty = true;
+                    }
+                }
+                Event::NodeDown { node, for_s } => {
+                    world.nodes[node].state = NodeState::Lost;
+                    let on_node: Vec<usize> =
+                        world.active.iter().copied().filter(|&j| world.jobs[j].node == Some(node)).collect();
+                    for j in on_node {
+                        rec.lost_to_node(&world.jobs[j]);
+                        requeue(&mut world, j, t, &mut rec);
+                    }
+                    if let Some(for_s) = for_s {
+                        push(&mut events, t + for_s, Event::NodeUp(node));
+                    }
+                    dirty = true;
+                }
+                Event::NodeUp(node) => {
+                    world.nodes[node].state = NodeState::Ready;
+                    dirty = true;
+                }
+                Event::Cycle => {
+                    cycle_at = None;
+                    dirty = true;
+                }
+                Event::Sample => {
+                    rec.sample(&world);
+                    if t + sample_s <= span {
+                        push(&mut events, t + sample_s, Event::Sample);
+                    }
+                }
+            }
+        }
+        if !dirty || world.pending() == 0 {
+            continue;
+        }
+        let earliest = last_cycle.map_or(0, |c| c + config.min_cycle_interval_s);
+        if t < earliest {
+            if cycle_at.is_none_or(|c| c > earliest) {
+                cycle_at = Some(earliest);
+                push(&mut events, earliest, Event::Cycle);
+            }
+            continue;
+        }
+        let changed = decide_cycle(catalog, &mut world, platform, tenant_policies, &mut rec, &mut |at, event| {
+            push(&mut events, at, event)
+        })?;
+        last_cycle = Some(t);
+        dirty = false;
+        retry = if changed { config.retry_s.max(1) } else { (retry * 2).min(3600) };
+        if world.pending() > 0 && cycle_at.is_none() {
+            cycle_at = Some(t + retry);
+            push(&mut events, t + retry, Event::Cycle);
+        }
+    }
+    let end = until.min(span).max(world.now);
+    rec.advance(&mut world, end);
+    Ok(rec.finish(&world, &platform.name, config.seed, started.elapsed()))
+}
+
+/// A stopped or lost attempt goes back to the queue: with its progress when checkpointable.
+fn requeue(world: &mut World, j: usize, t: u64, rec: &mut Recorder) {
+    let ran = t.saturating_sub(world.jobs[j].since);
+    rec.ran(&world.jobs[j], t);
+    world.release(j, rec);
+    let job = &mut world.jobs[j];
+    if job.spec.checkpointable {
+        job.remaining_s = job.remaining_s.saturating_sub(ran).max(1);
+    } else if job.spec.class != WorkloadClass::RealtimeInference {
+        rec.wasted(job, ran);
+        job.remaining_s = job.spec.duration_s;
+    }
+    job.attempt += 1;
+    job.phase = Phase::Waiting;
+}
+
+/// One cycle through the core, applied to the world. Returns whether anything was placed or
+/// preempted.
+fn decide_cycle(
+    catalog: &Catalog,
+    world: &mut World,
+    platform: &SimPolicy,
+    tenant_policies: &[(usize, SimPolicy)],
+    rec: &mut Recorder,
+    schedule: &mut dyn FnMut(u64, Event),
+) -> anyhow::Result<bool> {
+    let began = Instant::now();
+    let (fleet, order) = world.view();
+    let with_pending = fleet.tenants_with_pending();
+    let levels = Levels {
+        platform: platform.clone(),
+        tenants: tenant_policies.iter().filter(|(t, _)| with_pending.contains(t)).cloned().collect(),
+    };
+    let decided =
+        futures::executor::block_on(cycle::decide(catalog, &fleet, levels)).context("the cycle had no decisions")?;
+    let composed = decided.compose(&fleet, &HashSet::new());
+    rec.cycle(composed.accepted.len(), composed.refused.len(), decided.notes.failures.len(), began.elapsed());
+    let now = world.now;
+    let mut changed = false;
+    for (refusal, _) in &composed.refused {
+        if let Some(w) = refusal.workload {
+            world.jobs[order[w]].reason = Some(refusal.reason.clone());
+        }
+    }
+    for (proposal, _) in composed.accepted {
+        match proposal {
+            Proposal::Place { workload, node, gpus, reason } => {
+                let j = order[workload];
+                let job = &mut world.jobs[j];
+                if job.phase != Phase::Waiting {
+                    continue;
+                }
+                job.phase = Phase::Running;
+                job.node = Some(node);
+                job.since = now;
+                job.first_start.get_or_insert(now);
+                job.reason = Some(reason);
+                job.gpus = gpus.clone();
+                let (cpu, memory, tenant, milli) =
+                    (job.spec.cpu_millis, job.spec.memory_mb, job.tenant, job.spec.gpu_milli);
+                if job.spec.class != WorkloadClass::RealtimeInference {
+                    schedule(now + job.remaining_s, Event::End { job: j, attempt: job.attempt });
+                }
+                let n = &mut world.nodes[node];
+                n.cpu_free = n.cpu_free.saturating_sub(cpu);
+                n.memory_free = n.memory_free.saturating_sub(memory);
+                for &g in &gpus {
+                    world.gpus[g].holder = Some(j);
+                }
+                world.tenants[tenant].held += gpus.len() as u32;
+                rec.placed(&world.jobs[j], &world.gpus, &gpus, milli);
+                changed = true;
+            }
+            Proposal::Preempt { workload, reason } => {
+                let j = order[workload];
+                let job = &mut world.jobs[j];
+                if job.phase != Phase::Running {
+                    continue;
+                }
+                job.phase = Phase::Stopping;
+                job.preemptions.push(now);
+                job.reason = Some(reason);
+                let grace = world.settings.grace_period_s.max(0) as u64;
+                schedule(now + grace, Event::Stopped { job: j, attempt: job.attempt });
+                rec.preempted();
+                changed = true;
+            }
+            Proposal::KeepPending { workload, reason } => {
+                world.jobs[order[workload]].reason = Some(reason);
+            }
+        }
+    }
+    Ok(changed)
+}

@@ -1,0 +1,73 @@
+//! Airtime's simulator (`docs/simulator.md`): replays a workload trace on a simulated fleet in
+//! virtual time through the production scheduling core — the second adapter of
+//! `airtime-scheduler`, beside the control plane's PostgreSQL one — with real Wasm policies in the
+//! production runtime, and scores what each policy makes of it.
+//!
+//! - [`format`]: the trace (JSON Lines) and fleet (JSON) formats, parsed strictly;
+//! - [`alibaba`], [`azure`], [`generate`]: the loaders of the real traces and a seeded generator,
+//!   each converting to those formats;
+//! - [`policy`]: policies compiled and evaluated by `airtime-policy-host`, through the core's
+//!   `Evaluator` trait;
+//! - [`engine`]: the event-driven replay; [`score`]: what it measures; [`report`]: the table, the
+//!   JSON and the plot.
+
+pub mod alibaba;
+pub mod azure;
+pub mod engine;
+pub mod format;
+pub mod generate;
+pub mod policy;
+pub mod report;
+pub mod score;
+
+use anyhow::Context;
+
+use crate::format::{FleetSpec, Trace};
+use crate::policy::{Catalog, SimPolicy};
+use crate::score::Scores;
+
+/// The traces merged into one (ids must stay unique; the replay checks).
+pub fn merge(traces: Vec<Trace>) -> Trace {
+    let mut all = Trace::default();
+    for t in traces {
+        all.workloads.extend(t.workloads);
+        all.node_downs.extend(t.node_downs);
+    }
+    all.workloads.sort_by(|a, b| a.arrive_s.cmp(&b.arrive_s).then_with(|| a.id.cmp(&b.id)));
+    all
+}
+
+/// The tenants' own policies the fleet names, compiled (level 2 of every run).
+pub fn tenant_policies(catalog: &Catalog, fleet: &FleetSpec) -> anyhow::Result<Vec<(usize, SimPolicy)>> {
+    fleet
+        .tenants
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.policy.as_ref().map(|p| (i, t, p)))
+        .map(|(i, t, p)| Ok((i, catalog.load(p).with_context(|| format!("tenant {}'s policy", t.name))?)))
+        .collect()
+}
+
+/// Every platform policy on every seed: the comparison's runs, in policy then seed order.
+pub fn compare(
+    catalog: &Catalog,
+    fleet: &FleetSpec,
+    trace: &Trace,
+    policies: &[SimPolicy],
+    seeds: &[u64],
+    config: &engine::Config,
+    mut progress: impl FnMut(&Scores),
+) -> anyhow::Result<Vec<Scores>> {
+    let tenants = tenant_policies(catalog, fleet)?;
+    let mut runs = Vec::new();
+    for policy in policies {
+        for &seed in seeds {
+            let config = engine::Config { seed, ..config.clone() };
+            let scores = engine::run(catalog, fleet, trace, policy, &tenants, &config)
+                .with_context(|| format!("replaying with {} (seed {seed})", policy.name))?;
+            progress(&scores);
+            runs.push(scores);
+        }
+    }
+    Ok(runs)
+}

@@ -1,0 +1,294 @@
+//! `airtime-sim`: convert real traces, generate synthetic ones, and replay them through the
+//! production scheduling core with every policy compared (`docs/simulator.md`).
+
+use std::path::PathBuf;
+
+use airtime_sim::format::{FleetSpec, Trace};
+use airtime_sim::policy::{self, Catalog};
+use airtime_sim::{alibaba, azure, engine, generate, report};
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "airtime-sim",
+    version,
+    about = "Replay workload traces through Airtime's scheduling core and compare policies"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a trace on a fleet with each policy and compare their scores.
+    Run(RunArgs),
+    /// Convert a real trace to the simulator's formats.
+    #[command(subcommand)]
+    Convert(Convert),
+    /// Write a synthetic fleet and trace from a seed.
+    Generate(GenerateArgs),
+    /// List the policies a run can name.
+    Policies,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The fleet (JSON).
+    #[arg(long)]
+    fleet: PathBuf,
+    /// A trace (JSON Lines); several are merged.
+    #[arg(long, required = true)]
+    trace: Vec<PathBuf>,
+    /// A platform policy: a built-in or baseline name or a .wasm path, optionally `=PARAMS` (JSON).
+    /// Repeat to compare; all built-ins and baselines when none is given.
+    #[arg(long = "policy")]
+    policies: Vec<String>,
+    /// Seeds (comma-separated): each delays every arrival by a uniform 0..--jitter-s of its own.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    seeds: Vec<u64>,
+    #[arg(long, default_value_t = 0)]
+    jitter_s: u64,
+    /// The least virtual time between two cycles.
+    #[arg(long, default_value_t = 5)]
+    min_cycle_interval_s: u64,
+    /// Virtual seconds before a retry cycle while work stays pending (doubling while nothing changes).
+    #[arg(long, default_value_t = 60)]
+    retry_s: u64,
+    /// Seconds between samples of the time series (default: the window / 240).
+    #[arg(long, default_value_t = 0)]
+    sample_s: u64,
+    /// The scored window in seconds from the start (default: up to the trace's last arrival).
+    #[arg(long, default_value_t = 0)]
+    window_s: u64,
+    /// Stop at this virtual time (default: the window, then as long again — at least the longest
+    /// workload, up to a day — for the queue to drain).
+    #[arg(long, default_value_t = 0)]
+    until_s: u64,
+    /// Write every run's scores and time series here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the utilisation plot (SVG) here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Convert {
+    /// Alibaba's cluster-trace-gpu-v2023 (openb): its node list as the fleet, its pods as the trace.
+    Alibaba {
+        /// The alibaba-openb-2023 folder.
+        #[arg(long, default_value = "../shared/traces/alibaba-openb-2023")]
+        dir: PathBuf,
+        /// The pod list (a variant such as openb_pod_list_gpushare40.csv).
+        #[arg(long, default_value = "openb_pod_list_default.csv")]
+        pods: String,
+        /// Arrival times divided by this (lifetimes kept), to make the pods contend.
+        #[arg(long, default_value_t = 1.0)]
+        compress: f64,
+        /// Start the replay at this second of the trace: pods gone by then are dropped, pods alive
+        /// then are there at 0 with the rest of their lifetime (the real pods arrive from day 115).
+        #[arg(long, default_value_t = 0)]
+        start_s: u64,
+        #[arg(long)]
+        max_pods: Option<usize>,
+        /// Only the first GPU nodes (pods no remaining node could hold are dropped).
+        #[arg(long)]
+        max_nodes: Option<usize>,
+        /// Include the CPU-only nodes.
+        #[arg(long)]
+        cpu_nodes: bool,
+        #[arg(long)]
+        fleet_out: PathBuf,
+        #[arg(long)]
+        trace_out: PathBuf,
+    },
+    /// Azure's LLM inference arrivals as real-time replica demand.
+    Azure {
+        /// AzureLLMInferenceTrace_conv.csv or _code.csv.
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long, default_value_t = 1.0)]
+        rps_per_replica: f64,
+        #[arg(long, default_value_t = 0.2)]
+        headroom: f64,
+        #[arg(long, default_value_t = 1)]
+        days: u32,
+        /// Rates multiplied by this.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// The diurnal trough is 1 − amplitude of the peak.
+        #[arg(long, default_value_t = 0.5)]
+        amplitude: f64,
+        #[arg(long, default_value = "serving")]
+        tenant: String,
+        /// GPU models a replica may use (comma-separated; any when empty).
+        #[arg(long, value_delimiter = ',')]
+        gpu_models: Vec<String>,
+        #[arg(long, default_value = "azure")]
+        id_prefix: String,
+        #[arg(long)]
+        trace_out: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 24)]
+    hours: u32,
+    #[arg(long, default_value_t = 16)]
+    gpu_nodes: u32,
+    #[arg(long, default_value_t = 4)]
+    cpu_nodes: u32,
+    /// Offered GPU-hours as a share of the fleet's.
+    #[arg(long, default_value_t = 0.9)]
+    load: f64,
+    #[arg(long)]
+    fleet_out: PathBuf,
+    #[arg(long)]
+    trace_out: PathBuf,
+}
+
+fn main() {
+    if let Err(err) = run(Cli::parse()) {
+        eprintln!("airtime-sim: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+#[allow(clippy::print_stdout)]
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Policies => {
+            for (name, _) in policy::known() {
+                let kind = if airtime_builtin_policies::BASELINES.iter().any(|(n, _)| *n == name) {
+                    "baseline"
+                } else {
+                    "built-in"
+                };
+                println!("{name:<20} {kind}");
+            }
+        }
+        Command::Generate(a) => {
+            let options = generate::Options {
+                seed: a.seed,
+                hours: a.hours,
+                gpu_nodes: a.gpu_nodes,
+                cpu_nodes: a.cpu_nodes,
+                load: a.load,
+            };
+            let (fleet, trace) = generate::generate(&options);
+            fleet.save(&a.fleet_out)?;
+            trace.save(&a.trace_out)?;
+            println!(
+                "{} workloads on {} GPUs → {} and {}",
+                trace.workloads.len(),
+                fleet.gpu_count(),
+                a.fleet_out.display(),
+                a.trace_out.display()
+            );
+        }
+        Command::Convert(Convert::Alibaba {
+            dir,
+            pods,
+            compress,
+            start_s,
+            max_pods,
+            max_nodes,
+            cpu_nodes,
+            fleet_out,
+            trace_out,
+        }) => {
+            let options = alibaba::Options { pod_file: pods, cpu_nodes, compress, start_s, max_pods, max_nodes };
+            let (fleet, trace) = alibaba::load(&dir, &options)?;
+            fleet.save(&fleet_out)?;
+            trace.save(&trace_out)?;
+            println!(
+                "{} workloads on {} GPUs → {} and {}",
+                trace.workloads.len(),
+                fleet.gpu_count(),
+                fleet_out.display(),
+                trace_out.display()
+            );
+        }
+        Command::Convert(Convert::Azure {
+            file,
+            rps_per_replica,
+            headroom,
+            days,
+            scale,
+            amplitude,
+            tenant,
+            gpu_models,
+            id_prefix,
+            trace_out,
+        }) => {
+            if !(rps_per_replica.is_finite() && rps_per_replica > 0.0) {
+                bail!("--rps-per-replica must be more than 0");
+            }
+            let options = azure::Options {
+                rps_per_replica,
+                headroom,
+                days,
+                scale,
+                amplitude,
+                tenant,
+                gpu_models,
+                id_prefix,
+                ..azure::Options::default()
+            };
+            let counts = azure::arrivals(&file, options.window_s)?;
+            let trace = azure::to_trace(&counts, &options);
+            trace.save(&trace_out)?;
+            println!("{} replica lives over {} day(s) → {}", trace.workloads.len(), days, trace_out.display());
+        }
+        Command::Run(a) => replay(a)?,
+    }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn replay(a: RunArgs) -> anyhow::Result<()> {
+    let fleet = FleetSpec::read(&a.fleet)?;
+    let traces = a.trace.iter().map(|p| Trace::read(p)).collect::<Result<Vec<_>, _>>()?;
+    let trace = airtime_sim::merge(traces);
+    let catalog = Catalog::new()?;
+    let names = if a.policies.is_empty() { policy::default_names() } else { a.policies.clone() };
+    let policies = names.iter().map(|n| catalog.load(n)).collect::<anyhow::Result<Vec<_>>>()?;
+    let config = engine::Config {
+        min_cycle_interval_s: a.min_cycle_interval_s,
+        retry_s: a.retry_s,
+        sample_s: a.sample_s,
+        jitter_s: a.jitter_s,
+        seed: 0,
+        window_s: a.window_s,
+        until_s: a.until_s,
+        usage_half_life_hours: 24.0,
+    };
+    eprintln!(
+        "replaying {} workloads on {} GPUs with {} policies × {} seeds",
+        trace.workloads.len(),
+        fleet.gpu_count(),
+        policies.len(),
+        a.seeds.len()
+    );
+    let runs = airtime_sim::compare(&catalog, &fleet, &trace, &policies, &a.seeds, &config, |s| {
+        eprintln!(
+            "  {:<20} seed {:<4} {:>7} cycles in {:>6.1} s ({:.0} decisions/s)",
+            s.policy, s.seed, s.cycles, s.wall_s, s.decisions_per_s
+        );
+    })?;
+    let summaries = report::summarise(&runs);
+    println!("{}", report::table(&summaries));
+    if let Some(path) = &a.json {
+        report::write_json(path, &summaries, &runs)?;
+    }
+    if let Some(path) = &a.plot {
+        let title = format!("{} workloads, {} GPUs", trace.workloads.len(), fleet.gpu_count());
+        report::plot(path, &runs, &title).context("drawing the plot")?;
+    }
+    Ok(())
+}

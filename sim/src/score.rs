@@ -1,0 +1,438 @@
+//! What a replay scores: how much of the owned GPU time was allocated and busy, what the idle time
+//! cost, how fragmented the free capacity was, whether real-time demand had its capacity, how long
+//! each class queued, what was completed and what preemption wasted, how fairly tenants were served
+//! against their guarantees, and how fast the core decided.
+//!
+//! Time-weighted quantities are integrated exactly between events over the trace's span (the same
+//! window for every policy, so they compare); fragmentation and the time series are sampled.
+
+use std::time::Duration;
+
+use airtime_protocol::workload::{NodeState, WorkloadClass};
+use serde::Serialize;
+
+use crate::engine::{Gpu, Job, Phase, World};
+
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    /// How many values (workloads that started).
+    pub count: usize,
+}
+
+impl Percentiles {
+    pub fn of(mut values: Vec<f64>) -> Percentiles {
+        if values.is_empty() {
+            return Percentiles::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+        Percentiles { p50: at(0.50), p95: at(0.95), p99: at(0.99), count: values.len() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Sample {
+    pub t_s: u64,
+    pub allocated_gpus: f64,
+    pub busy_gpus: f64,
+    pub idle_gpus: f64,
+    pub pending: usize,
+    /// Free GPUs on ready nodes where no waiting GPU workload fits.
+    pub fragmented_gpus: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ClassDelay {
+    pub class: WorkloadClass,
+    pub start_delay_s: Percentiles,
+    /// Workloads of the class that never started.
+    pub never_started: usize,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TenantScore {
+    pub name: String,
+    pub guaranteed_gpus: u32,
+    /// GPUs held on average over the span.
+    pub mean_gpus: f64,
+    /// GPUs its work asked for on average (offered GPU-seconds over the span).
+    pub mean_demand_gpus: f64,
+    /// Held against what it was due: min(demand, guarantee); 1 means it got its guarantee or all it asked.
+    pub guarantee_met: f64,
+}
+
+/// The scores of one replay.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Scores {
+    pub policy: String,
+    pub seed: u64,
+    pub span_s: u64,
+    pub gpus: usize,
+    pub owned_gpu_hours: f64,
+    pub allocated_gpu_hours: f64,
+    pub busy_gpu_hours: f64,
+    pub allocated_share: f64,
+    pub busy_share: f64,
+    /// Owned GPU-hours not busy, and what they cost at the nodes' prices.
+    pub idle_gpu_hours: f64,
+    pub idle_cost: f64,
+    /// Of those, the hours a GPU was held but not busy (a fraction holding a whole GPU, a
+    /// preempted workload in its grace period).
+    pub held_idle_gpu_hours: f64,
+    pub fragmented_gpus_mean: f64,
+    /// Fragmented GPUs as a share of free GPUs, over samples with GPU work waiting.
+    pub fragmented_share_of_free: f64,
+    /// Share of real-time demand (replica-seconds wanted) that was served.
+    pub realtime_slo_attainment: f64,
+    pub realtime_start_delay_s: Percentiles,
+    pub queue_delay: Vec<ClassDelay>,
+    /// GPU-hours of non-real-time work that ran to completion.
+    pub completed_gpu_hours: f64,
+    pub completed_workloads: usize,
+    pub unfinished_workloads: usize,
+    pub preemptions: usize,
+    /// GPU-hours of runs lost to preemption or node loss (not checkpointable).
+    pub wasted_gpu_hours: f64,
+    pub requeued_by_node_loss: usize,
+    pub tenants: Vec<TenantScore>,
+    /// Jain's index of the tenants' `guarantee_met` (1: all equally served).
+    pub fairness: f64,
+    pub cycles: usize,
+    pub decisions: usize,
+    pub refused: usize,
+    pub policy_failures: usize,
+    pub wall_s: f64,
+    /// Of the wall time, the cycles' (fleet view, policies, checks).
+    pub cycle_wall_s: f64,
+    pub decisions_per_s: f64,
+    pub series: Vec<Sample>,
+}
+
+/// Integrates the world as the replay advances.
+pub(crate) struct Recorder {
+    span: u64,
+    last: u64,
+    half_life_s: f64,
+    held_gpus: f64,
+    busy_gpus: f64,
+    busy_cost_per_s: f64,
+    total_cost_per_s: f64,
+    allocated_gpu_s: f64,
+    busy_gpu_s: f64,
+    busy_cost: f64,
+    tenant_gpu_s: Vec<f64>,
+    realtime_wanted_s: f64,
+    realtime_served_s: f64,
+    completed_gpu_s: f64,
+    completed: usize,
+    wasted_gpu_s: f64,
+    preemptions: usize,
+    requeued_by_node_loss: usize,
+    cycles: usize,
+    decisions: usize,
+    refused: usize,
+    failures: usize,
+    cycle_wall: Duration,
+    series: Vec<Sample>,
+    /// (free GPUs, fragmented GPUs) at each sample with GPU work waiting.
+    free_when_waiting: Vec<(f64, f64)>,
+}
+
+impl Recorder {
+    pub fn new(world: &World, span: u64, half_life_hours: f64) -> Recorder {
+        Recorder {
+            span,
+            last: 0,
+            half_life_s: half_life_hours.max(1e-3) * 3600.0,
+            held_gpus: 0.0,
+            busy_gpus: 0.0,
+            busy_cost_per_s: 0.0,
+            total_cost_per_s: world.gpus.iter().map(|g| g.cost_per_s).sum(),
+            allocated_gpu_s: 0.0,
+            busy_gpu_s: 0.0,
+            busy_cost: 0.0,
+            tenant_gpu_s: vec![0.0; world.tenants.len()],
+            realtime_wanted_s: 0.0,
+            realtime_served_s: 0.0,
+            completed_gpu_s: 0.0,
+            completed: 0,
+            wasted_gpu_s: 0.0,
+            preemptions: 0,
+            requeued_by_node_loss: 0,
+            cycles: 0,
+            decisions: 0,
+            refused: 0,
+            failures: 0,
+            cycle_wall: Duration::ZERO,
+            series: Vec::new(),
+            free_when_waiting: Vec::new(),
+        }
+    }
+
+    /// Integrates from the last event to `t` (within the span) and decays the tenants' usage.
+    pub fn advance(&mut self, world: &mut World, t: u64) {
+        if t <= self.last {
+            return;
+        }
+        let dt = (t - self.last) as f64;
+        let in_span = (t.min(self.span).saturating_sub(self.last.min(self.span))) as f64;
+        self.allocated_gpu_s += self.held_gpus * in_span;
+        self.busy_gpu_s += self.busy_gpus * in_span;
+        self.busy_cost += self.busy_cost_per_s * in_span;
+        let decay = 0.5f64.powf(dt / self.half_life_s);
+        for (i, tenant) in world.tenants.iter_mut().enumerate() {
+            self.tenant_gpu_s[i] += f64::from(tenant.held) * in_span;
+            tenant.decayed_gpu_hours = tenant.decayed_gpu_hours * decay + f64::from(tenant.held) * dt / 3600.0;
+        }
+        self.last = t;
+    }
+
+    pub fn placed(&mut self, _job: &Job, gpus: &[Gpu], held: &[usize], milli: u32) {
+        self.change(gpus, held, milli, 1.0);
+    }
+
+    pub fn released(&mut self, gpus: &[Gpu], held: &[usize], milli: u32) {
+        self.change(gpus, held, milli, -1.0);
+    }
+
+    fn change(&mut self, gpus: &[Gpu], held: &[usize], milli: u32, sign: f64) {
+        let busy = f64::from(milli) / 1000.0;
+        self.held_gpus += sign * held.len() as f64;
+        self.busy_gpus += sign * busy * held.len() as f64;
+        self.busy_cost_per_s += sign * busy * held.iter().map(|&g| gpus[g].cost_per_s).sum::<f64>();
+    }
+
+    /// An attempt stops running at `t` (ended, stopped, lost): real-time service time is counted.
+    pub fn ran(&mut self, job: &Job, t: u64) {
+        if job.spec.class == WorkloadClass::RealtimeInference {
+            let end = t.min(self.span);
+            self.realtime_served_s += end.saturating_sub(job.since.min(end)) as f64;
+        }
+    }
+
+    pub fn completed(&mut self, job: &Job) {
+        if job.spec.class != WorkloadClass::RealtimeInference {
+            self.completed += 1;
+            self.completed_gpu_s += f64::from(job.spec.gpus) * job.spec.duration_s as f64;
+        }
+    }
+
+    pub fn finished(&mut self, job: &Job, _t: u64) {
+        if job.spec.class == WorkloadClass::RealtimeInference {
+            let end = (job.spec.arrive_s + job.spec.duration_s).min(self.span);
+            self.realtime_wanted_s += end.saturating_sub(job.spec.arrive_s.min(end)) as f64;
+        }
+    }
+
+    pub fn wasted(&mut self, job: &Job, ran: u64) {
+        self.wasted_gpu_s += f64::from(job.spec.gpus) * ran as f64;
+    }
+
+    pub fn lost_to_node(&mut self, _job: &Job) {
+        self.requeued_by_node_loss += 1;
+    }
+
+    pub fn preempted(&mut self) {
+        self.preemptions += 1;
+    }
+
+    pub fn cycle(&mut self, accepted: usize, refused: usize, failures: usize, wall: Duration) {
+        self.cycles += 1;
+        self.decisions += accepted + refused;
+        self.refused += refused;
+        self.failures += failures;
+        self.cycle_wall += wall;
+    }
+
+    pub fn sample(&mut self, world: &World) {
+        let free_by_node = |n: usize| {
+            let node = &world.nodes[n];
+            (node.gpu_first..node.gpu_first + node.gpu_count)
+                .filter(|&g| world.gpus[g].holder.is_none())
+                .collect::<Vec<_>>()
+        };
+        // The distinct shapes of waiting GPU work: whether any fits a node's free GPUs.
+        let mut shapes: Vec<(u32, String, u64, u32, u64)> = world
+            .active
+            .iter()
+            .map(|&j| &world.jobs[j])
+            .filter(|j| j.phase == Phase::Waiting && j.spec.gpus > 0)
+            .map(|j| {
+                (j.spec.gpus, j.spec.gpu_models.join(","), j.spec.gpu_memory_mb, j.spec.cpu_millis, j.spec.memory_mb)
+            })
+            .collect();
+        shapes.sort();
+        shapes.dedup();
+        let mut fragmented = 0.0;
+        let mut free = 0.0;
+        if !shapes.is_empty() {
+            for (n, node) in world.nodes.iter().enumerate() {
+                if node.state != NodeState::Ready || node.gpu_count == 0 {
+                    continue;
+                }
+                let gpus = free_by_node(n);
+                if gpus.is_empty() {
+                    continue;
+                }
+                free += gpus.len() as f64;
+                let fits = shapes.iter().any(|(count, models, memory, cpu, mem)| {
+                    let usable = gpus
+                        .iter()
+                        .filter(|&&g| {
+                            airtime_policy_sdk::model_allowed(models, &world.gpus[g].model)
+                                && world.gpus[g].memory_mb >= *memory
+                        })
+                        .count();
+                    usable >= *count as usize && node.cpu_free >= *cpu && node.memory_free >= *mem
+                });
+                if !fits {
+                    fragmented += gpus.len() as f64;
+                }
+            }
+        }
+        let pending = world.active.iter().filter(|&&j| world.jobs[j].phase == Phase::Waiting).count();
+        self.series.push(Sample {
+            t_s: world.now,
+            allocated_gpus: self.held_gpus,
+            busy_gpus: self.busy_gpus,
+            idle_gpus: world.gpus.len() as f64 - self.busy_gpus,
+            pending,
+            fragmented_gpus: fragmented,
+        });
+        if !shapes.is_empty() {
+            self.free_when_waiting.push((free, fragmented));
+        }
+    }
+
+    pub fn finish(mut self, world: &World, policy: &str, seed: u64, wall: Duration) -> Scores {
+        // Real-time demand still running at the end (its deadline past the stop) counts to the span.
+        for job in world.active.iter().map(|&j| &world.jobs[j]) {
+            if job.spec.class == WorkloadClass::RealtimeInference {
+                if matches!(job.phase, Phase::Running | Phase::Stopping) {
+                    self.ran(job, self.last);
+                }
+                self.finished(job, self.last);
+            }
+        }
+        for job in
+            world.jobs.iter().filter(|j| j.phase == Phase::NotYet && j.spec.class == WorkloadClass::RealtimeInference)
+        {
+            self.finished(job, self.last);
+        }
+        let span_h = self.span as f64 / 3600.0;
+        let gpus = world.gpus.len();
+        let owned = gpus as f64 * span_h;
+        let allocated = self.allocated_gpu_s / 3600.0;
+        let busy = self.busy_gpu_s / 3600.0;
+        let delays = |class: WorkloadClass| {
+            let of_class = world.jobs.iter().filter(|j| j.spec.class == class && j.phase != Phase::NotYet);
+            let (started, never): (Vec<&Job>, Vec<&Job>) = of_class.partition(|j| j.first_start.is_some());
+            let values =
+                started.iter().map(|j| j.first_start.unwrap_or(0).saturating_sub(j.spec.arrive_s) as f64).collect();
+            (Percentiles::of(values), never.len())
+        };
+        let queue_delay = WorkloadClass::ALL
+            .iter()
+            .filter(|&&c| world.jobs.iter().any(|j| j.spec.class == c))
+            .map(|&class| {
+                let (start_delay_s, never_started) = delays(class);
+                ClassDelay { class, start_delay_s, never_started }
+            })
+            .collect();
+        let mut demand = vec![0.0; world.tenants.len()];
+        for j in &world.jobs {
+            let start = j.spec.arrive_s.min(self.span);
+            let end = (j.spec.arrive_s + j.spec.duration_s).min(self.span);
+            demand[j.tenant] += f64::from(j.spec.gpus) * (end - start) as f64;
+        }
+        let tenants: Vec<TenantScore> = world
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mean_gpus = self.tenant_gpu_s[i] / self.span as f64;
+                let mean_demand_gpus = demand[i] / self.span as f64;
+                let due = mean_demand_gpus.min(f64::from(t.guaranteed_gpus));
+                TenantScore {
+                    name: t.name.clone(),
+                    guaranteed_gpus: t.guaranteed_gpus,
+                    mean_gpus,
+                    mean_demand_gpus,
+                    guarantee_met: if due > 0.0 { (mean_gpus / due).min(1.0) } else { 1.0 },
+                }
+            })
+            .collect();
+        let met: Vec<f64> = tenants
+            .iter()
+            .filter(|t| t.mean_demand_gpus > 0.0 && t.guaranteed_gpus > 0)
+            .map(|t| t.guarantee_met)
+            .collect();
+        let fairness = if met.is_empty() {
+            1.0
+        } else {
+            let sum: f64 = met.iter().sum();
+            let squares: f64 = met.iter().map(|x| x * x).sum();
+            if squares > 0.0 { sum * sum / (met.len() as f64 * squares) } else { 0.0 }
+        };
+        let waiting: Vec<&(f64, f64)> = self.free_when_waiting.iter().filter(|(free, _)| *free > 0.0).collect();
+        let fragmented_share_of_free = if waiting.is_empty() {
+            0.0
+        } else {
+            waiting.iter().map(|(free, frag)| frag / free).sum::<f64>() / waiting.len() as f64
+        };
+        let fragmented_gpus_mean = if self.series.is_empty() {
+            0.0
+        } else {
+            self.series.iter().map(|s| s.fragmented_gpus).sum::<f64>() / self.series.len() as f64
+        };
+        let unfinished = world
+            .jobs
+            .iter()
+            .filter(|j| j.phase != Phase::Done && j.spec.class != WorkloadClass::RealtimeInference)
+            .count();
+        let idle_cost = self.total_cost_per_s * self.span as f64 - self.busy_cost;
+        let wall_s = wall.as_secs_f64();
+        Scores {
+            policy: policy.to_owned(),
+            seed,
+            span_s: self.span,
+            gpus,
+            owned_gpu_hours: owned,
+            allocated_gpu_hours: allocated,
+            busy_gpu_hours: busy,
+            allocated_share: if owned > 0.0 { allocated / owned } else { 0.0 },
+            busy_share: if owned > 0.0 { busy / owned } else { 0.0 },
+            idle_gpu_hours: owned - busy,
+            idle_cost,
+            held_idle_gpu_hours: allocated - busy,
+            fragmented_gpus_mean,
+            fragmented_share_of_free,
+            realtime_slo_attainment: if self.realtime_wanted_s > 0.0 {
+                (self.realtime_served_s / self.realtime_wanted_s).min(1.0)
+            } else {
+                1.0
+            },
+            realtime_start_delay_s: delays(WorkloadClass::RealtimeInference).0,
+            queue_delay,
+            completed_gpu_hours: self.completed_gpu_s / 3600.0,
+            completed_workloads: self.completed,
+            unfinished_workloads: unfinished,
+            preemptions: self.preemptions,
+            wasted_gpu_hours: self.wasted_gpu_s / 3600.0,
+            requeued_by_node_loss: self.requeued_by_node_loss,
+            tenants,
+            fairness,
+            cycles: self.cycles,
+            decisions: self.decisions,
+            refused: self.refused,
+            policy_failures: self.failures,
+            wall_s,
+            cycle_wall_s: self.cycle_wall.as_secs_f64(),
+            decisions_per_s: if wall_s > 0.0 { self.decisions as f64 / wall_s } else { 0.0 },
+            series: self.series,
+        }
+    }
+}
