@@ -223,6 +223,8 @@ pub struct NodeAgent {
     /// Its `--state-dir`, where it keeps its credential.
     state: tempfile::TempDir,
     logs: Option<Arc<Mutex<Vec<String>>>>,
+    /// Killed as a crash would ([`NodeAgent::kill`]): its workloads are left for a restarted agent.
+    crashed: bool,
 }
 
 impl NodeAgent {
@@ -269,7 +271,7 @@ impl NodeAgent {
             }
             None => None,
         };
-        Ok(NodeAgent { name: name.to_owned(), child, state, logs })
+        Ok(NodeAgent { name: name.to_owned(), child, state, logs, crashed: false })
     }
 
     /// The node credential the agent stored after enrolling (waits up to 30 s for it).
@@ -287,13 +289,37 @@ impl NodeAgent {
         self.logs.as_ref().map(|l| l.lock().unwrap_or_else(PoisonError::into_inner).clone()).unwrap_or_default()
     }
 
-    /// Kills the agent at once (SIGKILL), as a crash or a lost host would.
+    /// Kills the agent at once (SIGKILL), as a crash or a lost host would: its workloads keep
+    /// running, for a restarted agent of the same name to find and end (`runner::orphans`).
     pub async fn kill(mut self) {
+        self.crashed = true;
         let _ = self.child.kill().await;
     }
 
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+}
+
+impl Drop for NodeAgent {
+    /// A test that ends drops its agents, and their workloads end with them. The runner starts
+    /// each workload in a process group of its own, so killing the agent alone (`kill_on_drop`)
+    /// left them running after the test — a shell of a preempted job's second attempt outlived
+    /// its test, holding the test binary's pipes and a core. Once the agent is gone they are
+    /// orphans by the agent's own rule (`runner::orphans`), and each group is killed.
+    fn drop(&mut self) {
+        if self.crashed {
+            return;
+        }
+        let _ = self.child.start_kill();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for orphan in airtime_node_agent::runner::orphans::find(&self.name) {
+            let Ok(pid) = i32::try_from(orphan.pid) else { continue };
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
 
