@@ -196,7 +196,14 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
             "deletion_time",
         ],
     )?;
-    let compress = if options.compress.is_finite() && options.compress >= 1.0 { options.compress } else { 1.0 };
+    let compress = options.compress;
+    if !(compress.is_finite() && compress >= 1.0) {
+        return Err(InputError::new(
+            "--compress",
+            0,
+            format!("{compress} is not a factor of 1 or more (1 replays the trace as it was)"),
+        ));
+    }
     let mut workloads = Vec::with_capacity(pods.rows.len());
     for (line, row) in &pods.rows {
         let created: u64 = pods.number(row, *line, "creation_time")?;
@@ -356,6 +363,10 @@ mod tests {
             let err = load(dir.path(), &Options::default()).expect_err(row).to_string();
             assert!(err.contains(expected), "{row}: {err}");
         }
+        let dir = folder(NODES, HEADER);
+        let err =
+            load(dir.path(), &Options { compress: 0.5, ..Options::default() }).expect_err("a compression below 1");
+        assert!(err.to_string().contains("--compress: 0.5 is not a factor of 1 or more"), "{err}");
         let dir = folder("sn,cpu,memory_mib,gpu,model\n", HEADER);
         assert!(
             load(dir.path(), &Options::default()).expect_err("no column").to_string().contains("no column `cpu_milli`")

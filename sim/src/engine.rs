@@ -456,7 +456,7 @@ pub fn run(
                     }
                     world.jobs[j].phase = Phase::Done;
                     world.active.remove(&j);
-                    rec.finished(&world.jobs[j], t);
+                    rec.finished(&world.jobs[j]);
                     dirty = true;
                 }
                 Event::End { job: j, attempt } => {
@@ -467,7 +467,7 @@ pub fn run(
                         world.release(j, &mut rec);
                         world.jobs[j].phase = Phase::Done;
                         world.active.remove(&j);
-                        rec.finished(&world.jobs[j], t);
+                        rec.finished(&world.jobs[j]);
                         dirty = true;
                     }
                 }
@@ -482,7 +482,7 @@ pub fn run(
                     let on_node: Vec<usize> =
                         world.active.iter().copied().filter(|&j| world.jobs[j].node == Some(node)).collect();
                     for j in on_node {
-                        rec.lost_to_node(&world.jobs[j]);
+                        rec.lost_to_node();
                         requeue(&mut world, j, t, &mut rec);
                     }
                     if let Some(for_s) = for_s {
@@ -603,7 +603,7 @@ fn decide_cycle(
                     world.gpus[g].holder = Some(j);
                 }
                 world.tenants[tenant].held += gpus.len() as u32;
-                rec.placed(&world.jobs[j], &world.gpus, &gpus, milli);
+                rec.placed(&world.gpus, &gpus, milli);
                 changed = true;
             }
             Proposal::Preempt { workload, reason } => {

@@ -229,6 +229,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if !(rps_per_replica.is_finite() && rps_per_replica > 0.0) {
                 bail!("--rps-per-replica must be more than 0");
             }
+            if !(scale.is_finite() && scale > 0.0 && headroom.is_finite() && headroom >= 0.0) {
+                bail!("--scale must be more than 0 and --headroom 0 or more");
+            }
+            if !(0.0..=1.0).contains(&amplitude) || days == 0 {
+                bail!("--amplitude must be between 0 and 1 and --days at least 1");
+            }
             let options = azure::Options {
                 rps_per_replica,
                 headroom,

@@ -190,7 +190,7 @@ impl Recorder {
         self.last = t;
     }
 
-    pub fn placed(&mut self, _job: &Job, gpus: &[Gpu], held: &[usize], milli: u32) {
+    pub fn placed(&mut self, gpus: &[Gpu], held: &[usize], milli: u32) {
         self.change(gpus, held, milli, 1.0);
     }
 
@@ -220,7 +220,8 @@ impl Recorder {
         }
     }
 
-    pub fn finished(&mut self, job: &Job, _t: u64) {
+    /// A workload is done (or the replay ends): its real-time demand in the window is counted.
+    pub fn finished(&mut self, job: &Job) {
         if job.spec.class == WorkloadClass::RealtimeInference {
             let end = (job.spec.arrive_s + job.spec.duration_s).min(self.span);
             self.realtime_wanted_s += end.saturating_sub(job.spec.arrive_s.min(end)) as f64;
@@ -231,7 +232,7 @@ impl Recorder {
         self.wasted_gpu_s += f64::from(job.spec.gpus) * ran as f64;
     }
 
-    pub fn lost_to_node(&mut self, _job: &Job) {
+    pub fn lost_to_node(&mut self) {
         self.requeued_by_node_loss += 1;
     }
 
@@ -314,13 +315,13 @@ impl Recorder {
                 if matches!(job.phase, Phase::Running | Phase::Stopping) {
                     self.ran(job, self.last);
                 }
-                self.finished(job, self.last);
+                self.finished(job);
             }
         }
         for job in
             world.jobs.iter().filter(|j| j.phase == Phase::NotYet && j.spec.class == WorkloadClass::RealtimeInference)
         {
-            self.finished(job, self.last);
+            self.finished(job);
         }
         let span_h = self.span as f64 / 3600.0;
         let gpus = world.gpus.len();
