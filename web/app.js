@@ -57,17 +57,39 @@ function show(signedIn) {
 function summary(nodes, gpus) {
   const live = nodes.filter((n) => n.state !== "lost");
   const costOf = new Map(live.map((n) => [n.id, n.gpus.length ? (n.cost_per_hour ?? 0) / n.gpus.length : 0]));
-  const held = gpus.filter((g) => g.workload_id).length;
-  const idle = gpus.filter((g) => !g.workload_id);
-  const idleCost = idle.reduce((sum, g) => sum + (costOf.get(g.node_id) ?? 0), 0);
+  // Shares count as fractions: a GPU held in quarters by two workloads is half allocated.
+  const heldShare = (g) => (g.held_milli ?? (g.held ? 1000 : 0)) / 1000;
+  const held = gpus.reduce((sum, g) => sum + heldShare(g), 0);
+  const idleCost = gpus.reduce((sum, g) => sum + (1 - heldShare(g)) * (costOf.get(g.node_id) ?? 0), 0);
+  const count = (n) => (Number.isInteger(n) ? `${n}` : n.toFixed(2));
   const items = [
     ["Nodes ready", `${live.filter((n) => n.state === "ready").length} / ${nodes.length}`],
-    ["GPUs busy", `${held} / ${gpus.length}`],
+    ["GPUs busy", `${count(held)} / ${gpus.length}`],
     ["GPU allocation", gpus.length ? pct(held / gpus.length) : "—"],
     ["Idle GPU cost", `$${idleCost.toFixed(2)} / hour`],
   ];
   const dl = document.getElementById("summary");
   dl.replaceChildren(...items.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
+}
+
+// GPUs a workload asks for: "2", "0.25 GPU" for a share of one, "MIG 1g.10gb" for an instance.
+function gpusAsked(r) {
+  if (r.mig_profile) return `MIG ${r.mig_profile}`;
+  if (r.gpu_count === 1 && r.gpu_milli < 1000) return `${r.gpu_milli / 1000} GPU`;
+  return r.gpu_count;
+}
+
+// Who holds a GPU: its workload, its shares ("2 shares, 500/1000 (mps)"), or "free". Another
+// tenant's workload is shown only as held (the API leaves its id out).
+function holders(g, names) {
+  const shares = g.shares ?? [];
+  const label = (id) => (id ? (names.get(id) ?? id.slice(0, 8)) : "another tenant");
+  const mig = g.mig_profile ? ` · MIG ${g.mig_profile}` : "";
+  if (shares.length === 0) return g.held ? `held${mig}` : `free${mig}`;
+  if (shares.length === 1 && shares[0].milli >= 1000) return `${label(shares[0].workload_id)}${mig}`;
+  const held = shares.reduce((sum, s) => sum + s.milli, 0);
+  const who = shares.map((s) => `${label(s.workload_id)} ${s.milli}/1000`).join(", ");
+  return `${shares.length} shares, ${held}/1000 (${g.sharing}): ${who}`;
 }
 
 async function refresh() {
@@ -107,14 +129,14 @@ async function refresh() {
       `${gib(g.telemetry.memory_used_mb)} / ${gib(g.memory_mb)} GiB`,
       pct(g.telemetry.util),
       g.telemetry.temperature_c == null ? "—" : `${Math.round(g.telemetry.temperature_c)} °C`,
-      g.workload_id ? (names.get(g.workload_id) ?? g.workload_id.slice(0, 8)) : "free",
+      holders(g, names),
     ]));
     fill("workloads", workloads.map((w) => [
       w.name,
       w.tenant,
       w.class,
       el("span", { class: `state-${w.state}` }, w.state),
-      w.resources.gpu_count,
+      gpusAsked(w.resources),
       w.state === "pending" ? (w.pending_reason ?? "") : (w.message ?? (w.exit_code == null ? "" : `exit ${w.exit_code}`)),
       ago(w.submitted_at),
     ]));

@@ -117,9 +117,11 @@ impl Metrics {
             let n = nodes.iter().find(|(s, _)| s == state.as_str()).map(|(_, n)| *n).unwrap_or(0);
             let _ = writeln!(out, "airtime_nodes{{state=\"{}\"}} {n}", state.as_str());
         }
-        let (gpus, granted): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(gr.gpu_id) FROM gpus g JOIN nodes n ON n.id = g.node_id \
-             LEFT JOIN gpu_grants gr ON gr.gpu_id = g.id WHERE g.present AND n.state <> 'lost'",
+        let (gpus, granted, held_milli): (i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(gr.milli), COALESCE(sum(gr.milli), 0)::bigint FROM gpus g \
+             JOIN nodes n ON n.id = g.node_id \
+             LEFT JOIN (SELECT gpu_id, sum(milli) AS milli FROM gpu_grants GROUP BY gpu_id) gr ON gr.gpu_id = g.id \
+             WHERE g.present AND n.state <> 'lost'",
         )
         .fetch_one(db)
         .await?;
@@ -127,6 +129,12 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE airtime_gpus gauge");
         let _ = writeln!(out, "airtime_gpus{{held=\"true\"}} {granted}");
         let _ = writeln!(out, "airtime_gpus{{held=\"false\"}} {}", gpus - granted);
+        let _ = writeln!(
+            out,
+            "# HELP airtime_gpus_allocated GPUs held by workloads, counting shares as fractions (0.25 for a quarter)."
+        );
+        let _ = writeln!(out, "# TYPE airtime_gpus_allocated gauge");
+        let _ = writeln!(out, "airtime_gpus_allocated {}", held_milli as f64 / 1000.0);
         Ok(out)
     }
 }

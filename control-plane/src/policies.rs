@@ -409,6 +409,12 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
         nvlink_group: Some(0),
         holder,
         simulated: true,
+        // Shared through MPS: the trial exercises ABI 1.2's shares too.
+        sharing: abi::Sharing::Mps,
+        free_milli: if holder.is_some() { 0 } else { abi::WHOLE_GPU_MILLI },
+        memory_reserved_mb: 0,
+        sharers: u32::from(holder.is_some()),
+        mig_profile: "",
     };
     let workload = |id: &'static str, gpu_count: u32, state: abi::WorkloadState, node: Option<u32>| abi::Workload {
         id,
@@ -430,6 +436,8 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
         cpu_capable: false,
         gang: gpu_count > 1,
         expected_duration_s: 3600,
+        gpu_milli: abi::WHOLE_GPU_MILLI,
+        mig_profile: "",
     };
     abi::Snapshot {
         now_ms: 1_700_000_060_000,
@@ -441,6 +449,7 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
             tier: 0,
             decayed_gpu_hours: 0.0,
             may_borrow: true,
+            running_gpu_milli: 1000,
         }],
         nodes: vec![abi::Node {
             name: "trial-node",
@@ -460,6 +469,11 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
             workload("00000000-0000-0000-0000-00000000000a", 2, abi::WorkloadState::Pending, None),
             workload("00000000-0000-0000-0000-00000000000b", 1, abi::WorkloadState::Pending, None),
             workload("00000000-0000-0000-0000-00000000000c", 1, abi::WorkloadState::Running, Some(0)),
+            abi::Workload {
+                gpu_milli: 250,
+                gpu_memory_mb: 10000,
+                ..workload("00000000-0000-0000-0000-00000000000d", 1, abi::WorkloadState::Pending, None)
+            },
         ],
         settings: None,
         params: "{}",

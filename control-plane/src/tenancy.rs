@@ -10,13 +10,13 @@ pub struct TenantStanding {
     pub tenant: String,
     pub guaranteed_gpus: i32,
     pub may_borrow: bool,
-    /// GPUs its workloads hold now.
-    pub running_gpus: i64,
+    /// GPUs its workloads hold now, in GPUs with fractions (a quarter-GPU share counts 0.25).
+    pub running_gpus: f64,
     /// GPUs held beyond its guarantee (reclaimable when their owners need them).
-    pub borrowing_gpus: i64,
+    pub borrowing_gpus: f64,
     pub pending_workloads: i64,
-    /// GPUs its pending workloads ask for.
-    pub pending_gpus: i64,
+    /// GPUs its pending workloads ask for, with fractions.
+    pub pending_gpus: f64,
     /// Seconds the oldest pending workload has waited.
     pub oldest_pending_s: Option<f64>,
     /// GPU-hours used, decayed with a half-life (what fair-share policies weigh).
@@ -29,17 +29,18 @@ pub struct TenantStanding {
 
 pub async fn standings(db: &PgPool, tenant: Option<Uuid>) -> sqlx::Result<Vec<TenantStanding>> {
     sqlx::query_as(
-        "WITH running AS (SELECT tenant_id, count(*) AS gpus FROM gpu_grants GROUP BY tenant_id), \
-              pending AS (SELECT tenant_id, count(*) AS n, sum(gpu_count) AS gpus, \
+        "WITH running AS (SELECT tenant_id, sum(milli)::float8 / 1000 AS gpus FROM gpu_grants GROUP BY tenant_id), \
+              pending AS (SELECT tenant_id, count(*) AS n, \
+                                 sum(CASE WHEN gpu_milli < 1000 THEN gpu_milli ELSE gpu_count * 1000 END)::float8 / 1000 AS gpus, \
                                  extract(epoch FROM now() - min(submitted_at))::float8 AS oldest \
                           FROM workloads WHERE state = 'pending' GROUP BY tenant_id), \
               reasons AS (SELECT DISTINCT ON (tenant_id) tenant_id, pending_reason FROM workloads \
                           WHERE state = 'pending' AND pending_reason IS NOT NULL \
                           GROUP BY tenant_id, pending_reason ORDER BY tenant_id, count(*) DESC) \
          SELECT t.id AS tenant_id, t.name AS tenant, t.guaranteed_gpus, t.may_borrow, \
-                COALESCE(r.gpus, 0) AS running_gpus, \
-                GREATEST(COALESCE(r.gpus, 0) - t.guaranteed_gpus, 0) AS borrowing_gpus, \
-                COALESCE(p.n, 0) AS pending_workloads, COALESCE(p.gpus, 0)::bigint AS pending_gpus, \
+                COALESCE(r.gpus, 0)::float8 AS running_gpus, \
+                GREATEST(COALESCE(r.gpus, 0) - t.guaranteed_gpus, 0)::float8 AS borrowing_gpus, \
+                COALESCE(p.n, 0) AS pending_workloads, COALESCE(p.gpus, 0) AS pending_gpus, \
                 p.oldest AS oldest_pending_s, COALESCE(u.decayed_gpu_hours, 0) AS decayed_gpu_hours, \
                 CASE WHEN COALESCE(r.gpus, 0) > t.guaranteed_gpus THEN 'borrowing' \
                      WHEN COALESCE(p.n, 0) > 0 AND COALESCE(r.gpus, 0) < t.guaranteed_gpus AND p.oldest > 60 THEN 'starved' \

@@ -27,8 +27,9 @@ use crate::client::{ClientError, ControlPlaneClient};
 use crate::config::{Config, WorkloadOutput};
 use crate::credential::{self, CredentialError, Secret};
 use crate::protocol::{self, Assignment, AssignmentAction, DesiredState, EventReport};
-use crate::runner::{Exit, OutputMode, Runner, WorkloadSpec, orphans};
-use crate::telemetry::{Telemetry, TelemetryError};
+use crate::runner::mps::{self, MpsDaemon};
+use crate::runner::{Exit, GpuSlot, GpuSlots, OutputMode, Runner, WorkloadSpec, orphans};
+use crate::telemetry::{GpuHolders, GpuSettings, Telemetry, TelemetryError};
 
 /// How long each long-poll asks the control plane to hold the request.
 pub const LONG_POLL_WAIT: Duration = Duration::from_millis(25_000);
@@ -145,7 +146,7 @@ pub struct OutgoingEvent {
 /// returns. A second request kills the workloads at once.
 pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Result<(), AgentError> {
     check_work_dir(&config.work_dir)?;
-    let telemetry = discover_telemetry(&config).await?;
+    let (telemetry, mps_daemon) = discover_telemetry(&config).await?;
     let request = register_request(&config, &telemetry);
     tracing::info!(
         name = %request.name,
@@ -154,7 +155,15 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         memory_mb = request.memory_mb,
         gpu_source = %serde_json::to_value(request.gpu_source).unwrap_or_default(),
         gpus = request.gpus.len(),
+        gpu_sharing = %config.gpu_sharing,
         "node agent starting"
+    );
+    let slots = GpuSlots::new(
+        telemetry
+            .devices()
+            .into_iter()
+            .map(|d| (d.inventory.index, GpuSlot { cuda_id: d.cuda_id, sharing: d.inventory.sharing })),
+        mps_daemon.map(|daemon| daemon.pipe_directory().to_path_buf()),
     );
     let client = ControlPlaneClient::new(&config.control_plane)?;
     // The stored credential when the node enrolled before; else the enrolment token, exchanged by
@@ -181,7 +190,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     };
     let orphans = orphans::find(&config.name);
     orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
-    let (runner, mut exits) = Runner::new(config.work_dir.clone(), output, &config.name);
+    let (runner, mut exits) = Runner::new(config.work_dir.clone(), output, &config.name, slots);
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
 
@@ -190,7 +199,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         client.clone(),
         Arc::clone(&session),
         Arc::new(Mutex::new(telemetry)),
-        runner.busy_gpus(),
+        runner.holders(),
         config.heartbeat_override,
     ));
     let mut poller = tokio::spawn(poll_assignments(client.clone(), Arc::clone(&session), desired_tx));
@@ -270,15 +279,29 @@ fn check_work_dir(path: &Path) -> Result<(), AgentError> {
     Ok(())
 }
 
-async fn discover_telemetry(config: &Config) -> Result<Telemetry, AgentError> {
-    let nvml = config.nvml.clone();
-    let simulated = config.simulated_gpus.clone();
-    let name = config.name.clone();
-    // Loading NVML and reading /proc block; keep them off the async workers.
-    tokio::task::spawn_blocking(move || Telemetry::discover(&nvml, &simulated, &name))
-        .await
-        .map_err(|e| AgentError::TaskEnded("telemetry discovery", e.to_string()))?
-        .map_err(AgentError::from)
+/// Finds the node's GPUs, and in MPS mode with real GPUs joins or starts the MPS daemon they are
+/// shared through (`None` when none serves them).
+async fn discover_telemetry(config: &Config) -> Result<(Telemetry, Option<MpsDaemon>), AgentError> {
+    let config = config.clone();
+    // Loading NVML, reading /proc and running the MPS control program block; keep them off the
+    // async workers.
+    tokio::task::spawn_blocking(move || {
+        let settings = GpuSettings {
+            nvml: &config.nvml,
+            simulated: &config.simulated_gpus,
+            sharing: config.gpu_sharing,
+            mig_layout: config.mig_layout.as_ref(),
+            node_name: &config.name,
+        };
+        let mut daemon = None;
+        let telemetry = Telemetry::discover(&settings, || {
+            daemon = Some(mps::start_or_join(&config.mps)?);
+            Ok(())
+        })?;
+        Ok((telemetry, daemon))
+    })
+    .await
+    .map_err(|e| AgentError::TaskEnded("telemetry discovery", e.to_string()))?
 }
 
 fn register_request(config: &Config, telemetry: &Telemetry) -> protocol::Registration {
@@ -389,18 +412,19 @@ async fn send_heartbeats(
     client: ControlPlaneClient,
     session: Arc<Session>,
     telemetry: Arc<Mutex<Telemetry>>,
-    busy_gpus: watch::Receiver<BTreeSet<u32>>,
+    holders: watch::Receiver<GpuHolders>,
     interval_override: Option<Duration>,
 ) {
     let mut failing = false;
     loop {
         let registration = session.current().await;
         let tick = Instant::now();
-        let busy = busy_gpus.borrow().clone();
+        let holding = holders.borrow().clone();
         let sampler = Arc::clone(&telemetry);
-        let sampled =
-            tokio::task::spawn_blocking(move || sampler.lock().unwrap_or_else(PoisonError::into_inner).sample(&busy))
-                .await;
+        let sampled = tokio::task::spawn_blocking(move || {
+            sampler.lock().unwrap_or_else(PoisonError::into_inner).sample(&holding)
+        })
+        .await;
         match sampled {
             Ok(report) => match client.send_telemetry(registration.node_id, &report).await {
                 Ok(()) => {

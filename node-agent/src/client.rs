@@ -223,7 +223,10 @@ mod tests {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let client = ControlPlaneClient::new(&Url::parse(&format!("http://127.0.0.1:{port}"))?)?;
         let error = client
-            .send_telemetry(Uuid::nil(), &TelemetryReport { cpu_util: 0.0, memory_used_mb: 0, gpus: vec![] })
+            .send_telemetry(
+                Uuid::nil(),
+                &TelemetryReport { cpu_util: 0.0, memory_used_mb: 0, gpus: vec![], shares: vec![] },
+            )
             .await
             .err()
             .ok_or("no error from a closed port")?;

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use airtime_protocol::sharing::{GpuSharing, MigProfile};
 use clap::builder::Resettable;
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use reqwest::Url;
@@ -94,10 +95,50 @@ pub struct Cli {
     #[arg(long, env = "AIRTIME_ENROLMENT_TOKEN", hide_env_values = true)]
     pub enrolment_token: Option<Secret>,
 
-    /// Where the agent keeps its state: the node's credential (`node-credential`, mode 0600).
+    /// Where the agent keeps its state: the node's credential (`node-credential`, mode 0600), and
+    /// the MPS daemon's directories unless they are given.
     #[arg(long, env = "AIRTIME_STATE_DIR", default_value = ".airtime-agent")]
     pub state_dir: PathBuf,
+
+    /// How this node shares its GPUs among workloads: none, time-slicing, mps or mig.
+    #[arg(
+        long,
+        value_name = "MODE",
+        env = "AIRTIME_GPU_SHARING",
+        default_value = "none",
+        value_parser = GpuSharing::parse
+    )]
+    pub gpu_sharing: GpuSharing,
+
+    /// The MIG instances each simulated GPU is carved into (with --gpu-sharing mig and
+    /// --simulate-gpus), e.g. 3g.40gb,2g.20gb,1g.10gb,1g.10gb [default: that shape, scaled to each
+    /// GPU's memory]. Real GPUs' MIG instances are read from NVML.
+    #[arg(
+        long,
+        value_name = "PROFILE,...",
+        env = "AIRTIME_MIG_LAYOUT",
+        value_delimiter = ',',
+        value_parser = MigProfile::parse
+    )]
+    pub mig_layout: Vec<MigProfile>,
+
+    /// The MPS control program, for --gpu-sharing mps on real GPUs.
+    #[arg(long, value_name = "PATH", env = "AIRTIME_MPS_CONTROL", default_value = DEFAULT_MPS_CONTROL)]
+    pub mps_control: PathBuf,
+
+    /// The MPS pipe directory (CUDA_MPS_PIPE_DIRECTORY) of the daemon the agent joins or starts
+    /// [default: <state-dir>/mps/pipe].
+    #[arg(long, value_name = "DIR", env = "AIRTIME_MPS_PIPE_DIRECTORY")]
+    pub mps_pipe_directory: Option<PathBuf>,
+
+    /// The MPS log directory (CUDA_MPS_LOG_DIRECTORY) of a daemon the agent starts
+    /// [default: <state-dir>/mps/log].
+    #[arg(long, value_name = "DIR", env = "AIRTIME_MPS_LOG_DIRECTORY")]
+    pub mps_log_directory: Option<PathBuf>,
 }
+
+/// The MPS control program's usual name, looked up in `PATH`.
+pub const DEFAULT_MPS_CONTROL: &str = "nvidia-cuda-mps-control";
 
 impl Cli {
     /// Parses an argument list (the first item is the program name) and ignores the `AIRTIME_…`
@@ -151,6 +192,24 @@ pub struct Config {
     pub log_format: LogFormat,
     pub enrolment_token: Option<Secret>,
     pub state_dir: PathBuf,
+    /// How the node shares its GPUs (`--gpu-sharing`).
+    pub gpu_sharing: GpuSharing,
+    /// The MIG layout given for simulated GPUs (`--mig-layout`), checked against each of them;
+    /// `None`: each simulated GPU gets [`MigLayout::default_for`] its memory.
+    pub mig_layout: Option<MigLayout>,
+    /// Where the MPS daemon is, for `--gpu-sharing mps` on real GPUs.
+    pub mps: MpsConfig,
+}
+
+/// The MPS control daemon the agent joins or starts for `--gpu-sharing mps` on real GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsConfig {
+    /// The control program (`nvidia-cuda-mps-control`).
+    pub control: PathBuf,
+    /// `CUDA_MPS_PIPE_DIRECTORY`: where the daemon listens, and where workloads find it.
+    pub pipe_directory: PathBuf,
+    /// `CUDA_MPS_LOG_DIRECTORY` of a daemon the agent starts.
+    pub log_directory: PathBuf,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -163,6 +222,20 @@ pub enum ConfigError {
     EmptyName,
     #[error("{0}")]
     Args(String),
+    #[error("--mig-layout describes MIG instances: it needs --gpu-sharing mig (this node's mode is {mode})")]
+    MigLayoutWithoutMig { mode: GpuSharing },
+    #[error(
+        "--mig-layout describes simulated GPUs: pass --simulate-gpus too (real GPUs' MIG instances are read \
+         from NVML, as `nvidia-smi mig` created them)"
+    )]
+    MigLayoutWithoutSimulation,
+    #[error("--mig-layout {layout}: {reason}")]
+    MigLayout { layout: String, reason: String },
+    #[error(
+        "--gpu-sharing mig: the simulated {model} GPUs ({memory_mb} MiB) are too small for the default MIG \
+         layout (it needs at least {min_mb} MiB); pass --mig-layout"
+    )]
+    NoDefaultMigLayout { model: String, memory_mb: u64, min_mb: u64 },
 }
 
 impl Config {
@@ -191,6 +264,12 @@ impl Config {
             None => hostname.clone().ok_or(ConfigError::NoName)?,
         };
         let nvml = if cli.no_nvml { NvmlMode::Disabled } else { NvmlMode::Enabled { library: cli.nvml_library } };
+        let mig_layout = check_mig_layout(cli.gpu_sharing, cli.mig_layout, &cli.simulate_gpus)?;
+        let mps = MpsConfig {
+            control: cli.mps_control,
+            pipe_directory: cli.mps_pipe_directory.unwrap_or_else(|| cli.state_dir.join("mps").join("pipe")),
+            log_directory: cli.mps_log_directory.unwrap_or_else(|| cli.state_dir.join("mps").join("log")),
+        };
         Ok(Self {
             control_plane: cli.control_plane,
             hostname: hostname.unwrap_or_else(|| name.clone()),
@@ -205,8 +284,137 @@ impl Config {
             log_format: cli.log_format,
             enrolment_token: cli.enrolment_token.filter(|t| !t.expose().trim().is_empty()),
             state_dir: cli.state_dir,
+            gpu_sharing: cli.gpu_sharing,
+            mig_layout,
+            mps,
         })
     }
+}
+
+/// Checks `--mig-layout` against the mode and the simulated GPUs, and that every simulated GPU of
+/// a MIG node has a layout that fits it.
+fn check_mig_layout(
+    sharing: GpuSharing,
+    profiles: Vec<MigProfile>,
+    simulated: &[SimulatedGpuSpec],
+) -> Result<Option<MigLayout>, ConfigError> {
+    if profiles.is_empty() {
+        if sharing == GpuSharing::Mig {
+            for spec in simulated {
+                if MigLayout::default_for(spec.memory_mb).is_none() {
+                    return Err(ConfigError::NoDefaultMigLayout {
+                        model: spec.model.clone(),
+                        memory_mb: spec.memory_mb,
+                        min_mb: MigLayout::MIN_DEFAULT_MEMORY_MB,
+                    });
+                }
+            }
+        }
+        return Ok(None);
+    }
+    if sharing != GpuSharing::Mig {
+        return Err(ConfigError::MigLayoutWithoutMig { mode: sharing });
+    }
+    if simulated.is_empty() {
+        return Err(ConfigError::MigLayoutWithoutSimulation);
+    }
+    let layout = MigLayout::new(profiles)?;
+    for spec in simulated {
+        layout.check_fits(spec)?;
+    }
+    Ok(Some(layout))
+}
+
+/// The MIG instances one simulated GPU is carved into (`--mig-layout`), in order. A simulated
+/// instance has 1024 MiB for each GB its profile names (`1g.10gb`: 10240 MiB).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigLayout(Vec<MigProfile>);
+
+impl MigLayout {
+    /// Compute slices of a MIG-capable GPU (A100, H100, H200): no layout may use more.
+    pub const COMPUTE_SLICES: u32 = 7;
+    /// Memory slices of those GPUs; the default layout uses all of them.
+    const MEMORY_SLICES: u64 = 8;
+    /// The smallest GPU memory the default layout fits: one GiB per memory slice.
+    pub const MIN_DEFAULT_MEMORY_MB: u64 = Self::MEMORY_SLICES * 1024;
+
+    /// A layout of `profiles`: at least one, with at most [`Self::COMPUTE_SLICES`] compute slices
+    /// in all.
+    pub fn new(profiles: Vec<MigProfile>) -> Result<Self, ConfigError> {
+        let layout = Self(profiles);
+        let refuse = |reason: String| ConfigError::MigLayout { layout: layout.to_string(), reason };
+        if layout.0.is_empty() {
+            return Err(refuse("name at least one MIG profile".into()));
+        }
+        let slices = layout.compute_slices();
+        if slices > Self::COMPUTE_SLICES {
+            return Err(refuse(format!(
+                "the compute slices add up to {slices}, more than the {} of a GPU",
+                Self::COMPUTE_SLICES
+            )));
+        }
+        Ok(layout)
+    }
+
+    /// NVIDIA's mixed layout of an 80 GB H100 — `3g.40gb,2g.20gb,1g.10gb,1g.10gb` — scaled to a GPU
+    /// of `memory_mb` MiB: a memory slice is an eighth of its memory in whole GiB. `None` when the
+    /// GPU has less than [`Self::MIN_DEFAULT_MEMORY_MB`].
+    pub fn default_for(memory_mb: u64) -> Option<Self> {
+        let slice_gb = memory_mb / 1024 / Self::MEMORY_SLICES;
+        if slice_gb == 0 {
+            return None;
+        }
+        let profile =
+            |slices: u64, memory_slices: u64| MigProfile::parse(&format!("{slices}g.{}gb", memory_slices * slice_gb));
+        [profile(3, 4), profile(2, 2), profile(1, 1), profile(1, 1)]
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()
+            .ok()
+            .map(Self)
+    }
+
+    pub fn profiles(&self) -> &[MigProfile] {
+        &self.0
+    }
+
+    /// Compute slices the layout uses.
+    pub fn compute_slices(&self) -> u32 {
+        self.0.iter().map(MigProfile::compute_slices).sum()
+    }
+
+    /// Memory the layout's simulated instances have in all, MiB.
+    pub fn memory_mb(&self) -> u64 {
+        self.0.iter().map(simulated_instance_memory_mb).sum()
+    }
+
+    /// Refuses a layout whose instances need more memory than each GPU of `spec` has.
+    pub fn check_fits(&self, spec: &SimulatedGpuSpec) -> Result<(), ConfigError> {
+        let needed = self.memory_mb();
+        if needed > spec.memory_mb {
+            return Err(ConfigError::MigLayout {
+                layout: self.to_string(),
+                reason: format!(
+                    "its instances need {needed} MiB ({} GB × 1024 MiB), more than the {} MiB of each simulated {} GPU",
+                    needed / 1024,
+                    spec.memory_mb,
+                    spec.model
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for MigLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(MigProfile::as_str).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+/// The memory of a simulated MIG instance of `profile`: 1024 MiB per GB of its name.
+pub fn simulated_instance_memory_mb(profile: &MigProfile) -> u64 {
+    u64::from(profile.memory_gb()).saturating_mul(1024)
 }
 
 /// One `--simulate-gpus` value: `COUNT` GPUs of model `MODEL` with `MEMORY_MIB` MiB each.
@@ -341,6 +549,108 @@ mod tests {
         assert_eq!(config.work_dir, PathBuf::from("."));
         assert_eq!(config.workload_output, WorkloadOutput::Log);
         assert_eq!(config.log_format, LogFormat::Text);
+        assert_eq!(config.gpu_sharing, GpuSharing::None);
+        assert_eq!(config.mig_layout, None);
+        assert_eq!(
+            config.mps,
+            MpsConfig {
+                control: PathBuf::from("nvidia-cuda-mps-control"),
+                pipe_directory: PathBuf::from(".airtime-agent/mps/pipe"),
+                log_directory: PathBuf::from(".airtime-agent/mps/log"),
+            }
+        );
+        Ok(())
+    }
+
+    fn layout(names: &[&str]) -> MigLayout {
+        let profiles = names.iter().map(|n| MigProfile::parse(n)).collect::<Result<Vec<_>, _>>();
+        match profiles.map_err(|e| e.to_string()).and_then(|p| MigLayout::new(p).map_err(|e| e.to_string())) {
+            Ok(layout) => layout,
+            Err(error) => panic!("{names:?}: {error}"),
+        }
+    }
+
+    #[test]
+    fn gpu_sharing_modes() -> Result<(), ConfigError> {
+        for (flag, mode) in [
+            ("none", GpuSharing::None),
+            ("time-slicing", GpuSharing::TimeSlicing),
+            ("time_slicing", GpuSharing::TimeSlicing),
+            ("mps", GpuSharing::Mps),
+            ("MIG", GpuSharing::Mig),
+        ] {
+            assert_eq!(parse(&["--gpu-sharing", flag])?.gpu_sharing, mode, "{flag}");
+        }
+        let message = args_error(parse(&["--gpu-sharing", "vgpu"]));
+        assert!(message.contains("--gpu-sharing"), "{message}");
+        assert!(message.contains("expected none, time-slicing, mps or mig"), "{message}");
+
+        let mps = parse(&[
+            "--gpu-sharing",
+            "mps",
+            "--state-dir",
+            "/var/lib/airtime",
+            "--mps-log-directory",
+            "/var/log/mps",
+            "--mps-control",
+            "/opt/cuda/bin/nvidia-cuda-mps-control",
+        ])?;
+        assert_eq!(mps.mps.pipe_directory, PathBuf::from("/var/lib/airtime/mps/pipe"));
+        assert_eq!(mps.mps.log_directory, PathBuf::from("/var/log/mps"));
+        assert_eq!(mps.mps.control, PathBuf::from("/opt/cuda/bin/nvidia-cuda-mps-control"));
+        let joined = parse(&["--gpu-sharing", "mps", "--mps-pipe-directory", "/tmp/nvidia-mps"])?;
+        assert_eq!(joined.mps.pipe_directory, PathBuf::from("/tmp/nvidia-mps"));
+        Ok(())
+    }
+
+    #[test]
+    fn a_mig_layout_is_checked_against_the_simulated_gpus() -> Result<(), ConfigError> {
+        let mig = ["--gpu-sharing", "mig", "--simulate-gpus", "1:H100:81920"];
+        let given =
+            parse(&[&mig[..], &["--mig-layout", "3g.40gb,2g.20gb,1g.10gb", "--mig-layout", "1G.10GB"]].concat())?;
+        assert_eq!(given.mig_layout, Some(layout(&["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])));
+        // Without one, each simulated GPU gets the default for its memory.
+        assert_eq!(parse(&mig)?.mig_layout, None);
+        assert_eq!(MigLayout::default_for(81920), Some(layout(&["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"])));
+        assert_eq!(MigLayout::default_for(8191), None);
+
+        let refused = |extra: &[&str]| parse(&[&mig[..], extra].concat()).err().map(|e| e.to_string());
+        assert_eq!(
+            refused(&["--mig-layout", "4g.40gb,3g.20gb,1g.10gb"]).as_deref(),
+            Some("--mig-layout 4g.40gb,3g.20gb,1g.10gb: the compute slices add up to 8, more than the 7 of a GPU")
+        );
+        assert_eq!(
+            refused(&["--mig-layout", "3g.40gb,3g.40gb,1g.10gb"]).as_deref(),
+            Some(
+                "--mig-layout 3g.40gb,3g.40gb,1g.10gb: its instances need 92160 MiB (90 GB × 1024 MiB), more than \
+                 the 81920 MiB of each simulated H100 GPU"
+            )
+        );
+        // Every simulated GPU must hold it.
+        let two = parse(&[
+            "--gpu-sharing",
+            "mig",
+            "--simulate-gpus",
+            "1:H100:81920,1:A30:24576",
+            "--mig-layout",
+            "1g.10gb,1g.10gb,1g.10gb",
+        ]);
+        assert!(two.is_err_and(|e| e.to_string().contains("more than the 24576 MiB of each simulated A30 GPU")));
+        let message = args_error(parse(&[&mig[..], &["--mig-layout", "3g.40gb,big"]].concat()));
+        assert!(message.contains("--mig-layout") && message.contains("a MIG profile looks like 1g.10gb"), "{message}");
+
+        assert_eq!(
+            parse(&["--gpu-sharing", "mps", "--simulate-gpus", "1:H100:81920", "--mig-layout", "7g.80gb"]),
+            Err(ConfigError::MigLayoutWithoutMig { mode: GpuSharing::Mps })
+        );
+        assert_eq!(
+            parse(&["--gpu-sharing", "mig", "--mig-layout", "7g.80gb"]),
+            Err(ConfigError::MigLayoutWithoutSimulation)
+        );
+        assert_eq!(
+            parse(&["--gpu-sharing", "mig", "--simulate-gpus", "1:T4:4096"]),
+            Err(ConfigError::NoDefaultMigLayout { model: "T4".into(), memory_mb: 4096, min_mb: 8192 })
+        );
         Ok(())
     }
 

@@ -6,8 +6,11 @@
 //! - [`protocol`]: the messages of `docs/agent-protocol.md`;
 //! - [`client`]: one typed method per protocol call, no retries;
 //! - [`credential`]: the node's credential, from a one-time enrolment token, kept in `--state-dir`;
-//! - [`telemetry`]: host CPU/memory (`sysinfo`), real GPUs (NVML), simulated GPUs;
-//! - [`runner`]: workload processes — spawn, SIGTERM/SIGKILL, exit reports — with no HTTP;
+//! - [`telemetry`]: host CPU/memory (`sysinfo`), real GPUs (NVML) and simulated GPUs behind one
+//!   trait, shared as the node's `--gpu-sharing` mode says, with per-workload share samples;
+//! - [`runner`]: workload processes — spawn with their GPUs' environment, SIGTERM/SIGKILL, exit
+//!   reports — with no HTTP, and the MPS control daemon;
+//! - [`procfs`]: a process's parent and group, read from `/proc`;
 //! - [`agent`]: the loops (register, heartbeat, long-poll, reconcile, deliver events).
 //!
 //! Invariants: only `client` speaks HTTP; only `runner` creates or signals processes; the
@@ -20,6 +23,7 @@ mod backoff;
 pub mod client;
 pub mod config;
 pub mod credential;
+pub mod procfs;
 pub mod protocol;
 pub mod runner;
 pub mod telemetry;

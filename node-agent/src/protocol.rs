@@ -6,9 +6,10 @@
 
 pub use airtime_protocol::agent::{
     Assignment, AssignmentAction, DesiredState, EnrolRequest, Enrolled, ErrorBody, ErrorResponse, EventKind,
-    EventReport, GpuInventory, GpuSample, GpuSource, Registered, Registration, TelemetryReport,
+    EventReport, GpuInventory, GpuSample, GpuSource, Registered, Registration, ShareSample, TelemetryReport,
 };
 pub use airtime_protocol::model::GpuModel;
+pub use airtime_protocol::sharing::{GpuSharing, MigProfile};
 
 /// Error codes the agent acts on.
 pub mod codes {
@@ -63,6 +64,39 @@ mod tests {
         assert_eq!(parsed.assignments[1].reason.as_deref(), Some("preempted: by a"));
         assert_eq!(parsed.assignments[2].action, AssignmentAction::Unknown);
         assert!(parsed.assignments[2].env.is_empty());
+        // Without a share: whole GPUs.
+        assert_eq!((parsed.assignments[0].gpu_milli, parsed.assignments[0].share_milli()), (None, 1000));
+        Ok(())
+    }
+
+    #[test]
+    fn a_share_assignment_carries_its_share_and_memory_slice() -> Result<(), serde_json::Error> {
+        let body = json!({
+            "workload_id": "0190a6a4-0000-7000-8000-000000000001", "attempt": 1, "action": "run",
+            "command": ["python", "serve.py"], "gpu_indices": [0], "grace_period_ms": 30000,
+            "gpu_milli": 250, "gpu_memory_mb": 20480
+        });
+        let parsed: Assignment = serde_json::from_value(body)?;
+        assert_eq!((parsed.gpu_milli, parsed.share_milli(), parsed.gpu_memory_mb), (Some(250), 250, Some(20480)));
+        Ok(())
+    }
+
+    #[test]
+    fn telemetry_carries_share_samples() -> Result<(), serde_json::Error> {
+        let workload_id = uuid::Uuid::from_u128(1);
+        let report = TelemetryReport {
+            cpu_util: 0.5,
+            memory_used_mb: 100,
+            gpus: vec![],
+            shares: vec![ShareSample { workload_id, gpu_index: 0, util: Some(0.25), memory_used_mb: None }],
+        };
+        assert_eq!(
+            serde_json::to_value(&report)?,
+            json!({"cpu_util": 0.5, "memory_used_mb": 100, "gpus": [],
+                   "shares": [{"workload_id": workload_id, "gpu_index": 0, "util": 0.25, "memory_used_mb": null}]})
+        );
+        let without = TelemetryReport { shares: vec![], ..report };
+        assert_eq!(serde_json::to_value(&without)?, json!({"cpu_util": 0.5, "memory_used_mb": 100, "gpus": []}));
         Ok(())
     }
 
@@ -77,14 +111,44 @@ mod tests {
             cost_per_hour: None,
             agent_version: "0.1.0".into(),
             gpu_source: GpuSource::Simulated,
-            gpus: vec![GpuInventory {
-                index: 0,
-                uuid: Some("SIM-gpu-host-1-0".into()),
-                model: GpuModel::lossy("H100-SXM"),
-                memory_mb: 81920,
-                nvlink_group: None,
-                simulated: true,
-            }],
+            gpus: vec![
+                GpuInventory {
+                    index: 0,
+                    uuid: Some("SIM-gpu-host-1-0".into()),
+                    model: GpuModel::lossy("H100-SXM"),
+                    memory_mb: 81920,
+                    nvlink_group: None,
+                    simulated: true,
+                    sharing: GpuSharing::Mps,
+                    mig_profile: None,
+                    parent_index: None,
+                    sharing_note: None,
+                },
+                GpuInventory {
+                    index: 1,
+                    uuid: Some("MIG-SIM-gpu-host-1-1-0".into()),
+                    model: GpuModel::lossy("H100-SXM"),
+                    memory_mb: 40960,
+                    nvlink_group: None,
+                    simulated: true,
+                    sharing: GpuSharing::Mig,
+                    mig_profile: MigProfile::parse("3g.40gb").ok(),
+                    parent_index: Some(1),
+                    sharing_note: None,
+                },
+                GpuInventory {
+                    index: 2,
+                    uuid: Some("GPU-2".into()),
+                    model: GpuModel::lossy("H100-SXM"),
+                    memory_mb: 81920,
+                    nvlink_group: None,
+                    simulated: false,
+                    sharing: GpuSharing::None,
+                    mig_profile: None,
+                    parent_index: None,
+                    sharing_note: Some("MIG mode is disabled on GPU 2: advertised whole".into()),
+                },
+            ],
         };
         assert_eq!(
             serde_json::to_value(&request)?,
@@ -92,10 +156,19 @@ mod tests {
                 "name": "gpu-host-1", "hostname": "gpu-host-1", "cpu_millis": 16000,
                 "memory_mb": 131072, "labels": {"zone": "a"}, "cost_per_hour": null,
                 "agent_version": "0.1.0", "gpu_source": "simulated",
-                "gpus": [{"index": 0, "uuid": "SIM-gpu-host-1-0", "model": "H100-SXM",
-                          "memory_mb": 81920, "nvlink_group": null, "simulated": true}]
+                "gpus": [
+                    {"index": 0, "uuid": "SIM-gpu-host-1-0", "model": "H100-SXM",
+                     "memory_mb": 81920, "nvlink_group": null, "simulated": true, "sharing": "mps"},
+                    {"index": 1, "uuid": "MIG-SIM-gpu-host-1-1-0", "model": "H100-SXM",
+                     "memory_mb": 40960, "nvlink_group": null, "simulated": true, "sharing": "mig",
+                     "mig_profile": "3g.40gb", "parent_index": 1},
+                    {"index": 2, "uuid": "GPU-2", "model": "H100-SXM",
+                     "memory_mb": 81920, "nvlink_group": null, "simulated": false, "sharing": "none",
+                     "sharing_note": "MIG mode is disabled on GPU 2: advertised whole"}
+                ]
             })
         );
+        assert_eq!(airtime_protocol::agent::check_registration(&request), Ok(()));
         Ok(())
     }
 }

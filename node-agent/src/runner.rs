@@ -12,11 +12,18 @@
 //! Workloads live no longer than their agent: a graceful shutdown stops them, and an agent that
 //! starts after one that died ends what it left behind (see [`orphans`]).
 //!
+//! A workload's GPUs reach it through its environment: `CUDA_VISIBLE_DEVICES` names its slots as
+//! CUDA knows them ([`GpuSlots`]: a MIG instance's uuid, a GPU's index), and a share of an MPS GPU
+//! gets its MPS limits ([`gpu_environment`]). These variables are the agent's: the assignment's
+//! own `env` cannot override them, nor can the agent's own environment leak MPS settings into a
+//! workload.
+//!
 //! The runner knows nothing of HTTP or of the control plane.
 
+pub mod mps;
 pub mod orphans;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -31,7 +38,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
+
 use crate::protocol::{Assignment, EventReport};
+use crate::telemetry::{GpuHolders, Holder};
 
 /// Longest workload output line logged as one record; longer lines are split.
 const MAX_OUTPUT_LINE: u64 = 16 * 1024;
@@ -46,6 +56,10 @@ pub struct WorkloadSpec {
     /// Added to the agent's own environment.
     pub env: BTreeMap<String, String>,
     pub gpu_indices: Vec<u32>,
+    /// Its share of each GPU, in thousandths (1000: whole GPUs).
+    pub gpu_milli: u32,
+    /// GPU memory set aside for it on each GPU, MiB (an MPS GPU's pinned memory limit).
+    pub gpu_memory_mb: Option<u64>,
     /// Used when the workload is stopped without a stop assignment of its own (it disappeared from
     /// the desired state, or the agent shuts down).
     pub grace_period: Duration,
@@ -59,9 +73,101 @@ impl WorkloadSpec {
             command: assignment.command.clone(),
             env: assignment.env.clone(),
             gpu_indices: assignment.gpu_indices.clone(),
+            gpu_milli: assignment.share_milli(),
+            gpu_memory_mb: assignment.gpu_memory_mb,
             grace_period: Duration::from_millis(assignment.grace_period_ms),
         }
     }
+}
+
+/// One GPU slot as a workload placed on it sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSlot {
+    /// Its entry in `CUDA_VISIBLE_DEVICES`: a MIG instance's uuid, a GPU's NVML index.
+    pub cuda_id: String,
+    pub sharing: GpuSharing,
+}
+
+/// The node's GPU slots (the numbers assignments name in `gpu_indices`), and the pipe directory
+/// of the MPS daemon that workloads on its MPS GPUs connect to (none for simulated GPUs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuSlots {
+    slots: BTreeMap<u32, GpuSlot>,
+    mps_pipe_directory: Option<PathBuf>,
+}
+
+impl GpuSlots {
+    pub fn new(slots: impl IntoIterator<Item = (u32, GpuSlot)>, mps_pipe_directory: Option<PathBuf>) -> Self {
+        Self { slots: slots.into_iter().collect(), mps_pipe_directory }
+    }
+
+    pub fn get(&self, slot: u32) -> Option<&GpuSlot> {
+        self.slots.get(&slot)
+    }
+
+    fn known(&self) -> String {
+        if self.slots.is_empty() {
+            return "it has none".into();
+        }
+        let slots: Vec<String> = self.slots.keys().map(u32::to_string).collect();
+        format!("it has {}", slots.join(", "))
+    }
+}
+
+/// Variables a workload's environment gets only from the agent: the assignment's `env` cannot
+/// set them and the agent's own environment does not pass them on. Every `CUDA_MPS_…` variable is
+/// the agent's too.
+const AGENT_OWNED: [&str; 4] =
+    ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "AIRTIME_GPU_MILLI", "AIRTIME_GPU_SHARING"];
+const AGENT_OWNED_PREFIX: &str = "CUDA_MPS_";
+
+fn agent_owned(name: &str) -> bool {
+    AGENT_OWNED.contains(&name) || name.starts_with(AGENT_OWNED_PREFIX)
+}
+
+/// The GPU environment of a workload: `CUDA_VISIBLE_DEVICES` from its slots (a MIG instance's
+/// uuid, a GPU's index; empty for a CPU placement), `AIRTIME_GPU_MILLI` (its share, 1000 for
+/// whole GPUs) and `AIRTIME_GPU_SHARING` (its GPUs' mode: one name, or one per GPU, comma-joined,
+/// when they differ; `none` for a CPU placement). On MPS GPUs: `CUDA_MPS_PIPE_DIRECTORY` when the
+/// node runs a daemon, and for a share below a whole GPU `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
+/// (⌈milli / 10⌉, at least 1) and, with a memory slice, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
+/// (`<ordinal>=<MiB>M` per MPS GPU, ordinals counted in `CUDA_VISIBLE_DEVICES`).
+pub fn gpu_environment(spec: &WorkloadSpec, slots: &GpuSlots) -> Result<Vec<(&'static str, String)>, SpawnError> {
+    let mut cuda_ids = Vec::with_capacity(spec.gpu_indices.len());
+    let mut modes = Vec::with_capacity(spec.gpu_indices.len());
+    let mut mps_ordinals = Vec::new();
+    for (ordinal, &index) in spec.gpu_indices.iter().enumerate() {
+        let slot = slots.get(index).ok_or_else(|| SpawnError::UnknownGpu { slot: index, known: slots.known() })?;
+        cuda_ids.push(slot.cuda_id.clone());
+        modes.push(slot.sharing.as_str());
+        if slot.sharing == GpuSharing::Mps {
+            mps_ordinals.push(ordinal);
+        }
+    }
+    let sharing = match modes.first() {
+        None => GpuSharing::None.as_str().to_owned(),
+        Some(first) if modes.iter().all(|m| m == first) => (*first).to_owned(),
+        Some(_) => modes.join(","),
+    };
+    let milli = spec.gpu_milli.clamp(1, WHOLE_GPU_MILLI);
+    let mut env = vec![
+        ("CUDA_VISIBLE_DEVICES", cuda_ids.join(",")),
+        ("AIRTIME_GPU_MILLI", milli.to_string()),
+        ("AIRTIME_GPU_SHARING", sharing),
+    ];
+    if !mps_ordinals.is_empty() {
+        if let Some(pipe) = &slots.mps_pipe_directory {
+            env.push(("CUDA_MPS_PIPE_DIRECTORY", pipe.display().to_string()));
+        }
+        if milli < WHOLE_GPU_MILLI {
+            env.push(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", milli.div_ceil(10).max(1).to_string()));
+            if let Some(mb) = spec.gpu_memory_mb {
+                let limits: Vec<String> = mps_ordinals.iter().map(|o| format!("{o}={mb}M")).collect();
+                env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", limits.join(",")));
+            }
+        }
+    }
+    Ok(env)
 }
 
 /// Where workload stdout and stderr go.
@@ -79,6 +185,8 @@ pub enum SpawnError {
     EmptyCommand,
     #[error("workload {workload_id} is already running (attempt {attempt})")]
     AlreadyRunning { workload_id: Uuid, attempt: u32 },
+    #[error("GPU {slot} is not one of this node's GPUs ({known})")]
+    UnknownGpu { slot: u32, known: String },
     #[error("cannot start {program:?}: {source}")]
     Io {
         program: String,
@@ -136,6 +244,8 @@ struct Supervised {
     attempt: u32,
     pid: u32,
     gpu_indices: Vec<u32>,
+    gpu_milli: u32,
+    gpu_memory_mb: Option<u64>,
     grace_period: Duration,
     stopping: bool,
     control: mpsc::UnboundedSender<Control>,
@@ -146,25 +256,38 @@ pub struct Runner {
     work_dir: PathBuf,
     output: OutputMode,
     node_name: String,
+    slots: GpuSlots,
     supervised: HashMap<Uuid, Supervised>,
     exits: mpsc::UnboundedSender<Exit>,
-    busy_gpus: watch::Sender<BTreeSet<u32>>,
+    holders: watch::Sender<GpuHolders>,
 }
 
 impl Runner {
-    /// A runner and the channel on which every started process reports its [`Exit`] exactly once.
-    /// Call [`Runner::reap`] with each exit received.
-    pub fn new(work_dir: PathBuf, output: OutputMode, node_name: &str) -> (Self, mpsc::UnboundedReceiver<Exit>) {
+    /// A runner for a node with GPU `slots`, and the channel on which every started process
+    /// reports its [`Exit`] exactly once. Call [`Runner::reap`] with each exit received.
+    pub fn new(
+        work_dir: PathBuf,
+        output: OutputMode,
+        node_name: &str,
+        slots: GpuSlots,
+    ) -> (Self, mpsc::UnboundedReceiver<Exit>) {
         let (exits, exits_rx) = mpsc::unbounded_channel();
-        let (busy_gpus, _) = watch::channel(BTreeSet::new());
-        let runner =
-            Self { work_dir, output, node_name: node_name.to_owned(), supervised: HashMap::new(), exits, busy_gpus };
+        let (holders, _) = watch::channel(GpuHolders::default());
+        let runner = Self {
+            work_dir,
+            output,
+            node_name: node_name.to_owned(),
+            slots,
+            supervised: HashMap::new(),
+            exits,
+            holders,
+        };
         (runner, exits_rx)
     }
 
-    /// The GPU indices held by workload processes that have not exited yet, kept current.
-    pub fn busy_gpus(&self) -> watch::Receiver<BTreeSet<u32>> {
-        self.busy_gpus.subscribe()
+    /// The workloads holding GPU slots (processes that have not exited yet), kept current.
+    pub fn holders(&self) -> watch::Receiver<GpuHolders> {
+        self.holders.subscribe()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -185,15 +308,28 @@ impl Runner {
             return Err(SpawnError::AlreadyRunning { workload_id: spec.workload_id, attempt: existing.attempt });
         }
         let (program, args) = spec.command.split_first().ok_or(SpawnError::EmptyCommand)?;
+        let gpu_env = gpu_environment(spec, &self.slots)?;
         let mut command = Command::new(program);
+        // The GPUs a workload sees, and its share of them, are the agent's to decide: no MPS
+        // setting of the agent's own environment reaches it, and the assignment's env cannot set
+        // what the agent sets.
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(|n| n.starts_with(AGENT_OWNED_PREFIX)) {
+                command.env_remove(name);
+            }
+        }
+        let ignored: Vec<&str> = spec.env.keys().map(String::as_str).filter(|k| agent_owned(k)).collect();
+        if !ignored.is_empty() {
+            tracing::info!(workload_id = %spec.workload_id, attempt = spec.attempt, ignored = ?ignored,
+                "the assignment's env may not set the GPU variables the agent sets; ignoring them");
+        }
         command
             .args(args)
             .current_dir(&self.work_dir)
-            .envs(&spec.env)
-            // Set after the assignment's env: the GPUs a workload sees are the agent's to decide.
-            .env("CUDA_VISIBLE_DEVICES", join_indices(&spec.gpu_indices))
+            .envs(spec.env.iter().filter(|(k, _)| !agent_owned(k)))
+            .envs(gpu_env)
             // CUDA numbers devices fastest-first by default, NVML by PCI bus; make them agree so
-            // index N in CUDA_VISIBLE_DEVICES is the GPU the control plane calls N.
+            // index N in CUDA_VISIBLE_DEVICES is the GPU NVML calls N.
             .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             .env("AIRTIME_WORKLOAD_ID", spec.workload_id.to_string())
             .env("AIRTIME_ATTEMPT", spec.attempt.to_string())
@@ -249,12 +385,14 @@ impl Runner {
                 attempt: spec.attempt,
                 pid,
                 gpu_indices: spec.gpu_indices.clone(),
+                gpu_milli: spec.gpu_milli,
+                gpu_memory_mb: spec.gpu_memory_mb,
                 grace_period: spec.grace_period,
                 stopping: false,
                 control,
             },
         );
-        self.publish_busy_gpus();
+        self.publish_holders();
         Ok(Started { pid, spawn_time })
     }
 
@@ -304,15 +442,27 @@ impl Runner {
         let matches = self.supervised.get(&exit.workload_id).is_some_and(|s| s.attempt == exit.attempt);
         if matches {
             self.supervised.remove(&exit.workload_id);
-            self.publish_busy_gpus();
+            self.publish_holders();
         }
     }
 
-    fn publish_busy_gpus(&self) {
-        let busy: BTreeSet<u32> = self.supervised.values().flat_map(|s| s.gpu_indices.iter().copied()).collect();
-        self.busy_gpus.send_if_modified(|current| {
-            let changed = *current != busy;
-            *current = busy;
+    fn publish_holders(&self) {
+        let holders = GpuHolders::new(
+            self.supervised
+                .iter()
+                .filter(|(_, s)| !s.gpu_indices.is_empty())
+                .map(|(id, s)| Holder {
+                    workload_id: *id,
+                    pid: s.pid,
+                    slots: s.gpu_indices.clone(),
+                    milli: s.gpu_milli,
+                    memory_mb: s.gpu_memory_mb,
+                })
+                .collect(),
+        );
+        self.holders.send_if_modified(|current| {
+            let changed = *current != holders;
+            *current = holders;
             changed
         });
     }
@@ -483,12 +633,27 @@ mod tests {
             command: command.iter().map(|s| (*s).to_owned()).collect(),
             env: BTreeMap::new(),
             gpu_indices: vec![],
+            gpu_milli: WHOLE_GPU_MILLI,
+            gpu_memory_mb: None,
             grace_period: Duration::from_secs(30),
         }
     }
 
+    fn slot(cuda_id: &str, sharing: GpuSharing) -> GpuSlot {
+        GpuSlot { cuda_id: cuda_id.into(), sharing }
+    }
+
+    /// Eight whole GPUs, slot = NVML index.
+    fn whole_gpus() -> GpuSlots {
+        GpuSlots::new((0..8).map(|i| (i, slot(&i.to_string(), GpuSharing::None))), None)
+    }
+
     fn runner() -> (Runner, mpsc::UnboundedReceiver<Exit>) {
-        Runner::new(std::env::temp_dir(), OutputMode::Log, "runner-test")
+        runner_with(whole_gpus())
+    }
+
+    fn runner_with(slots: GpuSlots) -> (Runner, mpsc::UnboundedReceiver<Exit>) {
+        Runner::new(std::env::temp_dir(), OutputMode::Log, "runner-test", slots)
     }
 
     async fn next_exit(exits: &mut mpsc::UnboundedReceiver<Exit>) -> Exit {
@@ -605,18 +770,146 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn tracks_busy_gpus_and_refuses_a_second_start() -> Result<(), SpawnError> {
+    async fn tracks_gpu_holders_and_refuses_a_second_start() -> Result<(), SpawnError> {
         let (mut runner, mut exits) = runner();
-        let busy = runner.busy_gpus();
+        let holders = runner.holders();
         let mut spec = spec(&["sleep", "30"]);
         spec.gpu_indices = vec![1, 3];
-        runner.start(&spec)?;
-        assert_eq!(*busy.borrow(), BTreeSet::from([1, 3]));
+        spec.gpu_milli = 500;
+        spec.gpu_memory_mb = Some(1024);
+        let started = runner.start(&spec)?;
+        assert_eq!(holders.borrow().slots(), std::collections::BTreeSet::from([1, 3]));
+        assert_eq!(
+            holders.borrow().holders(),
+            [Holder {
+                workload_id: spec.workload_id,
+                pid: started.pid,
+                slots: vec![1, 3],
+                milli: 500,
+                memory_mb: Some(1024)
+            }]
+        );
         assert!(matches!(runner.start(&spec), Err(SpawnError::AlreadyRunning { .. })));
         runner.stop(spec.workload_id, Some(Duration::ZERO), "test over");
         let exit = next_exit(&mut exits).await;
         runner.reap(&exit);
-        assert!(busy.borrow().is_empty());
+        assert!(holders.borrow().holders().is_empty());
+        Ok(())
+    }
+
+    /// Runs `sh -c 'env > OUT'` as `spec` and returns the environment the child saw.
+    async fn child_env(
+        runner: &mut Runner,
+        exits: &mut mpsc::UnboundedReceiver<Exit>,
+        mut spec: WorkloadSpec,
+    ) -> Result<BTreeMap<String, String>, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let out = dir.path().join("env");
+        spec.command = vec!["sh".into(), "-c".into(), "env > \"$OUT_FILE\"".into()];
+        spec.env.insert("OUT_FILE".into(), out.display().to_string());
+        runner.start(&spec)?;
+        let exit = next_exit(exits).await;
+        runner.reap(&exit);
+        assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+        let written = std::fs::read_to_string(&out)?;
+        Ok(written.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
+    }
+
+    #[tokio::test]
+    async fn a_share_of_an_mps_gpu_runs_with_its_share_of_the_sms_and_memory() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let pipe = PathBuf::from("/run/airtime-test/mps/pipe");
+        let slots = GpuSlots::new(
+            [(0, slot("0", GpuSharing::Mps)), (1, slot("1", GpuSharing::Mps)), (2, slot("2", GpuSharing::Mps))],
+            Some(pipe.clone()),
+        );
+        let (mut runner, mut exits) = runner_with(slots);
+        let mut share = spec(&[]);
+        share.gpu_indices = vec![2, 0];
+        share.gpu_milli = 250;
+        share.gpu_memory_mb = Some(20480);
+        // The assignment cannot widen its share, nor point the workload at another daemon.
+        share.env = BTreeMap::from([
+            ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), "100".into()),
+            ("CUDA_MPS_PIPE_DIRECTORY".into(), "/tmp/elsewhere".into()),
+            ("AIRTIME_GPU_MILLI".into(), "1000".into()),
+            ("MODEL".into(), "llama".into()),
+        ]);
+        let env = child_env(&mut runner, &mut exits, share.clone()).await?;
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("2,0"));
+        assert_eq!(get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("25"));
+        assert_eq!(get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some("0=20480M,1=20480M"));
+        assert_eq!(get("CUDA_MPS_PIPE_DIRECTORY"), Some("/run/airtime-test/mps/pipe"));
+        assert_eq!(get("AIRTIME_GPU_MILLI"), Some("250"));
+        assert_eq!(get("AIRTIME_GPU_SHARING"), Some("mps"));
+        assert_eq!(get("MODEL"), Some("llama"));
+
+        // A share rounds up to a whole percent; a whole GPU on MPS gets no limits, only the daemon.
+        let mut sliver = share.clone();
+        sliver.workload_id = Uuid::new_v4();
+        sliver.gpu_indices = vec![1];
+        sliver.gpu_milli = 1;
+        sliver.gpu_memory_mb = None;
+        let env = child_env(&mut runner, &mut exits, sliver).await?;
+        assert_eq!(env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").map(String::as_str), Some("1"));
+        assert_eq!(env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), None);
+        let mut whole = share.clone();
+        whole.workload_id = Uuid::new_v4();
+        whole.gpu_milli = WHOLE_GPU_MILLI;
+        let env = child_env(&mut runner, &mut exits, whole).await?;
+        assert_eq!(env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), None, "the assignment's own value is dropped");
+        assert_eq!(env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), None);
+        assert_eq!(env.get("CUDA_MPS_PIPE_DIRECTORY").map(String::as_str), Some("/run/airtime-test/mps/pipe"));
+        assert_eq!(env.get("AIRTIME_GPU_MILLI").map(String::as_str), Some("1000"));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn mig_and_time_sliced_slots_are_named_as_cuda_knows_them() -> Result<(), Box<dyn std::error::Error>> {
+        let slots = GpuSlots::new(
+            [
+                (0, slot("MIG-SIM-n1-0-0", GpuSharing::Mig)),
+                (1, slot("MIG-SIM-n1-0-1", GpuSharing::Mig)),
+                (2, slot("1", GpuSharing::None)),
+                (3, slot("2", GpuSharing::TimeSlicing)),
+            ],
+            Some(PathBuf::from("/unused")),
+        );
+        let (mut runner, mut exits) = runner_with(slots);
+        let mut mig = spec(&[]);
+        mig.gpu_indices = vec![1];
+        let env = child_env(&mut runner, &mut exits, mig).await?;
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some("MIG-SIM-n1-0-1"));
+        assert_eq!(env.get("AIRTIME_GPU_SHARING").map(String::as_str), Some("mig"));
+
+        // Time-slicing isolates nothing: only the share is said.
+        let mut sliced = spec(&[]);
+        sliced.gpu_indices = vec![3];
+        sliced.gpu_milli = 500;
+        sliced.gpu_memory_mb = Some(1000);
+        let env = child_env(&mut runner, &mut exits, sliced).await?;
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some("2"));
+        assert_eq!(env.get("AIRTIME_GPU_MILLI").map(String::as_str), Some("500"));
+        assert_eq!(env.get("AIRTIME_GPU_SHARING").map(String::as_str), Some("time_slicing"));
+        assert!(!env.keys().any(|k| k.starts_with("CUDA_MPS_")), "{env:?}");
+
+        // GPUs of different modes: one mode per GPU. A CPU placement: none.
+        let mut mixed = spec(&[]);
+        mixed.gpu_indices = vec![2, 0];
+        let env = child_env(&mut runner, &mut exits, mixed).await?;
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some("1,MIG-SIM-n1-0-0"));
+        assert_eq!(env.get("AIRTIME_GPU_SHARING").map(String::as_str), Some("none,mig"));
+        let env = child_env(&mut runner, &mut exits, spec(&[])).await?;
+        assert_eq!(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str), Some(""));
+        assert_eq!(env.get("AIRTIME_GPU_SHARING").map(String::as_str), Some("none"));
+
+        // A slot the node does not have is refused, not guessed.
+        let mut unknown = spec(&["true"]);
+        unknown.gpu_indices = vec![3, 9];
+        let error = runner.start(&unknown).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(error, "GPU 9 is not one of this node's GPUs (it has 0, 1, 2, 3)");
+        assert!(runner.get(unknown.workload_id).is_none());
         Ok(())
     }
 

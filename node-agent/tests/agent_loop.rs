@@ -4,60 +4,12 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use airtime_node_agent::Config;
-use support::{TestResult, run, start_fake, stop, unix_nanos};
-
-struct RunningAgent {
-    stop: mpsc::Sender<()>,
-    done: tokio::task::JoinHandle<Result<(), airtime_node_agent::agent::AgentError>>,
-}
-
-impl RunningAgent {
-    async fn shut_down(self) -> TestResult {
-        self.stop.send(()).await?;
-        tokio::time::timeout(Duration::from_secs(20), self.done).await???;
-        Ok(())
-    }
-}
-
-fn start_agent(url: &str, work_dir: &Path, extra: &[&str]) -> Result<RunningAgent, Box<dyn std::error::Error>> {
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "airtime_node_agent=debug".into()),
-        )
-        .try_init();
-    let state_dir = work_dir.join(".state").display().to_string();
-    let work_dir = work_dir.display().to_string();
-    let mut args = vec![
-        "airtime-node-agent",
-        "--enrolment-token",
-        support::ENROLMENT_TOKEN,
-        "--state-dir",
-        &state_dir,
-        "--control-plane",
-        url,
-        "--name",
-        "test-node",
-        "--label",
-        "zone=a",
-        "--no-nvml",
-        "--work-dir",
-        &work_dir,
-    ];
-    args.extend_from_slice(extra);
-    let config = Config::from_args(args, Some("test-host".into()))?;
-    let (stop, stop_rx) = mpsc::channel(4);
-    let done = tokio::spawn(airtime_node_agent::run(config, stop_rx));
-    Ok(RunningAgent { stop, done })
-}
+use support::{TestResult, run, start_agent, start_fake, stop, unix_nanos};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_and_stops_workloads_from_the_desired_state() -> TestResult {

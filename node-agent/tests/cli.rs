@@ -40,6 +40,74 @@ fn a_bad_simulate_gpus_variable_is_refused_with_a_precise_error() -> TestResult 
 }
 
 #[test]
+fn a_bad_mig_layout_is_refused_with_a_precise_message() -> TestResult {
+    let output = agent()
+        .args(["--control-plane", "http://127.0.0.1:1", "--simulate-gpus", "1:H100:81920"])
+        .args(["--gpu-sharing", "mig", "--mig-layout", "4g.40gb,4g.40gb"])
+        .output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--mig-layout 4g.40gb,4g.40gb: the compute slices add up to 8, more than the 7 of a GPU"),
+        "{stderr}"
+    );
+
+    let output = agent()
+        .env("AIRTIME_CONTROL_PLANE", "http://127.0.0.1:1")
+        .env("AIRTIME_SIMULATE_GPUS", "1:A100:40960")
+        .env("AIRTIME_GPU_SHARING", "mig")
+        .env("AIRTIME_MIG_LAYOUT", "3g.40gb,2g.20gb")
+        .output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "its instances need 61440 MiB (60 GB × 1024 MiB), more than the 40960 MiB of each simulated A100 GPU"
+        ),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+/// The flags the control plane's own tests start agents with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_registers_a_shared_node_from_its_flags() -> TestResult {
+    let (cp, url) = start_fake().await?;
+    let work_dir = tempfile::tempdir()?;
+    let runs = [
+        ("mps-node", &["--gpu-sharing", "mps"][..]),
+        ("mig-node", &["--gpu-sharing", "mig", "--mig-layout", "3g.40gb,2g.20gb,1g.10gb,1g.10gb"][..]),
+    ];
+    for (name, sharing) in runs {
+        let mut agent = tokio::process::Command::from(agent())
+            .args(["--control-plane", &url, "--name", name, "--no-nvml", "--simulate-gpus", "1:H100:81920"])
+            .args(sharing)
+            .args(["--enrolment-token", support::ENROLMENT_TOKEN])
+            .arg("--state-dir")
+            .arg(work_dir.path().join(name))
+            .arg("--work-dir")
+            .arg(work_dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let registration = cp
+            .wait_for("the registration", |cp| cp.recorded().registrations.iter().find(|r| r.name == name).cloned())
+            .await;
+        let modes: Vec<String> = registration.gpus.iter().map(|g| g.sharing.to_string()).collect();
+        if name == "mps-node" {
+            assert_eq!(modes, vec!["mps"]);
+        } else {
+            assert_eq!(modes, vec!["mig"; 4]);
+        }
+        kill(Pid::from_raw(i32::try_from(agent.id().ok_or("no pid")?)?), Signal::SIGTERM)?;
+        let status = tokio::time::timeout(Duration::from_secs(15), agent.wait()).await??;
+        assert!(status.success(), "{status}");
+    }
+    Ok(())
+}
+
+#[test]
 fn the_control_plane_is_required() -> TestResult {
     let output = agent().output()?;
     assert!(!output.status.success());

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::model::GpuModel;
+use crate::sharing::{GpuSharing, MigProfile, WHOLE_GPU_MILLI};
 
 /// Where a node's GPU inventory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,7 +53,23 @@ pub struct GpuInventory {
     #[serde(default)]
     pub nvlink_group: Option<u32>,
     pub simulated: bool,
+    /// How this device is shared (absent: not shared, as agents before GPU sharing report).
+    #[serde(default)]
+    pub sharing: GpuSharing,
+    /// The MIG instance's profile; set exactly when `sharing` is `mig`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<MigProfile>,
+    /// The physical GPU a MIG instance is carved from (its NVML index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_index: Option<u32>,
+    /// Why the node could not honour the sharing mode it was asked for ("MPS control daemon not
+    /// found: GPUs are time-sliced"), said once at registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing_note: Option<String>,
 }
+
+/// Longest sharing note kept, in characters.
+pub const MAX_SHARING_NOTE_CHARS: usize = 500;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -62,6 +79,25 @@ pub struct TelemetryReport {
     pub memory_used_mb: u64,
     #[serde(default)]
     pub gpus: Vec<GpuSample>,
+    /// Per workload and GPU, from the GPU's per-process accounting (NVML) or the simulation: what
+    /// each share of a shared GPU uses, so its busy time is attributed to the workloads on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareSample>,
+}
+
+/// What one workload's processes use of one GPU.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ShareSample {
+    pub workload_id: Uuid,
+    /// The GPU's index in the node's inventory.
+    pub gpu_index: u32,
+    /// SM utilisation of its processes, 0..1.
+    #[serde(default)]
+    pub util: Option<f32>,
+    #[serde(default)]
+    pub memory_used_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -102,6 +138,25 @@ pub fn check_registration(r: &Registration) -> Result<(), String> {
     }
     let mut seen = std::collections::BTreeSet::new();
     for gpu in &r.gpus {
+        if (gpu.sharing == GpuSharing::Mig) != gpu.mig_profile.is_some() {
+            return Err(format!(
+                "GPU {}: a MIG instance (sharing \"mig\") names its mig_profile, and only it",
+                gpu.index
+            ));
+        }
+        if gpu.parent_index.is_some() && gpu.sharing != GpuSharing::Mig {
+            return Err(format!("GPU {}: only a MIG instance has a parent_index", gpu.index));
+        }
+        if gpu
+            .sharing_note
+            .as_ref()
+            .is_some_and(|n| n.chars().count() > MAX_SHARING_NOTE_CHARS || n.chars().any(char::is_control))
+        {
+            return Err(format!(
+                "GPU {}: sharing_note must be at most {MAX_SHARING_NOTE_CHARS} printable characters",
+                gpu.index
+            ));
+        }
         if !seen.insert(gpu.index) {
             return Err(format!("GPU index {} is listed twice", gpu.index));
         }
@@ -144,6 +199,22 @@ pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
     }
     if i64::try_from(t.memory_used_mb).is_err() {
         return Err("memory_used_mb is out of range".into());
+    }
+    if t.shares.len() > 64 * 64 {
+        return Err("at most 4096 share samples per report".into());
+    }
+    for s in &t.shares {
+        if s.gpu_index > 63 || s.memory_used_mb.is_some_and(|m| i64::try_from(m).is_err()) {
+            return Err(format!(
+                "share of {} on GPU {}: gpu_index (0..=63) or memory_used_mb is out of range",
+                s.workload_id, s.gpu_index
+            ));
+        }
+        if let Some(u) = s.util
+            && !unit(u)
+        {
+            return Err(format!("share of {} on GPU {}: util must be between 0 and 1", s.workload_id, s.gpu_index));
+        }
     }
     Ok(())
 }
@@ -217,6 +288,21 @@ pub struct Assignment {
     #[serde(default)]
     pub gpu_indices: Vec<u32>,
     pub grace_period_ms: u64,
+    /// The workload's share of each of its GPUs, in thousandths; absent or 1000: whole GPUs. On an
+    /// MPS GPU the agent starts it with this share of the SMs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_milli: Option<u32>,
+    /// GPU memory reserved for it on each GPU, MiB (an MPS GPU's pinned memory limit); absent: no
+    /// slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_mb: Option<u64>,
+}
+
+impl Assignment {
+    /// Its share of each GPU, in thousandths (1000: whole GPUs).
+    pub fn share_milli(&self) -> u32 {
+        self.gpu_milli.filter(|&m| (1..WHOLE_GPU_MILLI).contains(&m)).unwrap_or(WHOLE_GPU_MILLI)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]

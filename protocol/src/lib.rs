@@ -10,5 +10,6 @@
 pub mod agent;
 pub mod model;
 pub mod settings;
+pub mod sharing;
 pub mod text;
 pub mod workload;

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use airtime_policy_sdk::abi;
 use airtime_policy_sdk::check::Checker;
 
-use crate::fleet::FleetView;
+use crate::fleet::{FleetView, WHOLE_GPU_MILLI};
 use crate::snapshot;
 
 /// A decision as the policy returned it, in snapshot indexes.
@@ -63,7 +63,7 @@ pub struct Checked {
 pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Checked {
     let snapshot = snapshot::build(fleet, "", None);
     let mut checker = Checker::new(&snapshot);
-    let mut held = fleet.held_gpus();
+    let mut held = fleet.held_milli();
     let mut out = Checked::default();
     for proposal in proposals {
         let index = proposal.workload();
@@ -79,13 +79,13 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
         let decision = decision(&proposal);
         let verdict = checker.check_with(&decision, |_| match &proposal {
             Proposal::Preempt { .. } => preemption_allowed(fleet, index),
-            Proposal::Place { gpus, .. } => within_quota(fleet, index, gpus.len(), &held),
+            Proposal::Place { gpus, .. } => within_quota(fleet, index, placement_milli(fleet, index, gpus), &held),
             Proposal::KeepPending { .. } => Ok(()),
         });
         match verdict {
             Ok(()) => {
                 if let Proposal::Place { gpus, .. } = &proposal {
-                    held[fleet.workloads[index].tenant] += gpus.len() as u32;
+                    held[fleet.workloads[index].tenant] += placement_milli(fleet, index, gpus);
                 }
                 out.accepted.push(proposal);
             }
@@ -108,16 +108,30 @@ fn decision(proposal: &Proposal) -> abi::Decision<'_> {
     abi::Decision { workload: index(proposal.workload()), action, reason: Cow::Borrowed(reason.as_str()) }
 }
 
+/// Thousandths of a GPU a placement takes: a share's thousandths on a shared GPU, else 1000 per
+/// GPU (indexes that name nothing take nothing; the structural check refuses them).
+pub fn placement_milli(fleet: &FleetView, workload: usize, gpus: &[usize]) -> u32 {
+    let Some(w) = fleet.workloads.get(workload) else { return 0 };
+    gpus.iter().filter_map(|&g| fleet.gpus.get(g)).map(|g| g.grant_for(w).0).sum()
+}
+
+pub use airtime_policy_sdk::gpus_in_words;
+
 /// The quota rule no policy can override: a tenant that may not borrow holds at most its
-/// guaranteed GPUs.
-fn within_quota(fleet: &FleetView, workload: usize, gpus: usize, held: &[u32]) -> Result<(), String> {
+/// guaranteed GPUs, counted in thousandths (a quarter-GPU share counts 0.25).
+fn within_quota(fleet: &FleetView, workload: usize, milli: u32, held: &[u32]) -> Result<(), String> {
     let w = &fleet.workloads[workload];
     let tenant = &fleet.tenants[w.tenant];
-    let holds = held[w.tenant];
-    if gpus > 0 && !tenant.may_borrow && u64::from(holds) + gpus as u64 > u64::from(tenant.guaranteed_gpus) {
+    let holds = u64::from(held[w.tenant]);
+    let guaranteed = u64::from(tenant.guaranteed_gpus) * u64::from(WHOLE_GPU_MILLI);
+    if milli > 0 && !tenant.may_borrow && holds + u64::from(milli) > guaranteed {
         return Err(format!(
-            "place: tenant {} may not borrow: it holds {holds} of its {} guaranteed GPUs and workload {} needs {gpus}",
-            tenant.name, tenant.guaranteed_gpus, w.name
+            "place: tenant {} may not borrow: it holds {} of its {} guaranteed GPUs and workload {} needs {}",
+            tenant.name,
+            gpus_in_words(holds),
+            tenant.guaranteed_gpus,
+            w.name,
+            gpus_in_words(u64::from(milli))
         ));
     }
     Ok(())
@@ -152,7 +166,7 @@ pub fn preemption_allowed(fleet: &FleetView, workload: usize) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{GpuEntry, NodeEntry, TenantEntry, TenantView, WorkloadEntry};
+    use crate::fleet::{GpuEntry, GpuSharing, Holder, NodeEntry, TenantEntry, TenantView, WorkloadEntry};
     use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
     use uuid::Uuid;
 
@@ -164,7 +178,7 @@ mod tests {
             weight: 1,
             tier: 0,
             may_borrow: true,
-            running_gpus: 0,
+            running_gpu_milli: 0,
             decayed_gpu_hours: 0.0,
         };
         let node = |name: &str, first: usize, count: usize| NodeEntry {
@@ -190,8 +204,12 @@ mod tests {
             memory_used_mb: 0,
             util: 0.0,
             nvlink_group: None,
-            holder,
+            holders: holder
+                .map(|workload| vec![Holder { workload, milli: WHOLE_GPU_MILLI, memory_mb: 0 }])
+                .unwrap_or_default(),
             simulated: true,
+            sharing: GpuSharing::None,
+            mig_profile: String::new(),
         };
         let workload = |tenant: usize, state: WorkloadState, gpu_count: u32| WorkloadEntry {
             id: Uuid::new_v4(),
@@ -215,6 +233,8 @@ mod tests {
             node: None,
             pending_reason: None,
             preemptions_last_hour: 0,
+            gpu_milli: WHOLE_GPU_MILLI,
+            mig_profile: String::new(),
         };
         FleetView {
             now: chrono::Utc::now(),
@@ -306,7 +326,7 @@ mod tests {
         assert_eq!(t.workloads, vec![2, 3]);
         assert_eq!(t.nodes, vec![0, 1]);
         assert_eq!(t.gpus, vec![1, 2]);
-        assert_eq!(t.view.gpus[1].holder, Some(1), "its running workload, renumbered");
+        assert_eq!(t.view.gpus[1].holder(), Some(1), "its running workload, renumbered");
         assert_eq!((t.view.nodes[1].gpu_first, t.view.nodes[1].gpu_count), (1, 1));
         // The view holds that tenant alone (renumbered): no other tenant's name or quota.
         assert_eq!(t.view.tenants.len(), 1);
@@ -338,6 +358,43 @@ mod tests {
         assert_eq!(checked.accepted.len(), 1);
         let checked = check(&f, Scope::Platform, vec![place(1, 0, &[1]), place(0, 0, &[1])]);
         assert_eq!(checked.accepted, vec![place(1, 0, &[1])], "the first placement took the one allowed GPU");
+    }
+
+    /// Shares: four quarters fill a shared GPU and the fifth is refused; a tenant's quota counts a
+    /// quarter as 0.25; whole-GPU work is refused on the shared GPU.
+    #[test]
+    fn shares_never_over_commit_a_gpu_and_count_as_fractions_in_the_quota() {
+        let mut f = fleet();
+        f.gpus[0].sharing = GpuSharing::Mps;
+        f.workloads.truncate(1);
+        f.workloads[0].gpu_count = 0;
+        let quarter = |f: &FleetView| WorkloadEntry {
+            gpu_count: 1,
+            gpu_milli: 250,
+            gpu_memory_mb: 10000,
+            ..f.workloads[0].clone()
+        };
+        f.workloads = (0..5).map(|_| quarter(&f)).collect();
+        f.workloads.push(WorkloadEntry { gpu_milli: WHOLE_GPU_MILLI, ..quarter(&f) });
+        let checked = check(&f, Scope::Platform, (0..6).map(|w| place(w, 0, &[0])).collect());
+        assert_eq!(checked.accepted.len(), 4, "{checked:?}");
+        assert!(checked.refused[0].reason.contains("has 0/1000 unshared (0 sharers)"), "{checked:?}");
+        assert!(checked.refused[1].reason.contains("taken by an earlier decision"), "{checked:?}");
+
+        // A tenant guaranteed one GPU that may not borrow: three quarters and a half are 1.25.
+        f.tenants[0].may_borrow = false;
+        f.tenants[0].guaranteed_gpus = 1;
+        f.tenants[0].running_gpu_milli = 750;
+        f.workloads[0].gpu_milli = 500;
+        let checked = check(&f, Scope::Platform, vec![place(0, 0, &[0])]);
+        assert!(
+            checked.refused[0].reason.contains("it holds 0.75 of its 1 guaranteed GPUs and workload w needs 0.5"),
+            "{checked:?}"
+        );
+        f.workloads[0].gpu_milli = 250;
+        assert!(check(&f, Scope::Platform, vec![place(0, 0, &[0])]).refused.is_empty());
+        assert_eq!(gpus_in_words(1250), "1.25");
+        assert_eq!(gpus_in_words(3000), "3");
     }
 
     /// The host's structural rules are the SDK's: on every decision a policy's own tests accept or

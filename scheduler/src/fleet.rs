@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use airtime_protocol::settings::PrioritySettings;
+pub use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 
 #[derive(Debug, Clone)]
@@ -17,7 +18,8 @@ pub struct TenantEntry {
     pub weight: u32,
     pub tier: i32,
     pub may_borrow: bool,
-    pub running_gpus: u32,
+    /// What its placed work holds, in thousandths of a GPU (a quarter share counts 250).
+    pub running_gpu_milli: u32,
     /// GPU-hours used, decayed with a half-life (fair share).
     pub decayed_gpu_hours: f64,
 }
@@ -48,8 +50,49 @@ pub struct GpuEntry {
     pub memory_used_mb: u64,
     pub util: f32,
     pub nvlink_group: Option<u32>,
-    pub holder: Option<usize>,
+    /// The workloads holding it (one, or several sharing it), in grant order.
+    pub holders: Vec<Holder>,
     pub simulated: bool,
+    pub sharing: GpuSharing,
+    /// A MIG instance's profile (`"1g.10gb"`), empty for a whole GPU.
+    pub mig_profile: String,
+}
+
+/// One workload's hold on a GPU: the whole of it, or its share and memory slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub workload: usize,
+    /// Thousandths of the GPU (1000: whole).
+    pub milli: u32,
+    /// Memory slice reserved, MiB (0: none).
+    pub memory_mb: u64,
+}
+
+impl GpuEntry {
+    /// The first of its holders (what the ABI's `holder` names); `None` when free.
+    pub fn holder(&self) -> Option<usize> {
+        self.holders.first().map(|h| h.workload)
+    }
+
+    /// Thousandths held by its holders.
+    pub fn held_milli(&self) -> u32 {
+        self.holders.iter().map(|h| h.milli).sum::<u32>().min(WHOLE_GPU_MILLI)
+    }
+
+    /// Memory reserved by its holders' slices, MiB.
+    pub fn reserved_memory_mb(&self) -> u64 {
+        self.holders.iter().map(|h| h.memory_mb).sum()
+    }
+
+    /// What `workload` takes of it when placed there: its share and slice on a shared GPU, the
+    /// whole GPU anywhere else.
+    pub fn grant_for(&self, workload: &WorkloadEntry) -> (u32, u64) {
+        if workload.is_share() && self.sharing.is_shared() {
+            (workload.gpu_milli, workload.gpu_memory_mb)
+        } else {
+            (WHOLE_GPU_MILLI, 0)
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +120,10 @@ pub struct WorkloadEntry {
     pub pending_reason: Option<String>,
     /// Times it was preempted in the last hour (the cap in the priority settings).
     pub preemptions_last_hour: u32,
+    /// Its share of each GPU, thousandths (1000: whole GPUs).
+    pub gpu_milli: u32,
+    /// The MIG profile it asks for; empty for none.
+    pub mig_profile: String,
 }
 
 impl WorkloadEntry {
@@ -84,6 +131,11 @@ impl WorkloadEntry {
     /// policy's own tests refuse.
     pub fn allows_model(&self, model: &str) -> bool {
         airtime_policy_sdk::model_allowed(&self.gpu_models, model)
+    }
+
+    /// A fraction of one GPU (the SDK's `Workload::is_share`).
+    pub fn is_share(&self) -> bool {
+        self.gpu_count == 1 && self.gpu_milli < WHOLE_GPU_MILLI && self.mig_profile.is_empty()
     }
 }
 
@@ -114,9 +166,9 @@ impl FleetView {
         (0..self.tenants.len()).filter(|&t| has[t]).collect()
     }
 
-    /// GPUs each tenant holds now (grants of its placed work), by tenant index.
-    pub fn held_gpus(&self) -> Vec<u32> {
-        self.tenants.iter().map(|t| t.running_gpus).collect()
+    /// Thousandths of a GPU each tenant holds now (grants of its placed work), by tenant index.
+    pub fn held_milli(&self) -> Vec<u32> {
+        self.tenants.iter().map(|t| t.running_gpu_milli).collect()
     }
 }
 
@@ -144,7 +196,9 @@ impl FleetView {
         let gpu_set: std::collections::BTreeSet<usize> = granted_gpus
             .iter()
             .copied()
-            .chain((0..self.gpus.len()).filter(|&g| self.gpus[g].holder.is_some_and(|h| workloads.contains(&h))))
+            .chain(
+                (0..self.gpus.len()).filter(|&g| self.gpus[g].holders.iter().any(|h| workloads.contains(&h.workload))),
+            )
             .collect();
         let node_set: std::collections::BTreeSet<usize> =
             gpu_set.iter().map(|&g| self.gpus[g].node).chain(granted_nodes.iter().copied()).collect();
@@ -165,11 +219,14 @@ impl FleetView {
                 .iter()
                 .filter_map(|&g| {
                     let gpu = &self.gpus[g];
-                    Some(GpuEntry {
-                        node: node_pos(gpu.node)?,
-                        holder: gpu.holder.and_then(workload_pos),
-                        ..gpu.clone()
-                    })
+                    // Another tenant's share stays held capacity, without naming its workload.
+                    let mut holders: Vec<Holder> = gpu
+                        .holders
+                        .iter()
+                        .map(|h| Holder { workload: workload_pos(h.workload).unwrap_or(usize::MAX), ..*h })
+                        .collect();
+                    holders.sort_by_key(|h| h.workload == usize::MAX);
+                    Some(GpuEntry { node: node_pos(gpu.node)?, holders, ..gpu.clone() })
                 })
                 .collect(),
             workloads: workloads

@@ -3,7 +3,7 @@
 
 use airtime_policy_sdk::abi;
 
-use crate::fleet::FleetView;
+use crate::fleet::{FleetView, GpuSharing, WHOLE_GPU_MILLI};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 
 fn u32_sat(v: u64) -> u32 {
@@ -38,7 +38,9 @@ pub fn build<'a>(fleet: &'a FleetView, params: &'a str, scope_tenant: Option<usi
                 name: &t.name,
                 guaranteed_gpus: t.guaranteed_gpus,
                 weight: t.weight,
-                running_gpus: t.running_gpus,
+                // Guests that count whole GPUs see a share as the GPU it occupies.
+                running_gpus: t.running_gpu_milli.div_ceil(WHOLE_GPU_MILLI),
+                running_gpu_milli: t.running_gpu_milli,
                 tier: t.tier,
                 decayed_gpu_hours: t.decayed_gpu_hours as f32,
                 may_borrow: t.may_borrow,
@@ -76,8 +78,15 @@ pub fn build<'a>(fleet: &'a FleetView, params: &'a str, scope_tenant: Option<usi
                 memory_used_mb: u32_sat(g.memory_used_mb),
                 util: g.util,
                 nvlink_group: g.nvlink_group,
-                holder: g.holder.map(to_index),
+                // A held index that names nothing (another tenant's share in a tenant view) is
+                // no holder; the share still counts in free_milli.
+                holder: g.holders.iter().map(|h| h.workload).find(|&w| w < fleet.workloads.len()).map(to_index),
                 simulated: g.simulated,
+                sharing: sharing(g.sharing),
+                free_milli: WHOLE_GPU_MILLI - g.held_milli(),
+                memory_reserved_mb: u32_sat(g.reserved_memory_mb()),
+                sharers: to_index(g.holders.len()),
+                mig_profile: &g.mig_profile,
             })
             .collect(),
         workloads: fleet
@@ -107,11 +116,22 @@ pub fn build<'a>(fleet: &'a FleetView, params: &'a str, scope_tenant: Option<usi
                 cpu_capable: w.cpu_capable,
                 gang: w.gpu_count > 1,
                 expected_duration_s: w.expected_duration_s,
+                gpu_milli: w.gpu_milli,
+                mig_profile: &w.mig_profile,
             })
             .collect(),
         settings: Some(settings(fleet)),
         params,
         scope_tenant: scope_tenant.map(to_index),
+    }
+}
+
+pub fn sharing(s: GpuSharing) -> abi::Sharing {
+    match s {
+        GpuSharing::None => abi::Sharing::None,
+        GpuSharing::TimeSlicing => abi::Sharing::TimeSlicing,
+        GpuSharing::Mps => abi::Sharing::Mps,
+        GpuSharing::Mig => abi::Sharing::Mig,
     }
 }
 

@@ -9,7 +9,9 @@ use airtime_policy_sdk::abi;
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 use airtime_scheduler::check::Proposal;
 use airtime_scheduler::cycle::{self, Composed, Evaluated, Evaluator, Lane, Levels, PolicyHandle};
-use airtime_scheduler::fleet::{FleetView, GpuEntry, NodeEntry, TenantEntry, TenantView, WorkloadEntry};
+use airtime_scheduler::fleet::{
+    FleetView, GpuEntry, GpuSharing, Holder, NodeEntry, TenantEntry, TenantView, WHOLE_GPU_MILLI, WorkloadEntry,
+};
 use airtime_scheduler::snapshot;
 use futures::executor::block_on;
 use uuid::Uuid;
@@ -81,7 +83,7 @@ fn fleet() -> FleetView {
         weight: 1,
         tier: 0,
         may_borrow: true,
-        running_gpus: 0,
+        running_gpu_milli: 0,
         decayed_gpu_hours: 0.0,
     };
     let gpu = |device_index: u32, holder: Option<usize>| GpuEntry {
@@ -93,8 +95,12 @@ fn fleet() -> FleetView {
         memory_used_mb: 0,
         util: 0.0,
         nvlink_group: None,
-        holder,
+        holders: holder
+            .map(|workload| vec![Holder { workload, milli: WHOLE_GPU_MILLI, memory_mb: 0 }])
+            .unwrap_or_default(),
         simulated: true,
+        sharing: GpuSharing::None,
+        mig_profile: String::new(),
     };
     let workload = |name: &str, tenant: usize, state: WorkloadState, age_s: i64| {
         let id = Uuid::new_v4();
@@ -120,10 +126,12 @@ fn fleet() -> FleetView {
             node: (state == WorkloadState::Running).then_some(0),
             pending_reason: None,
             preemptions_last_hour: 0,
+            gpu_milli: WHOLE_GPU_MILLI,
+            mig_profile: String::new(),
         }
     };
     let mut b = tenant("b");
-    b.running_gpus = 1;
+    b.running_gpu_milli = 1000;
     FleetView {
         now,
         settings: Default::default(),

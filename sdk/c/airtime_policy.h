@@ -81,10 +81,12 @@ extern "C" {
 
 /* Record sizes: the minimum stride of each table (abi.rs *_SIZE). */
 #define AIRTIME_SNAPSHOT_HEADER_SIZE 88u
-#define AIRTIME_TENANT_SIZE 32u
+#define AIRTIME_TENANT_SIZE 40u
 #define AIRTIME_NODE_SIZE 48u
-#define AIRTIME_GPU_SIZE 40u
-#define AIRTIME_WORKLOAD_SIZE 88u
+#define AIRTIME_GPU_SIZE 64u
+#define AIRTIME_WORKLOAD_SIZE 104u
+/** A whole GPU in thousandths: the unit of shares (ABI 1.2). */
+#define AIRTIME_WHOLE_GPU_MILLI 1000u
 #define AIRTIME_SETTINGS_SIZE 32u
 #define AIRTIME_DECISIONS_HEADER_SIZE 8u
 /** Decision records have no stride: exactly 32 bytes in version 1. */
@@ -106,7 +108,7 @@ extern "C" {
 #define AIRTIME_SNAP_PARAMS 76u       /* string: the policy's JSON configuration, "{}" when none */
 #define AIRTIME_SNAP_SCOPE_TENANT 84u /* u32 tenant index this evaluation is for; NONE: platform */
 
-/* Tenant, 32 bytes. */
+/* Tenant, 40 bytes (1.0/1.1 guests read the first 32). */
 #define AIRTIME_TENANT_NAME 0u              /* string */
 #define AIRTIME_TENANT_GUARANTEED_GPUS 8u   /* u32 */
 #define AIRTIME_TENANT_WEIGHT 12u           /* u32 */
@@ -115,6 +117,8 @@ extern "C" {
 #define AIRTIME_TENANT_DECAYED_GPU_HOURS 24u /* f32: usage history, half-life decayed */
 #define AIRTIME_TENANT_FLAGS 28u            /* u32 */
 #define AIRTIME_TENANT_FLAG_MAY_BORROW 0x1u /* may borrow idle capacity */
+#define AIRTIME_TENANT_RUNNING_GPU_MILLI 32u /* u32, 1.2: thousandths of a GPU held (a quarter share: 250) */
+#define AIRTIME_TENANT_RESERVED 36u         /* u32 */
 
 /* Node, 48 bytes. */
 #define AIRTIME_NODE_NAME 0u             /* string */
@@ -130,7 +134,7 @@ extern "C" {
 #define AIRTIME_NODE_FLAGS 44u           /* u32 */
 #define AIRTIME_NODE_FLAG_SIMULATED 0x1u /* simulated GPUs */
 
-/* GPU, 40 bytes. */
+/* GPU, 64 bytes (1.0/1.1 guests read the first 40): a whole GPU or a MIG instance. */
 #define AIRTIME_GPU_NODE 0u             /* u32: node index */
 #define AIRTIME_GPU_DEVICE_INDEX 4u     /* u32: on its node, as CUDA_VISIBLE_DEVICES counts */
 #define AIRTIME_GPU_MODEL 8u            /* string */
@@ -138,11 +142,16 @@ extern "C" {
 #define AIRTIME_GPU_MEMORY_USED_MB 20u  /* u32: live telemetry */
 #define AIRTIME_GPU_UTIL 24u            /* f32, 0..1, live */
 #define AIRTIME_GPU_NVLINK_GROUP 28u    /* u32: same value, same NVLink domain; NONE unknown */
-#define AIRTIME_GPU_HOLDER 32u          /* u32: workload index holding it, NONE when free */
+#define AIRTIME_GPU_HOLDER 32u          /* u32: workload index holding it (a shared GPU: the first sharer), NONE when free */
 #define AIRTIME_GPU_FLAGS 36u           /* u32 */
 #define AIRTIME_GPU_FLAG_SIMULATED 0x1u
+#define AIRTIME_GPU_SHARING 40u             /* u32, 1.2: enum airtime_sharing */
+#define AIRTIME_GPU_FREE_MILLI 44u          /* u32, 1.2: thousandths no workload holds (1000 free) */
+#define AIRTIME_GPU_MEMORY_RESERVED_MB 48u  /* u32, 1.2: memory slices of its sharers */
+#define AIRTIME_GPU_SHARERS 52u             /* u32, 1.2: workloads holding a share */
+#define AIRTIME_GPU_MIG_PROFILE 56u         /* string, 1.2: a MIG instance's profile; empty otherwise */
 
-/* Workload, 88 bytes (the pending and running workloads of the scope). */
+/* Workload, 104 bytes (the pending and running workloads of the scope; 1.0/1.1 guests read 88). */
 #define AIRTIME_WORKLOAD_ID 0u                   /* string: UUID text */
 #define AIRTIME_WORKLOAD_NAME 8u                 /* string */
 #define AIRTIME_WORKLOAD_TENANT 16u              /* u32: tenant index */
@@ -160,6 +169,9 @@ extern "C" {
 #define AIRTIME_WORKLOAD_FLAGS 76u               /* u32 */
 #define AIRTIME_WORKLOAD_EXPECTED_DURATION_S 80u /* u32: 0 unknown */
 #define AIRTIME_WORKLOAD_RESERVED 84u            /* u32 */
+#define AIRTIME_WORKLOAD_GPU_MILLI 88u           /* u32, 1.2: share of each GPU; 1000 whole, less: a share of one */
+#define AIRTIME_WORKLOAD_MIG_PROFILE 92u         /* string, 1.2: MIG profile it must run on; empty: none */
+#define AIRTIME_WORKLOAD_RESERVED_2 100u         /* u32 */
 #define AIRTIME_WORKLOAD_FLAG_PREEMPTIBLE 0x1u
 #define AIRTIME_WORKLOAD_FLAG_CHECKPOINTABLE 0x2u
 #define AIRTIME_WORKLOAD_FLAG_CPU_CAPABLE 0x4u
@@ -190,16 +202,24 @@ extern "C" {
 #endif
 AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SCOPE_TENANT + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE, "snapshot header");
 AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SETTINGS + AIRTIME_TABLE_DESCRIPTOR_SIZE == AIRTIME_SNAP_PARAMS, "tables");
-AIRTIME_STATIC_ASSERT(AIRTIME_TENANT_FLAGS + 4 == AIRTIME_TENANT_SIZE, "tenant record");
+AIRTIME_STATIC_ASSERT(AIRTIME_TENANT_RESERVED + 4 == AIRTIME_TENANT_SIZE, "tenant record");
 AIRTIME_STATIC_ASSERT(AIRTIME_NODE_FLAGS + 4 == AIRTIME_NODE_SIZE, "node record");
-AIRTIME_STATIC_ASSERT(AIRTIME_GPU_FLAGS + 4 == AIRTIME_GPU_SIZE, "gpu record");
-AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_RESERVED + 4 == AIRTIME_WORKLOAD_SIZE, "workload record");
+AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "gpu record");
+AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_RESERVED_2 + 4 == AIRTIME_WORKLOAD_SIZE, "workload record");
 AIRTIME_STATIC_ASSERT(AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS + 12 == AIRTIME_SETTINGS_SIZE, "settings record");
 AIRTIME_STATIC_ASSERT(AIRTIME_DECISION_REASON + 8 == AIRTIME_DECISION_SIZE, "decision record");
 AIRTIME_STATIC_ASSERT(sizeof(void *) == 4 && sizeof(size_t) == 4, "the ABI is wasm32: pointers are i32");
 
 /* Enumerations. A minor version may add values: treat one you do not know conservatively (a node
  * in an unknown state takes no work, a workload in an unknown state is not yours to decide). */
+
+/** How a GPU is shared (GPU offset 40, ABI 1.2). */
+enum airtime_sharing {
+    AIRTIME_SHARING_NONE = 0,         /* one workload holds it whole */
+    AIRTIME_SHARING_TIME_SLICING = 1, /* shares without isolation */
+    AIRTIME_SHARING_MPS = 2,          /* shares with SM and memory limits */
+    AIRTIME_SHARING_MIG = 3,          /* a MIG instance: only its profile, alone */
+};
 
 /** Node state (node offset 8). */
 enum airtime_node_state {
@@ -660,6 +680,7 @@ typedef struct airtime_tenant {
     int32_t tier;
     float decayed_gpu_hours;
     uint32_t flags; /* AIRTIME_TENANT_FLAG_* */
+    uint32_t running_gpu_milli; /* 1.2: thousandths of a GPU held */
 } airtime_tenant;
 
 typedef struct airtime_node {
@@ -679,6 +700,12 @@ typedef struct airtime_gpu {
     uint32_t nvlink_group; /* AIRTIME_NONE: unknown */
     uint32_t holder;       /* workload index; AIRTIME_NONE: free */
     uint32_t flags;        /* AIRTIME_GPU_FLAG_* */
+    /* 1.2: sharing */
+    uint32_t sharing;            /* enum airtime_sharing */
+    uint32_t free_milli;         /* thousandths no workload holds */
+    uint32_t memory_reserved_mb; /* memory slices of its sharers */
+    uint32_t sharers;
+    airtime_str mig_profile;     /* a MIG instance's profile; empty otherwise */
 } airtime_gpu;
 
 typedef struct airtime_workload {
@@ -694,6 +721,8 @@ typedef struct airtime_workload {
     uint32_t node;  /* running only; AIRTIME_NONE otherwise */
     uint32_t flags; /* AIRTIME_WORKLOAD_FLAG_* */
     uint32_t expected_duration_s;
+    uint32_t gpu_milli;      /* 1.2: share of each GPU; 1000 whole */
+    airtime_str mig_profile; /* 1.2: empty: none */
 } airtime_workload;
 
 typedef struct airtime_settings {
@@ -711,6 +740,7 @@ static inline bool airtime_read_tenant(const airtime_snapshot *s, uint32_t i, ai
     out->tier = airtime_get_i32(r + AIRTIME_TENANT_TIER);
     out->decayed_gpu_hours = airtime_get_f32(r + AIRTIME_TENANT_DECAYED_GPU_HOURS);
     out->flags = airtime_get_u32(r + AIRTIME_TENANT_FLAGS);
+    out->running_gpu_milli = airtime_get_u32(r + AIRTIME_TENANT_RUNNING_GPU_MILLI);
     return true;
 }
 
@@ -743,6 +773,11 @@ static inline bool airtime_read_gpu(const airtime_snapshot *s, uint32_t i, airti
     out->nvlink_group = airtime_get_u32(r + AIRTIME_GPU_NVLINK_GROUP);
     out->holder = airtime_get_u32(r + AIRTIME_GPU_HOLDER);
     out->flags = airtime_get_u32(r + AIRTIME_GPU_FLAGS);
+    out->sharing = airtime_get_u32(r + AIRTIME_GPU_SHARING);
+    out->free_milli = airtime_get_u32(r + AIRTIME_GPU_FREE_MILLI);
+    out->memory_reserved_mb = airtime_get_u32(r + AIRTIME_GPU_MEMORY_RESERVED_MB);
+    out->sharers = airtime_get_u32(r + AIRTIME_GPU_SHARERS);
+    out->mig_profile = airtime_string_at(s, r + AIRTIME_GPU_MIG_PROFILE);
     return true;
 }
 
@@ -765,6 +800,8 @@ static inline bool airtime_read_workload(const airtime_snapshot *s, uint32_t i, 
     out->node = airtime_get_u32(r + AIRTIME_WORKLOAD_NODE);
     out->flags = airtime_get_u32(r + AIRTIME_WORKLOAD_FLAGS);
     out->expected_duration_s = airtime_get_u32(r + AIRTIME_WORKLOAD_EXPECTED_DURATION_S);
+    out->gpu_milli = airtime_get_u32(r + AIRTIME_WORKLOAD_GPU_MILLI);
+    out->mig_profile = airtime_string_at(s, r + AIRTIME_WORKLOAD_MIG_PROFILE);
     return true;
 }
 

@@ -26,6 +26,11 @@ pub use error::{AbiError, BufferKind, Location, Table};
 
 /// The ABI version this SDK speaks; a module's `airtime_abi_version` export returns it.
 pub const ABI_VERSION: u32 = 1;
+/// The minor version of this SDK's records (1.2: GPU sharing). Minor versions only append fields
+/// (tables carry their stride), so guests built for 1.0 or 1.1 keep working.
+pub const ABI_MINOR_VERSION: u32 = 2;
+/// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
+pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
 pub const SNAPSHOT_MAGIC: [u8; 4] = *b"ATSN";
 /// First four bytes of a decision buffer.
@@ -37,13 +42,13 @@ pub const NONE: u32 = u32::MAX;
 /// Size of the snapshot header, in bytes.
 pub const SNAPSHOT_HEADER_SIZE: usize = 88;
 /// Size of a tenant record (the minimum stride of the tenants table).
-pub const TENANT_SIZE: usize = 32;
+pub const TENANT_SIZE: usize = 40;
 /// Size of a node record.
 pub const NODE_SIZE: usize = 48;
 /// Size of a GPU record.
-pub const GPU_SIZE: usize = 40;
+pub const GPU_SIZE: usize = 64;
 /// Size of a workload record.
-pub const WORKLOAD_SIZE: usize = 88;
+pub const WORKLOAD_SIZE: usize = 104;
 /// Size of the settings record.
 pub const SETTINGS_SIZE: usize = 32;
 /// Size of the decision buffer header (magic and count).
@@ -108,6 +113,9 @@ pub struct Tenant<'a> {
     pub decayed_gpu_hours: f32,
     /// May borrow idle capacity beyond `guaranteed_gpus` (flag bit 0).
     pub may_borrow: bool,
+    /// What its running workloads hold now, in thousandths of a GPU (a quarter-GPU share counts
+    /// 250); ABI 1.2. `running_gpus` is this rounded up, for guests that count whole GPUs.
+    pub running_gpu_milli: u32,
 }
 
 /// A server.
@@ -133,8 +141,8 @@ pub struct Node<'a> {
     pub simulated: bool,
 }
 
-/// One GPU.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// One GPU, or one MIG instance of a GPU (ABI 1.2: `sharing` is [`Sharing::Mig`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Gpu<'a> {
     /// Index of its node in [`Snapshot::nodes`].
     pub node: u32,
@@ -149,14 +157,46 @@ pub struct Gpu<'a> {
     pub util: f32,
     /// GPUs with the same value share an NVLink domain; `None` when unknown.
     pub nvlink_group: Option<u32>,
-    /// The workload (index) holding it; `None` when free.
+    /// The workload (index) holding it; `None` when free. A GPU shared by several workloads names
+    /// the first of them, so a guest that knows nothing of sharing sees it as held.
     pub holder: Option<u32>,
     /// Simulated (flag bit 0).
     pub simulated: bool,
+    /// How it is shared (ABI 1.2).
+    pub sharing: Sharing,
+    /// Thousandths of it no workload holds (1000 when free, 0 when held whole; ABI 1.2).
+    pub free_milli: u32,
+    /// GPU memory reserved by the memory slices of the workloads sharing it, MiB (ABI 1.2).
+    pub memory_reserved_mb: u32,
+    /// How many workloads hold a share of it (ABI 1.2).
+    pub sharers: u32,
+    /// A MIG instance's profile (`"1g.10gb"`); empty for a whole GPU (ABI 1.2).
+    pub mig_profile: &'a str,
+}
+
+impl Default for Gpu<'_> {
+    fn default() -> Self {
+        Gpu {
+            node: 0,
+            device_index: 0,
+            model: "",
+            memory_mb: 0,
+            memory_used_mb: 0,
+            util: 0.0,
+            nvlink_group: None,
+            holder: None,
+            simulated: false,
+            sharing: Sharing::None,
+            free_milli: WHOLE_GPU_MILLI,
+            memory_reserved_mb: 0,
+            sharers: 0,
+            mig_profile: "",
+        }
+    }
 }
 
 /// A pending or running workload.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Workload<'a> {
     /// UUID text.
     pub id: &'a str,
@@ -193,6 +233,39 @@ pub struct Workload<'a> {
     pub gang: bool,
     /// Expected duration in seconds; 0 when unknown.
     pub expected_duration_s: u32,
+    /// Its share of each GPU, in thousandths: 1000 for whole GPUs, less for a fraction of one GPU
+    /// (then `gpu_count` is 1 and `gpu_memory_mb` is its memory slice); ABI 1.2.
+    pub gpu_milli: u32,
+    /// The MIG profile it must run on (`"1g.10gb"`); empty when it asks for none (ABI 1.2).
+    pub mig_profile: &'a str,
+}
+
+impl Default for Workload<'_> {
+    fn default() -> Self {
+        Workload {
+            id: "",
+            name: "",
+            tenant: 0,
+            class: WorkloadClass::default(),
+            state: WorkloadState::default(),
+            priority: 0,
+            gpu_count: 0,
+            gpu_memory_mb: 0,
+            gpu_models: "",
+            cpu_millis: 0,
+            memory_mb: 0,
+            submitted_ms: 0,
+            started_ms: 0,
+            node: None,
+            preemptible: false,
+            checkpointable: false,
+            cpu_capable: false,
+            gang: false,
+            expected_duration_s: 0,
+            gpu_milli: WHOLE_GPU_MILLI,
+            mig_profile: "",
+        }
+    }
 }
 
 /// The platform's priority settings.
@@ -298,6 +371,22 @@ code_enum! {
         /// Being preempted or cancelled: it still holds its resources and will release them within
         /// the grace period. Preempting it again changes nothing.
         Stopping = 2 => "stopping",
+    }
+}
+
+code_enum! {
+    /// How a GPU is shared (ABI 1.2), as the node's agent reports it.
+    #[derive(Default)]
+    pub enum Sharing {
+        /// Not shared: one workload holds it whole (a fractional workload placed here gets it all).
+        #[default]
+        None = 0 => "none",
+        /// Shared without isolation.
+        TimeSlicing = 1 => "time_slicing",
+        /// Shared through CUDA MPS: each workload gets its share of the SMs and a memory limit.
+        Mps = 2 => "mps",
+        /// A MIG instance: only work asking for its profile runs on it, alone.
+        Mig = 3 => "mig",
     }
 }
 

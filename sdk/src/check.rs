@@ -8,6 +8,12 @@
 //! memory by live telemetry; a CPU placement (no GPUs) only for CPU-only or CPU-capable work; a
 //! preemption only of running, preemptible work.
 //!
+//! Shares (ABI 1.2): a share of one GPU (`gpu_milli` below 1000) on a time-sliced or MPS GPU takes
+//! only its thousandths and its memory slice, and needs both unreserved (counting the cycle's earlier
+//! placements) — so no GPU is ever over-committed; anywhere else a share takes the whole GPU, which
+//! must be free. Whole-GPU work needs a GPU nobody holds any part of. A MIG instance serves only
+//! work asking for its profile, and such work runs only on an instance of it.
+//!
 //! This is the one implementation of those rules: [`check_decisions`] runs a [`Checker`] for a
 //! policy's tests, and the scheduling core (`airtime-scheduler`) runs one in every cycle, adding
 //! the rules only a host knows (tenant scope, quotas, the preemption settings) through
@@ -16,7 +22,7 @@
 
 use std::fmt;
 
-use crate::abi::{Action, Decision, Node, Snapshot, Workload};
+use crate::abi::{Action, Decision, Node, Snapshot, WHOLE_GPU_MILLI, Workload};
 
 /// Why one decision cannot be carried out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +68,10 @@ pub fn check_decisions(snapshot: &Snapshot<'_>, decisions: &[Decision<'_>]) -> V
 pub struct Checker<'s, 'a> {
     snapshot: &'s Snapshot<'a>,
     decided: Vec<bool>,
-    gpu_taken: Vec<bool>,
+    /// Thousandths of each GPU given by earlier decisions of the cycle (1000: given whole).
+    milli_taken: Vec<u32>,
+    /// Memory slices given on each GPU by earlier decisions, MiB.
+    memory_taken: Vec<u32>,
     cpu_free: Vec<u32>,
     memory_free: Vec<u32>,
 }
@@ -72,7 +81,8 @@ impl<'s, 'a> Checker<'s, 'a> {
         Checker {
             snapshot,
             decided: vec![false; snapshot.workloads.len()],
-            gpu_taken: vec![false; snapshot.gpus.len()],
+            milli_taken: vec![0; snapshot.gpus.len()],
+            memory_taken: vec![0; snapshot.gpus.len()],
             cpu_free: snapshot.nodes.iter().map(|n| n.cpu_millis_free).collect(),
             memory_free: snapshot.nodes.iter().map(|n| n.memory_mb_free).collect(),
         }
@@ -113,8 +123,17 @@ impl<'s, 'a> Checker<'s, 'a> {
                     *m -= workload.memory_mb;
                 }
                 for &gpu in gpus {
-                    if let Some(taken) = self.gpu_taken.get_mut(gpu as usize) {
-                        *taken = true;
+                    let Some(g) = snapshot.gpu(gpu) else { continue };
+                    let (milli, memory) = if workload.is_share() && g.is_shareable() {
+                        (workload.gpu_milli, workload.gpu_memory_mb)
+                    } else {
+                        (WHOLE_GPU_MILLI, 0)
+                    };
+                    if let Some(taken) = self.milli_taken.get_mut(gpu as usize) {
+                        *taken = taken.saturating_add(milli);
+                    }
+                    if let Some(taken) = self.memory_taken.get_mut(gpu as usize) {
+                        *taken = taken.saturating_add(memory);
                     }
                 }
             }
@@ -202,11 +221,55 @@ impl<'s, 'a> Checker<'s, 'a> {
         if before.contains(&gpu) {
             return Err(format!("place: GPU {gpu} is listed twice"));
         }
+        if g.is_mig() || workload.asks_mig() {
+            if !g.is_mig() {
+                return Err(format!(
+                    "place: {device} is a whole GPU; workload {} asks for a MIG {} instance",
+                    workload.name, workload.mig_profile
+                ));
+            }
+            if !workload.gpu_need().device_kind_fits(g) {
+                let asks = if workload.asks_mig() { workload.mig_profile } else { "no MIG instance" };
+                return Err(format!(
+                    "place: {device} is a MIG {} instance; workload {} asks for {asks}",
+                    g.mig_profile, workload.name
+                ));
+            }
+        }
+        let taken = self.milli_taken.get(gpu as usize).copied().unwrap_or(0);
+        if workload.is_share() && g.is_shareable() {
+            let free = g.free_share_milli().saturating_sub(taken);
+            if free < workload.gpu_milli {
+                return Err(format!(
+                    "place: {device} has {free}/1000 unshared ({} sharers); workload {} needs {}/1000",
+                    g.sharers, workload.name, workload.gpu_milli
+                ));
+            }
+            let memory =
+                g.share_memory_free_mb().saturating_sub(self.memory_taken.get(gpu as usize).copied().unwrap_or(0));
+            if memory < workload.gpu_memory_mb {
+                return Err(format!(
+                    "place: {device} has {memory} MiB unreserved; workload {}'s memory slice is {} MiB",
+                    workload.name, workload.gpu_memory_mb
+                ));
+            }
+            if !workload.allows_model(g.model) {
+                return Err(format!(
+                    "place: {device} is a {}; workload {} allows {}",
+                    g.model, workload.name, workload.gpu_models
+                ));
+            }
+            return Ok(());
+        }
         if let Some(holder) = g.holder {
             let holder = snapshot.workload(holder).map_or("?", |w| w.name);
-            return Err(format!("place: {device} is held by {holder}"));
+            let shared = if g.sharers > 1 { format!(" and {} more sharing it", g.sharers - 1) } else { String::new() };
+            return Err(format!("place: {device} is held by {holder}{shared}"));
         }
-        if self.gpu_taken.get(gpu as usize).copied().unwrap_or(false) {
+        if !g.is_free() {
+            return Err(format!("place: {device} is shared by {} workloads outside this scope", g.sharers));
+        }
+        if taken > 0 {
             return Err(format!("place: {device} is taken by an earlier decision"));
         }
         if !workload.allows_model(g.model) {

@@ -96,6 +96,7 @@
 
 pub mod abi;
 pub mod check;
+pub mod frag;
 pub mod guest;
 pub mod owned;
 pub mod params;
@@ -104,14 +105,16 @@ pub mod testing;
 pub mod text;
 mod view;
 
-pub use view::{GpuNeed, model_allowed, same_model};
+pub use view::{GpuNeed, gpus_in_words, model_allowed, same_model};
 
 /// What a policy crate needs in scope.
 pub mod prelude {
     pub use crate::abi::{
-        Action, Decision, Gpu, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass, WorkloadState,
+        Action, Decision, Gpu, Node, NodeState, Settings, Sharing, Snapshot, Tenant, WHOLE_GPU_MILLI, Workload,
+        WorkloadClass, WorkloadState,
     };
+    pub use crate::frag::Workmix;
     pub use crate::guest::{Context, Failure, LogLevel, Policy};
     pub use crate::plan::Plan;
-    pub use crate::view::GpuNeed;
+    pub use crate::view::{GpuNeed, gpus_in_words};
 }

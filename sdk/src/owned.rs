@@ -50,6 +50,7 @@ pub struct OwnedTenant {
     pub tier: i32,
     pub decayed_gpu_hours: f32,
     pub may_borrow: bool,
+    pub running_gpu_milli: u32,
 }
 
 /// A [`Node`] that owns its name.
@@ -70,8 +71,9 @@ pub struct OwnedNode {
     pub simulated: bool,
 }
 
-/// A [`Gpu`] that owns its model name.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// A [`Gpu`] that owns its model name. Fields a file leaves out take [`Gpu::default`]'s values
+/// (a whole GPU, free, not shared).
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct OwnedGpu {
@@ -84,10 +86,22 @@ pub struct OwnedGpu {
     pub nvlink_group: Option<u32>,
     pub holder: Option<u32>,
     pub simulated: bool,
+    pub sharing: crate::abi::Sharing,
+    pub free_milli: u32,
+    pub memory_reserved_mb: u32,
+    pub sharers: u32,
+    pub mig_profile: String,
 }
 
-/// A [`Workload`] that owns its strings.
-#[derive(Debug, Clone, PartialEq, Default)]
+impl Default for OwnedGpu {
+    fn default() -> Self {
+        OwnedGpu::from(&Gpu::default())
+    }
+}
+
+/// A [`Workload`] that owns its strings. Fields a file leaves out take [`Workload::default`]'s
+/// values (whole GPUs, no MIG profile).
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct OwnedWorkload {
@@ -110,6 +124,14 @@ pub struct OwnedWorkload {
     pub cpu_capable: bool,
     pub gang: bool,
     pub expected_duration_s: u32,
+    pub gpu_milli: u32,
+    pub mig_profile: String,
+}
+
+impl Default for OwnedWorkload {
+    fn default() -> Self {
+        OwnedWorkload::from(&Workload::default())
+    }
 }
 
 impl OwnedSnapshot {
@@ -138,6 +160,7 @@ impl OwnedTenant {
             tier: self.tier,
             decayed_gpu_hours: self.decayed_gpu_hours,
             may_borrow: self.may_borrow,
+            running_gpu_milli: self.running_gpu_milli,
         }
     }
 }
@@ -172,6 +195,11 @@ impl OwnedGpu {
             nvlink_group: self.nvlink_group,
             holder: self.holder,
             simulated: self.simulated,
+            sharing: self.sharing,
+            free_milli: self.free_milli,
+            memory_reserved_mb: self.memory_reserved_mb,
+            sharers: self.sharers,
+            mig_profile: &self.mig_profile,
         }
     }
 }
@@ -198,6 +226,8 @@ impl OwnedWorkload {
             cpu_capable: self.cpu_capable,
             gang: self.gang,
             expected_duration_s: self.expected_duration_s,
+            gpu_milli: self.gpu_milli,
+            mig_profile: &self.mig_profile,
         }
     }
 }
@@ -227,6 +257,7 @@ impl From<&Tenant<'_>> for OwnedTenant {
             tier: t.tier,
             decayed_gpu_hours: t.decayed_gpu_hours,
             may_borrow: t.may_borrow,
+            running_gpu_milli: t.running_gpu_milli,
         }
     }
 }
@@ -261,6 +292,11 @@ impl From<&Gpu<'_>> for OwnedGpu {
             nvlink_group: g.nvlink_group,
             holder: g.holder,
             simulated: g.simulated,
+            sharing: g.sharing,
+            free_milli: g.free_milli,
+            memory_reserved_mb: g.memory_reserved_mb,
+            sharers: g.sharers,
+            mig_profile: g.mig_profile.to_owned(),
         }
     }
 }
@@ -287,6 +323,8 @@ impl From<&Workload<'_>> for OwnedWorkload {
             cpu_capable: w.cpu_capable,
             gang: w.gang,
             expected_duration_s: w.expected_duration_s,
+            gpu_milli: w.gpu_milli,
+            mig_profile: w.mig_profile.to_owned(),
         }
     }
 }

@@ -20,13 +20,17 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::abi::{Decision, Gpu, Snapshot};
+use crate::abi::{Decision, Gpu, Snapshot, WHOLE_GPU_MILLI};
+use crate::frag::Workmix;
 
 /// Decisions so far, and what they took.
 #[derive(Debug, Clone)]
 pub struct Plan<'s, 'a> {
     snapshot: &'s Snapshot<'a>,
-    gpu_taken: Vec<bool>,
+    /// Thousandths of each GPU held or given (1000: not free for whole-GPU work at all).
+    milli_taken: Vec<u32>,
+    /// Memory slices reserved on each GPU, MiB (held and given).
+    memory_reserved: Vec<u32>,
     free_on_node: Vec<u32>,
     cpu_free: Vec<u32>,
     memory_free: Vec<u32>,
@@ -53,7 +57,8 @@ impl<'s, 'a> Plan<'s, 'a> {
     /// A plan with nothing decided: GPUs held by workloads are taken, the rest free; CPU and memory
     /// as the nodes report them.
     pub fn new(snapshot: &'s Snapshot<'a>) -> Self {
-        let gpu_taken: Vec<bool> = snapshot.gpus.iter().map(|g| !g.is_free()).collect();
+        let milli_taken: Vec<u32> = snapshot.gpus.iter().map(|g| WHOLE_GPU_MILLI - g.free_share_milli()).collect();
+        let memory_reserved: Vec<u32> = snapshot.gpus.iter().map(|g| g.memory_reserved_mb).collect();
         let mut free_on_node = vec![0u32; snapshot.nodes.len()];
         let mut free_total = 0;
         for gpu in snapshot.gpus.iter().filter(|g| g.is_free()) {
@@ -66,7 +71,8 @@ impl<'s, 'a> Plan<'s, 'a> {
         }
         Plan {
             snapshot,
-            gpu_taken,
+            milli_taken,
+            memory_reserved,
             free_on_node,
             cpu_free: snapshot.nodes.iter().map(|n| n.cpu_millis_free).collect(),
             memory_free: snapshot.nodes.iter().map(|n| n.memory_mb_free).collect(),
@@ -81,9 +87,36 @@ impl<'s, 'a> Plan<'s, 'a> {
         self.snapshot
     }
 
-    /// Neither held by a workload nor taken by a decision of this plan.
+    /// Neither held (not even a share of it) by a workload nor taken by a decision of this plan.
     pub fn is_gpu_free(&self, gpu: u32) -> bool {
-        self.gpu_taken.get(gpu as usize).is_some_and(|taken| !taken)
+        self.milli_taken.get(gpu as usize).is_some_and(|&taken| taken == 0)
+    }
+
+    /// Thousandths of `gpu` neither held nor given by this plan (0 for an unknown index).
+    pub fn free_milli(&self, gpu: u32) -> u32 {
+        self.milli_taken.get(gpu as usize).map_or(0, |&taken| WHOLE_GPU_MILLI.saturating_sub(taken))
+    }
+
+    /// Memory of `gpu` a new share could reserve after this plan's placements, MiB.
+    pub fn share_memory_free(&self, gpu: u32) -> u32 {
+        match (self.snapshot.gpu(gpu), self.memory_reserved.get(gpu as usize)) {
+            (Some(g), Some(&reserved)) => g.memory_mb.saturating_sub(g.memory_used_mb.max(reserved)),
+            _ => 0,
+        }
+    }
+
+    /// Whether `workload` (a share of one GPU) fits on `gpu` as a share now: a shareable GPU of an
+    /// allowed model with its thousandths and memory slice unreserved.
+    pub fn fits_share(&self, workload: &crate::abi::Workload<'_>, gpu: u32) -> bool {
+        self.snapshot
+            .gpu(gpu)
+            .is_some_and(|g| workload.gpu_need().fits_share(g, self.free_milli(gpu), self.share_memory_free(gpu)))
+    }
+
+    /// Whether placing `workload` on `gpu` would take a share only (it asks for a fraction and the
+    /// GPU is shareable), rather than the whole GPU.
+    fn takes_share(&self, workload: &crate::abi::Workload<'_>, gpu: u32) -> bool {
+        workload.is_share() && self.snapshot.gpu(gpu).is_some_and(Gpu::is_shareable)
     }
 
     /// `(gpu index, gpu)` for the GPUs of `node` still free in this plan.
@@ -145,7 +178,19 @@ impl<'s, 'a> Plan<'s, 'a> {
             if gpus.get(..position).is_some_and(|before| before.contains(&gpu)) {
                 return Err(refuse(format!("GPU {gpu} is listed twice")));
             }
-            if !self.is_gpu_free(gpu) {
+            if self.takes_share(w, gpu) {
+                if !self.fits_share(w, gpu) {
+                    return Err(refuse(format!(
+                        "GPU {gpu} ({} device {}) has {}/1000 and {} MiB unreserved; it needs {}/1000 and {} MiB",
+                        n.name,
+                        g.device_index,
+                        self.free_milli(gpu),
+                        self.share_memory_free(gpu),
+                        w.gpu_milli,
+                        w.gpu_memory_mb
+                    )));
+                }
+            } else if !self.is_gpu_free(gpu) {
                 return Err(refuse(format!("GPU {gpu} ({} device {}) is already taken", n.name, g.device_index)));
             }
         }
@@ -162,16 +207,27 @@ impl<'s, 'a> Plan<'s, 'a> {
         if let Some(m) = self.memory_free.get_mut(node as usize) {
             *m -= w.memory_mb;
         }
+        let mut newly_taken = 0u32;
         for &gpu in &gpus {
-            if let Some(taken) = self.gpu_taken.get_mut(gpu as usize) {
-                *taken = true;
+            let share = self.takes_share(w, gpu);
+            let Some(taken) = self.milli_taken.get_mut(gpu as usize) else { continue };
+            if *taken == 0 {
+                newly_taken += 1;
+            }
+            if share {
+                *taken = taken.saturating_add(w.gpu_milli).min(WHOLE_GPU_MILLI);
+                if let Some(reserved) = self.memory_reserved.get_mut(gpu as usize) {
+                    *reserved = reserved.saturating_add(w.gpu_memory_mb);
+                }
+            } else {
+                *taken = WHOLE_GPU_MILLI;
             }
         }
         if let Some(free) = self.free_on_node.get_mut(node as usize) {
-            *free = free.saturating_sub(gpus.len() as u32);
+            *free = free.saturating_sub(newly_taken);
         }
         if n.is_ready() {
-            self.free_total = self.free_total.saturating_sub(gpus.len() as u32);
+            self.free_total = self.free_total.saturating_sub(newly_taken);
         }
         self.mark(workload);
         self.decisions.push(Decision::place(workload, node, gpus, reason));
@@ -180,7 +236,8 @@ impl<'s, 'a> Plan<'s, 'a> {
 
     /// The first of `nodes` (in the order given; pass `snapshot.ready_nodes()`' indexes for the
     /// snapshot's order) where `workload` fits now: the CPU and memory free, and — for GPU work — as
-    /// many free GPUs as it needs of an allowed model with the memory, the lowest-indexed ones.
+    /// many free GPUs as it needs of an allowed model with the memory, the lowest-indexed ones (for a
+    /// share of one GPU, the first shareable GPU with room for it, else a free whole GPU).
     /// What [`place`](Self::place) would accept, so first-fit policies need no index of their own.
     pub fn first_fit(&self, workload: u32, nodes: impl IntoIterator<Item = u32>) -> Option<(u32, Vec<u32>)> {
         let w = self.snapshot.workload(workload)?;
@@ -191,6 +248,11 @@ impl<'s, 'a> Plan<'s, 'a> {
             }
             if need.count == 0 {
                 return Some((node, Vec::new()));
+            }
+            if w.is_share()
+                && let Some((gpu, _)) = self.snapshot.node_gpus(node).find(|(g, _)| self.fits_share(w, *g))
+            {
+                return Some((node, vec![gpu]));
             }
             if self.free_gpu_count(node) < need.count {
                 return None;
@@ -203,6 +265,53 @@ impl<'s, 'a> Plan<'s, 'a> {
                 .collect();
             (gpus.len() == need.count as usize).then_some((node, gpus))
         })
+    }
+
+    /// For a share of one GPU: the shareable GPU on one of `nodes` (with the workload's CPU and
+    /// memory free) where placing it adds the least expected fragmentation for `mix` — the work
+    /// that typically arrives ([`crate::frag`], after Weng et al., ATC '23) — ties going to the GPU
+    /// left with the least free (best fit), then the lowest index. `None` when no shareable GPU has
+    /// room (or `workload` is not a share). Returns `(node, gpu, added fragmentation in
+    /// thousandths of a GPU)`.
+    pub fn least_fragmenting_share(
+        &self,
+        workload: u32,
+        nodes: impl IntoIterator<Item = u32>,
+        mix: &Workmix,
+    ) -> Option<(u32, u32, f64)> {
+        let w = self.snapshot.workload(workload)?;
+        if !w.is_share() {
+            return None;
+        }
+        let mut best: Option<(f64, u32, u32, u32)> = None;
+        let mut free = Vec::new();
+        for node in nodes {
+            if self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
+                continue;
+            }
+            let candidates: Vec<u32> =
+                self.snapshot.node_gpus(node).map(|(g, _)| g).filter(|&g| self.fits_share(w, g)).collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            free.clear();
+            free.extend(
+                self.snapshot.node_gpus(node).filter(|(_, g)| !g.is_mig()).map(|(g, _)| (g, self.free_milli(g))),
+            );
+            let cpu_after = self.cpu_free(node) - w.cpu_millis;
+            let before = mix.node_fragmentation(free.iter().map(|(_, f)| *f), self.cpu_free(node));
+            for gpu in candidates {
+                let after = mix.node_fragmentation(
+                    free.iter().map(|&(g, f)| if g == gpu { f - w.gpu_milli } else { f }),
+                    cpu_after,
+                );
+                let key = (after - before, self.free_milli(gpu) - w.gpu_milli, gpu, node);
+                if best.is_none_or(|b| (key.0, key.1, key.2) < (b.0, b.1, b.2)) {
+                    best = Some(key);
+                }
+            }
+        }
+        best.map(|(delta, _, gpu, node)| (node, gpu, delta))
     }
 
     /// Preempts `workload` (its GPUs stay taken for this cycle: they free up once it has stopped).

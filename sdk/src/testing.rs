@@ -245,7 +245,62 @@ impl SnapshotFixture {
                 panic!("{node} device {device} is already held by workload {holder}");
             }
             g.holder = Some(workload_index);
+            g.free_milli = 0;
+            g.sharers = 1;
         }
+        self.doc.workloads.push(workload);
+        self
+    }
+
+    /// Sets how every GPU of `node` is shared (time-slicing, MPS).
+    #[track_caller]
+    pub fn sharing(mut self, node: &str, sharing: abi::Sharing) -> Self {
+        let node_index = self.node_index(node);
+        for gpu in self.doc.gpus.iter_mut().filter(|g| g.node == node_index) {
+            gpu.sharing = sharing;
+        }
+        self
+    }
+
+    /// Adds a node whose GPUs are MIG instances of `model`, one per `(profile, memory_mb)`.
+    pub fn mig_node(self, name: &str, model: &str, instances: &[(&str, u32)]) -> Self {
+        let mut fixture = self.node(name, instances.len() as u32, model, 0);
+        let node_index = fixture.node_index(name);
+        let gpus = fixture.doc.gpus.iter_mut().filter(|g| g.node == node_index);
+        for (gpu, (profile, memory_mb)) in gpus.zip(instances) {
+            gpu.sharing = abi::Sharing::Mig;
+            gpu.mig_profile = (*profile).to_owned();
+            gpu.memory_mb = *memory_mb;
+        }
+        fixture
+    }
+
+    /// Adds a pending workload asking for `milli` thousandths of one GPU with a memory slice of
+    /// `memory_mb`.
+    pub fn pending_share(self, name: &str, milli: u32, memory_mb: u32) -> Self {
+        self.pending_with(name, 1, memory_mb, |w| w.gpu_milli = milli)
+    }
+
+    /// Adds a running workload holding `milli` thousandths of GPU `device` of `node` (a shared GPU)
+    /// with a memory slice of `memory_mb`; the GPU's free share, reserved memory and sharers follow.
+    #[track_caller]
+    pub fn running_share(mut self, name: &str, node: &str, device: u32, milli: u32, memory_mb: u32) -> Self {
+        let node_index = self.node_index(node);
+        let gpu = self.gpu_index(node, device) as usize;
+        let workload_index = self.doc.workloads.len() as u32;
+        let mut workload = self.new_workload(name, 1, memory_mb);
+        workload.gpu_milli = milli;
+        workload.state = WorkloadState::Running;
+        workload.node = Some(node_index);
+        workload.started_ms = self.doc.now_ms.saturating_sub(60_000);
+        let g = &mut self.doc.gpus[gpu];
+        if g.free_milli < milli {
+            panic!("{node} device {device} has {}/1000 free, not {milli}", g.free_milli);
+        }
+        g.holder.get_or_insert(workload_index);
+        g.free_milli -= milli;
+        g.memory_reserved_mb += memory_mb;
+        g.sharers += 1;
         self.doc.workloads.push(workload);
         self
     }

@@ -4,7 +4,9 @@
 //! Every lookup by index returns `Option` or an empty iterator for an index that names nothing, so
 //! no helper panics.
 
-use crate::abi::{Gpu, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass, WorkloadState};
+use crate::abi::{
+    Gpu, Node, NodeState, Settings, Sharing, Snapshot, Tenant, WHOLE_GPU_MILLI, Workload, WorkloadClass, WorkloadState,
+};
 
 /// Milliseconds in a day.
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -122,6 +124,23 @@ impl<'a> Snapshot<'a> {
     }
 }
 
+impl Tenant<'_> {
+    /// What its running work holds, in thousandths of a GPU: `running_gpu_milli`, or
+    /// `running_gpus` whole GPUs from a snapshot that predates ABI 1.2 (milli 0, GPUs held).
+    pub fn held_milli(&self) -> u32 {
+        if self.running_gpu_milli == 0 {
+            self.running_gpus.saturating_mul(WHOLE_GPU_MILLI)
+        } else {
+            self.running_gpu_milli
+        }
+    }
+
+    /// Its guarantee, in thousandths of a GPU.
+    pub fn guaranteed_milli(&self) -> u32 {
+        self.guaranteed_gpus.saturating_mul(WHOLE_GPU_MILLI)
+    }
+}
+
 impl Node<'_> {
     /// Takes work.
     pub fn is_ready(&self) -> bool {
@@ -146,9 +165,36 @@ impl Node<'_> {
 }
 
 impl Gpu<'_> {
-    /// No workload holds it.
+    /// No workload holds it, not even a share of it. (In a tenant's view another tenant's share
+    /// has no holder index but counts in `sharers`.)
     pub fn is_free(&self) -> bool {
-        self.holder.is_none()
+        self.holder.is_none() && self.sharers == 0
+    }
+
+    /// A MIG instance (only work asking for its profile runs on it).
+    pub fn is_mig(&self) -> bool {
+        self.sharing == Sharing::Mig
+    }
+
+    /// Several workloads may hold shares of it at once (time-slicing or MPS).
+    pub fn is_shareable(&self) -> bool {
+        matches!(self.sharing, Sharing::TimeSlicing | Sharing::Mps)
+    }
+
+    /// Thousandths of it no workload holds (1000 for a free GPU). A held GPU that names no
+    /// sharers (a snapshot from before ABI 1.2) is held whole.
+    pub fn free_share_milli(&self) -> u32 {
+        match (self.sharers, self.holder) {
+            (0, None) => WHOLE_GPU_MILLI,
+            (0, Some(_)) => 0,
+            _ => self.free_milli.min(WHOLE_GPU_MILLI),
+        }
+    }
+
+    /// Memory a new share could reserve, MiB: total minus the larger of live use and the slices
+    /// already reserved.
+    pub fn share_memory_free_mb(&self) -> u32 {
+        self.memory_mb.saturating_sub(self.memory_used_mb.max(self.memory_reserved_mb))
     }
 
     /// Memory not in use now (total minus live use), MiB.
@@ -159,7 +205,7 @@ impl Gpu<'_> {
     /// Could serve one of `workload`'s GPUs: enough free memory now and an allowed model. Says
     /// nothing of whether another workload holds it (see [`Gpu::is_free`]).
     pub fn fits(&self, workload: &Workload<'_>) -> bool {
-        self.memory_free_mb() >= workload.gpu_memory_mb && workload.allows_model(self.model)
+        workload.gpu_need().fits(self)
     }
 }
 
@@ -188,6 +234,23 @@ impl<'a> Workload<'a> {
         self.gpu_count > 0
     }
 
+    /// Asks for a fraction of one GPU (`gpu_milli` below 1000), which it shares with others on a
+    /// time-sliced or MPS GPU; on a GPU that is not shared it gets the whole GPU.
+    pub fn is_share(&self) -> bool {
+        self.gpu_count == 1 && self.gpu_milli < WHOLE_GPU_MILLI && self.mig_profile.is_empty()
+    }
+
+    /// Asks for a MIG instance of a profile.
+    pub fn asks_mig(&self) -> bool {
+        !self.mig_profile.is_empty()
+    }
+
+    /// The GPU capacity it asks for, in thousandths: its share for a fraction of a GPU, else 1000
+    /// per GPU (what quotas and fair share count).
+    pub fn gpu_demand_milli(&self) -> u32 {
+        if self.is_share() { self.gpu_milli.max(1) } else { self.gpu_count.saturating_mul(WHOLE_GPU_MILLI) }
+    }
+
     /// The allowed GPU models, trimmed, empty entries skipped. No models means any.
     pub fn allowed_models(&self) -> impl Iterator<Item = &'a str> + 'a {
         self.gpu_models.split(',').map(str::trim).filter(|m| !m.is_empty())
@@ -200,7 +263,13 @@ impl<'a> Workload<'a> {
 
     /// What one of its GPUs must offer, with the model list parsed once (for loops over many GPUs).
     pub fn gpu_need(&self) -> GpuNeed<'a> {
-        GpuNeed { count: self.gpu_count, memory_mb: self.gpu_memory_mb, models: self.allowed_models().collect() }
+        GpuNeed {
+            count: self.gpu_count,
+            memory_mb: self.gpu_memory_mb,
+            models: self.allowed_models().collect(),
+            milli: if self.is_share() { self.gpu_milli.max(1) } else { WHOLE_GPU_MILLI },
+            mig_profile: self.mig_profile.trim(),
+        }
     }
 
     /// What it needs free on one node, in words, for reasons: "2 free GPUs with ≥ 1024 MiB, 1000
@@ -242,12 +311,44 @@ pub struct GpuNeed<'a> {
     pub memory_mb: u32,
     /// Allowed models; empty allows any.
     pub models: Vec<&'a str>,
+    /// Thousandths of each GPU: below 1000 for a share of one GPU.
+    pub milli: u32,
+    /// The MIG profile asked for; empty for none.
+    pub mig_profile: &'a str,
 }
 
 impl GpuNeed<'_> {
     /// `gpu` has the memory free now and an allowed model (whether it is held is not considered).
+    ///
+    /// A MIG instance serves only work asking for its profile, and work asking for a profile runs
+    /// only on an instance of it.
     pub fn fits(&self, gpu: &Gpu<'_>) -> bool {
-        gpu.memory_free_mb() >= self.memory_mb && self.allows_model(gpu.model)
+        gpu.memory_free_mb() >= self.memory_mb && self.allows_model(gpu.model) && self.device_kind_fits(gpu)
+    }
+
+    /// For a share: `gpu` is shareable, of an allowed model, and has `free_milli` thousandths and
+    /// `memory_free_mb` of unreserved memory for it (the caller says what is left after the cycle's
+    /// earlier placements; see [`crate::plan::Plan::fits_share`]).
+    pub fn fits_share(&self, gpu: &Gpu<'_>, free_milli: u32, memory_free_mb: u32) -> bool {
+        self.is_share()
+            && gpu.is_shareable()
+            && free_milli >= self.milli
+            && memory_free_mb >= self.memory_mb
+            && self.allows_model(gpu.model)
+    }
+
+    /// A share of one GPU (below 1000 thousandths).
+    pub fn is_share(&self) -> bool {
+        self.count == 1 && self.milli < WHOLE_GPU_MILLI && self.mig_profile.is_empty()
+    }
+
+    /// MIG instances and MIG requests go together, profiles compared ignoring ASCII case.
+    pub fn device_kind_fits(&self, gpu: &Gpu<'_>) -> bool {
+        if gpu.is_mig() || !self.mig_profile.is_empty() {
+            gpu.is_mig() && same_model(gpu.mig_profile, self.mig_profile)
+        } else {
+            true
+        }
     }
 
     /// Whether `model` is allowed (the rule of [`model_allowed`], on the list parsed once).
@@ -258,6 +359,17 @@ impl GpuNeed<'_> {
     /// "4 GPUs with ≥ 40960 MiB (H100 or A100)": the need in words, for reasons. With `adjective`
     /// "free": "4 free GPUs with ≥ 40960 MiB".
     pub fn describe(&self, adjective: &str) -> String {
+        if !self.mig_profile.is_empty() {
+            let adjective = if adjective.is_empty() { String::new() } else { format!("{adjective} ") };
+            return format!("a {adjective}MIG {} instance", self.mig_profile);
+        }
+        if self.is_share() {
+            let mut text = format!("{}/1000 of a shared GPU with ≥ {} MiB unreserved", self.milli, self.memory_mb);
+            if !self.models.is_empty() {
+                text.push_str(&format!(" ({})", self.models.join(" or ")));
+            }
+            return text;
+        }
         let gpus = if self.count == 1 { "GPU" } else { "GPUs" };
         let adjective = if adjective.is_empty() { String::new() } else { format!("{adjective} ") };
         let mut text = format!("{} {adjective}{gpus} with ≥ {} MiB", self.count, self.memory_mb);
@@ -280,4 +392,10 @@ pub fn same_model(a: &str, b: &str) -> bool {
 pub fn model_allowed(allowed: &str, model: &str) -> bool {
     let mut entries = allowed.split(',').map(str::trim).filter(|m| !m.is_empty()).peekable();
     entries.peek().is_none() || entries.any(|m| same_model(m, model))
+}
+
+/// Thousandths of a GPU as GPUs with up to three decimals, for reasons: `2`, `0.25`, `1.5`.
+pub fn gpus_in_words(milli: u64) -> String {
+    let (whole, part) = (milli / 1000, milli % 1000);
+    if part == 0 { whole.to_string() } else { format!("{whole}.{part:03}").trim_end_matches('0').to_owned() }
 }

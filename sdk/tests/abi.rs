@@ -5,8 +5,9 @@
 use std::borrow::Cow;
 
 use airtime_policy_sdk::abi::{
-    AbiError, Action, Decision, Gpu, NONE, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass,
-    WorkloadState, decode_decisions, decode_snapshot, encode_decisions, encode_snapshot, validate_decisions,
+    AbiError, Action, Decision, Gpu, NONE, Node, NodeState, Settings, Sharing, Snapshot, Tenant, Workload,
+    WorkloadClass, WorkloadState, decode_decisions, decode_snapshot, encode_decisions, encode_snapshot,
+    validate_decisions,
 };
 use airtime_policy_sdk::testing::SnapshotFixture;
 
@@ -48,6 +49,7 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 tier: -1,
                 decayed_gpu_hours: 12.5,
                 may_borrow: true,
+                running_gpu_milli: 1_250,
             },
             Tenant { name: "globex", ..Tenant::default() },
         ],
@@ -79,8 +81,21 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 nvlink_group: Some(0),
                 holder: Some(1),
                 simulated: true,
+                sharing: Sharing::Mps,
+                free_milli: 750,
+                memory_reserved_mb: 20_480,
+                sharers: 1,
+                mig_profile: "",
             },
-            Gpu { node: 0, device_index: 1, model: "H100", memory_mb: 81_920, ..Gpu::default() },
+            Gpu {
+                node: 0,
+                device_index: 1,
+                model: "H100",
+                memory_mb: 10_240,
+                sharing: Sharing::Mig,
+                mig_profile: "1g.10gb",
+                ..Gpu::default()
+            },
             Gpu { node: 1, device_index: 0, model: "A100", memory_mb: 40_960, nvlink_group: None, ..Gpu::default() },
         ],
         workloads: vec![
@@ -104,6 +119,8 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 cpu_capable: false,
                 gang: true,
                 expected_duration_s: 3_600,
+                gpu_milli: 1_000,
+                mig_profile: "",
             },
             Workload {
                 id: "0190c6a4-0000-7000-8000-000000000002",
@@ -112,6 +129,8 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 class: WorkloadClass::RealtimeInference,
                 state: WorkloadState::Running,
                 gpu_count: 1,
+                gpu_milli: 250,
+                mig_profile: "3g.40gb",
                 started_ms: 1_699_999_500_000,
                 node: Some(0),
                 cpu_capable: true,
@@ -162,7 +181,7 @@ fn snapshot_layout_matches_the_document() {
     assert_eq!(u32_at(4), 1);
     assert_eq!(u64_at(8), 1_700_000_123_456);
     // Tables: {offset, count, stride} at 16, 28, 40, 52, 64, in that order after the 88-byte header.
-    let tables = [(16, 2, 32), (28, 3, 48), (40, 3, 40), (52, 3, 88), (64, 1, 32)];
+    let tables = [(16, 2, 40), (28, 3, 48), (40, 3, 64), (52, 3, 104), (64, 1, 32)];
     let mut expected_offset = 88;
     for (at, count, stride) in tables {
         assert_eq!((u32_at(at), u32_at(at + 4), u32_at(at + 8)), (expected_offset, count, stride), "table at {at}");
@@ -176,12 +195,21 @@ fn snapshot_layout_matches_the_document() {
     assert_eq!(u64_at(w0 + 56), 1_699_999_000_000);
     assert_eq!(u32_at(w0 + 72), NONE);
     assert_eq!(u32_at(w0 + 76), 0b1011, "preemptible, checkpointable, gang");
-    // GPU 0: holder at +32, nvlink group at +28; GPU 2 has no group.
+    // ABI 1.2: workload 1's share at +88 and MIG profile at +92.
+    assert_eq!(u32_at(w0 + 104 + 88), 250);
+    let (profile_at, profile_len) = (u32_at(w0 + 104 + 92) as usize, u32_at(w0 + 104 + 96) as usize);
+    assert_eq!(&bytes[profile_at..profile_at + profile_len], b"3g.40gb");
+    // Tenant 0: milli held at +32.
+    assert_eq!(u32_at(u32_at(16) as usize + 32), 1_250);
+    // GPU 0: holder at +32, nvlink group at +28, sharing +40, free share +44, reserved memory +48,
+    // sharers +52, MIG profile +56; GPU 2 has no group.
     let g0 = u32_at(40) as usize;
     assert_eq!(u32_at(g0 + 32), 1);
-    assert_eq!(u32_at(g0 + 40 * 2 + 28), NONE);
+    assert_eq!((u32_at(g0 + 40), u32_at(g0 + 44), u32_at(g0 + 48), u32_at(g0 + 52)), (2, 750, 20_480, 1));
+    assert_eq!(u32_at(g0 + 64 + 40), 3, "GPU 1 is a MIG instance");
+    assert_eq!(u32_at(g0 + 64 * 2 + 28), NONE);
     // Strings: model "H100" is stored once for both GPUs.
-    assert_eq!((u32_at(g0 + 8), u32_at(g0 + 12)), (u32_at(g0 + 40 + 8), 4));
+    assert_eq!((u32_at(g0 + 8), u32_at(g0 + 12)), (u32_at(g0 + 64 + 8), 4));
     let (offset, len) = (u32_at(76) as usize, u32_at(80) as usize);
     assert_eq!(&bytes[offset..offset + len], br#"{"max": 3}"#);
 }
@@ -215,7 +243,7 @@ fn decisions_roundtrip_and_match_the_document() {
 
 #[test]
 fn larger_strides_from_a_newer_minor_version_are_skipped() {
-    // Rebuild the snapshot with every workload record padded to 96 bytes.
+    // Rebuild the snapshot with every workload record padded to 112 bytes.
     let snapshot = every_field_snapshot();
     let bytes = encode_snapshot(&snapshot);
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
@@ -223,13 +251,13 @@ fn larger_strides_from_a_newer_minor_version_are_skipped() {
     let mut padded = bytes.clone();
     let mut extra = Vec::new();
     for i in 0..count {
-        extra.extend_from_slice(&bytes[offset + 88 * i..offset + 88 * (i + 1)]);
+        extra.extend_from_slice(&bytes[offset + 104 * i..offset + 104 * (i + 1)]);
         extra.extend_from_slice(&[0xAB; 8]);
     }
     let new_offset = padded.len() as u32;
     padded.extend_from_slice(&extra);
     padded[52..56].copy_from_slice(&new_offset.to_le_bytes());
-    padded[60..64].copy_from_slice(&96u32.to_le_bytes());
+    padded[60..64].copy_from_slice(&112u32.to_le_bytes());
     assert_eq!(decode_snapshot(&padded), Ok(snapshot));
 }
 
@@ -302,7 +330,7 @@ fn snapshot_errors_say_where_and_what() {
     set(&mut stride, 60, 80);
     assert_eq!(
         decode_snapshot(&stride).expect_err("stride").to_string(),
-        "snapshot header: workloads table stride 80 is smaller than the 88-byte record"
+        "snapshot header: workloads table stride 80 is smaller than the 104-byte record"
     );
     let mut holder = good.clone();
     let g0 = u32_at(&good, 40) as usize;
@@ -319,7 +347,7 @@ fn snapshot_errors_say_where_and_what() {
         "node 1: GPUs 2..4 run past the gpus table of 3 records"
     );
     let mut name = good.clone();
-    let w1 = u32_at(&good, 52) as usize + 88;
+    let w1 = u32_at(&good, 52) as usize + 104;
     set(&mut name, w1 + 8, good.len() as u32 - 2);
     set(&mut name, w1 + 12, 10);
     assert_eq!(

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use airtime_protocol::settings::PrioritySettings;
+use airtime_protocol::sharing::GpuSharing;
 use airtime_protocol::workload::WorkloadClass;
 
 use crate::format::{FleetSpec, InputError, NodeType, TenantSpec, Trace, TraceWorkload};
@@ -68,6 +69,9 @@ pub struct Options {
     pub max_pods: Option<usize>,
     /// Only the first GPU nodes in the trace's order (all when None); pods that fit no remaining node are dropped.
     pub max_nodes: Option<usize>,
+    /// How the GPU nodes share their GPUs (the cluster shared them; `none` gives every fractional
+    /// pod a whole GPU).
+    pub gpu_sharing: GpuSharing,
 }
 
 impl Default for Options {
@@ -75,6 +79,7 @@ impl Default for Options {
         Options {
             pod_file: "openb_pod_list_default.csv".into(),
             cpu_nodes: false,
+            gpu_sharing: GpuSharing::None,
             compress: 1.0,
             start_s: 0,
             max_pods: None,
@@ -175,6 +180,8 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
                     memory_mb,
                     cost_per_hour: f64::from(gpus) * gpu_price_per_hour(&model)
                         + f64::from(cpu_millis) / 1000.0 * CPU_CORE_PRICE_PER_HOUR,
+                    gpu_sharing: if gpus > 0 { options.gpu_sharing } else { GpuSharing::None },
+                    mig_layout: Vec::new(),
                 });
             }
         }
@@ -243,6 +250,7 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
         let gpus = if fraction { 1 } else { gpus };
         let models: Vec<String> = spec.split('|').map(str::trim).filter(|m| !m.is_empty()).map(str::to_owned).collect();
         workloads.push(TraceWorkload {
+            mig_profile: None,
             id: pods.field(row, *line, "name")?.to_owned(),
             tenant: tenant.to_owned(),
             class,

@@ -142,6 +142,7 @@ pub fn to_trace(counts: &[u32], options: &Options) -> Trace {
     let mut workloads = Vec::new();
     let emit = |level: usize, from: u64, to: u64, workloads: &mut Vec<TraceWorkload>| {
         workloads.push(TraceWorkload {
+            mig_profile: None,
             id: format!("{}-r{level}-{from}", options.id_prefix),
             tenant: options.tenant.clone(),
             class: WorkloadClass::RealtimeInference,

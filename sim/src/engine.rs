@@ -20,10 +20,11 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::time::Instant;
 
+use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 use airtime_scheduler::check::Proposal;
 use airtime_scheduler::cycle::{self, Levels};
-use airtime_scheduler::fleet::{FleetView, GpuEntry, NodeEntry, TenantEntry, WorkloadEntry};
+use airtime_scheduler::fleet::{FleetView, GpuEntry, Holder, NodeEntry, TenantEntry, WorkloadEntry};
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use rand::{Rng, SeedableRng};
@@ -142,10 +143,36 @@ pub(crate) struct Gpu {
     index: u32,
     pub model: String,
     pub memory_mb: u64,
-    pub holder: Option<usize>,
+    /// The jobs holding it: one holding it whole, or several sharing it.
+    pub holders: Vec<Share>,
+    pub sharing: GpuSharing,
+    /// A MIG instance's profile; empty for a whole GPU.
+    pub mig_profile: String,
+    /// How much of a physical GPU it is: 1, or a MIG instance's share of the compute slices.
+    pub capacity: f64,
     /// Dollars per second this GPU costs (its node's price shared by its GPUs).
     pub cost_per_s: f64,
     id: Uuid,
+}
+
+/// A job's hold on a GPU: its thousandths (1000: whole) and memory slice.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Share {
+    pub job: usize,
+    pub milli: u32,
+    pub memory_mb: u64,
+}
+
+impl Gpu {
+    /// Thousandths no job holds.
+    pub fn free_milli(&self) -> u32 {
+        WHOLE_GPU_MILLI.saturating_sub(self.holders.iter().map(|h| h.milli).sum())
+    }
+
+    /// Memory its shares have reserved, MiB.
+    pub fn reserved_mb(&self) -> u64 {
+        self.holders.iter().map(|h| h.memory_mb).sum()
+    }
 }
 
 pub(crate) struct Tenant {
@@ -154,7 +181,8 @@ pub(crate) struct Tenant {
     weight: u32,
     tier: i32,
     may_borrow: bool,
-    pub held: u32,
+    /// Thousandths of a GPU its jobs hold.
+    pub held_milli: u32,
     pub decayed_gpu_hours: f64,
     id: Uuid,
 }
@@ -182,7 +210,7 @@ impl World {
                 weight: t.weight,
                 tier: t.tier,
                 may_borrow: t.may_borrow,
-                held: 0,
+                held_milli: 0,
                 decayed_gpu_hours: 0.0,
                 id: Uuid::new_v4(),
             })
@@ -204,17 +232,32 @@ impl World {
                     gpu_count: kind.gpus as usize,
                     id: Uuid::new_v4(),
                 });
-                for index in 0..kind.gpus {
-                    gpus.push(Gpu {
-                        node,
-                        index,
-                        model: kind.gpu_model.clone(),
-                        memory_mb: kind.gpu_memory_mb,
-                        holder: None,
-                        cost_per_s: kind.cost_per_hour / f64::from(kind.gpus) / 3600.0,
-                        id: Uuid::new_v4(),
-                    });
+                // Each GPU, or each of its MIG instances (priced by its share of the compute).
+                let devices = kind.devices_per_gpu();
+                let slices: u32 = devices.iter().map(|(p, _)| p.as_ref().map_or(7, |p| p.compute_slices())).sum();
+                let mut index = 0;
+                for _ in 0..kind.gpus {
+                    for (profile, memory_mb) in &devices {
+                        let share = match profile {
+                            Some(p) => f64::from(p.compute_slices()) / f64::from(slices.max(1)),
+                            None => 1.0,
+                        };
+                        gpus.push(Gpu {
+                            node,
+                            index,
+                            model: kind.gpu_model.clone(),
+                            memory_mb: *memory_mb,
+                            holders: Vec::new(),
+                            sharing: kind.gpu_sharing,
+                            mig_profile: profile.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+                            capacity: share,
+                            cost_per_s: kind.cost_per_hour / f64::from(kind.gpus) / 3600.0 * share,
+                            id: Uuid::new_v4(),
+                        });
+                        index += 1;
+                    }
                 }
+                nodes[node].gpu_count = (index) as usize;
             }
         }
         let tenant_index: HashMap<&str, usize> =
@@ -300,6 +343,8 @@ impl World {
                     node: job.node,
                     pending_reason: job.reason.clone(),
                     preemptions_last_hour: job.preemptions.iter().filter(|&&p| p > hour_ago).count() as u32,
+                    gpu_milli: s.gpu_milli,
+                    mig_profile: s.mig_profile.clone().unwrap_or_default(),
                 }
             })
             .collect();
@@ -316,7 +361,7 @@ impl World {
                     weight: t.weight,
                     tier: t.tier,
                     may_borrow: t.may_borrow,
-                    running_gpus: t.held,
+                    running_gpu_milli: t.held_milli,
                     decayed_gpu_hours: t.decayed_gpu_hours,
                 })
                 .collect(),
@@ -342,24 +387,42 @@ impl World {
                 .gpus
                 .iter()
                 .map(|g| {
-                    let holder = g.holder.map(|j| &self.jobs[j]);
+                    // What its holders use: their memory (their slice, or their share of the GPU)
+                    // and their share of its time.
+                    let used: u64 = g
+                        .holders
+                        .iter()
+                        .map(|h| {
+                            let j = &self.jobs[h.job];
+                            if j.spec.gpu_memory_mb > 0 {
+                                j.spec.gpu_memory_mb
+                            } else {
+                                g.memory_mb * u64::from(j.spec.gpu_milli) / 1000
+                            }
+                        })
+                        .sum();
+                    let util: u32 = g.holders.iter().map(|h| self.jobs[h.job].spec.gpu_milli.min(h.milli.max(1))).sum();
                     GpuEntry {
                         id: g.id,
                         node: g.node,
                         device_index: g.index,
                         model: g.model.clone(),
                         memory_mb: g.memory_mb,
-                        memory_used_mb: holder.map_or(0, |j| {
-                            if j.spec.gpu_memory_mb > 0 {
-                                j.spec.gpu_memory_mb
-                            } else {
-                                g.memory_mb * u64::from(j.spec.gpu_milli) / 1000
-                            }
-                        }),
-                        util: holder.map_or(0.0, |j| j.spec.gpu_milli as f32 / 1000.0),
+                        memory_used_mb: used.min(g.memory_mb),
+                        util: (util.min(WHOLE_GPU_MILLI) as f32) / 1000.0,
                         nvlink_group: None,
-                        holder: g.holder.and_then(|j| position.get(&j).copied()),
+                        holders: g
+                            .holders
+                            .iter()
+                            .map(|h| Holder {
+                                workload: position.get(&h.job).copied().unwrap_or(usize::MAX),
+                                milli: h.milli,
+                                memory_mb: h.memory_mb,
+                            })
+                            .collect(),
                         simulated: true,
+                        sharing: g.sharing,
+                        mig_profile: g.mig_profile.clone(),
                     }
                 })
                 .collect(),
@@ -376,11 +439,18 @@ impl World {
             n.memory_free += job.spec.memory_mb;
         }
         let gpus = std::mem::take(&mut job.gpus);
+        let busy = job.spec.gpu_milli;
+        let mut held = 0;
         for &g in &gpus {
-            self.gpus[g].holder = None;
+            let gpu = &mut self.gpus[g];
+            if let Some(at) = gpu.holders.iter().position(|h| h.job == j) {
+                let share = gpu.holders.remove(at);
+                held += share.milli;
+                rec.released(gpu, share.milli, busy);
+            }
         }
-        self.tenants[job.tenant].held -= gpus.len() as u32;
-        rec.released(&self.gpus, &gpus, job.spec.gpu_milli);
+        let tenant = &mut self.tenants[job.tenant];
+        tenant.held_milli = tenant.held_milli.saturating_sub(held);
     }
 }
 
@@ -599,11 +669,16 @@ fn decide_cycle(
                 let n = &mut world.nodes[node];
                 n.cpu_free = n.cpu_free.saturating_sub(cpu);
                 n.memory_free = n.memory_free.saturating_sub(memory);
+                // What the core grants: the share on a shared GPU, the whole GPU anywhere else.
+                let mut held = 0;
                 for &g in &gpus {
-                    world.gpus[g].holder = Some(j);
+                    let (granted, slice) = fleet.gpus[g].grant_for(&fleet.workloads[workload]);
+                    let gpu = &mut world.gpus[g];
+                    gpu.holders.push(Share { job: j, milli: granted, memory_mb: slice });
+                    held += granted;
+                    rec.placed(gpu, granted, milli);
                 }
-                world.tenants[tenant].held += gpus.len() as u32;
-                rec.placed(&world.gpus, &gpus, milli);
+                world.tenants[tenant].held_milli += held;
                 changed = true;
             }
             Proposal::Preempt { workload, reason } => {

@@ -6,8 +6,8 @@
 //!   $/hour, how many), and the platform's priority settings.
 //!
 //! Every loader (Alibaba, Azure, the generator) converts to these, so a replay never depends on
-//! where its demand came from. Fields the GPU-sharing and inference-service work will need are
-//! already here (a workload's `gpu_milli`; a tenant's own policy). Parsing is strict: an unknown
+//! where its demand came from. GPU sharing is here (a workload's `gpu_milli` and `mig_profile`, a
+//! node type's `gpu_sharing` and `mig_layout`), and a tenant's own policy. Parsing is strict: an unknown
 //! field or a value out of range is an error naming the line and the field, never a guess.
 
 use std::collections::HashSet;
@@ -16,6 +16,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use airtime_protocol::settings::PrioritySettings;
+use airtime_protocol::sharing::{GpuSharing, MigProfile};
 use airtime_protocol::workload::WorkloadClass;
 use serde::{Deserialize, Serialize};
 
@@ -69,10 +70,14 @@ pub struct TraceWorkload {
     /// Whole GPUs (0: CPU only).
     #[serde(default)]
     pub gpus: u32,
-    /// Thousandths of each GPU it uses (a fraction when below 1000). Until GPUs are shared a
-    /// fractional workload holds a whole GPU; this is how busy it keeps it.
+    /// Thousandths of each GPU it uses: below 1000 a share of one GPU (`gpus` 1), which it takes
+    /// on a time-sliced or MPS GPU and which is how busy it keeps it; on a GPU that is not shared
+    /// it holds the whole GPU.
     #[serde(default = "default_milli")]
     pub gpu_milli: u32,
+    /// The MIG profile it runs on (`1g.10gb`), alone on an instance of it (`gpus` 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_profile: Option<String>,
     /// GPU memory per GPU it needs, in MiB (0: any).
     #[serde(default)]
     pub gpu_memory_mb: u64,
@@ -202,6 +207,21 @@ impl TraceWorkload {
         if self.gpus > 64 {
             return Err(format!("field `gpus`: {} is more than any node holds (64 at most)", self.gpus));
         }
+        if self.gpu_milli < 1000 && self.gpus != 1 {
+            return Err(format!(
+                "field `gpu_milli`: {} is a share of one GPU, but workload {} asks for {} GPUs",
+                self.gpu_milli, self.id, self.gpus
+            ));
+        }
+        if let Some(profile) = &self.mig_profile {
+            MigProfile::parse(profile).map_err(|e| format!("field `mig_profile`: {e}"))?;
+            if self.gpus != 1 || self.gpu_milli < 1000 {
+                return Err(format!(
+                    "field `mig_profile`: workload {} runs on one MIG instance: gpus 1, no share",
+                    self.id
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -254,6 +274,32 @@ pub struct NodeType {
     /// What one such node costs an hour, in dollars (idle hours are priced with it).
     #[serde(default)]
     pub cost_per_hour: f64,
+    /// How its GPUs are shared: `none` (whole GPUs), `time_slicing`, `mps`, or `mig` (each GPU
+    /// carved into the instances of `mig_layout`).
+    #[serde(default)]
+    pub gpu_sharing: GpuSharing,
+    /// With `gpu_sharing` `mig`: the MIG instances each GPU is carved into (`["3g.40gb",
+    /// "2g.20gb", "1g.10gb", "1g.10gb"]`), each schedulable alone, with the profile's memory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_layout: Vec<String>,
+}
+
+impl NodeType {
+    /// The devices each of its GPUs is advertised as: one whole GPU, or its MIG instances as
+    /// `(profile, memory MiB)`.
+    pub fn devices_per_gpu(&self) -> Vec<(Option<MigProfile>, u64)> {
+        if self.gpu_sharing != GpuSharing::Mig {
+            return vec![(None, self.gpu_memory_mb)];
+        }
+        self.mig_layout
+            .iter()
+            .filter_map(|p| MigProfile::parse(p).ok())
+            .map(|p| {
+                let memory_mb = u64::from(p.memory_gb()) * 1024;
+                (Some(p), memory_mb)
+            })
+            .collect()
+    }
 }
 
 /// The simulated fleet and platform.
@@ -311,6 +357,31 @@ impl FleetSpec {
             }
             if !(n.cost_per_hour.is_finite() && n.cost_per_hour >= 0.0) {
                 return Err(format!("field `cost_per_hour`: node type {} needs a price of 0 or more", n.name));
+            }
+            if n.gpu_sharing == GpuSharing::Mig {
+                if n.mig_layout.is_empty() {
+                    return Err(format!(
+                        "field `mig_layout`: node type {} shares its GPUs by MIG but names no instances",
+                        n.name
+                    ));
+                }
+                let mut slices = 0;
+                for p in &n.mig_layout {
+                    let profile =
+                        MigProfile::parse(p).map_err(|e| format!("field `mig_layout`: node type {}: {e}", n.name))?;
+                    slices += profile.compute_slices();
+                }
+                if slices > 7 {
+                    return Err(format!(
+                        "field `mig_layout`: node type {}: {slices} compute slices, a GPU has 7",
+                        n.name
+                    ));
+                }
+            } else if !n.mig_layout.is_empty() {
+                return Err(format!(
+                    "field `mig_layout`: node type {} is not shared by MIG (gpu_sharing {})",
+                    n.name, n.gpu_sharing
+                ));
             }
         }
         if self.node_types.iter().all(|n| n.count == 0) {

@@ -68,6 +68,7 @@ pub fn generate(options: &Options) -> (FleetSpec, Trace) {
             let arrive = rng.random_range(0..span);
             used += f64::from(gang) * duration as f64;
             workloads.push(TraceWorkload {
+                mig_profile: None,
                 id: format!("{}-{n}", class_slug(class)),
                 tenant: tenant.into(),
                 class,
@@ -126,6 +127,8 @@ pub fn generate(options: &Options) -> (FleetSpec, Trace) {
                 cpu_millis: 192_000,
                 memory_mb: 2_048_000,
                 cost_per_hour: 8.0 * 2.5,
+                gpu_sharing: Default::default(),
+                mig_layout: Vec::new(),
             },
             NodeType {
                 name: "cpu".into(),
@@ -136,6 +139,8 @@ pub fn generate(options: &Options) -> (FleetSpec, Trace) {
                 cpu_millis: 64_000,
                 memory_mb: 262_144,
                 cost_per_hour: 2.5,
+                gpu_sharing: Default::default(),
+                mig_layout: Vec::new(),
             },
         ],
         settings: PrioritySettings { min_runtime_s: 300, ..PrioritySettings::default() },
@@ -163,6 +168,7 @@ fn realtime(rng: &mut ChaCha8Rng, budget: f64, span: u64, tenant: &str, priority
     let mut n = 0;
     let mut emit = |from: u64, to: u64, out: &mut Vec<TraceWorkload>| {
         out.push(TraceWorkload {
+            mig_profile: None,
             id: format!("realtime-{n}"),
             tenant: tenant.into(),
             class: WorkloadClass::RealtimeInference,

@@ -71,3 +71,17 @@ pub fn compare(
     }
     Ok(runs)
 }
+
+/// Shares every GPU node type's GPUs the way `sharing` says (`none`, `time_slicing`, `mps`): the
+/// same fleet replayed with and without GPU sharing. MIG needs a layout per node type, so it is
+/// refused here.
+pub fn share_gpus(fleet: &mut FleetSpec, sharing: airtime_protocol::sharing::GpuSharing) -> anyhow::Result<()> {
+    if sharing == airtime_protocol::sharing::GpuSharing::Mig {
+        anyhow::bail!("MIG needs a layout per node type (`mig_layout` in the fleet file), not a flag");
+    }
+    for kind in fleet.node_types.iter_mut().filter(|k| k.gpus > 0) {
+        kind.gpu_sharing = sharing;
+        kind.mig_layout.clear();
+    }
+    Ok(())
+}

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use airtime_protocol::sharing::GpuSharing;
 use airtime_sim::format::{FleetSpec, Trace};
 use airtime_sim::policy::{self, Catalog};
 use airtime_sim::{alibaba, azure, engine, generate, report};
@@ -72,6 +73,10 @@ struct RunArgs {
     /// Write the utilisation plot (SVG) here.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Share every GPU node type's GPUs this way (none, time-slicing, mps), whatever the fleet
+    /// file says: the same fleet compared with and without sharing.
+    #[arg(long, value_parser = GpuSharing::parse)]
+    gpu_sharing: Option<GpuSharing>,
 }
 
 #[derive(Subcommand)]
@@ -99,6 +104,10 @@ enum Convert {
         /// Include the CPU-only nodes.
         #[arg(long)]
         cpu_nodes: bool,
+        /// How the GPU nodes share their GPUs: none (a fractional pod holds a whole GPU),
+        /// time-slicing or mps.
+        #[arg(long, value_parser = GpuSharing::parse, default_value = "none")]
+        gpu_sharing: GpuSharing,
         #[arg(long)]
         fleet_out: PathBuf,
         #[arg(long)]
@@ -199,10 +208,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_pods,
             max_nodes,
             cpu_nodes,
+            gpu_sharing,
             fleet_out,
             trace_out,
         }) => {
-            let options = alibaba::Options { pod_file: pods, cpu_nodes, compress, start_s, max_pods, max_nodes };
+            if gpu_sharing == GpuSharing::Mig {
+                bail!(
+                    "--gpu-sharing mig needs a MIG layout per node type: write it in the fleet file (docs/simulator.md)"
+                );
+            }
+            let options =
+                alibaba::Options { pod_file: pods, cpu_nodes, compress, start_s, max_pods, max_nodes, gpu_sharing };
             let (fleet, trace) = alibaba::load(&dir, &options)?;
             fleet.save(&fleet_out)?;
             trace.save(&trace_out)?;
@@ -258,7 +274,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 #[allow(clippy::print_stdout)]
 fn replay(a: RunArgs) -> anyhow::Result<()> {
-    let fleet = FleetSpec::read(&a.fleet)?;
+    let mut fleet = FleetSpec::read(&a.fleet)?;
+    if let Some(sharing) = a.gpu_sharing {
+        airtime_sim::share_gpus(&mut fleet, sharing)?;
+    }
     let traces = a.trace.iter().map(|p| Trace::read(p)).collect::<Result<Vec<_>, _>>()?;
     let trace = airtime_sim::merge(traces);
     let catalog = Catalog::new()?;

@@ -184,25 +184,29 @@ impl Recorder {
         self.busy_cost += self.busy_cost_per_s * in_span;
         let decay = 0.5f64.powf(dt / self.half_life_s);
         for (i, tenant) in world.tenants.iter_mut().enumerate() {
-            self.tenant_gpu_s[i] += f64::from(tenant.held) * in_span;
-            tenant.decayed_gpu_hours = tenant.decayed_gpu_hours * decay + f64::from(tenant.held) * dt / 3600.0;
+            let held = f64::from(tenant.held_milli) / 1000.0;
+            self.tenant_gpu_s[i] += held * in_span;
+            tenant.decayed_gpu_hours = tenant.decayed_gpu_hours * decay + held * dt / 3600.0;
         }
         self.last = t;
     }
 
-    pub fn placed(&mut self, gpus: &[Gpu], held: &[usize], milli: u32) {
-        self.change(gpus, held, milli, 1.0);
+    /// A job was granted `granted` thousandths of `gpu` (1000: all of it) and keeps `busy`
+    /// thousandths of it busy (its `gpu_milli`; no more than it holds).
+    pub fn placed(&mut self, gpu: &Gpu, granted: u32, busy: u32) {
+        self.change(gpu, granted, busy, 1.0);
     }
 
-    pub fn released(&mut self, gpus: &[Gpu], held: &[usize], milli: u32) {
-        self.change(gpus, held, milli, -1.0);
+    pub fn released(&mut self, gpu: &Gpu, granted: u32, busy: u32) {
+        self.change(gpu, granted, busy, -1.0);
     }
 
-    fn change(&mut self, gpus: &[Gpu], held: &[usize], milli: u32, sign: f64) {
-        let busy = f64::from(milli) / 1000.0;
-        self.held_gpus += sign * held.len() as f64;
-        self.busy_gpus += sign * busy * held.len() as f64;
-        self.busy_cost_per_s += sign * busy * held.iter().map(|&g| gpus[g].cost_per_s).sum::<f64>();
+    fn change(&mut self, gpu: &Gpu, granted: u32, busy: u32, sign: f64) {
+        let held = f64::from(granted) / 1000.0;
+        let busy = f64::from(busy.min(granted)) / 1000.0;
+        self.held_gpus += sign * held * gpu.capacity;
+        self.busy_gpus += sign * busy * gpu.capacity;
+        self.busy_cost_per_s += sign * busy * gpu.cost_per_s;
     }
 
     /// An attempt stops running at `t` (ended, stopped, lost): real-time service time is counted.
@@ -216,7 +220,7 @@ impl Recorder {
     pub fn completed(&mut self, job: &Job) {
         if job.spec.class != WorkloadClass::RealtimeInference {
             self.completed += 1;
-            self.completed_gpu_s += f64::from(job.spec.gpus) * job.spec.duration_s as f64;
+            self.completed_gpu_s += gpu_demand(job) * job.spec.duration_s as f64;
         }
     }
 
@@ -229,7 +233,7 @@ impl Recorder {
     }
 
     pub fn wasted(&mut self, job: &Job, ran: u64) {
-        self.wasted_gpu_s += f64::from(job.spec.gpus) * ran as f64;
+        self.wasted_gpu_s += gpu_demand(job) * ran as f64;
     }
 
     pub fn lost_to_node(&mut self) {
@@ -248,49 +252,45 @@ impl Recorder {
         self.cycle_wall += wall;
     }
 
+    /// Samples the series and the fragmentation: free GPU capacity (thousandths of GPUs, summed)
+    /// that no waiting GPU workload could use where it is — a GPU's free share too small for every
+    /// waiting share, a partly held GPU for whole-GPU work, a node without the CPU or the GPUs a
+    /// waiting shape needs. MIG instances count by their share of a GPU.
     pub fn sample(&mut self, world: &World) {
-        let free_by_node = |n: usize| {
-            let node = &world.nodes[n];
-            (node.gpu_first..node.gpu_first + node.gpu_count)
-                .filter(|&g| world.gpus[g].holder.is_none())
-                .collect::<Vec<_>>()
-        };
-        // The distinct shapes of waiting GPU work: whether any fits a node's free GPUs.
-        let mut shapes: Vec<(u32, String, u64, u32, u64)> = world
+        // The distinct shapes of waiting GPU work.
+        let mut shapes: Vec<Shape> = world
             .active
             .iter()
             .map(|&j| &world.jobs[j])
             .filter(|j| j.phase == Phase::Waiting && j.spec.gpus > 0)
-            .map(|j| {
-                (j.spec.gpus, j.spec.gpu_models.join(","), j.spec.gpu_memory_mb, j.spec.cpu_millis, j.spec.memory_mb)
+            .map(|j| Shape {
+                gpus: j.spec.gpus,
+                milli: if j.spec.gpus == 1 && j.spec.mig_profile.is_none() { j.spec.gpu_milli } else { 1000 },
+                models: j.spec.gpu_models.join(","),
+                gpu_memory_mb: j.spec.gpu_memory_mb,
+                mig_profile: j.spec.mig_profile.clone().unwrap_or_default().to_ascii_lowercase(),
+                cpu_millis: j.spec.cpu_millis,
+                memory_mb: j.spec.memory_mb,
             })
             .collect();
-        shapes.sort();
-        shapes.dedup();
+        shapes.sort_by(|a, b| a.key().cmp(&b.key()));
+        shapes.dedup_by(|a, b| a.key() == b.key());
         let mut fragmented = 0.0;
         let mut free = 0.0;
         if !shapes.is_empty() {
-            for (n, node) in world.nodes.iter().enumerate() {
-                if node.state != NodeState::Ready || node.gpu_count == 0 {
-                    continue;
-                }
-                let gpus = free_by_node(n);
-                if gpus.is_empty() {
-                    continue;
-                }
-                free += gpus.len() as f64;
-                let fits = shapes.iter().any(|(count, models, memory, cpu, mem)| {
-                    let usable = gpus
-                        .iter()
-                        .filter(|&&g| {
-                            airtime_policy_sdk::model_allowed(models, &world.gpus[g].model)
-                                && world.gpus[g].memory_mb >= *memory
-                        })
-                        .count();
-                    usable >= *count as usize && node.cpu_free >= *cpu && node.memory_free >= *mem
-                });
-                if !fits {
-                    fragmented += gpus.len() as f64;
+            for node in world.nodes.iter().filter(|n| n.state == NodeState::Ready && n.gpu_count > 0) {
+                let gpus = &world.gpus[node.gpu_first..node.gpu_first + node.gpu_count];
+                for (i, gpu) in gpus.iter().enumerate() {
+                    let left = gpu.free_milli();
+                    if left == 0 {
+                        continue;
+                    }
+                    let capacity = f64::from(left) / 1000.0 * gpu.capacity;
+                    free += capacity;
+                    let usable = shapes.iter().any(|shape| shape.can_use(node, gpus, i));
+                    if !usable {
+                        fragmented += capacity;
+                    }
                 }
             }
         }
@@ -299,7 +299,7 @@ impl Recorder {
             t_s: world.now,
             allocated_gpus: self.held_gpus,
             busy_gpus: self.busy_gpus,
-            idle_gpus: world.gpus.len() as f64 - self.busy_gpus,
+            idle_gpus: world.gpus.iter().map(|g| g.capacity).sum::<f64>() - self.busy_gpus,
             pending,
             fragmented_gpus: fragmented,
         });
@@ -307,7 +307,6 @@ impl Recorder {
             self.free_when_waiting.push((free, fragmented));
         }
     }
-
     pub fn finish(mut self, world: &World, policy: &str, seed: u64, wall: Duration) -> Scores {
         // Real-time demand still running at the end (its deadline past the stop) counts to the span.
         for job in world.active.iter().map(|&j| &world.jobs[j]) {
@@ -324,8 +323,9 @@ impl Recorder {
             self.finished(job);
         }
         let span_h = self.span as f64 / 3600.0;
-        let gpus = world.gpus.len();
-        let owned = gpus as f64 * span_h;
+        // Physical GPUs: a MIG instance counts as its share of one.
+        let gpus: f64 = world.gpus.iter().map(|g| g.capacity).sum();
+        let owned = gpus * span_h;
         let allocated = self.allocated_gpu_s / 3600.0;
         let busy = self.busy_gpu_s / 3600.0;
         let delays = |class: WorkloadClass| {
@@ -400,7 +400,7 @@ impl Recorder {
             policy: policy.to_owned(),
             seed,
             span_s: self.span,
-            gpus,
+            gpus: gpus.round() as usize,
             owned_gpu_hours: owned,
             allocated_gpu_hours: allocated,
             busy_gpu_hours: busy,
@@ -435,5 +435,56 @@ impl Recorder {
             decisions_per_s: if wall_s > 0.0 { self.decisions as f64 / wall_s } else { 0.0 },
             series: self.series,
         }
+    }
+}
+
+/// GPUs a job asks for, counting a share as its fraction.
+fn gpu_demand(job: &Job) -> f64 {
+    if job.spec.gpus == 1 && job.spec.gpu_milli < 1000 {
+        f64::from(job.spec.gpu_milli) / 1000.0
+    } else {
+        f64::from(job.spec.gpus)
+    }
+}
+
+/// One shape of waiting GPU work, for the fragmentation sample.
+struct Shape {
+    gpus: u32,
+    /// Thousandths of one GPU for a share; 1000 otherwise.
+    milli: u32,
+    models: String,
+    gpu_memory_mb: u64,
+    mig_profile: String,
+    cpu_millis: u32,
+    memory_mb: u64,
+}
+
+impl Shape {
+    fn key(&self) -> (u32, u32, &str, u64, &str, u32, u64) {
+        (self.gpus, self.milli, &self.models, self.gpu_memory_mb, &self.mig_profile, self.cpu_millis, self.memory_mb)
+    }
+
+    /// Whether this shape could use GPU `i` of `node` (its GPUs `gpus`) as the fleet is now,
+    /// by the core's rules: a share on a shared GPU with its thousandths and slice free, anything
+    /// else on fully free devices of the right kind, with the node's CPU and memory.
+    fn can_use(&self, node: &crate::engine::Node, gpus: &[Gpu], i: usize) -> bool {
+        if node.cpu_free < self.cpu_millis || node.memory_free < self.memory_mb {
+            return false;
+        }
+        let kind_fits = |g: &Gpu| {
+            airtime_policy_sdk::model_allowed(&self.models, &g.model)
+                && (g.mig_profile.is_empty() == self.mig_profile.is_empty())
+                && (self.mig_profile.is_empty() || g.mig_profile.eq_ignore_ascii_case(&self.mig_profile))
+        };
+        let gpu = &gpus[i];
+        if !kind_fits(gpu) {
+            return false;
+        }
+        if self.milli < 1000 && gpu.sharing.is_shared() {
+            let memory_left = gpu.memory_mb.saturating_sub(gpu.reserved_mb());
+            return gpu.free_milli() >= self.milli && memory_left >= self.gpu_memory_mb;
+        }
+        let whole = |g: &Gpu| g.holders.is_empty() && kind_fits(g) && g.memory_mb >= self.gpu_memory_mb;
+        whole(gpu) && gpus.iter().filter(|g| whole(g)).count() >= self.gpus as usize
     }
 }

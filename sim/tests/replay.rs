@@ -41,6 +41,8 @@ fn fleet(gpus: u32) -> FleetSpec {
             cpu_millis: 64_000,
             memory_mb: 512_000,
             cost_per_hour: 2.5 * f64::from(gpus),
+            gpu_sharing: Default::default(),
+            mig_layout: Vec::new(),
         }],
         settings: PrioritySettings::default(),
     }
@@ -49,6 +51,7 @@ fn fleet(gpus: u32) -> FleetSpec {
 fn workload(id: &str, class: WorkloadClass, arrive_s: u64, duration_s: u64, gpus: u32) -> TraceWorkload {
     let realtime = class == WorkloadClass::RealtimeInference;
     TraceWorkload {
+        mig_profile: None,
         id: id.into(),
         tenant: if realtime { "serving" } else { "research" }.into(),
         class,

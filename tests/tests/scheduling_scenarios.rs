@@ -197,7 +197,7 @@ async fn a_tenant_borrows_idle_gpus_and_they_are_reclaimed_when_the_owner_needs_
     }
     let summary = s.api.ok("/api/v1/tenants/summary").await.unwrap();
     let research = summary.as_array().unwrap().iter().find(|t| t["tenant"] == "research").unwrap();
-    assert_eq!(research["borrowing_gpus"], 2, "{research}");
+    assert_eq!(research["borrowing_gpus"], 2.0, "{research}");
 
     // The owner submits work: one borrowed GPU is reclaimed for it.
     let owned = s

@@ -18,7 +18,7 @@ use crate::api::openapi::ErrorResponse;
 use crate::auth::NodeCaller;
 use crate::error::{ApiError, ApiResult};
 use crate::fleet::registry::{self, Registration, TelemetryReport};
-use crate::model::WorkloadState;
+use crate::model::{WHOLE_GPU_MILLI, WorkloadState};
 use crate::state::AppState;
 use crate::workloads::transitions::{self, AgentEvent, EventOutcome};
 
@@ -165,6 +165,9 @@ struct AssignmentRow {
     env: serde_json::Value,
     gpu_indices: Vec<i32>,
     reason: Option<String>,
+    /// The smallest share among its grants (1000 when it holds whole GPUs), and its memory slice.
+    share_milli: Option<i32>,
+    share_memory_mb: Option<i64>,
 }
 
 async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::Result<DesiredState> {
@@ -176,7 +179,9 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
         "SELECT w.id, w.attempt, w.state, w.command, w.env, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
                           JOIN gpus g ON g.id = gr.gpu_id WHERE gr.workload_id = w.id), '{}') AS gpu_indices, \
-                (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason \
+                (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason, \
+                (SELECT min(gr.milli) FROM gpu_grants gr WHERE gr.workload_id = w.id) AS share_milli, \
+                (SELECT max(gr.memory_mb) FROM gpu_grants gr WHERE gr.workload_id = w.id) AS share_memory_mb \
          FROM workloads w WHERE w.node_id = $1 ORDER BY w.submitted_at",
     )
     .bind(node_id)
@@ -195,6 +200,9 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
                 env: serde_json::from_value(r.env).unwrap_or_default(),
                 gpu_indices: r.gpu_indices.into_iter().filter_map(|i| u32::try_from(i).ok()).collect(),
                 grace_period_ms,
+                // A share of a shared GPU: the agent starts it with that share (MPS limits).
+                gpu_milli: r.share_milli.and_then(|m| u32::try_from(m).ok()).filter(|&m| m < WHOLE_GPU_MILLI),
+                gpu_memory_mb: r.share_memory_mb.and_then(|m| u64::try_from(m).ok()).filter(|&m| m > 0),
             }
         })
         .collect();

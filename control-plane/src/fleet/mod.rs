@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::model::{GpuSource, NodeState};
+use crate::model::{GpuSharing, GpuSource, NodeState};
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct NodeView {
@@ -49,25 +49,55 @@ pub struct GpuView {
     pub memory_mb: i64,
     pub nvlink_group: Option<i32>,
     pub simulated: bool,
-    /// Whether a workload holds this GPU now.
+    /// How it is shared: `none` (one workload holds it whole), `time_slicing` (shared without
+    /// isolation), `mps` (shared with SM and memory limits) or `mig` (a MIG instance).
+    pub sharing: GpuSharing,
+    /// A MIG instance's profile (`1g.10gb`).
+    pub mig_profile: Option<String>,
+    /// The physical GPU (its index on the node) a MIG instance is carved from.
+    pub parent_index: Option<i32>,
+    /// Why the node could not honour the sharing mode it was asked for.
+    pub sharing_note: Option<String>,
+    /// Whether a workload holds this GPU (or a share of it) now.
     pub held: bool,
-    /// The workload that holds this GPU now: shown only to its own tenant and platform admins
-    /// (others see only that the GPU is held).
+    /// Thousandths of the GPU its holders hold (1000: all of it).
+    pub held_milli: i64,
+    /// The first workload that holds this GPU now: shown only to its own tenant and platform
+    /// admins (others see only that the GPU is held).
     pub workload_id: Option<Uuid>,
-    /// The holder's tenant, for that redaction; never serialized.
-    #[serde(skip)]
-    #[schema(ignore)]
-    pub holder_tenant_id: Option<Uuid>,
+    /// Every workload holding it, with its share: several on a shared GPU.
+    pub shares: Vec<GpuShareView>,
     pub telemetry: GpuTelemetry,
+}
+
+/// One workload's share of a GPU and what its processes use of it (per-process telemetry).
+#[derive(Debug, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct GpuShareView {
+    /// Shown only to its own tenant and platform admins.
+    pub workload_id: Option<Uuid>,
+    /// Thousandths of the GPU (1000: all of it).
+    pub milli: i64,
+    /// Memory slice reserved for it, MiB (0: none).
+    pub memory_mb: i64,
+    /// SM utilisation of its processes, 0..1, where the node measures it.
+    pub util: Option<f32>,
+    pub memory_used_mb: Option<i64>,
+    /// The holder's tenant, for redaction; never serialized.
+    #[serde(skip_serializing, default)]
+    #[schema(ignore)]
+    pub tenant_id: Option<Uuid>,
 }
 
 impl GpuView {
     /// Hides who holds the GPU unless `sees(holder's tenant)`: fleet views show other tenants only
     /// in aggregate.
     pub fn redact_holder(&mut self, sees: impl Fn(Uuid) -> bool) {
-        if !self.holder_tenant_id.is_some_and(&sees) {
-            self.workload_id = None;
+        for share in &mut self.shares {
+            if !share.tenant_id.is_some_and(&sees) {
+                share.workload_id = None;
+            }
         }
+        self.workload_id = self.shares.first().and_then(|s| s.workload_id);
     }
 }
 
@@ -109,8 +139,11 @@ struct GpuRow {
     memory_mb: i64,
     nvlink_group: Option<i32>,
     simulated: bool,
-    workload_id: Option<Uuid>,
-    holder_tenant_id: Option<Uuid>,
+    sharing: GpuSharing,
+    mig_profile: Option<String>,
+    parent_index: Option<i32>,
+    sharing_note: Option<String>,
+    shares: sqlx::types::Json<Vec<GpuShareView>>,
     util: Option<f32>,
     memory_used_mb: Option<i64>,
     temperature_c: Option<f32>,
@@ -130,9 +163,14 @@ impl From<GpuRow> for GpuView {
             memory_mb: r.memory_mb,
             nvlink_group: r.nvlink_group,
             simulated: r.simulated,
-            held: r.workload_id.is_some(),
-            workload_id: r.workload_id,
-            holder_tenant_id: r.holder_tenant_id,
+            sharing: r.sharing,
+            mig_profile: r.mig_profile,
+            parent_index: r.parent_index,
+            sharing_note: r.sharing_note,
+            held: !r.shares.0.is_empty(),
+            held_milli: r.shares.0.iter().map(|s| s.milli).sum::<i64>().min(1000),
+            workload_id: r.shares.0.first().and_then(|s| s.workload_id),
+            shares: r.shares.0,
             telemetry: GpuTelemetry {
                 util: r.util,
                 memory_used_mb: r.memory_used_mb,
@@ -145,9 +183,12 @@ impl From<GpuRow> for GpuView {
 }
 
 const GPU_SELECT: &str = "SELECT g.id, g.node_id, n.name AS node_name, g.device_index, g.uuid, g.model, \
-     g.memory_mb, g.nvlink_group, g.simulated, gr.workload_id, gr.tenant_id AS holder_tenant_id, g.util, g.memory_used_mb, \
-     g.temperature_c, g.power_w, g.ecc_errors \
-     FROM gpus g JOIN nodes n ON n.id = g.node_id LEFT JOIN gpu_grants gr ON gr.gpu_id = g.id \
+     g.memory_mb, g.nvlink_group, g.simulated, g.sharing, g.mig_profile, g.parent_index, g.sharing_note, \
+     (SELECT COALESCE(jsonb_agg(jsonb_build_object('workload_id', gr.workload_id, 'tenant_id', gr.tenant_id, \
+             'milli', gr.milli, 'memory_mb', gr.memory_mb, 'util', gr.util, 'memory_used_mb', gr.memory_used_mb) \
+             ORDER BY gr.granted_at, gr.workload_id), '[]'::jsonb) FROM gpu_grants gr WHERE gr.gpu_id = g.id) AS shares, \
+     g.util, g.memory_used_mb, g.temperature_c, g.power_w, g.ecc_errors \
+     FROM gpus g JOIN nodes n ON n.id = g.node_id \
      WHERE g.present";
 
 const NODE_SELECT: &str = "SELECT id, name, hostname, state, cpu_millis, memory_mb, labels, cost_per_hour, \

@@ -39,11 +39,13 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     sqlx::query("UPDATE gpus SET present = false WHERE node_id = $1").bind(node_id).execute(&mut *tx).await?;
     for gpu in &r.gpus {
         sqlx::query(
-            "INSERT INTO gpus (id, node_id, device_index, uuid, model, memory_mb, nvlink_group, simulated) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+            "INSERT INTO gpus (id, node_id, device_index, uuid, model, memory_mb, nvlink_group, simulated, \
+                 sharing, mig_profile, parent_index, sharing_note) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (node_id, device_index) DO UPDATE SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, \
                  memory_mb = EXCLUDED.memory_mb, nvlink_group = EXCLUDED.nvlink_group, \
-                 simulated = EXCLUDED.simulated, present = true",
+                 simulated = EXCLUDED.simulated, sharing = EXCLUDED.sharing, mig_profile = EXCLUDED.mig_profile, \
+                 parent_index = EXCLUDED.parent_index, sharing_note = EXCLUDED.sharing_note, present = true",
         )
         .bind(Uuid::now_v7())
         .bind(node_id)
@@ -53,6 +55,10 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
         .bind(gpu.memory_mb as i64)
         .bind(gpu.nvlink_group.map(|g| g as i32))
         .bind(gpu.simulated)
+        .bind(gpu.sharing)
+        .bind(gpu.mig_profile.as_ref().map(|p| p.as_str()))
+        .bind(gpu.parent_index.map(|p| p.min(i32::MAX as u32) as i32))
+        .bind(&gpu.sharing_note)
         .execute(&mut *tx)
         .await?;
     }
@@ -108,6 +114,25 @@ pub async fn record_telemetry(db: &PgPool, node_id: Uuid, t: &TelemetryReport) -
         .bind(&temp)
         .bind(&power)
         .bind(&ecc)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if !t.shares.is_empty() {
+        // What each workload's processes use of each GPU, kept on its grant (latest values).
+        let workloads: Vec<Uuid> = t.shares.iter().map(|s| s.workload_id).collect();
+        let index: Vec<i32> = t.shares.iter().map(|s| s.gpu_index as i32).collect();
+        let util: Vec<Option<f32>> = t.shares.iter().map(|s| s.util).collect();
+        let mem: Vec<Option<i64>> = t.shares.iter().map(|s| s.memory_used_mb.map(|m| m as i64)).collect();
+        sqlx::query(
+            "UPDATE gpu_grants gr SET util = s.util, memory_used_mb = s.mem \
+             FROM UNNEST($2::uuid[], $3::int[], $4::real[], $5::bigint[]) AS s(workload_id, idx, util, mem), gpus g \
+             WHERE g.node_id = $1 AND g.device_index = s.idx AND gr.gpu_id = g.id AND gr.workload_id = s.workload_id",
+        )
+        .bind(node_id)
+        .bind(&workloads)
+        .bind(&index)
+        .bind(&util)
+        .bind(&mem)
         .execute(&mut *tx)
         .await?;
     }

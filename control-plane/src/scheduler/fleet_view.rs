@@ -27,7 +27,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
 
     let tenant_rows: Vec<TenantRow> = sqlx::query_as(
         "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, \
-                (SELECT count(*) FROM gpu_grants g WHERE g.tenant_id = t.id), \
+                (SELECT COALESCE(sum(g.milli), 0) FROM gpu_grants g WHERE g.tenant_id = t.id)::bigint, \
                 COALESCE((SELECT u.decayed_gpu_hours FROM tenant_usage u WHERE u.tenant_id = t.id), 0) \
          FROM tenants t ORDER BY t.name",
     )
@@ -42,7 +42,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
             weight: weight.max(1) as u32,
             tier,
             may_borrow,
-            running_gpus: running.max(0) as u32,
+            running_gpu_milli: u32::try_from(running.max(0)).unwrap_or(u32::MAX),
             decayed_gpu_hours: usage.max(0.0),
         })
         .collect();
@@ -84,7 +84,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
     let workload_rows: Vec<WorkloadRow> = sqlx::query_as(
         "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
                 memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
-                started_at, node_id, pending_reason, \
+                started_at, node_id, pending_reason, gpu_milli, mig_profile, \
                 CASE WHEN state = 'pending' THEN 0 ELSE \
                   (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
                      AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') END AS preemptions_last_hour \
@@ -119,36 +119,58 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
                 node: r.node_id.and_then(|n| node_index.get(&n).copied()),
                 pending_reason: r.pending_reason,
                 preemptions_last_hour: r.preemptions_last_hour.max(0) as u32,
+                gpu_milli: r.gpu_milli.clamp(1, WHOLE_GPU_MILLI as i32) as u32,
+                mig_profile: r.mig_profile.unwrap_or_default(),
             })
         })
         .collect();
     let workload_index: HashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
 
+    // One row per GPU, its grants aggregated in grant order.
     let gpu_rows: Vec<GpuRow> = sqlx::query_as(
         "SELECT g.id, g.node_id, g.device_index, g.model, g.memory_mb, g.memory_used_mb, g.util, \
-                    g.nvlink_group, g.simulated, gr.workload_id \
-             FROM gpus g JOIN nodes n ON n.id = g.node_id LEFT JOIN gpu_grants gr ON gr.gpu_id = g.id \
-             WHERE g.present AND n.state <> 'lost' ORDER BY n.name, g.device_index",
+                g.nvlink_group, g.simulated, g.sharing, g.mig_profile, \
+                COALESCE(h.workloads, '{}') AS holders, COALESCE(h.milli, '{}') AS milli, \
+                COALESCE(h.memory, '{}') AS memory \
+         FROM gpus g JOIN nodes n ON n.id = g.node_id \
+         LEFT JOIN LATERAL (SELECT array_agg(gr.workload_id ORDER BY gr.granted_at, gr.workload_id) AS workloads, \
+                                   array_agg(gr.milli ORDER BY gr.granted_at, gr.workload_id) AS milli, \
+                                   array_agg(gr.memory_mb ORDER BY gr.granted_at, gr.workload_id) AS memory \
+                            FROM gpu_grants gr WHERE gr.gpu_id = g.id) h ON true \
+         WHERE g.present AND n.state <> 'lost' ORDER BY n.name, g.device_index",
     )
     .fetch_all(&mut *conn)
     .await?;
     let mut gpus = Vec::with_capacity(gpu_rows.len());
-    for GpuRow(id, node_id, device_index, model, memory_mb, used, util, nvlink, simulated, holder) in gpu_rows {
-        let Some(&node) = node_index.get(&node_id) else {
+    for row in gpu_rows {
+        let Some(&node) = node_index.get(&row.node_id) else {
             continue;
         };
+        // A grant held by a workload we did not load (should not happen) still blocks its share.
+        let holders = row
+            .holders
+            .iter()
+            .zip(&row.milli)
+            .zip(&row.memory)
+            .map(|((w, &milli), &memory)| Holder {
+                workload: workload_index.get(w).copied().unwrap_or(usize::MAX),
+                milli: milli.clamp(1, WHOLE_GPU_MILLI as i32) as u32,
+                memory_mb: memory.max(0) as u64,
+            })
+            .collect();
         gpus.push(GpuEntry {
-            id,
+            id: row.id,
             node,
-            device_index: device_index.max(0) as u32,
-            model,
-            memory_mb: memory_mb.max(0) as u64,
-            memory_used_mb: used.unwrap_or(0).max(0) as u64,
-            util: util.unwrap_or(0.0),
-            nvlink_group: nvlink.map(|g| g.max(0) as u32),
-            // A grant held by a workload we did not load (should not happen) still blocks the GPU.
-            holder: holder.map(|w| workload_index.get(&w).copied().unwrap_or(usize::MAX)),
-            simulated,
+            device_index: row.device_index.max(0) as u32,
+            model: row.model,
+            memory_mb: row.memory_mb.max(0) as u64,
+            memory_used_mb: row.memory_used_mb.unwrap_or(0).max(0) as u64,
+            util: row.util.unwrap_or(0.0),
+            nvlink_group: row.nvlink_group.map(|g| g.max(0) as u32),
+            holders,
+            simulated: row.simulated,
+            sharing: row.sharing,
+            mig_profile: row.mig_profile.unwrap_or_default(),
         });
     }
     // GPUs are sorted by node name, as nodes are, so each node's GPUs are one contiguous run.
@@ -169,7 +191,22 @@ struct TenantRow(Uuid, String, i32, i32, i32, bool, i64, f64);
 struct NodeRow(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, i64, i64);
 
 #[derive(sqlx::FromRow)]
-struct GpuRow(Uuid, Uuid, i32, String, i64, Option<i64>, Option<f32>, Option<i32>, bool, Option<Uuid>);
+struct GpuRow {
+    id: Uuid,
+    node_id: Uuid,
+    device_index: i32,
+    model: String,
+    memory_mb: i64,
+    memory_used_mb: Option<i64>,
+    util: Option<f32>,
+    nvlink_group: Option<i32>,
+    simulated: bool,
+    sharing: GpuSharing,
+    mig_profile: Option<String>,
+    holders: Vec<Uuid>,
+    milli: Vec<i32>,
+    memory: Vec<i64>,
+}
 
 #[derive(sqlx::FromRow)]
 struct WorkloadRow {
@@ -193,4 +230,6 @@ struct WorkloadRow {
     node_id: Option<Uuid>,
     pending_reason: Option<String>,
     preemptions_last_hour: i64,
+    gpu_milli: i32,
+    mig_profile: Option<String>,
 }

@@ -44,8 +44,8 @@ pub struct CycleRecord<'a> {
 
 /// Applies the accepted proposals and records everything, all or nothing. A placement whose
 /// workload changed since the snapshot (cancelled meanwhile) or whose GPU was granted meanwhile is
-/// undone and recorded as refused; the database's primary key on `gpu_grants.gpu_id` is the last
-/// word on double grants. Placements are applied set-based ([`apply_placements`]).
+/// undone and recorded as refused; the database's trigger `gpu_grants_fit` (a GPU's grants never
+/// add up to more than the GPU) is the last word on double grants. Placements are applied set-based ([`apply_placements`]).
 pub async fn apply(
     db: &PgPool,
     fleet: &FleetView,
@@ -188,8 +188,8 @@ struct Placement<'a> {
 }
 
 /// Applies a cycle's placements in a few set-based statements whatever their number: move the
-/// workloads that are still pending, grant their GPUs (the primary key on `gpu_grants.gpu_id` is the
-/// last word on double grants), undo the few that lost a race (a workload cancelled meanwhile, a GPU
+/// workloads that are still pending, grant their GPUs or shares (the trigger `gpu_grants_fit`, which
+/// never lets a GPU's grants add up to more than the GPU, is the last word on double grants), undo the few that lost a race (a workload cancelled meanwhile, a GPU
 /// granted meanwhile: refused, recorded like any refusal), then bump the nodes' desired state and
 /// write the events and decisions. Returns how many were placed.
 async fn apply_placements<'a>(
@@ -217,25 +217,34 @@ async fn apply_placements<'a>(
     let attempts: std::collections::HashMap<Uuid, i32> = moved.into_iter().collect();
 
     // Grants for the workloads that moved.
+    // A share of a shared GPU is granted its thousandths and memory slice; anything else the GPU.
     let (mut grant_gpus, mut grant_workloads, mut grant_tenants) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut grant_milli, mut grant_memory) = (Vec::new(), Vec::new());
     for p in placements {
         let w = &fleet.workloads[p.workload];
         if attempts.contains_key(&w.id) {
             for &g in p.gpus {
-                grant_gpus.push(fleet.gpus[g].id);
+                let gpu = &fleet.gpus[g];
+                let (milli, memory_mb) = gpu.grant_for(w);
+                grant_gpus.push(gpu.id);
                 grant_workloads.push(w.id);
                 grant_tenants.push(fleet.tenants[w.tenant].id);
+                grant_milli.push(milli as i32);
+                grant_memory.push(i64::try_from(memory_mb).unwrap_or(i64::MAX));
             }
         }
     }
+    // The trigger `gpu_grants_fit` drops a grant that would over-commit its GPU.
     let granted: Vec<(Uuid,)> = sqlx::query_as(
-        "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id) \
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[]) ON CONFLICT (gpu_id) DO NOTHING \
-         RETURNING workload_id",
+        "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, milli, memory_mb) \
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::bigint[]) \
+         ON CONFLICT DO NOTHING RETURNING workload_id",
     )
     .bind(&grant_gpus)
     .bind(&grant_workloads)
     .bind(&grant_tenants)
+    .bind(&grant_milli)
+    .bind(&grant_memory)
     .fetch_all(&mut *tx)
     .await?;
     let mut granted_count: std::collections::HashMap<Uuid, usize> = std::collections::HashMap::new();

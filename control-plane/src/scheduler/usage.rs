@@ -1,13 +1,13 @@
 //! Decayed GPU usage per tenant, the history fair-share policies weigh: every cycle, each tenant's
 //! GPU-hours decay with a half-life and the GPUs it holds now accrue for the time since the last
-//! update.
+//! update (a quarter-GPU share accrues a quarter GPU-hour an hour).
 
 use sqlx::PgPool;
 
 pub async fn accrue(db: &PgPool, half_life_hours: f64) -> sqlx::Result<()> {
     sqlx::query(
         "WITH held AS (SELECT t.id AS tenant_id, \
-                              (SELECT count(*) FROM gpu_grants g WHERE g.tenant_id = t.id) AS gpus \
+                              (SELECT COALESCE(sum(g.milli), 0)::float8 / 1000 FROM gpu_grants g WHERE g.tenant_id = t.id) AS gpus \
                        FROM tenants t) \
          INSERT INTO tenant_usage (tenant_id, decayed_gpu_hours, updated_at) \
          SELECT tenant_id, 0, now() FROM held \

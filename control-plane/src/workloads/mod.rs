@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::auth::audit::{self, AuditActor, Change};
 use crate::error::{ApiError, ApiResult};
-use crate::model::{WorkloadClass, WorkloadState};
+use crate::model::{MigProfile, WHOLE_GPU_MILLI, WorkloadClass, WorkloadState};
 
 /// A submission. Unknown fields are refused so a typo ("gpu_cout") is an error, not a default.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -80,6 +80,16 @@ pub struct ResourceProfile {
     /// May run on CPU alone (cpu_millis, memory_mb) instead of GPUs: light inference, embeddings.
     #[serde(default)]
     pub cpu_capable: bool,
+    /// A fraction of one GPU, in thousandths (1 to 1000; 250 is a quarter): with `gpu_count` 1,
+    /// the workload shares a time-sliced or MPS GPU with others, `gpu_memory_mb` being its memory
+    /// slice. On a GPU that is not shared it gets the whole GPU. Absent: whole GPUs.
+    #[serde(default)]
+    pub gpu_milli: Option<u32>,
+    /// A MIG profile (`1g.10gb`, `3g.40gb`): with `gpu_count` 1, the workload runs alone on a MIG
+    /// instance of that profile.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub mig_profile: Option<MigProfile>,
 }
 
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
@@ -106,7 +116,7 @@ impl SubmitWorkload {
             if !valid_key {
                 return Err(format!("env name {key:?} is not a valid variable name"));
             }
-            if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("AIRTIME_") {
+            if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("CUDA_MPS_") || key.starts_with("AIRTIME_") {
                 return Err(format!("env {key} is set by Airtime and cannot be overridden"));
             }
             if value.contains('\0') {
@@ -131,6 +141,24 @@ impl SubmitWorkload {
         }
         if r.gpu_memory_mb > 4 * 1024 * 1024 || r.memory_mb > i64::MAX as u64 / 2 || r.cpu_millis > 1_000_000 {
             return Err("a resource request is out of range".into());
+        }
+        if let Some(milli) = r.gpu_milli {
+            if !(1..=WHOLE_GPU_MILLI).contains(&milli) {
+                return Err("resources.gpu_milli must be between 1 and 1000 (thousandths of one GPU)".into());
+            }
+            if milli < WHOLE_GPU_MILLI && r.gpu_count != 1 {
+                return Err("resources.gpu_milli below 1000 is a share of one GPU: it needs gpu_count 1".into());
+            }
+        }
+        if r.mig_profile.is_some() {
+            if r.gpu_count != 1 {
+                return Err("resources.mig_profile runs on one MIG instance: it needs gpu_count 1".into());
+            }
+            if r.gpu_milli.is_some_and(|m| m < WHOLE_GPU_MILLI) {
+                return Err(
+                    "resources.mig_profile and a gpu_milli share are exclusive: a MIG instance is not shared".into()
+                );
+            }
         }
         Ok(())
     }
@@ -180,6 +208,9 @@ pub struct ResourcesRow {
     pub cpu_millis: i32,
     pub memory_mb: i64,
     pub cpu_capable: bool,
+    /// Its share of one GPU, thousandths (1000: whole GPUs).
+    pub gpu_milli: i32,
+    pub mig_profile: Option<String>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -200,7 +231,7 @@ pub struct WorkloadDetail {
 }
 
 const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.name, w.class, w.priority, w.state, \
-     w.attempt, w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.cpu_capable, \
+     w.attempt, w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.cpu_capable, w.gpu_milli, w.mig_profile, \
      w.preemptible, w.checkpointable, w.expected_duration_s, w.slo_latency_ms, w.deadline, w.preempted_reason, w.command, w.env, w.node_id, w.last_node_id, \
      COALESCE((SELECT array_agg(g.gpu_id ORDER BY g.gpu_id) FROM gpu_grants g WHERE g.workload_id = w.id), '{}') AS gpu_ids, \
      w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at \
@@ -303,9 +334,10 @@ async fn submit_once(
     sqlx::query(
         "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, gpu_models, \
              cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, command, env, \
-             slo_latency_ms, deadline, state, pending_reason, idempotency_key, idempotency_digest) \
+             slo_latency_ms, deadline, state, pending_reason, idempotency_key, idempotency_digest, gpu_milli, \
+             mig_profile) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 'pending', \
-                 'waiting for the next scheduling cycle', $19, $20)",
+                 'waiting for the next scheduling cycle', $19, $20, $21, $22)",
     )
     .bind(id)
     .bind(tenant_id)
@@ -327,6 +359,8 @@ async fn submit_once(
     .bind(req.slo.deadline)
     .bind(key.map(|IdempotencyKey(k)| k.as_str()))
     .bind(&digest)
+    .bind(r.gpu_milli.unwrap_or(WHOLE_GPU_MILLI) as i32)
+    .bind(r.mig_profile.as_ref().map(MigProfile::as_str))
     .execute(&mut *tx)
     .await
     .map_err(|err| match &err {

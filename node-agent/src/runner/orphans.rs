@@ -18,6 +18,7 @@ use tokio::time::{Instant, sleep};
 use uuid::Uuid;
 
 use super::signal_group;
+use crate::procfs::parent_and_group;
 
 /// How long an orphan gets to exit after SIGTERM before SIGKILL. Its own grace period is unknown.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(10);
@@ -65,21 +66,6 @@ fn orphan(pid: u32, node_name: &str) -> Option<Orphan> {
     let leads_its_group = group == pid;
     let agent_gone = parent != agent_pid;
     (leads_its_group && agent_gone).then_some(Orphan { pid, workload_id, attempt, agent_pid })
-}
-
-/// The parent pid and process group of `pid`, from `/proc/<pid>/stat`.
-fn parent_and_group(pid: u32) -> Option<(u32, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses, so split at the last ')'.
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?;
-    if state == "Z" {
-        return None;
-    }
-    let parent = fields.next()?.parse().ok()?;
-    let group = fields.next()?.parse().ok()?;
-    Some((parent, group))
 }
 
 fn running(pid: u32) -> bool {

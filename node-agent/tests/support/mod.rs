@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,9 +16,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
+use airtime_node_agent::Config;
 use airtime_node_agent::protocol::{Assignment, AssignmentAction, DesiredState, Registration, TelemetryReport};
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -221,6 +223,8 @@ pub fn run(workload_id: Uuid, command: &str, gpus: &[u32], grace_ms: u64) -> Ass
         env: BTreeMap::from([("MODEL".into(), "llama".into())]),
         gpu_indices: gpus.to_vec(),
         grace_period_ms: grace_ms,
+        gpu_milli: None,
+        gpu_memory_mb: None,
     }
 }
 
@@ -231,3 +235,62 @@ pub fn stop(run: &Assignment, reason: &str, grace_ms: u64) -> Assignment {
 pub fn unix_nanos(time: SystemTime) -> u128 {
     time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }
+
+/// The agent running in this test process (its library, not its binary).
+pub struct RunningAgent {
+    stop: mpsc::Sender<()>,
+    done: tokio::task::JoinHandle<Result<(), airtime_node_agent::agent::AgentError>>,
+}
+
+impl RunningAgent {
+    pub async fn shut_down(self) -> TestResult {
+        self.stop.send(()).await?;
+        tokio::time::timeout(Duration::from_secs(20), self.done).await???;
+        Ok(())
+    }
+}
+
+/// Starts the agent as node `test-node` against the fake at `url`, without NVML, working in
+/// `work_dir`, with `extra` flags.
+pub fn start_agent(url: &str, work_dir: &Path, extra: &[&str]) -> Result<RunningAgent, Box<dyn std::error::Error>> {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "airtime_node_agent=debug".into()),
+        )
+        .try_init();
+    let state_dir = work_dir.join(".state").display().to_string();
+    let work_dir = work_dir.display().to_string();
+    let mut args = vec![
+        "airtime-node-agent",
+        "--enrolment-token",
+        ENROLMENT_TOKEN,
+        "--state-dir",
+        &state_dir,
+        "--control-plane",
+        url,
+        "--name",
+        "test-node",
+        "--label",
+        "zone=a",
+        "--no-nvml",
+        "--work-dir",
+        &work_dir,
+    ];
+    args.extend_from_slice(extra);
+    let config = Config::from_args(args, Some("test-host".into()))?;
+    let (stop, stop_rx) = mpsc::channel(4);
+    let done = tokio::spawn(airtime_node_agent::run(config, stop_rx));
+    Ok(RunningAgent { stop, done })
+}
+
+/// Reads a file of `env` output (`KEY=VALUE` lines) once the workload wrote it whole.
+pub async fn child_env(cp: &FakeControlPlane, path: &Path) -> BTreeMap<String, String> {
+    let done = path.with_extension("done");
+    cp.wait_for(&format!("{} written", path.display()), |_| done.exists().then_some(())).await;
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+/// A command that writes its environment to `$OUT_FILE` (then `$OUT_FILE.done`) and sleeps.
+pub const WRITE_ENV_AND_SLEEP: &str = "env > \"$OUT_FILE\"; : > \"${OUT_FILE%.*}.done\"; exec sleep 30";

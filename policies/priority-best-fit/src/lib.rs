@@ -113,6 +113,13 @@ impl Policy for PriorityBestFit {
                 cycle.place_on_cpu_or_wait(index, workload, reason.clone())?;
                 continue;
             }
+            // A share of one GPU: the shareable GPU it fills tightest (best fit on thousandths).
+            if workload.is_share()
+                && let Some((node, gpu)) = cycle.best_share_fit(workload)
+            {
+                cycle.place_share(index, workload, node, gpu)?;
+                continue;
+            }
             let need = workload.gpu_need();
             match cycle.best_gpu_fit(workload, &need, prefer_nvlink) {
                 Some(fit) => cycle.place_on_gpus(index, &need, fit)?,
@@ -253,6 +260,41 @@ impl<'p, 's> Cycle<'p, 's> {
         let after = (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node));
         self.cpus.moved(fit.node, true, host_before, after);
         if let Some(version) = self.versions.get_mut(fit.node as usize) {
+            *version += 1;
+        }
+        Ok(())
+    }
+
+    /// The shareable GPU with room for the share that is left with the least free after it (then
+    /// the lowest index), on a ready node with the host CPU and memory.
+    fn best_share_fit(&self, workload: &Workload<'_>) -> Option<(u32, u32)> {
+        let plan = &self.plan;
+        self.snapshot
+            .ready_nodes()
+            .filter(|(node, _)| {
+                plan.cpu_free(*node) >= workload.cpu_millis && plan.memory_free(*node) >= workload.memory_mb
+            })
+            .flat_map(|(node, _)| self.snapshot.node_gpus(node).map(move |(g, _)| (node, g)))
+            .filter(|&(_, g)| plan.fits_share(workload, g))
+            .min_by_key(|&(_, g)| (plan.free_milli(g), g))
+    }
+
+    fn place_share(&mut self, index: u32, workload: &Workload<'_>, node: u32, gpu: u32) -> Result<(), Failure> {
+        let name = self.snapshot.node(node).map_or("?", |n| n.name);
+        let device = self.snapshot.gpu(gpu).map_or(0, |g| g.device_index);
+        let left = self.plan.free_milli(gpu).saturating_sub(workload.gpu_milli);
+        let reason = format!(
+            "best fit on {name}: shares GPU {device}, {}/1000 and {} MiB, {left}/1000 left free on it",
+            workload.gpu_milli, workload.gpu_memory_mb
+        );
+        let free_before = self.plan.free_gpu_count(node);
+        let host_before = (self.plan.cpu_free(node), self.plan.memory_free(node));
+        self.plan.place(index, node, vec![gpu], reason)?;
+        self.placed += 1;
+        self.gpus.moved(node, free_before, self.plan.free_gpu_count(node));
+        let after = (self.plan.cpu_free(node), self.plan.memory_free(node));
+        self.cpus.moved(node, true, host_before, after);
+        if let Some(version) = self.versions.get_mut(node as usize) {
             *version += 1;
         }
         Ok(())

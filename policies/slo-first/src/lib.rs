@@ -45,6 +45,24 @@ type Shape<'a> = (u32, u32, &'a str);
 
 airtime_policy_sdk::export_policy!(SloFirst);
 
+/// Where a share of one GPU goes: the least fragmenting fit (the default) or plain best fit (the
+/// fullest GPU it fits on), for comparing the two on the same policy (`{"share_fit": "best_fit"}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShareFit {
+    LeastFragmenting,
+    BestFit,
+}
+
+fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<ShareFit, Failure> {
+    match params.str("share_fit")? {
+        None | Some("least_fragmenting") => Ok(ShareFit::LeastFragmenting),
+        Some("best_fit") => Ok(ShareFit::BestFit),
+        Some(other) => {
+            Err(Failure::from(format!("share_fit must be \"least_fragmenting\" or \"best_fit\", not {other:?}")))
+        }
+    }
+}
+
 /// Why a preemption is made, for the victims' records.
 enum Cause<'a> {
     Burst(&'a str),
@@ -66,17 +84,26 @@ enum Preemption {
 }
 
 impl Policy for SloFirst {
-    fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, _ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+    fn validate_params(&self, params: &airtime_policy_sdk::params::Params<'_>) -> Result<(), Failure> {
+        read_params(params).map(|_| ())
+    }
+
+    fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+        let share_fit = read_params(ctx.params())?;
         let settings = snapshot.settings_or_default();
         let mut plan = Plan::new(snapshot);
-        let mut tenant_gpus: Vec<u32> = snapshot.tenants.iter().map(|t| t.running_gpus).collect();
+        // Held capacity per tenant in thousandths of a GPU: a quarter-GPU share counts 250.
+        let mut tenant_gpus: Vec<u32> = snapshot.tenants.iter().map(Tenant::held_milli).collect();
         let guaranteed = |t: u32| snapshot.tenant(t).map_or(0, |t| t.guaranteed_gpus);
+        let guaranteed_milli = |t: u32| guaranteed(t).saturating_mul(WHOLE_GPU_MILLI);
+        // What typically arrives, for placing shares where they fragment least.
+        let mix = Workmix::of(snapshot);
         let tenant_name = |t: u32| snapshot.tenant(t).map_or("?", |t| t.name);
 
         let mut order = snapshot.pending_by_priority();
         order.sort_by_key(|(index, w)| {
             let realtime = settings.realtime_first && w.class == WorkloadClass::RealtimeInference;
-            let within = tenant_gpus[w.tenant as usize] + w.gpu_count <= guaranteed(w.tenant);
+            let within = tenant_gpus[w.tenant as usize] + w.gpu_demand_milli() <= guaranteed_milli(w.tenant);
             (!realtime, !within, std::cmp::Reverse(snapshot.effective_priority(w)), w.submitted_ms, *index)
         });
 
@@ -127,14 +154,15 @@ impl Policy for SloFirst {
 
             let need = w.gpu_need();
             let t = w.tenant;
-            let borrowing = tenant_gpus[t as usize] + need.count > guaranteed(t);
+            let demand = w.gpu_demand_milli();
+            let borrowing = tenant_gpus[t as usize] + demand > guaranteed_milli(t);
             if borrowing && !snapshot.tenant(t).is_some_and(|t| t.may_borrow) {
                 plan.keep_pending(
                     index,
                     format!(
                         "quota used up: tenant {} holds {} of its {} guaranteed GPUs and may not borrow",
                         tenant_name(t),
-                        tenant_gpus[t as usize],
+                        gpus_in_words(u64::from(tenant_gpus[t as usize])),
                         guaranteed(t)
                     ),
                 )?;
@@ -154,6 +182,43 @@ impl Policy for SloFirst {
                     ),
                 )?;
                 continue;
+            }
+
+            // A share of one GPU: the shareable GPU where it adds the least fragmentation for what
+            // typically arrives (not the node reserved for the head's gang).
+            if w.is_share() {
+                let open = snapshot
+                    .ready_nodes()
+                    .map(|(node, _)| node)
+                    .filter(|&node| !snapshot.node_gpus(node).any(|(g, _)| reserved[g as usize]));
+                let fit = match share_fit {
+                    ShareFit::LeastFragmenting => {
+                        plan.least_fragmenting_share(index, open, &mix).map(|(n, g, added)| {
+                            (n, g, format!("the least fragmenting fit (+{added:.0}/1000 expected unusable)"))
+                        })
+                    }
+                    ShareFit::BestFit => {
+                        best_share_fit(snapshot, &plan, w, open).map(|(n, g)| (n, g, "best fit".to_owned()))
+                    }
+                };
+                if let Some((node, gpu, how)) = fit {
+                    let n = &snapshot.nodes[node as usize];
+                    let g = &snapshot.gpus[gpu as usize];
+                    let reason = format!(
+                        "shares {} GPU {} ({}): {}/1000 and {} MiB, leaving {}/1000 free; {how}; {} priority {}",
+                        n.name,
+                        g.device_index,
+                        g.sharing,
+                        w.gpu_milli,
+                        w.gpu_memory_mb,
+                        plan.free_milli(gpu) - w.gpu_milli,
+                        w.class.as_str(),
+                        snapshot.effective_priority(w)
+                    );
+                    tenant_gpus[t as usize] += demand;
+                    plan.place(index, node, vec![gpu], reason)?;
+                    continue;
+                }
             }
 
             let shape = (need.count, need.memory_mb, w.gpu_models);
@@ -183,7 +248,13 @@ impl Policy for SloFirst {
                         guaranteed(t)
                     ));
                 }
-                tenant_gpus[t as usize] += need.count;
+                // On a shareable GPU a share takes only its thousandths; anywhere else the GPU.
+                let held = if w.is_share() && gpus.iter().all(|&g| snapshot.gpus[g as usize].is_shareable()) {
+                    demand
+                } else {
+                    need.count * WHOLE_GPU_MILLI
+                };
+                tenant_gpus[t as usize] += held;
                 plan.place(index, node, gpus, reason)?;
                 continue;
             }
@@ -256,7 +327,7 @@ impl Policy for SloFirst {
                             };
                             victim[v as usize] = true;
                             tenant_gpus[vw.tenant as usize] =
-                                tenant_gpus[vw.tenant as usize].saturating_sub(vw.gpu_count);
+                                tenant_gpus[vw.tenant as usize].saturating_sub(vw.gpu_demand_milli());
                             plan.preempt(v, why)?;
                         }
                         reserve_node(snapshot, &plan, node, &need, &mut reserved);
@@ -335,6 +406,20 @@ impl Policy for SloFirst {
         }
         Ok(plan.into_decisions())
     }
+}
+
+/// The shareable GPU on one of `nodes` (with the host CPU and memory) the share fills tightest.
+fn best_share_fit(
+    snapshot: &Snapshot<'_>,
+    plan: &Plan<'_, '_>,
+    w: &Workload<'_>,
+    nodes: impl Iterator<Item = u32>,
+) -> Option<(u32, u32)> {
+    nodes
+        .filter(|&node| plan.cpu_free(node) >= w.cpu_millis && plan.memory_free(node) >= w.memory_mb)
+        .flat_map(|node| snapshot.node_gpus(node).map(move |(g, _)| (node, g)))
+        .filter(|&(_, g)| plan.fits_share(w, g))
+        .min_by_key(|&(_, g)| (plan.free_milli(g), g))
 }
 
 fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
@@ -474,7 +559,9 @@ fn choose_victims(
                     && vw.class != WorkloadClass::RealtimeInference
                     && match cause {
                         Cause::Burst(_) => true,
-                        Cause::Reclaim { .. } => tenant_gpus[vw.tenant as usize] > guaranteed(vw.tenant),
+                        Cause::Reclaim { .. } => {
+                            tenant_gpus[vw.tenant as usize] > guaranteed(vw.tenant).saturating_mul(WHOLE_GPU_MILLI)
+                        }
                     }
             })
             .collect();

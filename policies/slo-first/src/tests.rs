@@ -1,6 +1,6 @@
 //! The policy's decisions on small fleets, natively, through the real ABI (sdk::testing).
 
-use airtime_policy_sdk::abi::{Settings, WorkloadClass, WorkloadState};
+use airtime_policy_sdk::abi::{Settings, Sharing, WorkloadClass, WorkloadState};
 use airtime_policy_sdk::testing::SnapshotFixture;
 
 use super::SloFirst;
@@ -195,4 +195,65 @@ fn a_node_without_the_host_cpu_a_gpu_job_asks_for_is_passed_over() {
         .evaluate(&SloFirst)
         .expect("the policy runs and every decision passes the host's checks");
     assert_eq!(outcome.placed_on("train"), Some("roomy-host"));
+}
+
+#[test]
+fn four_quarter_gpu_inference_workloads_share_one_gpu_and_training_goes_elsewhere() {
+    let outcome = SnapshotFixture::new()
+        .node("shared", 2, "H100", 81920)
+        .sharing("shared", Sharing::Mps)
+        .pending_with("q1", 1, 10240, |w| {
+            w.gpu_milli = 250;
+            w.class = WorkloadClass::RealtimeInference;
+        })
+        .pending_with("q2", 1, 10240, |w| {
+            w.gpu_milli = 250;
+            w.class = WorkloadClass::RealtimeInference;
+        })
+        .pending_with("q3", 1, 10240, |w| {
+            w.gpu_milli = 250;
+            w.class = WorkloadClass::RealtimeInference;
+        })
+        .pending_with("q4", 1, 10240, |w| {
+            w.gpu_milli = 250;
+            w.class = WorkloadClass::RealtimeInference;
+        })
+        .pending_with("train", 1, 40960, |w| w.class = WorkloadClass::Training)
+        .evaluate(&SloFirst)
+        .expect("sound decisions");
+    let quarters: Vec<Vec<u32>> =
+        ["q1", "q2", "q3", "q4"].iter().map(|q| outcome.placement(q).expect("placed").1).collect();
+    assert!(quarters.iter().all(|gpus| gpus == &quarters[0]), "all four on one GPU: {quarters:?}");
+    let (_, train) = outcome.placement("train").expect("training placed");
+    assert_ne!(train, quarters[0], "the whole-GPU job takes the other GPU");
+    assert!(outcome.reason("q1").unwrap().contains("least fragmenting"), "{:?}", outcome.reason("q1"));
+}
+
+#[test]
+fn a_tenant_quota_counts_a_quarter_gpu_as_a_quarter() {
+    let outcome = SnapshotFixture::new()
+        .node("shared", 1, "H100", 81920)
+        .sharing("shared", Sharing::TimeSlicing)
+        .tenant_with("team", |t| {
+            t.guaranteed_gpus = 1;
+            t.may_borrow = false;
+        })
+        .running_share("a", "shared", 0, 250, 0)
+        .running_share("b", "shared", 0, 250, 0)
+        .running_share("c", "shared", 0, 250, 0)
+        .pending_share("d", 250, 0)
+        .pending_share("e", 250, 0)
+        .edit(|doc| {
+            let team = doc.tenants.iter().position(|t| t.name == "team").expect("team") as u32;
+            for w in &mut doc.workloads {
+                w.tenant = team;
+            }
+            doc.tenants[team as usize].running_gpu_milli = 750;
+            doc.tenants[team as usize].running_gpus = 1;
+        })
+        .evaluate(&SloFirst)
+        .expect("sound decisions");
+    assert!(outcome.placement("d").is_some(), "{:?}", outcome.reason("d"));
+    assert!(outcome.is_kept_pending("e"));
+    assert!(outcome.reason("e").unwrap().contains("holds 1 of its 1 guaranteed GPUs"), "{:?}", outcome.reason("e"));
 }

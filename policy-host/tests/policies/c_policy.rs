@@ -308,14 +308,16 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
     }
     for (i, t) in s.tenants.iter().enumerate() {
         lines.push(format!(
-            "tenant {i} name=[{}] guaranteed_gpus={} weight={} running_gpus={} tier={} decayed_gpu_hours={} flags={}",
+            "tenant {i} name=[{}] guaranteed_gpus={} weight={} running_gpus={} tier={} decayed_gpu_hours={} flags={} \
+             running_gpu_milli={}",
             t.name,
             t.guaranteed_gpus,
             t.weight,
             t.running_gpus,
             t.tier,
             t.decayed_gpu_hours.to_bits(),
-            u32::from(t.may_borrow)
+            u32::from(t.may_borrow),
+            t.running_gpu_milli
         ));
     }
     for (i, n) in s.nodes.iter().enumerate() {
@@ -338,7 +340,8 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
     for (i, g) in s.gpus.iter().enumerate() {
         lines.push(format!(
             "gpu {i} node={} device_index={} model=[{}] memory_mb={} memory_used_mb={} memory_free_mb={} util={} \
-             nvlink_group={} holder={} flags={}",
+             nvlink_group={} holder={} flags={} sharing={} free_milli={} memory_reserved_mb={} sharers={} \
+             mig_profile=[{}]",
             g.node,
             g.device_index,
             g.model,
@@ -348,7 +351,12 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
             g.util.to_bits(),
             index(g.nvlink_group),
             index(g.holder),
-            u32::from(g.simulated)
+            u32::from(g.simulated),
+            g.sharing.code(),
+            g.free_milli,
+            g.memory_reserved_mb,
+            g.sharers,
+            g.mig_profile
         ));
     }
     for (i, w) in s.workloads.iter().enumerate() {
@@ -359,7 +367,7 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
         lines.push(format!(
             "workload {i} id=[{}] name=[{}] tenant={} class={} state={} priority={} gpu_count={} gpu_memory_mb={} \
              gpu_models=[{}] cpu_millis={} memory_mb={} submitted_ms={} started_ms={} node={} flags={flags} \
-             expected_duration_s={} in_scope={}",
+             expected_duration_s={} in_scope={} gpu_milli={} mig_profile=[{}]",
             w.id,
             w.name,
             w.tenant,
@@ -375,7 +383,9 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
             w.started_ms,
             index(w.node),
             w.expected_duration_s,
-            u32::from(s.scope_tenant.is_none_or(|t| t == w.tenant))
+            u32::from(s.scope_tenant.is_none_or(|t| t == w.tenant)),
+            w.gpu_milli,
+            w.mig_profile
         ));
     }
     lines
@@ -402,6 +412,7 @@ fn every_field() -> SnapshotFixture {
             t.tier = -2;
             t.decayed_gpu_hours = 12.375;
             t.may_borrow = false;
+            t.running_gpu_milli = 1250;
         })
         .node_with("sim", 2, "L4", 24576, |n| {
             n.state = NodeState::Lost;
@@ -416,6 +427,8 @@ fn every_field() -> SnapshotFixture {
             g.util = 0.5;
             g.nvlink_group = Some(7);
             g.simulated = true;
+            g.sharing = airtime_policy_sdk::abi::Sharing::Mig;
+            g.mig_profile = "3g.40gb".into();
         })
         .running_with("stopping", "sim", &[0], |w| {
             w.state = WorkloadState::Stopping;
@@ -426,6 +439,7 @@ fn every_field() -> SnapshotFixture {
             w.cpu_capable = true;
             w.expected_duration_s = 3600;
             w.submitted_ms = u64::MAX - 1;
+            w.gpu_milli = 375;
         })
         .workload_tenant("stopping", "beta")
         .scope_tenant("beta")
@@ -438,7 +452,7 @@ fn widen_strides(bytes: &[u8], extra: u32) -> Vec<u8> {
     let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
     let put = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
     // (header offset of the table, string fields in its records)
-    let tables: [(usize, &[usize]); 5] = [(16, &[0]), (28, &[0]), (40, &[8]), (52, &[0, 8, 40]), (64, &[])];
+    let tables: [(usize, &[usize]); 5] = [(16, &[0]), (28, &[0]), (40, &[8, 56]), (52, &[0, 8, 40, 92]), (64, &[])];
     let records: u32 = tables.iter().map(|&(at, _)| u32_at(bytes, at + 4)).sum();
     let heap_start =
         tables.iter().map(|&(at, _)| u32_at(bytes, at) + u32_at(bytes, at + 4) * u32_at(bytes, at + 8)).max();

@@ -98,6 +98,7 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         field_i64(&w, "tier", t.tier);
         field_u64(&w, "decayed_gpu_hours", bits(t.decayed_gpu_hours));
         field_u64(&w, "flags", t.flags);
+        field_u64(&w, "running_gpu_milli", t.running_gpu_milli);
     }
     airtime_node n;
     for (uint32_t i = 0; airtime_read_node(&s, i, &n); i++) {
@@ -127,6 +128,11 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         field_u64(&w, "nvlink_group", g.nvlink_group);
         field_u64(&w, "holder", g.holder);
         field_u64(&w, "flags", g.flags);
+        field_u64(&w, "sharing", g.sharing);
+        field_u64(&w, "free_milli", g.free_milli);
+        field_u64(&w, "memory_reserved_mb", g.memory_reserved_mb);
+        field_u64(&w, "sharers", g.sharers);
+        field_str(&w, "mig_profile", g.mig_profile);
     }
     airtime_workload x;
     for (uint32_t i = 0; airtime_read_workload(&s, i, &x); i++) {
@@ -148,6 +154,8 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         field_u64(&w, "flags", x.flags);
         field_u64(&w, "expected_duration_s", x.expected_duration_s);
         field_u64(&w, "in_scope", airtime_in_scope(&s, &x));
+        field_u64(&w, "gpu_milli", x.gpu_milli);
+        field_str(&w, "mig_profile", x.mig_profile);
     }
     return airtime_writer_finish(&w);
 }

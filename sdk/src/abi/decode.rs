@@ -9,8 +9,8 @@ use std::cell::Cell;
 use super::{
     ABI_VERSION, AbiError, Action, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision,
     GPU_SIZE, Gpu, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, Location, NODE_SIZE, NONE, Node, NodeState,
-    SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Settings, Snapshot, TENANT_SIZE, Table, Tenant, WORKLOAD_SIZE,
-    Workload, WorkloadClass, WorkloadState,
+    SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Settings, Sharing, Snapshot, TENANT_SIZE, Table, Tenant,
+    WORKLOAD_SIZE, Workload, WorkloadClass, WorkloadState,
 };
 
 /// Decodes a snapshot, borrowing every string from `bytes`.
@@ -71,6 +71,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             tier: i32_at(rec, 20),
             decayed_gpu_hours: f32_at(rec, 24),
             may_borrow: u32_at(rec, 28) & 1 != 0,
+            running_gpu_milli: u32_at(rec, 32),
         });
     }
     for (i, rec) in nodes.records() {
@@ -115,6 +116,11 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             nvlink_group: optional(u32_at(rec, 28)),
             holder: index(at, "holder", u32_at(rec, 32), Table::Workloads, workload_count)?,
             simulated: u32_at(rec, 36) & 1 != 0,
+            sharing: Sharing::from_code(u32_at(rec, 40)),
+            free_milli: u32_at(rec, 44),
+            memory_reserved_mb: u32_at(rec, 48),
+            sharers: u32_at(rec, 52),
+            mig_profile: buf.string(at, "mig_profile", rec, 56)?,
         });
     }
     for (i, rec) in workloads.records() {
@@ -150,6 +156,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             cpu_capable: flags & 4 != 0,
             gang: flags & 8 != 0,
             expected_duration_s: u32_at(rec, 80),
+            gpu_milli: u32_at(rec, 88),
+            mig_profile: buf.string(at, "mig_profile", rec, 92)?,
         });
     }
     if let Some((_, rec)) = settings.records().next() {

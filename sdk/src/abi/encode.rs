@@ -68,6 +68,8 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         put_i32(&mut out, tenant.tier);
         put_f32(&mut out, tenant.decayed_gpu_hours);
         put_u32(&mut out, u32::from(tenant.may_borrow));
+        put_u32(&mut out, tenant.running_gpu_milli);
+        put_u32(&mut out, 0);
     }
     for node in &snapshot.nodes {
         heap.put(&mut out, node.name);
@@ -92,6 +94,11 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         put_u32(&mut out, gpu.nvlink_group.unwrap_or(NONE));
         put_u32(&mut out, gpu.holder.unwrap_or(NONE));
         put_u32(&mut out, u32::from(gpu.simulated));
+        put_u32(&mut out, gpu.sharing.code());
+        put_u32(&mut out, gpu.free_milli);
+        put_u32(&mut out, gpu.memory_reserved_mb);
+        put_u32(&mut out, gpu.sharers);
+        heap.put(&mut out, gpu.mig_profile);
     }
     for workload in &snapshot.workloads {
         heap.put(&mut out, workload.id);
@@ -114,6 +121,9 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
             | u32::from(workload.gang) << 3;
         put_u32(&mut out, flags);
         put_u32(&mut out, workload.expected_duration_s);
+        put_u32(&mut out, 0);
+        put_u32(&mut out, workload.gpu_milli);
+        heap.put(&mut out, workload.mig_profile);
         put_u32(&mut out, 0);
     }
     if let Some(settings) = &snapshot.settings {
