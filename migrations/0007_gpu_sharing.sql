@@ -17,8 +17,9 @@ ALTER TABLE workloads
     ADD CONSTRAINT workloads_share_of_one_gpu CHECK (gpu_milli = 1000 OR gpu_count = 1),
     ADD CONSTRAINT workloads_mig_one_instance CHECK (mig_profile IS NULL OR (gpu_count = 1 AND gpu_milli = 1000));
 
--- A grant now gives a workload a share of a GPU (1000: the whole GPU) and a memory slice; several
--- grants may share one GPU. The grants of one GPU never add up to more than the whole GPU or its
+-- A grant now gives a workload a share of a GPU in thousandths of a physical GPU (1000: a whole GPU;
+-- a MIG instance: its share of the GPU's compute slices) and a memory slice; several grants may share
+-- a time-sliced or MPS GPU, one holds any other. The grants of one GPU never add up to more than the whole GPU or its
 -- memory: a trigger checks every new grant under a per-GPU lock and drops one that does not fit (as
 -- the old primary key's ON CONFLICT DO NOTHING did), whatever a policy returned and however cycles
 -- interleave. Per-share telemetry (what the workload's processes use of the GPU) is kept on the grant.
@@ -35,13 +36,20 @@ DECLARE
     held_milli integer;
     held_memory bigint;
     capacity bigint;
+    mode text;
+    grants integer;
 BEGIN
     -- One grant of a GPU at a time: a concurrent transaction granting the same GPU waits here and
     -- then sees what the first committed.
     PERFORM pg_advisory_xact_lock(('x' || substr(md5(NEW.gpu_id::text), 1, 16))::bit(64)::bigint);
-    SELECT COALESCE(sum(milli), 0), COALESCE(sum(memory_mb), 0) INTO held_milli, held_memory
+    SELECT count(*), COALESCE(sum(milli), 0), COALESCE(sum(memory_mb), 0) INTO grants, held_milli, held_memory
         FROM gpu_grants WHERE gpu_id = NEW.gpu_id;
-    SELECT memory_mb INTO capacity FROM gpus WHERE id = NEW.gpu_id;
+    SELECT memory_mb, sharing INTO capacity, mode FROM gpus WHERE id = NEW.gpu_id;
+    -- A GPU that is not shared, or a MIG instance (granted as its share of the physical GPU),
+    -- has one holder at most.
+    IF mode NOT IN ('time_slicing', 'mps') AND grants > 0 THEN
+        RETURN NULL;
+    END IF;
     IF held_milli + NEW.milli > 1000 OR held_memory + NEW.memory_mb > COALESCE(capacity, 0) THEN
         RETURN NULL;
     END IF;

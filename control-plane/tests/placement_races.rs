@@ -1,6 +1,7 @@
 //! A cycle's placements are applied set-based, in a few statements whatever their number. One that
 //! lost a race since the cycle read the fleet — its workload cancelled meanwhile, its GPU granted to
-//! another meanwhile — is undone alone and recorded as refused; the rest commit. Against a fresh
+//! another meanwhile (or so much of it that a share no longer fits) — is undone alone and recorded as
+//! refused; the rest commit. Against a fresh
 //! PostgreSQL database (`AIRTIME_TEST_DATABASE_URL`, as the other tests use).
 
 #![allow(clippy::unwrap_used)]
@@ -144,6 +145,112 @@ async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
             .await
             .unwrap();
     assert_eq!(events, vec![(a, "scheduled".to_owned())], "one event, for the placement that held");
+
+    db.close().await;
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.unwrap();
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+        .execute(&mut conn)
+        .await;
+}
+
+/// The database's last word on shares: a GPU's grants never add up to more than the GPU. A share
+/// placed while another took most of the GPU is undone alone, and two transactions granting the
+/// same GPU at once cannot both win.
+#[tokio::test]
+async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_interleave() {
+    let (db, admin, name) = database().await;
+    let node = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, gpu_source, agent_version) \
+         VALUES ($1, 'n1', 'n1', 'ready', 64000, 524288, 'simulated', 'test')",
+    )
+    .bind(node)
+    .execute(&db)
+    .await
+    .unwrap();
+    let gpu_id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO gpus (id, node_id, device_index, model, memory_mb, simulated, memory_used_mb, util, sharing) \
+         VALUES ($1, $2, 0, 'H100', 81920, true, 0, 0, 'mps')",
+    )
+    .bind(gpu_id)
+    .bind(node)
+    .execute(&db)
+    .await
+    .unwrap();
+    let share = |w: Uuid, milli: i32, memory: i64| {
+        sqlx::query(
+            "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, milli, memory_mb) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(gpu_id)
+        .bind(w)
+        .bind(TENANT)
+        .bind(milli)
+        .bind(memory)
+    };
+    let half = workload(&db, "half", "pending", None).await;
+    sqlx::query("UPDATE workloads SET gpu_milli = 500, gpu_memory_mb = 20000 WHERE id = $1")
+        .bind(half)
+        .execute(&db)
+        .await
+        .unwrap();
+
+    // The cycle reads a free shared GPU; meanwhile 600/1000 of it is granted to another workload.
+    let fleet = {
+        let mut conn = db.acquire().await.unwrap();
+        fleet_view::load(&mut conn).await.unwrap()
+    };
+    let other = workload(&db, "other", "running", Some(node)).await;
+    assert_eq!(share(other, 600, 1000).execute(&db).await.unwrap().rows_affected(), 1);
+
+    let leadership = Leadership::new(Duration::from_secs(10));
+    assert!(leadership.try_acquire(&db).await.unwrap());
+    let decider = Decider { policy_version_id: None, policy_name: "test".into() };
+    let index = fleet.workloads.iter().position(|w| w.id == half).unwrap();
+    let accepted = [(Proposal::Place { workload: index, node: 0, gpus: vec![0], reason: "test".into() }, &decider)];
+    let record = CycleRecord {
+        leadership: &leadership,
+        started_at: chrono::Utc::now(),
+        trigger: "test",
+        decider: &decider,
+        error: None,
+    };
+    let outcome = record::apply(&db, &fleet, &accepted, &[], record, Mode::Commit).await.unwrap();
+    assert_eq!((outcome.placed, outcome.refused), (0, 1), "500 more would make 1100/1000: {outcome:?}");
+    let (state, reason): (String, Option<String>) =
+        sqlx::query_as("SELECT state, pending_reason FROM workloads WHERE id = $1")
+            .bind(half)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(state, "pending");
+    assert!(reason.unwrap().contains("granted to another workload meanwhile"));
+
+    // Two transactions grant 400 each of the 400 left, at once: the second waits for the first and
+    // is dropped, whichever commits first.
+    let (x, y) = (workload(&db, "x", "running", Some(node)).await, workload(&db, "y", "running", Some(node)).await);
+    let mut first = db.begin().await.unwrap();
+    assert_eq!(share(x, 400, 0).execute(&mut *first).await.unwrap().rows_affected(), 1);
+    let second = {
+        let db = db.clone();
+        let insert = share(y, 400, 0);
+        tokio::spawn(async move { insert.execute(&db).await.unwrap().rows_affected() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!second.is_finished(), "the second grant waits for the first transaction");
+    first.commit().await.unwrap();
+    assert_eq!(second.await.unwrap(), 0, "the second grant no longer fits and is dropped");
+    let (held,): (i64,) = sqlx::query_as("SELECT sum(milli)::bigint FROM gpu_grants WHERE gpu_id = $1")
+        .bind(gpu_id)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(held, 1000);
+    // A memory slice past the GPU's memory is dropped too, whatever its share.
+    let z = workload(&db, "z", "running", Some(node)).await;
+    sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1").bind(x).execute(&db).await.unwrap();
+    assert_eq!(share(z, 100, 81920).execute(&db).await.unwrap().rows_affected(), 0);
 
     db.close().await;
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.unwrap();

@@ -393,6 +393,15 @@ mod tests {
         );
         f.workloads[0].gpu_milli = 250;
         assert!(check(&f, Scope::Platform, vec![place(0, 0, &[0])]).refused.is_empty());
+        // A MIG instance is granted (and counted) as its share of the GPU's seven compute slices.
+        let mut mig = f.gpus[1].clone();
+        mig.sharing = GpuSharing::Mig;
+        mig.mig_profile = "1g.10gb".into();
+        let asks_mig =
+            WorkloadEntry { gpu_milli: WHOLE_GPU_MILLI, mig_profile: "1g.10gb".into(), ..f.workloads[0].clone() };
+        assert_eq!(mig.grant_for(&asks_mig), (142, 0));
+        mig.mig_profile = "3g.40gb".into();
+        assert_eq!(mig.capacity_milli(), 428);
         assert_eq!(gpus_in_words(1250), "1.25");
         assert_eq!(gpus_in_words(3000), "3");
     }

@@ -74,9 +74,26 @@ impl GpuEntry {
         self.holders.first().map(|h| h.workload)
     }
 
-    /// Thousandths held by its holders.
+    /// Thousandths of this device its holders occupy: their shares on a shared GPU, all of it
+    /// (1000) for any holder of a GPU that is not shared or of a MIG instance.
     pub fn held_milli(&self) -> u32 {
-        self.holders.iter().map(|h| h.milli).sum::<u32>().min(WHOLE_GPU_MILLI)
+        if self.holders.is_empty() {
+            0
+        } else if self.sharing.is_shared() {
+            self.holders.iter().map(|h| h.milli).sum::<u32>().min(WHOLE_GPU_MILLI)
+        } else {
+            WHOLE_GPU_MILLI
+        }
+    }
+
+    /// How much of a physical GPU this device is, in thousandths: 1000, or a MIG instance's
+    /// share of the GPU's seven compute slices (a `1g.10gb` instance is 142).
+    pub fn capacity_milli(&self) -> u32 {
+        if self.sharing != GpuSharing::Mig {
+            return WHOLE_GPU_MILLI;
+        }
+        let slices = airtime_protocol::sharing::MigProfile::parse(&self.mig_profile).map_or(7, |p| p.compute_slices());
+        (WHOLE_GPU_MILLI * slices.min(7) / 7).max(1)
     }
 
     /// Memory reserved by its holders' slices, MiB.
@@ -84,13 +101,14 @@ impl GpuEntry {
         self.holders.iter().map(|h| h.memory_mb).sum()
     }
 
-    /// What `workload` takes of it when placed there: its share and slice on a shared GPU, the
-    /// whole GPU anywhere else.
+    /// What `workload` is granted of it when placed there, in thousandths of a physical GPU (what
+    /// quotas, usage and the accounting count) and MiB of memory slice: its share and slice on a
+    /// shared GPU, the whole device anywhere else — a MIG instance being its share of the GPU.
     pub fn grant_for(&self, workload: &WorkloadEntry) -> (u32, u64) {
         if workload.is_share() && self.sharing.is_shared() {
             (workload.gpu_milli, workload.gpu_memory_mb)
         } else {
-            (WHOLE_GPU_MILLI, 0)
+            (self.capacity_milli(), 0)
         }
     }
 }

@@ -72,7 +72,15 @@ pub struct Options {
     /// How the GPU nodes share their GPUs (the cluster shared them; `none` gives every fractional
     /// pod a whole GPU).
     pub gpu_sharing: GpuSharing,
+    /// Fill the cluster, as Weng et al. evaluate placement: the pods arrive one a second in file
+    /// order and never leave (their times ignored), so the replay shows how much of the cluster is
+    /// allocated when it can take no more. Pod lists without times (`multigpu20`) are always read
+    /// this way.
+    pub fill: bool,
 }
+
+/// How long a pod of a filled cluster lives: past any replay of the trace.
+pub const FILL_LIFETIME_S: u64 = 100 * 86_400;
 
 impl Default for Options {
     fn default() -> Self {
@@ -80,6 +88,7 @@ impl Default for Options {
             pod_file: "openb_pod_list_default.csv".into(),
             cpu_nodes: false,
             gpu_sharing: GpuSharing::None,
+            fill: false,
             compress: 1.0,
             start_s: 0,
             max_pods: None,
@@ -114,6 +123,10 @@ fn csv<'a>(name: &str, text: &'a str, expected: &[&str]) -> Result<Csv<'a>, Inpu
 }
 
 impl Csv<'_> {
+    fn has(&self, column: &str) -> bool {
+        self.header.contains(&column)
+    }
+
     fn field<'r>(&self, row: &'r [&str], line: usize, column: &str) -> Result<&'r str, InputError> {
         let at = self.header.iter().position(|h| *h == column).unwrap_or(usize::MAX);
         row.get(at).copied().ok_or_else(|| {
@@ -191,18 +204,12 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
     let pods = csv(
         &name,
         &text,
-        &[
-            "name",
-            "cpu_milli",
-            "memory_mib",
-            "num_gpu",
-            "gpu_milli",
-            "gpu_spec",
-            "qos",
-            "creation_time",
-            "deletion_time",
-        ],
+        // What every pod list has; `gpu_spec`, `qos` and the times are optional (multigpu20 has
+        // only the shapes: any model, tenant `batch`, and the cluster filled in file order).
+        &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
     )?;
+    let timed = pods.has("creation_time") && pods.has("deletion_time");
+    let fill = options.fill || !timed;
     let compress = options.compress;
     if !(compress.is_finite() && compress >= 1.0) {
         return Err(InputError::new(
@@ -212,9 +219,12 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
         ));
     }
     let mut workloads = Vec::with_capacity(pods.rows.len());
-    for (line, row) in &pods.rows {
-        let created: u64 = pods.number(row, *line, "creation_time")?;
-        let deleted: u64 = pods.number(row, *line, "deletion_time")?;
+    for (position, (line, row)) in pods.rows.iter().enumerate() {
+        let (created, deleted): (u64, u64) = if fill {
+            (position as u64, position as u64 + FILL_LIFETIME_S)
+        } else {
+            (pods.number(row, *line, "creation_time")?, pods.number(row, *line, "deletion_time")?)
+        };
         if deleted < created {
             return Err(InputError::new(
                 &name,
@@ -222,17 +232,19 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
                 format!("field `deletion_time`: {deleted} is before the creation time {created}"),
             ));
         }
-        if deleted <= options.start_s {
+        if !fill && deleted <= options.start_s {
             continue;
         }
-        let (created, arrive) = if created < options.start_s {
+        let (created, arrive) = if fill {
+            (created, created)
+        } else if created < options.start_s {
             (options.start_s, 0)
         } else {
             (created, ((created - options.start_s) as f64 / compress) as u64)
         };
         let gpus: u32 = pods.number(row, *line, "num_gpu")?;
         let gpu_milli: u32 = pods.number(row, *line, "gpu_milli")?;
-        let qos = pods.field(row, *line, "qos")?;
+        let qos = if pods.has("qos") { pods.field(row, *line, "qos")? } else { "Burstable" };
         let (tenant, class, priority, preemptible, checkpointable) = match qos {
             "LS" => ("serving", WorkloadClass::RealtimeInference, 100, false, false),
             "Burstable" | "Guaranteed" => ("batch", WorkloadClass::BatchInference, 50, true, false),
@@ -245,7 +257,7 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
                 ));
             }
         };
-        let spec = pods.field(row, *line, "gpu_spec")?;
+        let spec = if pods.has("gpu_spec") { pods.field(row, *line, "gpu_spec")? } else { "" };
         let fraction = gpus == 0 && gpu_milli > 0;
         let gpus = if fraction { 1 } else { gpus };
         let models: Vec<String> = spec.split('|').map(str::trim).filter(|m| !m.is_empty()).map(str::to_owned).collect();
@@ -357,6 +369,25 @@ mod tests {
         let got: Vec<(&str, u64, u64)> =
             trace.workloads.iter().map(|w| (w.id.as_str(), w.arrive_s, w.duration_s)).collect();
         assert_eq!(got, [("alive", 0, 300), ("later", 20, 20)]);
+    }
+
+    #[test]
+    fn a_pod_list_of_shapes_alone_fills_the_cluster_in_file_order() {
+        // multigpu20 has no times, QoS or model constraint: pods arrive 1/s in file order and stay.
+        let pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nb,1000,1024,1,460\na,2000,2048,2,1000\n";
+        let dir = folder(NODES, pods);
+        let (_, trace) = load(dir.path(), &Options::default()).expect("loads");
+        let got: Vec<(&str, u64, u64, &str)> =
+            trace.workloads.iter().map(|w| (w.id.as_str(), w.arrive_s, w.duration_s, w.tenant.as_str())).collect();
+        assert_eq!(got, [("b", 0, FILL_LIFETIME_S, "batch"), ("a", 1, FILL_LIFETIME_S, "batch")]);
+        assert!(trace.workloads.iter().all(|w| w.gpu_models.is_empty()));
+        // A timed list can be filled the same way.
+        let timed =
+            format!("{HEADER}late,1000,1024,1,1000,,LS,Running,900,950,900\nearly,1000,1024,1,500,,BE,Running,5,6,5\n");
+        let dir = folder(NODES, &timed);
+        let (_, trace) = load(dir.path(), &Options { fill: true, ..Options::default() }).expect("loads");
+        let got: Vec<(&str, u64)> = trace.workloads.iter().map(|w| (w.id.as_str(), w.arrive_s)).collect();
+        assert_eq!(got, [("late", 0), ("early", 1)], "file order, not creation order");
     }
 
     #[test]

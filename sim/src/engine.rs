@@ -155,11 +155,14 @@ pub(crate) struct Gpu {
     id: Uuid,
 }
 
-/// A job's hold on a GPU: its thousandths (1000: whole) and memory slice.
+/// A job's hold on a GPU: the thousandths of the device it occupies (1000: all of it), what it is
+/// billed in thousandths of a physical GPU (a MIG instance is its share of the GPU), and its memory
+/// slice.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Share {
     pub job: usize,
     pub milli: u32,
+    pub billed: u32,
     pub memory_mb: u64,
 }
 
@@ -416,7 +419,7 @@ impl World {
                             .iter()
                             .map(|h| Holder {
                                 workload: position.get(&h.job).copied().unwrap_or(usize::MAX),
-                                milli: h.milli,
+                                milli: h.billed,
                                 memory_mb: h.memory_mb,
                             })
                             .collect(),
@@ -445,7 +448,7 @@ impl World {
             let gpu = &mut self.gpus[g];
             if let Some(at) = gpu.holders.iter().position(|h| h.job == j) {
                 let share = gpu.holders.remove(at);
-                held += share.milli;
+                held += share.billed;
                 rec.released(gpu, share.milli, busy);
             }
         }
@@ -672,11 +675,14 @@ fn decide_cycle(
                 // What the core grants: the share on a shared GPU, the whole GPU anywhere else.
                 let mut held = 0;
                 for &g in &gpus {
-                    let (granted, slice) = fleet.gpus[g].grant_for(&fleet.workloads[workload]);
+                    let (billed, slice) = fleet.gpus[g].grant_for(&fleet.workloads[workload]);
                     let gpu = &mut world.gpus[g];
-                    gpu.holders.push(Share { job: j, milli: granted, memory_mb: slice });
-                    held += granted;
-                    rec.placed(gpu, granted, milli);
+                    // The device is occupied by the share on a shared GPU, whole otherwise (the
+                    // recorder scales a MIG instance by its capacity).
+                    let occupied = if gpu.sharing.is_shared() { billed } else { WHOLE_GPU_MILLI };
+                    gpu.holders.push(Share { job: j, milli: occupied, billed, memory_mb: slice });
+                    held += billed;
+                    rec.placed(gpu, occupied, milli);
                 }
                 world.tenants[tenant].held_milli += held;
                 changed = true;

@@ -108,6 +108,10 @@ enum Convert {
         /// time-slicing or mps.
         #[arg(long, value_parser = GpuSharing::parse, default_value = "none")]
         gpu_sharing: GpuSharing,
+        /// Fill the cluster (Weng et al.'s evaluation): pods arrive one a second in file order and
+        /// never leave. Pod lists without times (multigpu20) are always read this way.
+        #[arg(long)]
+        fill: bool,
         #[arg(long)]
         fleet_out: PathBuf,
         #[arg(long)]
@@ -209,6 +213,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_nodes,
             cpu_nodes,
             gpu_sharing,
+            fill,
             fleet_out,
             trace_out,
         }) => {
@@ -217,8 +222,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "--gpu-sharing mig needs a MIG layout per node type: write it in the fleet file (docs/simulator.md)"
                 );
             }
-            let options =
-                alibaba::Options { pod_file: pods, cpu_nodes, compress, start_s, max_pods, max_nodes, gpu_sharing };
+            let options = alibaba::Options {
+                pod_file: pods,
+                cpu_nodes,
+                compress,
+                start_s,
+                max_pods,
+                max_nodes,
+                gpu_sharing,
+                fill,
+            };
             let (fleet, trace) = alibaba::load(&dir, &options)?;
             fleet.save(&fleet_out)?;
             trace.save(&trace_out)?;

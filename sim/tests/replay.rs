@@ -177,6 +177,58 @@ fn scores_account_for_every_gpu_hour() {
 }
 
 #[test]
+fn quarter_gpu_replicas_share_a_gpu_and_are_billed_as_quarters_unless_the_gpus_are_not_shared() {
+    // Two GPUs; four quarter-GPU real-time replicas and a one-GPU training job, all for an hour.
+    let mut trace = Trace { workloads: Vec::new(), node_downs: Vec::new() };
+    for i in 0..4 {
+        let mut replica = workload(&format!("replica-{i}"), WorkloadClass::RealtimeInference, 0, 3600, 1);
+        replica.gpu_milli = 250;
+        replica.gpu_memory_mb = 10240;
+        trace.workloads.push(replica);
+    }
+    trace.workloads.push(workload("train", WorkloadClass::Training, 0, 3600, 1));
+    let window = Config { window_s: 3600, until_s: 3600, ..Config::default() };
+
+    let mut shared = fleet(2);
+    airtime_sim::share_gpus(&mut shared, airtime_protocol::sharing::GpuSharing::Mps).expect("MPS");
+    let scores = replay_with("slo-first", &shared, &trace, window.clone());
+    assert_eq!(scores.realtime_slo_attainment, 1.0, "all four replicas run: {scores:?}");
+    // One GPU in quarters and one whole: two GPUs allocated, both busy, over the hour.
+    assert!((scores.allocated_gpu_hours - 2.0).abs() < 0.01, "{}", scores.allocated_gpu_hours);
+    assert!((scores.busy_gpu_hours - 2.0).abs() < 0.01, "{}", scores.busy_gpu_hours);
+    let serving = scores.tenants.iter().find(|t| t.name == "serving").expect("serving");
+    assert!((serving.mean_gpus - 1.0).abs() < 0.01, "four quarters are one GPU: {serving:?}");
+
+    // The same fleet without sharing: each replica holds a whole GPU, so only two of the five run.
+    let scores = replay_with("slo-first", &fleet(2), &trace, window);
+    assert!(scores.realtime_slo_attainment < 1.0, "{scores:?}");
+    assert!(scores.held_idle_gpu_hours > 1.0, "a quarter replica holding a whole GPU idles 3/4 of it");
+}
+
+#[test]
+fn a_mig_layout_carves_each_gpu_into_instances_that_serve_only_their_profile() {
+    let mut mig = fleet(1);
+    mig.node_types[0].gpu_sharing = airtime_protocol::sharing::GpuSharing::Mig;
+    mig.node_types[0].mig_layout = vec!["3g.40gb".into(), "2g.20gb".into(), "1g.10gb".into(), "1g.10gb".into()];
+    mig.check().expect("a valid layout");
+    let mut trace = Trace { workloads: Vec::new(), node_downs: Vec::new() };
+    for (i, profile) in ["1g.10gb", "1g.10gb", "1g.10gb", "3g.40gb"].iter().enumerate() {
+        let mut w = workload(&format!("quant-{i}"), WorkloadClass::Quantization, 0, 600, 1);
+        w.mig_profile = Some((*profile).to_owned());
+        trace.workloads.push(w);
+    }
+    trace.workloads.push(workload("whole", WorkloadClass::Training, 0, 600, 1));
+    let scores = replay_with("slo-first", &mig, &trace, Config { window_s: 900, until_s: 900, ..Config::default() });
+    // Two 1g instances and the 3g one run; the third 1g and the whole-GPU job find no device.
+    assert_eq!(scores.unfinished_workloads, 2, "{scores:?}");
+    assert_eq!(scores.gpus, 1, "four instances are one physical GPU");
+
+    mig.node_types[0].mig_layout.push("2g.20gb".into());
+    let error = mig.check().expect_err("8 compute slices");
+    assert!(error.contains("9 compute slices, a GPU has 7"), "{error}");
+}
+
+#[test]
 fn a_lost_node_requeues_its_work() {
     let mut fleet = fleet(1);
     fleet.node_types[0].count = 2;

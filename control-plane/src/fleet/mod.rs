@@ -60,7 +60,8 @@ pub struct GpuView {
     pub sharing_note: Option<String>,
     /// Whether a workload holds this GPU (or a share of it) now.
     pub held: bool,
-    /// Thousandths of the GPU its holders hold (1000: all of it).
+    /// Thousandths of this device its holders hold (1000: all of it; any holder of a GPU that is
+    /// not shared, or of a MIG instance, holds all of it).
     pub held_milli: i64,
     /// The first workload that holds this GPU now: shown only to its own tenant and platform
     /// admins (others see only that the GPU is held).
@@ -75,7 +76,8 @@ pub struct GpuView {
 pub struct GpuShareView {
     /// Shown only to its own tenant and platform admins.
     pub workload_id: Option<Uuid>,
-    /// Thousandths of the GPU (1000: all of it).
+    /// Thousandths of a physical GPU granted (1000: a whole GPU; a MIG instance counts as its share
+    /// of the GPU's compute slices, 142 for a `1g` instance): what quotas and usage count.
     pub milli: i64,
     /// Memory slice reserved for it, MiB (0: none).
     pub memory_mb: i64,
@@ -168,7 +170,12 @@ impl From<GpuRow> for GpuView {
             parent_index: r.parent_index,
             sharing_note: r.sharing_note,
             held: !r.shares.0.is_empty(),
-            held_milli: r.shares.0.iter().map(|s| s.milli).sum::<i64>().min(1000),
+            // Of this device: its shares on a shared GPU, all of it for any holder of another.
+            held_milli: match (r.shares.0.is_empty(), r.sharing.is_shared()) {
+                (true, _) => 0,
+                (false, true) => r.shares.0.iter().map(|s| s.milli).sum::<i64>().min(1000),
+                (false, false) => 1000,
+            },
             workload_id: r.shares.0.first().and_then(|s| s.workload_id),
             shares: r.shares.0,
             telemetry: GpuTelemetry {

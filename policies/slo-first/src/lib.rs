@@ -39,9 +39,9 @@ use airtime_policy_sdk::prelude::*;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SloFirst;
 
-/// A GPU shape (count, memory per GPU, allowed models): workloads of one shape fit the GPUs or fail
-/// alike.
-type Shape<'a> = (u32, u32, &'a str);
+/// A GPU shape (count, memory per GPU, allowed models, MIG profile): workloads of one shape fit the
+/// GPUs or fail alike.
+type Shape<'a> = (u32, u32, &'a str, &'a str);
 
 airtime_policy_sdk::export_policy!(SloFirst);
 
@@ -120,9 +120,10 @@ impl Policy for SloFirst {
         // A cycle only takes resources, so a shape that found no room (or no victims) finds none
         // later in the same cycle: remembered, so 10,000 pending workloads cost one search a shape.
         let mut no_fit: BTreeSet<Shape<'_>> = BTreeSet::new();
-        let mut no_victims: BTreeSet<(u32, u32, &str, bool)> = BTreeSet::new();
-        let mut protected_by_shape: BTreeMap<(u32, u32, &str, bool), (u32, u64)> = BTreeMap::new();
+        let mut no_victims: BTreeSet<(Shape<'_>, bool)> = BTreeSet::new();
+        let mut protected_by_shape: BTreeMap<(Shape<'_>, bool), (u32, u64)> = BTreeMap::new();
         let mut reserved_only: BTreeMap<Shape<'_>, bool> = BTreeMap::new();
+        let mut largest_by_shape: BTreeMap<Shape<'_>, u32> = BTreeMap::new();
         let mut most_free_by_shape: BTreeMap<Shape<'_>, Option<(usize, &str)>> = BTreeMap::new();
         let unreserved = vec![false; snapshot.gpus.len()];
         let any_stopping = snapshot.workloads.iter().any(|w| w.state == WorkloadState::Stopping);
@@ -221,7 +222,7 @@ impl Policy for SloFirst {
                 }
             }
 
-            let shape = (need.count, need.memory_mb, w.gpu_models);
+            let shape = (need.count, need.memory_mb, w.gpu_models, w.mig_profile);
             let host = (w.cpu_millis, w.memory_mb);
             // `no_fit` remembers GPU shapes that found no GPUs at all; host CPU and memory vary per
             // workload, so a failure for want of them is not remembered.
@@ -295,7 +296,7 @@ impl Policy for SloFirst {
             } else {
                 None
             };
-            let victim_key = (need.count, need.memory_mb, w.gpu_models, matches!(cause, Some(Cause::Burst(_))));
+            let victim_key = (shape, matches!(cause, Some(Cause::Burst(_))));
             if cause.is_some()
                 && let Some(&(v, remaining_s)) = protected_by_shape.get(&victim_key)
             {
@@ -373,15 +374,23 @@ impl Policy for SloFirst {
                     .max_by_key(|(free, _)| *free)
             });
             let (most_free, most_name) = most.unwrap_or((0, "no node"));
-            let largest = snapshot.ready_nodes().map(|(_, n)| n.gpu_count).max().unwrap_or(0);
+            let largest = *largest_by_shape.entry(shape).or_insert_with(|| {
+                snapshot
+                    .ready_nodes()
+                    .map(|(node, _)| snapshot.node_gpus(node).filter(|(_, g)| usable(&need, g)).count() as u32)
+                    .max()
+                    .unwrap_or(0)
+            });
             if largest < need.count {
                 plan.keep_pending(
                     index,
-                    format!("no ready node has {} GPUs at all (the largest has {largest})", need.count),
+                    format!("no ready node has {} at all (the most on one node is {largest})", need.describe("")),
                 )?;
                 continue;
             }
+            // A share waits for room on a shared GPU, not for a node of its own: it reserves none.
             if head.is_none()
+                && !w.is_share()
                 && let Some(node) = soonest_node(snapshot, &plan, &need)
             {
                 reserve_node(snapshot, &plan, node, &need, &mut reserved);
@@ -485,13 +494,19 @@ fn best_fit(
     None
 }
 
+/// Whether `gpu` could ever serve `need` (model and device kind: MIG instances only for their
+/// profile), whoever holds it now.
+fn usable(need: &GpuNeed<'_>, gpu: &Gpu<'_>) -> bool {
+    need.allows_model(gpu.model) && need.device_kind_fits(gpu)
+}
+
 /// A node where the free GPUs plus those held by stopping work would hold the gang.
 fn vacating_fits(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>, reserved: &[bool]) -> Option<u32> {
     snapshot.ready_nodes().map(|(node, _)| node).find(|&node| {
         let mut stopping = 0u32;
         let mut free = 0u32;
         for (g, gpu) in snapshot.node_gpus(node) {
-            if !need.allows_model(gpu.model) || reserved[g as usize] {
+            if !usable(need, gpu) || reserved[g as usize] {
                 continue;
             }
             match gpu.holder {
@@ -507,7 +522,7 @@ fn vacating_fits(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_
 /// Marks the free fitting GPUs of `node` as reserved.
 fn reserve_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, node: u32, need: &GpuNeed<'_>, reserved: &mut [bool]) {
     for (g, gpu) in snapshot.node_gpus(node) {
-        if plan.is_gpu_free(g) && need.allows_model(gpu.model) {
+        if plan.is_gpu_free(g) && usable(need, gpu) {
             reserved[g as usize] = true;
         }
     }
@@ -518,9 +533,7 @@ fn reserve_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, node: u32, need: &
 fn soonest_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>) -> Option<u32> {
     snapshot
         .ready_nodes()
-        .filter(|(node, _)| {
-            snapshot.node_gpus(*node).filter(|(_, g)| need.allows_model(g.model)).count() as u32 >= need.count
-        })
+        .filter(|(node, _)| snapshot.node_gpus(*node).filter(|(_, g)| usable(need, g)).count() as u32 >= need.count)
         .max_by_key(|(node, _)| (plan.free_gpu_count(*node), std::cmp::Reverse(*node)))
         .map(|(node, _)| node)
 }
@@ -573,10 +586,8 @@ fn choose_victims(
                 break;
             }
             // Its GPUs are on this node: look there, not through the whole fleet's GPU table.
-            let frees = snapshot
-                .node_gpus(node)
-                .filter(|(_, gpu)| gpu.holder == Some(v) && need.allows_model(gpu.model))
-                .count() as u32;
+            let frees =
+                snapshot.node_gpus(node).filter(|(_, gpu)| gpu.holder == Some(v) && usable(need, gpu)).count() as u32;
             if frees == 0 {
                 continue;
             }
