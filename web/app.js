@@ -79,14 +79,22 @@ function gpusAsked(r) {
   return r.gpu_count;
 }
 
+// How a GPU is shared, shown on its row: time-slicing says it has no isolation.
+function sharingBadge(g) {
+  const labels = { mps: "MPS", time_slicing: "time-slicing · no isolation" };
+  if (g.sharing === "mig") return badge(`MIG ${g.mig_profile ?? ""}`.trim(), "sharing");
+  return labels[g.sharing] ? badge(labels[g.sharing], "sharing") : "";
+}
+
 // Who holds a GPU: its workload, its shares ("2 shares, 500/1000 (mps)"), or "free". Another
 // tenant's workload is shown only as held (the API leaves its id out).
 function holders(g, names) {
   const shares = g.shares ?? [];
   const label = (id) => (id ? (names.get(id) ?? id.slice(0, 8)) : "another tenant");
-  const mig = g.mig_profile ? ` · MIG ${g.mig_profile}` : "";
-  if (shares.length === 0) return g.held ? `held${mig}` : `free${mig}`;
-  if (shares.length === 1 && shares[0].milli >= 1000) return `${label(shares[0].workload_id)}${mig}`;
+  if (shares.length === 0) return g.held ? "held" : "free";
+  if (shares.length === 1 && (shares[0].milli >= 1000 || g.sharing === "mig" || g.sharing === "none")) {
+    return label(shares[0].workload_id);
+  }
   const held = shares.reduce((sum, s) => sum + s.milli, 0);
   const who = shares.map((s) => `${label(s.workload_id)} ${s.milli}/1000`).join(", ");
   return `${shares.length} shares, ${held}/1000 (${g.sharing}): ${who}`;
@@ -125,7 +133,7 @@ async function refresh() {
     fill("gpus", gpus.map((g) => [
       g.node_name,
       g.device_index,
-      el("span", {}, g.model, " ", g.simulated ? badge("simulated", "simulated") : ""),
+      el("span", {}, g.model, " ", g.simulated ? badge("simulated", "simulated") : "", " ", sharingBadge(g)),
       `${gib(g.telemetry.memory_used_mb)} / ${gib(g.memory_mb)} GiB`,
       pct(g.telemetry.util),
       g.telemetry.temperature_c == null ? "—" : `${Math.round(g.telemetry.temperature_c)} °C`,

@@ -313,8 +313,10 @@ impl Runner {
         // The GPUs a workload sees, and its share of them, are the agent's to decide: no MPS
         // setting of the agent's own environment reaches it, and the assignment's env cannot set
         // what the agent sets.
+        // Nor does the agent's own configuration (`AIRTIME_*`: its enrolment token, control plane,
+        // state directory): a workload gets only the AIRTIME_ variables set for it below.
         for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| n.starts_with(AGENT_OWNED_PREFIX)) {
+            if name.to_str().is_some_and(|n| n.starts_with(AGENT_OWNED_PREFIX) || n.starts_with("AIRTIME_")) {
                 command.env_remove(name);
             }
         }

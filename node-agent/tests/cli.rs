@@ -107,6 +107,41 @@ async fn the_binary_registers_a_shared_node_from_its_flags() -> TestResult {
     Ok(())
 }
 
+/// An agent configured through its environment (the enrolment token a secret among it) starts
+/// workloads without that environment: a workload sees only the AIRTIME_ variables set for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_never_sees_the_agents_enrolment_token_or_configuration() -> TestResult {
+    let (cp, url) = start_fake().await?;
+    let work_dir = tempfile::tempdir()?;
+    let mut agent = tokio::process::Command::from(agent())
+        .env("AIRTIME_CONTROL_PLANE", &url)
+        .env("AIRTIME_NODE_NAME", "env-test")
+        .env("AIRTIME_NO_NVML", "true")
+        .env("AIRTIME_ENROLMENT_TOKEN", support::ENROLMENT_TOKEN)
+        .env("AIRTIME_STATE_DIR", work_dir.path().join("state"))
+        .env("AIRTIME_WORK_DIR", work_dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let workload = Uuid::new_v4();
+    let out = work_dir.path().join("env.txt");
+    cp.set_desired(vec![run(workload, &format!("env > {}", out.display()), &[], 1000)]);
+    cp.wait_for_event(workload, "exited").await;
+    let env = std::fs::read_to_string(&out)?;
+    assert!(!env.contains(support::ENROLMENT_TOKEN), "the token leaked into the workload: {env}");
+    let airtime: Vec<&str> =
+        env.lines().filter(|l| l.starts_with("AIRTIME_")).map(|l| l.split('=').next().unwrap_or(l)).collect();
+    for leaked in ["AIRTIME_ENROLMENT_TOKEN", "AIRTIME_CONTROL_PLANE", "AIRTIME_STATE_DIR", "AIRTIME_WORK_DIR"] {
+        assert!(!airtime.contains(&leaked), "{leaked} reached the workload: {airtime:?}");
+    }
+    assert!(airtime.contains(&"AIRTIME_WORKLOAD_ID") && airtime.contains(&"AIRTIME_NODE_NAME"), "{airtime:?}");
+    kill(Pid::from_raw(i32::try_from(agent.id().ok_or("no pid")?)?), Signal::SIGTERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(15), agent.wait()).await??;
+    assert!(status.success(), "{status}");
+    Ok(())
+}
+
 #[test]
 fn the_control_plane_is_required() -> TestResult {
     let output = agent().output()?;
