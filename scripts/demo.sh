@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A local demo: the control plane, one real agent for this host, one agent with 8 simulated GPUs,
+# A local demo: the control plane, one real agent for this host, one agent with 8 simulated GPUs and
+# one whose 2 simulated GPUs are shared by MPS,
 # the built-in policies active. It bootstraps a platform admin (password in .demo/admin-password),
 # gives each agent a one-time enrolment token, and creates an API token for your curl commands.
 # Ctrl-C stops everything.
@@ -75,6 +76,7 @@ start_agent() {
 }
 start_agent "$(hostname)"
 start_agent sim-h100-1 --simulate-gpus 8:H100-SXM:81920 --cost-per-hour 31.5
+start_agent sim-l40s-mps --simulate-gpus 2:L40S:49152 --gpu-sharing mps --cost-per-hour 4.2
 
 cat <<MSG
 
@@ -87,6 +89,9 @@ cat <<MSG
         curl -s -H "Authorization: Bearer \$TOKEN" ${API}/nodes
         curl -s -X POST ${API}/workloads -H "Authorization: Bearer \$TOKEN" -H 'content-type: application/json' \\
           -d '{"name":"hello","class":"evaluation","command":["sh","-c","echo hi from GPU \$CUDA_VISIBLE_DEVICES; sleep 5"],"resources":{"gpu_count":1}}'
+        # a quarter of a GPU, sharing an MPS GPU of sim-l40s-mps with others:
+        curl -s -X POST ${API}/workloads -H "Authorization: Bearer \$TOKEN" -H 'content-type: application/json' \\
+          -d '{"name":"embed","class":"realtime_inference","command":["sleep","600"],"resources":{"gpu_count":1,"gpu_milli":250,"gpu_memory_mb":8192,"gpu_models":["L40S"]}}'
   Ctrl-C stops the demo.
 
 MSG
