@@ -31,7 +31,10 @@ pub async fn standings(db: &PgPool, tenant: Option<Uuid>) -> sqlx::Result<Vec<Te
     sqlx::query_as(
         "WITH running AS (SELECT tenant_id, sum(milli)::float8 / 1000 AS gpus FROM gpu_grants GROUP BY tenant_id), \
               pending AS (SELECT tenant_id, count(*) AS n, \
-                                 sum(CASE WHEN gpu_milli < 1000 THEN gpu_milli ELSE gpu_count * 1000 END)::float8 / 1000 AS gpus, \
+                                 sum(CASE WHEN gpu_milli < 1000 THEN gpu_milli \
+                                          WHEN mig_profile IS NOT NULL \
+                                              THEN greatest(least(split_part(mig_profile, 'g', 1)::int, 7) * 1000 / 7, 1) \
+                                          ELSE gpu_count * 1000 END)::float8 / 1000 AS gpus, \
                                  extract(epoch FROM now() - min(submitted_at))::float8 AS oldest \
                           FROM workloads WHERE state = 'pending' GROUP BY tenant_id), \
               reasons AS (SELECT DISTINCT ON (tenant_id) tenant_id, pending_reason FROM workloads \

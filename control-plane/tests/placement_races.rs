@@ -43,31 +43,46 @@ async fn workload(db: &sqlx::PgPool, name: &str, state: &str, node: Option<Uuid>
     id
 }
 
-#[tokio::test]
-async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
-    let (db, admin, name) = database().await;
+/// A ready node `n1` with `gpus` H100s of 80 GiB shared as `sharing`; returns the node and its GPUs.
+async fn node_with_gpus(db: &sqlx::PgPool, gpus: usize, sharing: &str) -> (Uuid, Vec<Uuid>) {
     let node = Uuid::now_v7();
     sqlx::query(
         "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, gpu_source, agent_version) \
          VALUES ($1, 'n1', 'n1', 'ready', 64000, 524288, 'simulated', 'test')",
     )
     .bind(node)
-    .execute(&db)
+    .execute(db)
     .await
     .unwrap();
-    let gpus: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
-    for (i, gpu) in gpus.iter().enumerate() {
+    let ids: Vec<Uuid> = (0..gpus).map(|_| Uuid::now_v7()).collect();
+    for (i, gpu) in ids.iter().enumerate() {
         sqlx::query(
-            "INSERT INTO gpus (id, node_id, device_index, model, memory_mb, simulated, memory_used_mb, util) \
-             VALUES ($1, $2, $3, 'H100', 81920, true, 0, 0)",
+            "INSERT INTO gpus (id, node_id, device_index, model, memory_mb, simulated, memory_used_mb, util, sharing) \
+             VALUES ($1, $2, $3, 'H100', 81920, true, 0, 0, $4)",
         )
         .bind(gpu)
         .bind(node)
         .bind(i as i32)
-        .execute(&db)
+        .bind(sharing)
+        .execute(db)
         .await
         .unwrap();
     }
+    (node, ids)
+}
+
+async fn drop_database(db: sqlx::PgPool, admin: &str, name: &str) {
+    db.close().await;
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(admin).await.unwrap();
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+        .execute(&mut conn)
+        .await;
+}
+
+#[tokio::test]
+async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
+    let (db, admin, name) = database().await;
+    let (node, gpus) = node_with_gpus(&db, 3, "none").await;
     let a = workload(&db, "a", "pending", None).await;
     let b = workload(&db, "b", "pending", None).await;
     let c = workload(&db, "c", "pending", None).await;
@@ -146,11 +161,7 @@ async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
             .unwrap();
     assert_eq!(events, vec![(a, "scheduled".to_owned())], "one event, for the placement that held");
 
-    db.close().await;
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.unwrap();
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-        .execute(&mut conn)
-        .await;
+    drop_database(db, &admin, &name).await;
 }
 
 /// The database's last word on shares: a GPU's grants never add up to more than the GPU. A share
@@ -159,25 +170,8 @@ async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
 #[tokio::test]
 async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_interleave() {
     let (db, admin, name) = database().await;
-    let node = Uuid::now_v7();
-    sqlx::query(
-        "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, gpu_source, agent_version) \
-         VALUES ($1, 'n1', 'n1', 'ready', 64000, 524288, 'simulated', 'test')",
-    )
-    .bind(node)
-    .execute(&db)
-    .await
-    .unwrap();
-    let gpu_id = Uuid::now_v7();
-    sqlx::query(
-        "INSERT INTO gpus (id, node_id, device_index, model, memory_mb, simulated, memory_used_mb, util, sharing) \
-         VALUES ($1, $2, 0, 'H100', 81920, true, 0, 0, 'mps')",
-    )
-    .bind(gpu_id)
-    .bind(node)
-    .execute(&db)
-    .await
-    .unwrap();
+    let (node, gpus) = node_with_gpus(&db, 1, "mps").await;
+    let gpu_id = gpus[0];
     let share = |w: Uuid, milli: i32, memory: i64| {
         sqlx::query(
             "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, milli, memory_mb) VALUES ($1, $2, $3, $4, $5) \
@@ -252,9 +246,5 @@ async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_in
     sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1").bind(x).execute(&db).await.unwrap();
     assert_eq!(share(z, 100, 81920).execute(&db).await.unwrap().rows_affected(), 0);
 
-    db.close().await;
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.unwrap();
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-        .execute(&mut conn)
-        .await;
+    drop_database(db, &admin, &name).await;
 }

@@ -236,6 +236,12 @@ impl<'s, 'a> Checker<'s, 'a> {
                 ));
             }
         }
+        if !workload.allows_model(g.model) {
+            return Err(format!(
+                "place: {device} is a {}; workload {} allows {}",
+                g.model, workload.name, workload.gpu_models
+            ));
+        }
         let taken = self.milli_taken.get(gpu as usize).copied().unwrap_or(0);
         if workload.is_share() && g.is_shareable() {
             let free = g.free_share_milli().saturating_sub(taken);
@@ -253,12 +259,6 @@ impl<'s, 'a> Checker<'s, 'a> {
                     workload.name, workload.gpu_memory_mb
                 ));
             }
-            if !workload.allows_model(g.model) {
-                return Err(format!(
-                    "place: {device} is a {}; workload {} allows {}",
-                    g.model, workload.name, workload.gpu_models
-                ));
-            }
             return Ok(());
         }
         if let Some(holder) = g.holder {
@@ -271,12 +271,6 @@ impl<'s, 'a> Checker<'s, 'a> {
         }
         if taken > 0 {
             return Err(format!("place: {device} is taken by an earlier decision"));
-        }
-        if !workload.allows_model(g.model) {
-            return Err(format!(
-                "place: {device} is a {}; workload {} allows {}",
-                g.model, workload.name, workload.gpu_models
-            ));
         }
         if g.memory_free_mb() < workload.gpu_memory_mb {
             return Err(format!(

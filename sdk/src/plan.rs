@@ -268,6 +268,19 @@ impl<'s, 'a> Plan<'s, 'a> {
     }
 
     /// For a share of one GPU: the shareable GPU on one of `nodes` (with the workload's CPU and
+    /// memory free) that the share fills tightest — the least free left on it (best fit), then the
+    /// lowest index. `None` when no shareable GPU has room (or `workload` is not a share).
+    pub fn best_fit_share(&self, workload: u32, nodes: impl IntoIterator<Item = u32>) -> Option<(u32, u32)> {
+        let w = self.snapshot.workload(workload).filter(|w| w.is_share())?;
+        nodes
+            .into_iter()
+            .filter(|&node| self.cpu_free(node) >= w.cpu_millis && self.memory_free(node) >= w.memory_mb)
+            .flat_map(|node| self.snapshot.node_gpus(node).map(move |(g, _)| (node, g)))
+            .filter(|&(_, g)| self.fits_share(w, g))
+            .min_by_key(|&(_, g)| (self.free_milli(g), g))
+    }
+
+    /// For a share of one GPU: the shareable GPU on one of `nodes` (with the workload's CPU and
     /// memory free) where placing it adds the least expected fragmentation for `mix` — the work
     /// that typically arrives ([`crate::frag`], after Weng et al., ATC '23) — ties going to the GPU
     /// left with the least free (best fit), then the lowest index. `None` when no shareable GPU has

@@ -7,16 +7,11 @@
 
 #![allow(clippy::print_stdout, clippy::expect_used)]
 
-use std::path::PathBuf;
-
 use airtime_sim::engine::{self, Config};
 use airtime_sim::policy::Catalog;
 
 fn main() {
-    let dir = std::env::var_os("AIRTIME_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"))
-        .join("alibaba-openb-2023");
+    let dir = airtime_sim::shared_traces().join("alibaba-openb-2023");
     let (fleet, trace) =
         airtime_sim::alibaba::load(&dir, &Default::default()).expect("the Alibaba trace loads (set AIRTIME_TRACES)");
     let runs: usize = std::env::var("AIRTIME_SIM_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);

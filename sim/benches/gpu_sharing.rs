@@ -18,17 +18,12 @@
 
 #![allow(clippy::print_stdout, clippy::expect_used)]
 
-use std::path::PathBuf;
-
 use airtime_protocol::sharing::GpuSharing;
 use airtime_sim::engine::{self, Config};
 use airtime_sim::policy::Catalog;
 
 fn main() {
-    let dir = std::env::var_os("AIRTIME_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"))
-        .join("alibaba-openb-2023");
+    let dir = airtime_sim::shared_traces().join("alibaba-openb-2023");
     let nodes: Option<usize> = std::env::var("AIRTIME_SHARING_NODES").ok().and_then(|v| v.parse().ok());
     let catalog = Catalog::new().expect("the runtime starts");
     let ways = [

@@ -85,3 +85,11 @@ pub fn share_gpus(fleet: &mut FleetSpec, sharing: airtime_protocol::sharing::Gpu
     }
     Ok(())
 }
+
+/// Where the public traces are: `AIRTIME_TRACES`, else `../shared/traces` beside the project (what
+/// the benches and tests read at run time; the traces are never copied into the repository).
+pub fn shared_traces() -> std::path::PathBuf {
+    std::env::var_os("AIRTIME_TRACES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"))
+}

@@ -352,9 +352,7 @@ fn a_bad_trace_line_is_named_and_nothing_runs() {
 
 /// The real traces (`../shared/traces`, or `AIRTIME_TRACES`), when this machine has them.
 fn traces() -> Option<PathBuf> {
-    let dir = std::env::var_os("AIRTIME_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"));
+    let dir = airtime_sim::shared_traces();
     if dir.join("alibaba-openb-2023").is_dir() {
         Some(dir)
     } else {

@@ -200,10 +200,9 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
                 env: serde_json::from_value(r.env).unwrap_or_default(),
                 gpu_indices: r.gpu_indices.into_iter().filter_map(|i| u32::try_from(i).ok()).collect(),
                 grace_period_ms,
-                // A share of a shared GPU: the agent starts it with that share (MPS limits).
+                // Its grant's share: on an MPS GPU the agent starts it with that share of the SMs;
+                // a MIG instance's grant is its share of the physical GPU, run alone on it.
                 gpu_milli: r.share_milli.and_then(|m| u32::try_from(m).ok()).filter(|&m| m < WHOLE_GPU_MILLI),
-                // (A MIG instance's grant is its share of the physical GPU: the agent runs the
-                // workload alone on the instance and reports the share as AIRTIME_GPU_MILLI.)
                 gpu_memory_mb: r.share_memory_mb.and_then(|m| u64::try_from(m).ok()).filter(|&m| m > 0),
             }
         })

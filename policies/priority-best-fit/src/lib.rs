@@ -115,7 +115,7 @@ impl Policy for PriorityBestFit {
             }
             // A share of one GPU: the shareable GPU it fills tightest (best fit on thousandths).
             if workload.is_share()
-                && let Some((node, gpu)) = cycle.best_share_fit(workload)
+                && let Some((node, gpu)) = cycle.plan.best_fit_share(index, snapshot.ready_nodes().map(|(n, _)| n))
             {
                 cycle.place_share(index, workload, node, gpu)?;
                 continue;
@@ -263,20 +263,6 @@ impl<'p, 's> Cycle<'p, 's> {
             *version += 1;
         }
         Ok(())
-    }
-
-    /// The shareable GPU with room for the share that is left with the least free after it (then
-    /// the lowest index), on a ready node with the host CPU and memory.
-    fn best_share_fit(&self, workload: &Workload<'_>) -> Option<(u32, u32)> {
-        let plan = &self.plan;
-        self.snapshot
-            .ready_nodes()
-            .filter(|(node, _)| {
-                plan.cpu_free(*node) >= workload.cpu_millis && plan.memory_free(*node) >= workload.memory_mb
-            })
-            .flat_map(|(node, _)| self.snapshot.node_gpus(node).map(move |(g, _)| (node, g)))
-            .filter(|&(_, g)| plan.fits_share(workload, g))
-            .min_by_key(|&(_, g)| (plan.free_milli(g), g))
     }
 
     fn place_share(&mut self, index: u32, workload: &Workload<'_>, node: u32, gpu: u32) -> Result<(), Failure> {

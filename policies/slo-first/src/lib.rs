@@ -96,8 +96,9 @@ impl Policy for SloFirst {
         let mut tenant_gpus: Vec<u32> = snapshot.tenants.iter().map(Tenant::held_milli).collect();
         let guaranteed = |t: u32| snapshot.tenant(t).map_or(0, |t| t.guaranteed_gpus);
         let guaranteed_milli = |t: u32| guaranteed(t).saturating_mul(WHOLE_GPU_MILLI);
-        // What typically arrives, for placing shares where they fragment least.
-        let mix = Workmix::of(snapshot);
+        // What typically arrives, for placing shares where they fragment least: built on the first
+        // share, so a cycle without shares pays nothing for it.
+        let mut mix: Option<Workmix> = None;
         let tenant_name = |t: u32| snapshot.tenant(t).map_or("?", |t| t.name);
 
         let mut order = snapshot.pending_by_priority();
@@ -193,14 +194,12 @@ impl Policy for SloFirst {
                     .map(|(node, _)| node)
                     .filter(|&node| !snapshot.node_gpus(node).any(|(g, _)| reserved[g as usize]));
                 let fit = match share_fit {
-                    ShareFit::LeastFragmenting => {
-                        plan.least_fragmenting_share(index, open, &mix).map(|(n, g, added)| {
+                    ShareFit::LeastFragmenting => plan
+                        .least_fragmenting_share(index, open, mix.get_or_insert_with(|| Workmix::of(snapshot)))
+                        .map(|(n, g, added)| {
                             (n, g, format!("the least fragmenting fit (+{added:.0}/1000 expected unusable)"))
-                        })
-                    }
-                    ShareFit::BestFit => {
-                        best_share_fit(snapshot, &plan, w, open).map(|(n, g)| (n, g, "best fit".to_owned()))
-                    }
+                        }),
+                    ShareFit::BestFit => plan.best_fit_share(index, open).map(|(n, g)| (n, g, "best fit".to_owned())),
                 };
                 if let Some((node, gpu, how)) = fit {
                     let n = &snapshot.nodes[node as usize];
@@ -415,20 +414,6 @@ impl Policy for SloFirst {
         }
         Ok(plan.into_decisions())
     }
-}
-
-/// The shareable GPU on one of `nodes` (with the host CPU and memory) the share fills tightest.
-fn best_share_fit(
-    snapshot: &Snapshot<'_>,
-    plan: &Plan<'_, '_>,
-    w: &Workload<'_>,
-    nodes: impl Iterator<Item = u32>,
-) -> Option<(u32, u32)> {
-    nodes
-        .filter(|&node| plan.cpu_free(node) >= w.cpu_millis && plan.memory_free(node) >= w.memory_mb)
-        .flat_map(|node| snapshot.node_gpus(node).map(move |(g, _)| (node, g)))
-        .filter(|&(_, g)| plan.fits_share(w, g))
-        .min_by_key(|&(_, g)| (plan.free_milli(g), g))
 }
 
 fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
