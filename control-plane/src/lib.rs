@@ -17,6 +17,7 @@ pub mod model;
 pub mod policies;
 pub mod scheduler;
 pub mod server;
+pub mod services;
 pub mod settings;
 pub mod signals;
 pub mod state;

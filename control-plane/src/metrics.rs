@@ -135,6 +135,74 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE airtime_gpus_allocated gauge");
         let _ = writeln!(out, "airtime_gpus_allocated {}", held_milli as f64 / 1000.0);
+        render_services(&mut out, db).await?;
         Ok(out)
     }
+}
+
+/// A label value in the exposition format: backslash, quote and newline escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The services' replicas (desired and running, by variant), provisioned demand and latest load.
+async fn render_services(out: &mut String, db: &PgPool) -> sqlx::Result<()> {
+    #[allow(clippy::type_complexity)]
+    let rows: Vec<(String, String, i32, i32, i64, i64, Option<f64>, Option<f64>)> = sqlx::query_as(
+        "SELECT s.name, t.name, s.desired_gpu, s.desired_cpu, \
+                (SELECT count(*) FROM workloads w WHERE w.service_id = s.id AND w.replica_variant = 'gpu' \
+                   AND w.state IN ('scheduled', 'running')), \
+                (SELECT count(*) FROM workloads w WHERE w.service_id = s.id AND w.replica_variant = 'cpu' \
+                   AND w.state IN ('scheduled', 'running')), \
+                s.demand, \
+                (SELECT l.value FROM service_loads l WHERE l.service_id = s.id ORDER BY l.at DESC LIMIT 1) \
+         FROM services s JOIN tenants t ON t.id = s.tenant_id WHERE s.state <> 'deleted' ORDER BY t.name, s.name",
+    )
+    .fetch_all(db)
+    .await?;
+    let _ =
+        writeln!(out, "# HELP airtime_service_replicas A service's replicas: desired by the autoscaler, running now.");
+    let _ = writeln!(out, "# TYPE airtime_service_replicas gauge");
+    for (service, tenant, desired_gpu, desired_cpu, running_gpu, running_cpu, _, _) in &rows {
+        let (service, tenant) = (label(service), label(tenant));
+        for (kind, variant, n) in [
+            ("desired", "gpu", i64::from(*desired_gpu)),
+            ("desired", "cpu", i64::from(*desired_cpu)),
+            ("running", "gpu", *running_gpu),
+            ("running", "cpu", *running_cpu),
+        ] {
+            let _ = writeln!(
+                out,
+                "airtime_service_replicas{{service=\"{service}\",tenant=\"{tenant}\",variant=\"{variant}\",kind=\"{kind}\"}} {n}"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP airtime_service_demand The load a service is provisioned for (stabilised, with burst headroom), in its metric."
+    );
+    let _ = writeln!(out, "# TYPE airtime_service_demand gauge");
+    for (service, tenant, _, _, _, _, demand, _) in &rows {
+        if let Some(demand) = demand {
+            let _ = writeln!(
+                out,
+                "airtime_service_demand{{service=\"{}\",tenant=\"{}\"}} {demand}",
+                label(service),
+                label(tenant)
+            );
+        }
+    }
+    let _ = writeln!(out, "# HELP airtime_service_load The latest load a service reported, in its metric.");
+    let _ = writeln!(out, "# TYPE airtime_service_load gauge");
+    for (service, tenant, _, _, _, _, _, load) in &rows {
+        if let Some(load) = load {
+            let _ = writeln!(
+                out,
+                "airtime_service_load{{service=\"{}\",tenant=\"{}\"}} {load}",
+                label(service),
+                label(tenant)
+            );
+        }
+    }
+    Ok(())
 }

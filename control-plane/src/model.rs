@@ -4,6 +4,7 @@
 pub use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 
 pub use airtime_protocol::agent::GpuSource;
+pub use airtime_protocol::service::{LoadMetric, ReplicaVariant};
 pub use airtime_protocol::sharing::{GpuSharing, MigProfile, WHOLE_GPU_MILLI};
 
 /// The platform scope's id for policy activation (tenant scopes use the tenant id).

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod model;
+pub mod service;
 pub mod settings;
 pub mod sharing;
 pub mod text;

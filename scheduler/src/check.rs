@@ -235,6 +235,7 @@ mod tests {
             preemptions_last_hour: 0,
             gpu_milli: WHOLE_GPU_MILLI,
             mig_profile: String::new(),
+            replica_of: None,
         };
         FleetView {
             now: chrono::Utc::now(),
@@ -248,6 +249,7 @@ mod tests {
                 workload(1, WorkloadState::Pending, 2),
                 workload(1, WorkloadState::Running, 1),
             ],
+            services: Vec::new(),
         }
     }
 

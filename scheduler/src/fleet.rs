@@ -10,6 +10,8 @@ pub use airtime_protocol::settings::PrioritySettings;
 pub use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 
+pub use crate::services::{ReplicaVariant, ServiceEntry};
+
 #[derive(Debug, Clone)]
 pub struct TenantEntry {
     pub id: Uuid,
@@ -142,6 +144,16 @@ pub struct WorkloadEntry {
     pub gpu_milli: u32,
     /// The MIG profile it asks for; empty for none.
     pub mig_profile: String,
+    /// The service it is a replica of, and which of its templates it runs; `None` for a job.
+    pub replica_of: Option<ReplicaOf>,
+}
+
+/// A workload that is a service's replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaOf {
+    /// Index in the fleet's services.
+    pub service: usize,
+    pub variant: ReplicaVariant,
 }
 
 impl WorkloadEntry {
@@ -165,6 +177,8 @@ pub struct FleetView {
     pub nodes: Vec<NodeEntry>,
     pub gpus: Vec<GpuEntry>,
     pub workloads: Vec<WorkloadEntry>,
+    /// Elastic inference services (`crate::services`), with their recent load.
+    pub services: Vec<ServiceEntry>,
 }
 
 impl FleetView {
@@ -224,6 +238,8 @@ impl FleetView {
         // GPUs grouped by node, in node order, so each node's GPUs stay one contiguous run.
         let gpus: Vec<usize> =
             nodes.iter().flat_map(|&n| gpu_set.iter().copied().filter(move |&g| self.gpus[g].node == n)).collect();
+        let services: Vec<usize> = (0..self.services.len()).filter(|&s| self.services[s].tenant == tenant).collect();
+        let service_pos = |s: usize| services.iter().position(|&x| x == s);
         let node_pos = |n: usize| nodes.iter().position(|&x| x == n);
         let workload_pos = |w: usize| workloads.iter().position(|&x| x == w);
         let mut view = FleetView {
@@ -254,9 +270,17 @@ impl FleetView {
                     WorkloadEntry {
                         node: entry.node.and_then(node_pos),
                         tenant: TenantView::SCOPE_TENANT,
+                        replica_of: entry
+                            .replica_of
+                            .and_then(|r| Some(ReplicaOf { service: service_pos(r.service)?, ..r })),
                         ..entry.clone()
                     }
                 })
+                .collect(),
+            // Only its own services.
+            services: services
+                .iter()
+                .map(|&s| ServiceEntry { tenant: TenantView::SCOPE_TENANT, ..self.services[s].clone() })
                 .collect(),
         };
         for (i, gpu) in view.gpus.iter().enumerate() {

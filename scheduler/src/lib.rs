@@ -6,6 +6,7 @@
 //! - [`snapshot`]: the model as the policy ABI's snapshot, and a policy's decisions as proposals.
 //! - [`check`]: the host's check of every decision — the SDK's structural rules plus scope, quota
 //!   and the preemption settings, one implementation.
+//! - [`services`]: elastic inference services' demand turned into replicas (the autoscaler).
 //! - [`cycle`]: the two policy levels evaluated (through the [`Evaluator`](cycle::Evaluator)
 //!   trait), composed and checked into what to apply.
 //!
@@ -16,6 +17,7 @@
 pub mod check;
 pub mod cycle;
 pub mod fleet;
+pub mod services;
 pub mod snapshot;
 
 pub use airtime_protocol::settings::PrioritySettings;

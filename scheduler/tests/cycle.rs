@@ -128,6 +128,7 @@ fn fleet() -> FleetView {
             preemptions_last_hour: 0,
             gpu_milli: WHOLE_GPU_MILLI,
             mig_profile: String::new(),
+            replica_of: None,
         }
     };
     let mut b = tenant("b");
@@ -157,6 +158,7 @@ fn fleet() -> FleetView {
             workload("b-train", 1, WorkloadState::Pending, 10),
             workload("b-running", 1, WorkloadState::Running, 100),
         ],
+        services: Vec::new(),
     }
 }
 

@@ -348,6 +348,7 @@ impl World {
                     preemptions_last_hour: job.preemptions.iter().filter(|&&p| p > hour_ago).count() as u32,
                     gpu_milli: s.gpu_milli,
                     mig_profile: s.mig_profile.clone().unwrap_or_default(),
+                    replica_of: None,
                 }
             })
             .collect();
@@ -430,6 +431,7 @@ impl World {
                 })
                 .collect(),
             workloads,
+            services: Vec::new(),
         };
         (view, order)
     }

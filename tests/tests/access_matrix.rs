@@ -237,6 +237,17 @@ impl World {
         let short = Uuid::new_v4().simple().to_string()[..8].to_owned();
         match (path, param) {
             (p, "id") if p.starts_with("/api/v1/workloads/{id}") => (self.workload().await, true),
+            (p, "id") if p.starts_with("/api/v1/services/{id}") => (self.service().await, true),
+            ("/api/v1/services/{id}/tokens/{token_id}", "token_id") => {
+                // A token of another service of tenant A: its id is all the route needs.
+                let service = self.service().await;
+                let token = self
+                    .a_member
+                    .created(&format!("/api/v1/services/{service}/tokens"), &json!({"name": "fixture"}))
+                    .await
+                    .unwrap();
+                (id_of(&token), true)
+            }
             (p, "id") if p.starts_with("/api/v1/policies/{id}") => {
                 let wasm = small_policy();
                 let answer = self
@@ -292,6 +303,22 @@ impl World {
             .await
             .unwrap();
         id_of(&w)
+    }
+
+    /// A service of tenant A (no replicas: its minimum is 0).
+    async fn service(&self) -> String {
+        let short = Uuid::new_v4().simple().to_string()[..8].to_owned();
+        let s = self
+            .a_member
+            .created(
+                "/api/v1/services",
+                &json!({"name": format!("fixture-{short}"), "class": "batch_inference", "capacity": 1.0,
+                        "min_replicas": 0, "max_replicas": 1,
+                        "replica": {"command": ["sleep", "30"], "resources": {"gpu_count": 0, "cpu_millis": 10}}}),
+            )
+            .await
+            .unwrap();
+        id_of(&s)
     }
 
     /// A workload the scheduler placed on node X (attempt 1).

@@ -10,6 +10,7 @@ pub mod health;
 pub mod invitations;
 pub mod openapi;
 pub mod policies;
+pub mod services;
 pub mod settings;
 pub mod snapshot;
 pub mod tenants;
@@ -28,6 +29,7 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
     let v1 = OpenApiRouter::new()
         .merge(fleet::routes())
         .merge(workloads::routes())
+        .merge(services::routes())
         .merge(policies::routes(config))
         .merge(decisions::routes())
         .merge(tenants::routes())

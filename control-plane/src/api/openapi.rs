@@ -36,6 +36,7 @@ pub const ACCESS_LEVELS: [&str; 6] = ["public", "viewer", "tenant_member", "tena
 pub const SESSION: &str = "session";
 pub const API_TOKEN: &str = "api_token";
 pub const NODE_CREDENTIAL: &str = "node_credential";
+pub const SERVICE_TOKEN: &str = "service_token";
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
@@ -53,6 +54,7 @@ pub const NODE_CREDENTIAL: &str = "node_credential";
     tags(
         (name = "auth", description = "Logging in, the caller's account, users and memberships, API tokens"),
         (name = "workloads", description = "Submit, list, inspect and cancel workloads"),
+        (name = "services", description = "Elastic inference services: replicas that follow reported load"),
         (name = "fleet", description = "Nodes and GPUs with their latest telemetry"),
         (name = "policies", description = "Scheduling policies: Wasm modules, versions, activation"),
         (name = "decisions", description = "What policies decided, and why"),
@@ -93,6 +95,13 @@ impl Modify for SecuritySchemes {
         components.add_security_scheme(
             NODE_CREDENTIAL,
             bearer("nc_<64 hex>", "A node agent's credential from POST /api/v1/agent/enrol, scoped to its node."),
+        );
+        components.add_security_scheme(
+            SERVICE_TOKEN,
+            bearer(
+                "st_<64 hex>",
+                "A service token from POST /api/v1/services/{id}/tokens: reports that service's load, nothing else.",
+            ),
         );
     }
 }
@@ -224,7 +233,7 @@ mod tests {
     fn the_document_lists_every_access_level_and_security_scheme() {
         let doc = base();
         let schemes = &doc.components.as_ref().expect("components").security_schemes;
-        for name in [SESSION, API_TOKEN, NODE_CREDENTIAL] {
+        for name in [SESSION, API_TOKEN, NODE_CREDENTIAL, SERVICE_TOKEN] {
             assert!(schemes.contains_key(name), "{name}");
         }
         assert!(ACCESS_LEVELS.contains(&"public") && ACCESS_LEVELS.contains(&"agent"));

@@ -23,6 +23,7 @@ use crate::error::{ApiError, ApiResult};
 const MISSING: &str = "authentication required: send Authorization: Bearer <token>";
 const INVALID: &str = "invalid, expired or revoked credentials";
 const EXPIRED: &str = "the session has expired; log in again";
+const SERVICE_TOKEN_ONLY: &str = "a service token may only report its service's load (POST /api/v1/services/{id}/load)";
 const NOT_AN_AGENT: &str = "this endpoint is for node agents; authenticate with the node's credential";
 
 /// How the caller authenticated.
@@ -223,6 +224,10 @@ where
             }
             Some(TokenKind::Enrolment) => {
                 return Err(ApiError::Unauthorized("an enrolment token is only exchanged at POST /agent/enrol"));
+            }
+            Some(TokenKind::Service) => {
+                service_caller(&auth, token).await?;
+                return Err(ApiError::forbidden(SERVICE_TOKEN_ONLY));
             }
             None => session_caller(&auth, token, ip).await?,
         };
@@ -498,4 +503,70 @@ mod tests {
         assert_eq!(c.actor_name(), "ada@example.com (token ci)");
         assert!(!c.is_session());
     }
+}
+
+/// Who reports a service's load: a token scoped to that one service (what its replicas or its
+/// gateway hold), or a person or API token that may write in the service's tenant. The handler
+/// checks the service against it ([`LoadReporter::ensure_service`]).
+#[derive(Debug, Clone)]
+pub enum LoadReporter {
+    Service { token_id: Uuid, service_id: Uuid, token_name: String },
+    Caller(Caller),
+}
+
+impl LoadReporter {
+    /// `404 service` unless a service token is this service's: it cannot learn whether another
+    /// service exists.
+    pub fn ensure_service(&self, service_id: Uuid, tenant_id: Uuid) -> ApiResult<()> {
+        match self {
+            LoadReporter::Service { service_id: own, .. } if *own == service_id => Ok(()),
+            LoadReporter::Service { .. } => Err(ApiError::NotFound("service")),
+            LoadReporter::Caller(caller) => caller.ensure_can_write(tenant_id, "service"),
+        }
+    }
+}
+
+impl<S> FromRequestParts<S> for LoadReporter
+where
+    Arc<AuthContext>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let auth = Arc::<AuthContext>::from_ref(state);
+        let token = bearer(parts)?.ok_or(ApiError::Unauthorized(MISSING))?;
+        if TokenKind::of(token) != Some(TokenKind::Service) {
+            return Ok(LoadReporter::Caller(Caller::from_request_parts(parts, state).await?));
+        }
+        let (token_id, service_id, token_name) = service_caller(&auth, token).await?;
+        // Replicas report every few seconds: the agents' larger bucket, per token.
+        let key = format!("service:{token_id}");
+        auth.node_mutations.check(&key, Instant::now()).map_err(ApiError::too_many_requests)?;
+        Ok(LoadReporter::Service { token_id, service_id, token_name })
+    }
+}
+
+/// A live service token's id, service and name; 401 for anything else (revoked, unknown, or its
+/// service deleted).
+async fn service_caller(auth: &AuthContext, token: &str) -> ApiResult<(Uuid, Uuid, String)> {
+    if !tokens::well_formed(token, TokenKind::Service) {
+        return Err(ApiError::Unauthorized(INVALID));
+    }
+    let row: Option<(Uuid, Uuid, String, bool)> = sqlx::query_as(
+        "SELECT k.id, k.service_id, k.name, \
+                (k.last_used_at IS NULL OR k.last_used_at < now() - interval '60 seconds') AS stale \
+         FROM service_tokens k JOIN services s ON s.id = k.service_id \
+         WHERE k.sha256 = $1 AND k.revoked_at IS NULL AND s.state <> 'deleted'",
+    )
+    .bind(tokens::hash(token))
+    .fetch_optional(&auth.db)
+    .await?;
+    let Some((id, service_id, name, stale)) = row else {
+        return Err(ApiError::Unauthorized(INVALID));
+    };
+    if stale {
+        sqlx::query("UPDATE service_tokens SET last_used_at = now() WHERE id = $1").bind(id).execute(&auth.db).await?;
+    }
+    Ok((id, service_id, name))
 }

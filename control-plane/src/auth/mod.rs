@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
-pub use caller::{Caller, NodeCaller};
+pub use caller::{Caller, LoadReporter, NodeCaller};
 
 use crate::auth::jwt::JwtKeys;
 use crate::auth::rate_limit::{LoginThrottle, RateLimiter};

@@ -1,5 +1,6 @@
-//! Bearer secrets that are not sessions: API tokens (`at_…`), enrolment tokens (`et_…`) and node
-//! credentials (`nc_…`). Each is 32 random bytes from the operating system, hex-encoded after its
+//! Bearer secrets that are not sessions: API tokens (`at_…`), enrolment tokens (`et_…`), node
+//! credentials (`nc_…`) and service load tokens (`st_…`, which may report one service's load and do
+//! nothing else). Each is 32 random bytes from the operating system, hex-encoded after its
 //! kind's prefix, shown once when it is created and stored only as its sha256 (a lookup by hash
 //! needs no constant-time comparison, and a leaked table holds nothing usable), with its first
 //! characters kept to recognise it in a list.
@@ -22,6 +23,7 @@ pub enum TokenKind {
     Api,
     Enrolment,
     Node,
+    Service,
 }
 
 impl TokenKind {
@@ -30,12 +32,13 @@ impl TokenKind {
             Self::Api => "at_",
             Self::Enrolment => "et_",
             Self::Node => "nc_",
+            Self::Service => "st_",
         }
     }
 
     /// The kind a bearer token claims by its prefix; `None` for anything else (a JWT).
     pub fn of(token: &str) -> Option<TokenKind> {
-        [Self::Api, Self::Enrolment, Self::Node].into_iter().find(|k| token.starts_with(k.prefix()))
+        [Self::Api, Self::Enrolment, Self::Node, Self::Service].into_iter().find(|k| token.starts_with(k.prefix()))
     }
 }
 

@@ -47,6 +47,8 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
         })
         .collect();
     let tenant_index: HashMap<Uuid, usize> = tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    let services = crate::services::scale::read(&mut *conn, &tenant_index).await?;
+    let service_index: HashMap<Uuid, usize> = services.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
 
     // Lost nodes take no work; draining ones are shown so policies can see what runs there.
     let node_rows: Vec<NodeRow> = sqlx::query_as(
@@ -84,7 +86,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
     let workload_rows: Vec<WorkloadRow> = sqlx::query_as(
         "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
                 memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
-                started_at, node_id, pending_reason, gpu_milli, mig_profile, \
+                started_at, node_id, pending_reason, gpu_milli, mig_profile, service_id, replica_variant, \
                 CASE WHEN state = 'pending' THEN 0 ELSE \
                   (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
                      AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') END AS preemptions_last_hour \
@@ -121,6 +123,12 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
                 preemptions_last_hour: r.preemptions_last_hour.max(0) as u32,
                 gpu_milli: r.gpu_milli.clamp(1, WHOLE_GPU_MILLI as i32) as u32,
                 mig_profile: r.mig_profile.unwrap_or_default(),
+                replica_of: r.service_id.and_then(|id| {
+                    Some(ReplicaOf {
+                        service: *service_index.get(&id)?,
+                        variant: r.replica_variant.unwrap_or(ReplicaVariant::Gpu),
+                    })
+                }),
             })
         })
         .collect();
@@ -181,7 +189,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
         }
         node.gpu_count += 1;
     }
-    Ok(FleetView { now, settings, tenants, nodes, gpus, workloads })
+    Ok(FleetView { now, settings, tenants, nodes, gpus, workloads, services })
 }
 
 #[derive(sqlx::FromRow)]
@@ -232,4 +240,6 @@ struct WorkloadRow {
     preemptions_last_hour: i64,
     gpu_milli: i32,
     mig_profile: Option<String>,
+    service_id: Option<Uuid>,
+    replica_variant: Option<ReplicaVariant>,
 }

@@ -234,6 +234,11 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         let mut conn = state.db.acquire().await?;
         fleet_view::load(&mut conn).await.context("reading the fleet and the queue")?
     };
+    // Services first: their new replicas are placed, and their drained ones' room given, this cycle.
+    let (fleet, scaled) = crate::services::scale::step(state, fleet).await.context("scaling the services")?;
+    if scaled.nodes_changed {
+        state.desired.announce();
+    }
     state.metrics.set_queue_depth(fleet.pending_count());
     if fleet.pending_count() == 0 {
         state.metrics.cycle_succeeded();

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::auth::audit::{self, AuditActor, Change};
 use crate::error::{ApiError, ApiResult};
-use crate::model::{MigProfile, WHOLE_GPU_MILLI, WorkloadClass, WorkloadState};
+use crate::model::{MigProfile, ReplicaVariant, WHOLE_GPU_MILLI, WorkloadClass, WorkloadState};
 
 /// A submission. Unknown fields are refused so a typo ("gpu_cout") is an error, not a default.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -198,6 +198,10 @@ pub struct WorkloadView {
     pub submitted_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The service this workload is a replica of (`None` for a job).
+    pub service_id: Option<Uuid>,
+    /// Which of the service's templates it runs: `gpu` (the main one) or `cpu`.
+    pub replica_variant: Option<ReplicaVariant>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -234,8 +238,8 @@ const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.nam
      w.attempt, w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.cpu_capable, w.gpu_milli, w.mig_profile, \
      w.preemptible, w.checkpointable, w.expected_duration_s, w.slo_latency_ms, w.deadline, w.preempted_reason, w.command, w.env, w.node_id, w.last_node_id, \
      COALESCE((SELECT array_agg(g.gpu_id ORDER BY g.gpu_id) FROM gpu_grants g WHERE g.workload_id = w.id), '{}') AS gpu_ids, \
-     w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at \
-     FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
+     w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at, w.service_id, \
+     w.replica_variant FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
 
 /// Submits a workload for `caller`: into the caller's own tenant (a named tenant must be it), or
 /// for a platform admin into the named tenant (`default` when none is named). Another tenant's
@@ -284,20 +288,7 @@ async fn submit_once(
     caller.require_role(crate::auth::Role::TenantMember)?;
     req.check().map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
     let mut tx = db.begin().await?;
-    let tenant_name = req.tenant.as_deref().unwrap_or("default");
-    let tenant: Option<(Uuid,)> = match (&req.tenant, caller.tenant_filter()) {
-        (None, Some(own)) => Some((own,)),
-        (_, scope) => {
-            sqlx::query_as("SELECT id FROM tenants WHERE name = $1 AND ($2::uuid IS NULL OR id = $2)")
-                .bind(tenant_name)
-                .bind(scope)
-                .fetch_optional(&mut *tx)
-                .await?
-        }
-    };
-    let Some((tenant_id,)) = tenant else {
-        return Err(ApiError::unprocessable("unknown_tenant", format!("no tenant named {tenant_name:?}")));
-    };
+    let tenant_id = crate::tenancy::resolve_for_write(&mut tx, caller, req.tenant.as_deref()).await?;
     // The request as parsed, not its bytes: a retry that reorders fields is the same request.
     let digest = key.map(|_| hex::encode(sha2::Sha256::digest(format!("{req:?}").as_bytes())));
     if let Some(IdempotencyKey(key)) = key {
@@ -330,17 +321,59 @@ async fn submit_once(
         }
     }
     let id = Uuid::now_v7();
-    let r = &req.resources;
+    let row = NewWorkload {
+        id,
+        tenant_id,
+        req,
+        idempotency: key.map(|IdempotencyKey(k)| k.as_str()).zip(digest.as_deref()),
+        replica: None,
+        pending_reason: "waiting for the next scheduling cycle",
+    };
+    insert(&mut tx, &row).await.map_err(|err| match &err {
+        sqlx::Error::Database(e) if key.is_some() && e.is_unique_violation() => {
+            ApiError::conflict(RACED, "a retry with the same Idempotency-Key committed first")
+        }
+        _ => ApiError::from(err),
+    })?;
+    transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;
+    audit::record(
+        &mut tx,
+        &AuditActor::from(caller),
+        Change::new("workload.submit", "workload", id).tenant(Some(tenant_id)).detail(serde_json::json!({
+            "name": req.name, "class": req.class, "priority": req.priority, "gpu_count": req.resources.gpu_count,
+        })),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((get(db, id).await?.ok_or(ApiError::NotFound("workload"))?, false))
+}
+
+/// A workload row to write: a submission's, or a service replica the autoscaler starts.
+pub struct NewWorkload<'a> {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    /// What it runs and needs (checked by [`SubmitWorkload::check`] before it gets here).
+    pub req: &'a SubmitWorkload,
+    /// The Idempotency-Key and the request's digest.
+    pub idempotency: Option<(&'a str, &'a str)>,
+    /// The service it is a replica of, and which template it runs.
+    pub replica: Option<(Uuid, ReplicaVariant)>,
+    pub pending_reason: &'a str,
+}
+
+/// Writes a pending workload (its first event is the caller's to record).
+pub async fn insert(conn: &mut sqlx::PgConnection, w: &NewWorkload<'_>) -> sqlx::Result<()> {
+    let (req, r) = (w.req, &w.req.resources);
     sqlx::query(
         "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, gpu_models, \
              cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, command, env, \
              slo_latency_ms, deadline, state, pending_reason, idempotency_key, idempotency_digest, gpu_milli, \
-             mig_profile) \
+             mig_profile, service_id, replica_variant) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 'pending', \
-                 'waiting for the next scheduling cycle', $19, $20, $21, $22)",
+                 $19, $20, $21, $22, $23, $24, $25)",
     )
-    .bind(id)
-    .bind(tenant_id)
+    .bind(w.id)
+    .bind(w.tenant_id)
     .bind(&req.name)
     .bind(req.class)
     .bind(req.priority)
@@ -357,29 +390,16 @@ async fn submit_once(
     .bind(serde_json::to_value(&req.env).unwrap_or_default())
     .bind(req.slo.latency_ms.map(|l| l.min(i32::MAX as u32) as i32))
     .bind(req.slo.deadline)
-    .bind(key.map(|IdempotencyKey(k)| k.as_str()))
-    .bind(&digest)
+    .bind(w.pending_reason)
+    .bind(w.idempotency.map(|(k, _)| k))
+    .bind(w.idempotency.map(|(_, d)| d))
     .bind(r.gpu_milli.unwrap_or(WHOLE_GPU_MILLI) as i32)
     .bind(r.mig_profile.as_ref().map(MigProfile::as_str))
-    .execute(&mut *tx)
-    .await
-    .map_err(|err| match &err {
-        sqlx::Error::Database(e) if key.is_some() && e.is_unique_violation() => {
-            ApiError::conflict(RACED, "a retry with the same Idempotency-Key committed first")
-        }
-        _ => ApiError::from(err),
-    })?;
-    transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(caller),
-        Change::new("workload.submit", "workload", id).tenant(Some(tenant_id)).detail(serde_json::json!({
-            "name": req.name, "class": req.class, "priority": req.priority, "gpu_count": r.gpu_count,
-        })),
-    )
+    .bind(w.replica.map(|(s, _)| s))
+    .bind(w.replica.map(|(_, v)| v))
+    .execute(conn)
     .await?;
-    tx.commit().await?;
-    Ok((get(db, id).await?.ok_or(ApiError::NotFound("workload"))?, false))
+    Ok(())
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<WorkloadView>> {
@@ -394,6 +414,8 @@ pub struct WorkloadFilter {
     pub tenant: Option<String>,
     pub class: Option<WorkloadClass>,
     pub node_id: Option<Uuid>,
+    /// A service's replicas.
+    pub service_id: Option<Uuid>,
     /// Most recent first; at most 1000, 100 by default.
     pub limit: Option<u32>,
     /// The caller's tenant scope (set by the handler, never from the query): `None` for all.
@@ -405,7 +427,7 @@ pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadV
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "{WORKLOAD_SELECT} WHERE ($1::text IS NULL OR w.state = $1) AND ($2::text IS NULL OR t.name = $2) \
          AND ($3::text IS NULL OR w.class = $3) AND ($4::uuid IS NULL OR w.node_id = $4) \
-         AND ($6::uuid IS NULL OR w.tenant_id = $6) \
+         AND ($6::uuid IS NULL OR w.tenant_id = $6) AND ($7::uuid IS NULL OR w.service_id = $7) \
          ORDER BY w.submitted_at DESC, w.id DESC LIMIT $5"
     )))
     .bind(f.state)
@@ -414,6 +436,7 @@ pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadV
     .bind(f.node_id)
     .bind(i64::from(f.limit.unwrap_or(100).clamp(1, 1000)))
     .bind(f.tenant_id)
+    .bind(f.service_id)
     .fetch_all(db)
     .await
 }
@@ -452,11 +475,20 @@ pub async fn cancel(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(Worklo
     caller.ensure_can_write(tenant_id, "workload")?;
     let node_changed = match state {
         WorkloadState::Pending => {
-            transitions::cancel_pending(&mut tx, id, tenant_id, attempt).await?;
+            transitions::cancel_pending(&mut tx, id, tenant_id, attempt, "cancelled").await?;
             false
         }
         WorkloadState::Scheduled | WorkloadState::Running | WorkloadState::Preempting => {
-            transitions::request_cancel(&mut tx, id, tenant_id, state, attempt, node_id).await?;
+            transitions::request_cancel(
+                &mut tx,
+                id,
+                tenant_id,
+                state,
+                attempt,
+                node_id,
+                "cancel requested; stopping on its node",
+            )
+            .await?;
             true
         }
         WorkloadState::Cancelling => false,

@@ -63,8 +63,14 @@ pub async fn record_events(conn: &mut PgConnection, rows: &[EventRow]) -> sqlx::
     Ok(())
 }
 
-/// A pending workload is cancelled: it never ran, so it ends at once.
-pub async fn cancel_pending(conn: &mut PgConnection, id: Uuid, tenant_id: Uuid, attempt: i32) -> sqlx::Result<()> {
+/// A pending workload is cancelled: it never ran, so it ends at once. `detail` says why.
+pub async fn cancel_pending(
+    conn: &mut PgConnection,
+    id: Uuid,
+    tenant_id: Uuid,
+    attempt: i32,
+    detail: &str,
+) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE workloads SET state = 'cancelled', pending_reason = NULL, finished_at = now(), \
          updated_at = now() WHERE id = $1",
@@ -72,12 +78,11 @@ pub async fn cancel_pending(conn: &mut PgConnection, id: Uuid, tenant_id: Uuid, 
     .bind(id)
     .execute(&mut *conn)
     .await?;
-    record_event(conn, id, tenant_id, Some(WorkloadState::Pending), WorkloadState::Cancelled, attempt, "cancelled")
-        .await
+    record_event(conn, id, tenant_id, Some(WorkloadState::Pending), WorkloadState::Cancelled, attempt, detail).await
 }
 
 /// A workload on a node is to be cancelled: its agent stops it (SIGTERM, SIGKILL after the grace
-/// period) and the exit ends it. The node's desired state changes.
+/// period) and the exit ends it. The node's desired state changes. `detail` says why.
 pub async fn request_cancel(
     conn: &mut PgConnection,
     id: Uuid,
@@ -85,6 +90,7 @@ pub async fn request_cancel(
     from: WorkloadState,
     attempt: i32,
     node_id: Option<Uuid>,
+    detail: &str,
 ) -> sqlx::Result<()> {
     sqlx::query("UPDATE workloads SET state = 'cancelling', updated_at = now() WHERE id = $1")
         .bind(id)
@@ -94,7 +100,6 @@ pub async fn request_cancel(
         .bind(node_id)
         .execute(&mut *conn)
         .await?;
-    let detail = "cancel requested; stopping on its node";
     record_event(conn, id, tenant_id, Some(from), WorkloadState::Cancelling, attempt, detail).await
 }
 

@@ -1,0 +1,304 @@
+//! The autoscaler's rules, one story each.
+
+use chrono::{Duration, TimeZone, Utc};
+
+use super::*;
+use crate::fleet::{NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap()
+}
+
+fn chat() -> ServiceEntry {
+    ServiceEntry {
+        id: Uuid::from_u128(1),
+        name: "chat".into(),
+        tenant: 0,
+        class: WorkloadClass::RealtimeInference,
+        metric: LoadMetric::RequestsPerSecond,
+        min_replicas: 1,
+        max_replicas: 10,
+        capacity: 15.0,
+        gpu_milli_per_replica: 1000,
+        cpu_variant: None,
+        scale_up_window_s: 0,
+        scale_down_window_s: 300,
+        stale_after_s: 60,
+        draining: false,
+        loads: Vec::new(),
+        recent_peak: None,
+    }
+}
+
+fn with_cpu(mut s: ServiceEntry) -> ServiceEntry {
+    s.cpu_variant = Some(CpuVariant { capacity: 5.0, cpu_millis: 4000, memory_mb: 8192 });
+    s
+}
+
+/// A fleet at `t0()` with one GPU node and `cpu_nodes` CPU nodes of 8 cores, and `service`.
+fn fleet(service: ServiceEntry, cpu_nodes: usize) -> FleetView {
+    let node = |name: &str, gpus: usize| NodeEntry {
+        id: Uuid::new_v4(),
+        name: name.into(),
+        state: NodeState::Ready,
+        cpu_millis: 8000,
+        memory_mb: 65536,
+        cpu_millis_free: 8000,
+        memory_mb_free: 65536,
+        cost_per_hour: 1.0,
+        cpu_util: 0.0,
+        simulated: true,
+        gpu_first: 0,
+        gpu_count: gpus,
+    };
+    let mut nodes = vec![node("gpu-0", 8)];
+    nodes.extend((0..cpu_nodes).map(|i| node(&format!("cpu-{i}"), 0)));
+    FleetView {
+        now: t0(),
+        tenants: vec![TenantEntry {
+            id: Uuid::new_v4(),
+            name: "web".into(),
+            guaranteed_gpus: 0,
+            weight: 1,
+            tier: 0,
+            may_borrow: true,
+            running_gpu_milli: 0,
+            decayed_gpu_hours: 0.0,
+        }],
+        nodes,
+        services: vec![service],
+        ..FleetView::default()
+    }
+}
+
+/// Reports `values`, one every 10 s, the last one now.
+fn report(f: &mut FleetView, values: &[f64]) {
+    let n = values.len() as i64;
+    f.services[0].loads = values
+        .iter()
+        .enumerate()
+        .map(|(i, &value)| LoadSample { at: f.now - Duration::seconds(10 * (n - 1 - i as i64)), value })
+        .collect();
+}
+
+/// A replica of the first service in `state` (placed ones on node `node`).
+fn replica(f: &mut FleetView, variant: ReplicaVariant, state: WorkloadState, node: usize) -> usize {
+    let i = f.workloads.len();
+    let placed = state != WorkloadState::Pending;
+    f.workloads.push(WorkloadEntry {
+        id: Uuid::new_v4(),
+        id_text: String::new(),
+        name: format!("chat-{i}"),
+        tenant: 0,
+        class: WorkloadClass::RealtimeInference,
+        state,
+        priority: 0,
+        gpu_count: u32::from(variant == ReplicaVariant::Gpu),
+        gpu_memory_mb: 0,
+        gpu_models: String::new(),
+        cpu_millis: 4000,
+        memory_mb: 8192,
+        cpu_capable: false,
+        preemptible: false,
+        checkpointable: false,
+        expected_duration_s: 0,
+        submitted_at: f.now - Duration::seconds(600 - i as i64),
+        started_at: placed.then(|| f.now - Duration::seconds(500 - i as i64)),
+        node: placed.then_some(node),
+        pending_reason: None,
+        preemptions_last_hour: 0,
+        gpu_milli: 1000,
+        mig_profile: String::new(),
+        replica_of: Some(ReplicaOf { service: 0, variant }),
+    });
+    if placed && variant == ReplicaVariant::Cpu {
+        f.nodes[node].cpu_millis_free -= 4000;
+        f.nodes[node].memory_mb_free -= 8192;
+    }
+    i
+}
+
+#[test]
+fn rising_demand_starts_the_replicas_it_needs_and_says_why() {
+    let mut f = fleet(chat(), 0);
+    replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    report(&mut f, &[42.0]);
+    let plan = &plan(&f)[0];
+    assert_eq!(plan.desired, Replicas { gpu: 3, cpu: 0 });
+    assert_eq!(plan.start, vec![ReplicaVariant::Gpu, ReplicaVariant::Gpu]);
+    assert!(plan.drain.is_empty());
+    assert_eq!(plan.reason, "scale up: demand 42 req/s over 3 replicas at 15 req/s each");
+}
+
+#[test]
+fn bursty_demand_gets_headroom_and_a_smooth_one_does_not() {
+    let mut smooth = fleet(chat(), 0);
+    report(&mut smooth, &[30.0, 30.0, 30.0, 30.0]);
+    assert_eq!(plan(&smooth)[0].desired.gpu, 2);
+
+    let mut bursty = fleet(chat(), 0);
+    report(&mut bursty, &[10.0, 50.0, 10.0, 30.0]);
+    let plan = &plan(&bursty)[0];
+    // The down window still remembers 50 req/s, and the swings between reports add headroom.
+    assert!(plan.demand.unwrap() > 60.0, "{plan:?}");
+    assert!(plan.reason.contains("for bursts"), "{}", plan.reason);
+}
+
+#[test]
+fn a_dip_drains_nothing_until_the_scale_down_window_has_passed() {
+    let mut f = fleet(chat(), 0);
+    for _ in 0..3 {
+        replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    }
+    // 45 req/s a minute ago, 10 now: the 300 s window still holds the 45.
+    report(&mut f, &[45.0, 45.0, 10.0, 10.0, 10.0, 10.0]);
+    f.services[0].scale_down_window_s = 300;
+    let held = &plan(&f)[0];
+    assert!(!held.changes(), "{held:?}");
+    // Once the window no longer holds the peak, two replicas drain, newest first.
+    f.services[0].scale_down_window_s = 30;
+    let down = &plan(&f)[0];
+    assert_eq!(down.desired.gpu, 1, "{down:?}");
+    assert_eq!(down.drain, vec![2, 1]);
+    assert!(down.reason.starts_with("scale down: demand 10 req/s"), "{}", down.reason);
+}
+
+#[test]
+fn without_reports_it_holds_what_runs_and_never_drops_below_min() {
+    let mut f = fleet(ServiceEntry { min_replicas: 2, ..chat() }, 0);
+    replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    let never = &plan(&f)[0];
+    assert_eq!(never.desired.gpu, 2, "{never:?}");
+    assert_eq!(never.start, vec![ReplicaVariant::Gpu]);
+    assert!(never.reason.starts_with("no load report yet: holding 2 replicas"), "{}", never.reason);
+
+    // Three replicas ran for a peak; the reports stopped 5 minutes ago at 1 req/s: all three stay.
+    for _ in 0..2 {
+        replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    }
+    f.services[0].loads = vec![LoadSample { at: f.now - Duration::seconds(300), value: 1.0 }];
+    let stale = &plan(&f)[0];
+    assert!(!stale.changes(), "{stale:?}");
+    assert!(stale.reason.starts_with("no load report for 300 s: holding 3 replicas"), "{}", stale.reason);
+}
+
+#[test]
+fn a_light_model_fills_the_cpu_nodes_first_and_spills_to_gpus_at_the_peak() {
+    // Two CPU nodes of 8 cores hold four 4-core CPU replicas (20 req/s).
+    let mut f = fleet(with_cpu(chat()), 2);
+    report(&mut f, &[12.0]);
+    let low = &plan(&f)[0];
+    assert_eq!(low.desired, Replicas { gpu: 0, cpu: 3 });
+
+    report(&mut f, &[50.0]);
+    let peak = &plan(&f)[0];
+    assert_eq!(peak.desired, Replicas { gpu: 2, cpu: 4 }, "{peak:?}");
+    assert!(
+        peak.reason.contains("4 CPU replicas at 5 req/s each and 2 GPU replicas at 15 req/s each"),
+        "{}",
+        peak.reason
+    );
+    assert!(peak.reason.contains("CPU nodes have room for 4 CPU replicas"), "{}", peak.reason);
+}
+
+#[test]
+fn when_demand_falls_the_gpu_replicas_drain_first_and_the_cpus_carry_it() {
+    let mut f = fleet(ServiceEntry { scale_down_window_s: 0, ..with_cpu(chat()) }, 2);
+    for node in [1, 1, 2, 2] {
+        replica(&mut f, ReplicaVariant::Cpu, WorkloadState::Running, node);
+    }
+    let gpu_a = replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    let gpu_b = replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    report(&mut f, &[18.0]);
+    let plan = &plan(&f)[0];
+    assert_eq!(plan.desired, Replicas { gpu: 0, cpu: 4 }, "{plan:?}");
+    assert_eq!(plan.drain, vec![gpu_b, gpu_a]);
+}
+
+#[test]
+fn a_move_back_to_cpu_keeps_the_gpu_replicas_until_the_cpu_ones_run() {
+    // The CPU nodes were full; now they are free. Demand 18 on 2 GPU replicas (30).
+    let mut f = fleet(ServiceEntry { scale_down_window_s: 0, ..with_cpu(chat()) }, 2);
+    replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    report(&mut f, &[18.0]);
+    let first = &plan(&f)[0];
+    assert_eq!(first.desired, Replicas { gpu: 0, cpu: 4 });
+    assert_eq!(first.start.len(), 4);
+    assert!(first.drain.is_empty(), "nothing placed carries the demand yet: {first:?}");
+
+    // Next cycle the four CPU replicas are pending: still no drain.
+    for _ in 0..4 {
+        replica(&mut f, ReplicaVariant::Cpu, WorkloadState::Pending, 0);
+    }
+    let waiting = &plan(&f)[0];
+    assert!(waiting.start.is_empty() && waiting.drain.is_empty(), "{waiting:?}");
+
+    // They run: both GPU replicas drain.
+    for (w, node) in [(2, 1), (3, 1), (4, 2), (5, 2)] {
+        f.workloads[w].state = WorkloadState::Running;
+        f.workloads[w].node = Some(node);
+        f.workloads[w].started_at = Some(f.now);
+        f.nodes[node].cpu_millis_free -= 4000;
+        f.nodes[node].memory_mb_free -= 8192;
+    }
+    let moved = &plan(&f)[0];
+    assert_eq!(moved.drain, vec![1, 0], "{moved:?}");
+}
+
+#[test]
+fn pending_replicas_that_no_cpu_node_can_hold_give_way_to_gpu_replicas() {
+    let mut f = fleet(with_cpu(chat()), 1);
+    replica(&mut f, ReplicaVariant::Cpu, WorkloadState::Running, 1);
+    replica(&mut f, ReplicaVariant::Cpu, WorkloadState::Running, 1);
+    let stuck = replica(&mut f, ReplicaVariant::Cpu, WorkloadState::Pending, 0);
+    report(&mut f, &[15.0]);
+    let plan = &plan(&f)[0];
+    assert_eq!(plan.desired, Replicas { gpu: 1, cpu: 2 }, "{plan:?}");
+    assert_eq!(plan.drain, vec![stuck]);
+    assert_eq!(plan.start, vec![ReplicaVariant::Gpu]);
+}
+
+#[test]
+fn bounds_hold_at_the_peak_and_a_lowered_maximum_drains_at_once() {
+    let mut f = fleet(ServiceEntry { max_replicas: 4, ..chat() }, 0);
+    report(&mut f, &[500.0]);
+    assert_eq!(plan(&f)[0].desired.gpu, 4);
+
+    let mut f = fleet(ServiceEntry { max_replicas: 2, ..chat() }, 0);
+    for _ in 0..4 {
+        replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    }
+    report(&mut f, &[60.0]);
+    let plan = &plan(&f)[0];
+    assert_eq!(plan.desired.gpu, 2);
+    assert_eq!(plan.drain.len(), 2);
+}
+
+#[test]
+fn a_deleted_service_drains_every_replica() {
+    let mut f = fleet(ServiceEntry { draining: true, ..chat() }, 0);
+    replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Pending, 0);
+    report(&mut f, &[100.0]);
+    let plan = &plan(&f)[0];
+    assert_eq!(plan.desired.total(), 0);
+    assert_eq!(plan.drain.len(), 2);
+    assert!(plan.start.is_empty());
+}
+
+#[test]
+fn the_burst_reserve_keeps_room_for_the_last_hours_peak() {
+    let mut f = fleet(chat(), 0);
+    report(&mut f, &[20.0]);
+    f.services[0].recent_peak = Some(80.0);
+    let plans = plan(&f);
+    assert_eq!(plans[0].desired.gpu, 2);
+    // 80 req/s needs 6 replicas: 4 more GPUs than the 2 desired.
+    assert_eq!(burst_reserve(&f, &plans), 4);
+
+    f.services[0].gpu_milli_per_replica = 250;
+    assert_eq!(burst_reserve(&f, &plans), 1, "four quarter-GPU replicas are one GPU");
+    f.services[0].recent_peak = None;
+    assert_eq!(burst_reserve(&f, &plans), 0);
+}
