@@ -225,6 +225,8 @@ struct World {
     node_x: String,
     gpu_x: String,
     spare_credentials: std::sync::Mutex<Vec<String>>,
+    /// Tenant A's service whose tokens the token routes name (both path parameters must agree).
+    token_service: tokio::sync::OnceCell<String>,
 }
 
 fn id_of(v: &Value) -> String {
@@ -237,10 +239,11 @@ impl World {
         let short = Uuid::new_v4().simple().to_string()[..8].to_owned();
         match (path, param) {
             (p, "id") if p.starts_with("/api/v1/workloads/{id}") => (self.workload().await, true),
+            ("/api/v1/services/{id}/tokens/{token_id}", "id") => (self.token_service().await, true),
             (p, "id") if p.starts_with("/api/v1/services/{id}") => (self.service().await, true),
             ("/api/v1/services/{id}/tokens/{token_id}", "token_id") => {
-                // A token of another service of tenant A: its id is all the route needs.
-                let service = self.service().await;
+                // A fresh token of the service the route's {id} names.
+                let service = self.token_service().await;
                 let token = self
                     .a_member
                     .created(&format!("/api/v1/services/{service}/tokens"), &json!({"name": "fixture"}))
@@ -303,6 +306,10 @@ impl World {
             .await
             .unwrap();
         id_of(&w)
+    }
+
+    async fn token_service(&self) -> String {
+        self.token_service.get_or_init(|| self.service()).await.clone()
     }
 
     /// A service of tenant A (no replicas: its minimum is 0).
@@ -539,6 +546,7 @@ async fn every_route_answers_every_caller_as_its_declared_access_allows() {
         node_x,
         gpu_x,
         spare_credentials: std::sync::Mutex::new(spare),
+        token_service: tokio::sync::OnceCell::new(),
     };
 
     let http = reqwest::Client::new();

@@ -184,6 +184,9 @@ pub async fn apply(state: &Scheduler, fleet: &FleetView, plans: &[ScalePlan]) ->
     Ok(scaled)
 }
 
+/// A service's templates and latency target, as stored.
+type Templates = (sqlx::types::Json<ReplicaTemplate>, Option<sqlx::types::Json<CpuVariantSpec>>, Option<i32>);
+
 async fn start_and_drain(
     tx: &mut PgConnection,
     fleet: &FleetView,
@@ -192,7 +195,7 @@ async fn start_and_drain(
     scaled: &mut Scaled,
 ) -> sqlx::Result<()> {
     let service = &fleet.services[plan.service];
-    let template: Option<(sqlx::types::Json<ReplicaTemplate>, Option<sqlx::types::Json<CpuVariantSpec>>, Option<i32>)> =
+    let template: Option<Templates> =
         sqlx::query_as("SELECT template, cpu_variant, latency_target_ms FROM services WHERE id = $1")
             .bind(service.id)
             .fetch_optional(&mut *tx)
