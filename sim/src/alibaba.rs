@@ -69,6 +69,8 @@ pub struct Options {
     pub max_pods: Option<usize>,
     /// Only the first GPU nodes in the trace's order (all when None); pods that fit no remaining node are dropped.
     pub max_nodes: Option<usize>,
+    /// With `cpu_nodes`, only the first CPU-only nodes in the trace's order (all when None).
+    pub max_cpu_nodes: Option<usize>,
     /// How the GPU nodes share their GPUs (the cluster shared them; `none` gives every fractional
     /// pod a whole GPU).
     pub gpu_sharing: GpuSharing,
@@ -93,6 +95,7 @@ impl Default for Options {
             start_s: 0,
             max_pods: None,
             max_nodes: None,
+            max_cpu_nodes: None,
         }
     }
 }
@@ -155,7 +158,7 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
     let nodes = csv(&name, &text, &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?;
     // Node types keyed by shape, in the order shapes first appear.
     let mut types: Vec<NodeType> = Vec::new();
-    let mut gpu_nodes = 0usize;
+    let (mut gpu_nodes, mut cpu_only_nodes) = (0usize, 0usize);
     for (line, row) in &nodes.rows {
         let gpus: u32 = nodes.number(row, *line, "gpu")?;
         if gpus > 0 {
@@ -163,6 +166,11 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
                 continue;
             }
             gpu_nodes += 1;
+        } else {
+            if options.max_cpu_nodes.is_some_and(|max| cpu_only_nodes >= max) {
+                continue;
+            }
+            cpu_only_nodes += 1;
         }
         let cpu_millis: u32 = nodes.number(row, *line, "cpu_milli")?;
         let memory_mb: u64 = nodes.number(row, *line, "memory_mib")?;
@@ -281,7 +289,7 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
         });
     }
     workloads.sort_by(|a, b| a.arrive_s.cmp(&b.arrive_s).then_with(|| a.id.cmp(&b.id)));
-    if options.max_nodes.is_some() {
+    if options.max_nodes.is_some() || options.max_cpu_nodes.is_some() {
         // A slice of the fleet keeps only the pods some node of it could ever hold.
         workloads.retain(|w| {
             types.iter().any(|t| {
@@ -317,7 +325,7 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
         .collect();
     let fleet = FleetSpec { tenants, node_types: types, settings: PrioritySettings::default() };
     fleet.check().map_err(|m| InputError::new(node_file, 0, m))?;
-    Ok((fleet, Trace { workloads, node_downs: Vec::new() }))
+    Ok((fleet, Trace { workloads, ..Trace::default() }))
 }
 
 #[cfg(test)]

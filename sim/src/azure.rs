@@ -8,13 +8,18 @@
 //! (the Kubernetes HPA's stabilisation window). Every replica's life — from the window that needed
 //! it to the window that let it go — is one `realtime_inference` workload: the demand is then the
 //! trace, whatever the policy does with it (a replica started late served less of its window).
+//!
+//! [`to_service`] reads the same arrivals as an elastic inference **service**'s demand instead: the
+//! requests per second of each report interval (15 s by default, a replica's report interval),
+//! repeated and shaped the same way, which the replay's autoscaler (the core's, as in the control
+//! plane) turns into replicas.
 
 use std::path::Path;
 
 use airtime_protocol::workload::WorkloadClass;
 use chrono::NaiveDateTime;
 
-use crate::format::{InputError, Trace, TraceWorkload};
+use crate::format::{CpuVariantSpec, Demand, InputError, ReplicaTemplate, Trace, TraceService, TraceWorkload};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -178,12 +183,133 @@ pub fn to_trace(counts: &[u32], options: &Options) -> Trace {
         emit(started.len(), from, end, &mut workloads);
     }
     workloads.sort_by(|a, b| a.arrive_s.cmp(&b.arrive_s).then_with(|| a.id.cmp(&b.id)));
-    Trace { workloads, node_downs: Vec::new() }
+    Trace { workloads, ..Trace::default() }
+}
+
+/// The Azure arrivals as a service's demand.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    pub name: String,
+    pub tenant: String,
+    pub class: WorkloadClass,
+    /// Seconds between two load reports (the counting window).
+    pub every_s: u32,
+    pub days: u32,
+    pub amplitude: f64,
+    pub peak_hour: f64,
+    pub scale: f64,
+    /// Requests per second one GPU replica carries.
+    pub capacity: f64,
+    pub min_replicas: u32,
+    /// The most replicas (0: half again the replicas the peak needs).
+    pub max_replicas: u32,
+    pub replica: ReplicaTemplate,
+    pub cpu_variant: Option<CpuVariantSpec>,
+    pub scale_up_window_s: u32,
+    pub scale_down_window_s: u32,
+    pub stale_after_s: u32,
+    pub startup_s: u32,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        ServiceOptions {
+            name: "azure".into(),
+            tenant: "serving".into(),
+            class: WorkloadClass::RealtimeInference,
+            every_s: 15,
+            days: 1,
+            amplitude: 0.5,
+            peak_hour: 14.0,
+            scale: 1.0,
+            capacity: 1.0,
+            min_replicas: 1,
+            max_replicas: 0,
+            replica: ReplicaTemplate {
+                gpus: 1,
+                gpu_milli: 1000,
+                gpu_memory_mb: 0,
+                gpu_models: Vec::new(),
+                cpu_millis: 4000,
+                memory_mb: 16384,
+                priority: 100,
+            },
+            cpu_variant: None,
+            scale_up_window_s: 0,
+            scale_down_window_s: 300,
+            stale_after_s: 60,
+            startup_s: 0,
+        }
+    }
+}
+
+/// Requests per second in each report interval of the whole span: the file's counts per interval
+/// (its last, partial interval left out, so the repeated hour has no dip at its seam), repeated,
+/// each scaled by the diurnal shape at its time and by `scale`. The same counts give the same
+/// demand on every machine.
+pub fn demand(counts: &[u32], options: &ServiceOptions) -> Vec<f64> {
+    let every = u64::from(options.every_s.max(1));
+    let counts = if counts.len() > 1 { &counts[..counts.len() - 1] } else { counts };
+    let intervals = (u64::from(options.days.max(1)) * 86_400).div_ceil(every);
+    (0..intervals)
+        .map(|i| {
+            let base = f64::from(counts[(i as usize) % counts.len()]) / every as f64;
+            base * diurnal(i * every, options.amplitude, options.peak_hour) * options.scale
+        })
+        .collect()
+}
+
+/// The arrivals (`arrivals(path, options.every_s)`) as one service record.
+pub fn to_service(counts: &[u32], options: &ServiceOptions) -> TraceService {
+    let values = demand(counts, options);
+    let peak = values.iter().copied().fold(0.0, f64::max);
+    let max_replicas = if options.max_replicas > 0 {
+        options.max_replicas
+    } else {
+        crate::services::replicas_for(peak * 1.5, options.capacity)
+    };
+    TraceService {
+        name: options.name.clone(),
+        tenant: options.tenant.clone(),
+        class: options.class,
+        min_replicas: options.min_replicas.min(max_replicas),
+        max_replicas,
+        metric: Default::default(),
+        capacity: options.capacity,
+        replica: options.replica.clone(),
+        cpu_variant: options.cpu_variant.clone(),
+        scale_up_window_s: options.scale_up_window_s,
+        scale_down_window_s: options.scale_down_window_s,
+        stale_after_s: options.stale_after_s,
+        startup_s: options.startup_s,
+        start_s: 0,
+        demand: Demand { every_s: options.every_s, values },
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_arrivals_become_a_services_demand_in_requests_per_second_over_a_diurnal_day() {
+        // 30, 60 and 15 requests in three 15 s intervals, the last one partial.
+        let counts = [30, 60, 15];
+        let options = ServiceOptions { amplitude: 0.5, scale: 2.0, capacity: 4.0, ..ServiceOptions::default() };
+        let service = to_service(&counts, &options);
+        let values = &service.demand.values;
+        assert_eq!(values.len(), 86_400 / 15);
+        // 2 and 4 req/s, then 2 again: the partial interval is left out, so the hour repeats.
+        let shape = |t: u64| diurnal(t, 0.5, 14.0) * 2.0;
+        assert!((values[0] - 2.0 * shape(0)).abs() < 1e-9, "{}", values[0]);
+        assert!((values[1] - 4.0 * shape(15)).abs() < 1e-9, "{}", values[1]);
+        assert!((values[2] - 2.0 * shape(30)).abs() < 1e-9, "{}", values[2]);
+        let at_peak = values[14 * 240];
+        assert!((at_peak - 4.0).abs() < 1e-9, "{at_peak}");
+        // The peak is 8 req/s (the second interval at 14:00): 12 with half again, 3 replicas of 4.
+        assert_eq!(service.max_replicas, 3);
+        service.check().expect("a valid service");
+    }
 
     #[test]
     fn the_day_peaks_at_the_peak_hour() {

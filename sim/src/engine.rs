@@ -15,6 +15,17 @@
 //! is counted as wasted); a lost node's work requeues the same way, its running attempt's progress
 //! lost unless checkpointable. A GPU a workload holds is busy in proportion to its `gpu_milli`
 //! (the trace's fraction: a fractional workload holds a whole GPU until GPU sharing lands).
+//!
+//! **Elastic inference services** (`crate::services`): each service reports its demand every
+//! `demand.every_s` seconds, and each report is a reason for a cycle, so scaling happens with no
+//! arrival at all. Every cycle first runs the core's autoscaler (`airtime_scheduler::services::
+//! plan`) on the live services, queues the replicas it starts, cancels the pending replicas it
+//! drops and drains the placed ones (they stop after the grace period and end: they are not
+//! requeued), keeps `services::burst_reserve` GPUs free through the effective settings (the fleet
+//! file's `burst_reserve_gpus` the floor), then decides as above on the fleet with the new replicas
+//! in it — what the control plane's loop does. A placed replica serves from `startup_s` after it
+//! starts; its GPUs are busy in proportion to the share of its capacity the demand takes (the load
+//! spread over the serving replicas by their capacity).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
@@ -24,7 +35,8 @@ use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 use airtime_scheduler::check::Proposal;
 use airtime_scheduler::cycle::{self, Levels};
-use airtime_scheduler::fleet::{FleetView, GpuEntry, Holder, NodeEntry, TenantEntry, WorkloadEntry};
+use airtime_scheduler::fleet::{FleetView, GpuEntry, Holder, NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
+use airtime_scheduler::services;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use rand::{Rng, SeedableRng};
@@ -33,6 +45,7 @@ use uuid::Uuid;
 use crate::format::{FleetSpec, Trace, TraceWorkload};
 use crate::policy::{Catalog, SimPolicy};
 use crate::score::{Recorder, Scores};
+use crate::services::Service;
 
 /// How the replay runs.
 #[derive(Debug, Clone)]
@@ -94,6 +107,18 @@ enum Event {
         for_s: Option<u64>,
     },
     NodeUp(usize),
+    /// A service's replicas report its demand: the `n`th value of its series.
+    Report {
+        service: usize,
+        n: usize,
+    },
+    /// A service's demand has ended: it is deleted.
+    ServiceEnd(usize),
+    /// A placed replica has loaded its model and serves.
+    Ready {
+        job: usize,
+        attempt: u32,
+    },
     Cycle,
     Sample,
 }
@@ -123,6 +148,48 @@ pub(crate) struct Job {
     attempt: u32,
     preemptions: Vec<u64>,
     pub reason: Option<String>,
+    /// The service (index in the world's services) it is a replica of, and its variant.
+    pub replica: Option<ReplicaOf>,
+    /// A replica the autoscaler drained: it ends when it stops.
+    pub draining: bool,
+    /// When a replica ended (drained, or cancelled before it was placed).
+    pub ended_at: Option<u64>,
+}
+
+impl Job {
+    fn new(spec: TraceWorkload, tenant: usize, index: usize) -> Job {
+        let id = Uuid::from_u128(index as u128 + 1);
+        Job {
+            remaining_s: spec.duration_s,
+            spec,
+            tenant,
+            id,
+            id_text: id.to_string(),
+            phase: Phase::NotYet,
+            node: None,
+            gpus: Vec::new(),
+            since: 0,
+            first_start: None,
+            attempt: 0,
+            preemptions: Vec::new(),
+            reason: None,
+            replica: None,
+            draining: false,
+            ended_at: None,
+        }
+    }
+
+    /// Thousandths of its GPUs a job keeps busy by itself: its `gpu_milli`; none for a replica,
+    /// whose busy share follows its service's demand.
+    pub fn base_busy_milli(&self) -> u32 {
+        if self.replica.is_some() { 0 } else { self.spec.gpu_milli }
+    }
+
+    /// Whether it is a workload of the trace whose class is real-time inference (a service's
+    /// replicas are scored with their service instead).
+    pub fn is_realtime_demand(&self) -> bool {
+        self.replica.is_none() && self.spec.class == WorkloadClass::RealtimeInference
+    }
 }
 
 pub(crate) struct Node {
@@ -200,6 +267,9 @@ pub(crate) struct World {
     /// Jobs waiting, running or stopping, by index.
     pub active: BTreeSet<usize>,
     pub settings: airtime_protocol::settings::PrioritySettings,
+    pub services: Vec<Service>,
+    /// The burst reserve the policies keep this cycle: the settings' floor or the services' need.
+    pub burst_reserve_gpus: i32,
 }
 
 impl World {
@@ -284,24 +354,70 @@ impl World {
             if config.jitter_s > 0 {
                 spec.arrive_s += rng.random_range(0..config.jitter_s);
             }
-            let id = Uuid::from_u128(jobs.len() as u128 + 1);
-            jobs.push(Job {
-                remaining_s: spec.duration_s,
-                spec,
-                tenant,
-                id,
-                id_text: id.to_string(),
-                phase: Phase::NotYet,
-                node: None,
-                gpus: Vec::new(),
-                since: 0,
-                first_start: None,
-                attempt: 0,
-                preemptions: Vec::new(),
-                reason: None,
-            });
+            let index = jobs.len();
+            jobs.push(Job::new(spec, tenant, index));
         }
-        Ok(World { now: 0, tenants, nodes, gpus, jobs, active: BTreeSet::new(), settings: fleet.settings.clone() })
+        let mut services = Vec::new();
+        let mut names = HashSet::new();
+        for s in &trace.services {
+            let Some(&tenant) = tenant_index.get(s.tenant.as_str()) else {
+                bail!("service {}: tenant {} is not in the fleet", s.name, s.tenant);
+            };
+            if !names.insert(s.name.as_str()) {
+                bail!("service {} appears twice in the traces", s.name);
+            }
+            let index = services.len();
+            services.push(Service::new(s.clone(), tenant, index));
+        }
+        Ok(World {
+            now: 0,
+            tenants,
+            nodes,
+            gpus,
+            jobs,
+            active: BTreeSet::new(),
+            burst_reserve_gpus: fleet.settings.burst_reserve_gpus,
+            settings: fleet.settings.clone(),
+            services,
+        })
+    }
+
+    /// The share of its capacity a service's serving replicas are busy with: its demand over
+    /// their capacity, at most all of it.
+    pub fn service_utilisation(&self, s: usize) -> f64 {
+        let capacity = self.serving_capacity(s);
+        if capacity <= 0.0 { 0.0 } else { (self.services[s].demand / capacity).min(1.0) }
+    }
+
+    /// Whether a replica serves now: placed, running and past its model's loading time.
+    pub fn serves(&self, j: usize) -> bool {
+        let job = &self.jobs[j];
+        let startup = job.replica.map_or(0, |r| u64::from(self.services[r.service].spec.startup_s));
+        job.phase == Phase::Running && job.since + startup <= self.now
+    }
+
+    /// The load a service's serving replicas carry at their latency target.
+    pub fn serving_capacity(&self, s: usize) -> f64 {
+        let service = &self.services[s];
+        service
+            .replicas
+            .iter()
+            .filter(|&&j| self.serves(j))
+            .filter_map(|&j| self.jobs[j].replica)
+            .map(|r| service.capacity_of(r.variant))
+            .fold(0.0, |a, b| a + b)
+    }
+
+    /// Thousandths of each of its GPUs a job keeps busy now.
+    fn busy_milli(&self, j: usize) -> u32 {
+        let job = &self.jobs[j];
+        match job.replica {
+            Some(r) if self.serves(j) => {
+                (f64::from(job.spec.gpu_milli) * self.service_utilisation(r.service)).round() as u32
+            }
+            Some(_) => 0,
+            None => job.spec.gpu_milli,
+        }
     }
 
     fn pending(&self) -> usize {
@@ -314,6 +430,9 @@ impl World {
         let at = |s: u64| epoch() + chrono::Duration::seconds(s as i64);
         let order: Vec<usize> = self.active.iter().copied().collect();
         let position: HashMap<usize, usize> = order.iter().enumerate().map(|(i, &j)| (j, i)).collect();
+        // The services the autoscaler sees, and where each world service is among them.
+        let in_fleet: Vec<usize> = (0..self.services.len()).filter(|&s| self.services[s].in_fleet()).collect();
+        let service_pos = |s: usize| in_fleet.iter().position(|&x| x == s);
         let workloads = order
             .iter()
             .map(|&j| {
@@ -328,6 +447,7 @@ impl World {
                     class: s.class,
                     state: match job.phase {
                         Phase::Running => WorkloadState::Running,
+                        Phase::Stopping if job.draining => WorkloadState::Cancelling,
                         Phase::Stopping => WorkloadState::Preempting,
                         _ => WorkloadState::Pending,
                     },
@@ -348,13 +468,18 @@ impl World {
                     preemptions_last_hour: job.preemptions.iter().filter(|&&p| p > hour_ago).count() as u32,
                     gpu_milli: s.gpu_milli,
                     mig_profile: s.mig_profile.clone().unwrap_or_default(),
-                    replica_of: None,
+                    replica_of: job
+                        .replica
+                        .and_then(|r| Some(ReplicaOf { service: service_pos(r.service)?, variant: r.variant })),
                 }
             })
             .collect();
         let view = FleetView {
             now,
-            settings: self.settings.clone(),
+            settings: airtime_protocol::settings::PrioritySettings {
+                burst_reserve_gpus: self.burst_reserve_gpus,
+                ..self.settings.clone()
+            },
             tenants: self
                 .tenants
                 .iter()
@@ -405,7 +530,7 @@ impl World {
                             }
                         })
                         .sum();
-                    let util: u32 = g.holders.iter().map(|h| self.jobs[h.job].spec.gpu_milli.min(h.milli.max(1))).sum();
+                    let util: u32 = g.holders.iter().map(|h| self.busy_milli(h.job).min(h.milli.max(1))).sum();
                     GpuEntry {
                         id: g.id,
                         node: g.node,
@@ -431,7 +556,7 @@ impl World {
                 })
                 .collect(),
             workloads,
-            services: Vec::new(),
+            services: in_fleet.iter().map(|&s| self.services[s].entry(self.now, at)).collect(),
         };
         (view, order)
     }
@@ -444,7 +569,7 @@ impl World {
             n.memory_free += job.spec.memory_mb;
         }
         let gpus = std::mem::take(&mut job.gpus);
-        let busy = job.spec.gpu_milli;
+        let busy = job.base_busy_milli();
         let mut held = 0;
         for &g in &gpus {
             let gpu = &mut self.gpus[g];
@@ -469,10 +594,17 @@ pub fn run(
     config: &Config,
 ) -> anyhow::Result<Scores> {
     let mut world = World::build(fleet, trace, config)?;
-    // The scored window: what the trace offers arrives in it (its last arrival closes it), so
-    // every policy is measured over the same owned GPU-hours however long the tail runs.
-    let last_arrival =
-        world.jobs.iter().map(|j| j.spec.arrive_s).chain(trace.node_downs.iter().map(|d| d.at_s)).max().unwrap_or(0);
+    // The scored window: what the trace offers arrives in it (its last arrival, or the end of a
+    // service's demand, closes it), so every policy is measured over the same owned GPU-hours
+    // however long the tail runs.
+    let last_arrival = world
+        .jobs
+        .iter()
+        .map(|j| j.spec.arrive_s)
+        .chain(trace.node_downs.iter().map(|d| d.at_s))
+        .chain(world.services.iter().map(|s| s.spec.end_s()))
+        .max()
+        .unwrap_or(0);
     let span = if config.window_s > 0 { config.window_s } else { last_arrival.max(1) };
     let longest = world.jobs.iter().map(|j| j.spec.duration_s).max().unwrap_or(0);
     let until = if config.until_s > 0 { config.until_s } else { span + span.max(longest.min(86_400)) };
@@ -488,6 +620,9 @@ pub fn run(
     for (j, job) in world.jobs.iter().enumerate() {
         push(&mut events, job.spec.arrive_s, Event::Arrive(j));
     }
+    for (s, service) in world.services.iter().enumerate() {
+        push(&mut events, service.spec.start_s, Event::Report { service: s, n: 0 });
+    }
     for down in &trace.node_downs {
         let Some(&node) = node_index.get(down.node.as_str()) else {
             bail!("node_down at {} s: no node {} in the fleet (nodes are named <node type>-<n>)", down.at_s, down.node);
@@ -502,6 +637,8 @@ pub fn run(
     let mut cycle_at: Option<u64> = None;
     let mut retry = config.retry_s.max(1);
     let mut dirty = false;
+    // A load report arrived (or a service ended) since the last cycle: the autoscaler runs.
+    let mut scale_due = false;
 
     while let Some(Reverse((t, _, _))) = events.peek().copied() {
         if t > until {
@@ -548,7 +685,11 @@ pub fn run(
                 }
                 Event::Stopped { job: j, attempt } => {
                     if world.jobs[j].attempt == attempt && world.jobs[j].phase == Phase::Stopping {
-                        requeue(&mut world, j, t, &mut rec);
+                        if world.jobs[j].draining {
+                            end_replica(&mut world, j, t, &mut rec);
+                        } else {
+                            requeue(&mut world, j, t, &mut rec);
+                        }
                         dirty = true;
                     }
                 }
@@ -558,7 +699,11 @@ pub fn run(
                         world.active.iter().copied().filter(|&j| world.jobs[j].node == Some(node)).collect();
                     for j in on_node {
                         rec.lost_to_node();
-                        requeue(&mut world, j, t, &mut rec);
+                        if world.jobs[j].draining {
+                            end_replica(&mut world, j, t, &mut rec);
+                        } else {
+                            requeue(&mut world, j, t, &mut rec);
+                        }
                     }
                     if let Some(for_s) = for_s {
                         push(&mut events, t + for_s, Event::NodeUp(node));
@@ -569,6 +714,24 @@ pub fn run(
                     world.nodes[node].state = NodeState::Ready;
                     dirty = true;
                 }
+                Event::Report { service: s, n } => {
+                    let service = &mut world.services[s];
+                    let value = service.spec.demand.values[n];
+                    service.report(t, value);
+                    let next = t + u64::from(service.spec.demand.every_s);
+                    if n + 1 < service.spec.demand.values.len() {
+                        push(&mut events, next, Event::Report { service: s, n: n + 1 });
+                    } else {
+                        push(&mut events, next, Event::ServiceEnd(s));
+                    }
+                    scale_due = true;
+                }
+                Event::ServiceEnd(s) => {
+                    world.services[s].end();
+                    scale_due = true;
+                }
+                // The replica's capacity counts from now on: the recorder has integrated up to here.
+                Event::Ready { .. } => {}
                 Event::Cycle => {
                     cycle_at = None;
                     dirty = true;
@@ -581,7 +744,9 @@ pub fn run(
                 }
             }
         }
-        if !dirty || world.pending() == 0 {
+        let services_live = world.services.iter().any(Service::in_fleet);
+        let wanted = scale_due || (dirty && (world.pending() > 0 || services_live));
+        if !wanted {
             continue;
         }
         let earliest = last_cycle.map_or(0, |c| c + config.min_cycle_interval_s);
@@ -592,20 +757,117 @@ pub fn run(
             }
             continue;
         }
-        let changed = decide_cycle(catalog, &mut world, platform, tenant_policies, &mut rec, &mut |at, event| {
-            push(&mut events, at, event)
-        })?;
+        let began = Instant::now();
+        let (mut view, mut order) = world.view();
+        let mut scaled = false;
+        if services_live {
+            scaled = scale(&mut world, &view, &order, &mut |at, event| push(&mut events, at, event));
+            if scaled {
+                (view, order) = world.view();
+            }
+            // The burst reserve from the plans of the fleet the policies decide on (read again
+            // when it changed), the settings' own reserve the floor — as the control plane sets it.
+            let derived = services::burst_reserve(&view, &services::plan(&view));
+            let reserve = world.settings.burst_reserve_gpus.max(i32::try_from(derived).unwrap_or(i32::MAX));
+            if reserve != world.burst_reserve_gpus {
+                world.burst_reserve_gpus = reserve;
+                view.settings.burst_reserve_gpus = reserve;
+                scaled = true;
+            }
+        } else {
+            world.burst_reserve_gpus = world.settings.burst_reserve_gpus;
+            view.settings.burst_reserve_gpus = world.burst_reserve_gpus;
+        }
+        // While a replica waits for a place, every cycle re-decides, as the control plane's loop
+        // does every tick; other waiting work is retried with the backoff below.
+        let replica_waiting =
+            world.active.iter().any(|&j| world.jobs[j].replica.is_some() && world.jobs[j].phase == Phase::Waiting);
+        if world.pending() > 0 && (dirty || scaled || replica_waiting) {
+            let changed = decide_cycle(
+                catalog,
+                &mut world,
+                (&view, &order),
+                platform,
+                tenant_policies,
+                &mut rec,
+                began,
+                &mut |at, event| push(&mut events, at, event),
+            )?;
+            retry = if changed { config.retry_s.max(1) } else { (retry * 2).min(3600) };
+            if world.pending() > 0 && cycle_at.is_none() {
+                cycle_at = Some(t + retry);
+                push(&mut events, t + retry, Event::Cycle);
+            }
+        } else {
+            rec.cycle(0, 0, 0, began.elapsed());
+        }
         last_cycle = Some(t);
         dirty = false;
-        retry = if changed { config.retry_s.max(1) } else { (retry * 2).min(3600) };
-        if world.pending() > 0 && cycle_at.is_none() {
-            cycle_at = Some(t + retry);
-            push(&mut events, t + retry, Event::Cycle);
-        }
+        scale_due = false;
     }
     let end = until.min(span).max(world.now);
     rec.advance(&mut world, end);
     Ok(rec.finish(&world, &platform.name, config.seed, started.elapsed()))
+}
+
+/// The autoscaler's turn, before the policies decide: `services::plan` on the fleet as the core
+/// sees it, its new replicas queued and its drains applied (a pending replica cancelled at once, a
+/// placed one stopped with the grace period). Returns whether it changed the fleet (the policies
+/// then decide on the fleet rebuilt).
+fn scale(world: &mut World, view: &FleetView, order: &[usize], schedule: &mut dyn FnMut(u64, Event)) -> bool {
+    let now = world.now;
+    let in_fleet: Vec<usize> = (0..world.services.len()).filter(|&s| world.services[s].in_fleet()).collect();
+    let plans = services::plan(view);
+    let mut changed = false;
+    for plan in &plans {
+        let s = in_fleet[plan.service];
+        for &variant in &plan.start {
+            let spec = world.services[s].replica(variant, now);
+            let j = world.jobs.len();
+            let mut job = Job::new(spec, world.services[s].tenant, j);
+            job.replica = Some(ReplicaOf { service: s, variant });
+            job.phase = Phase::Waiting;
+            job.reason = Some(plan.reason.clone());
+            world.jobs.push(job);
+            world.active.insert(j);
+            world.services[s].replicas.push(j);
+        }
+        for &w in &plan.drain {
+            let j = order[w];
+            let job = &mut world.jobs[j];
+            match job.phase {
+                Phase::Waiting => {
+                    job.phase = Phase::Done;
+                    job.ended_at = Some(now);
+                    world.active.remove(&j);
+                    world.services[s].replicas.retain(|&r| r != j);
+                }
+                Phase::Running => {
+                    job.phase = Phase::Stopping;
+                    job.draining = true;
+                    job.reason = Some(plan.reason.clone());
+                    let grace = world.settings.grace_period_s.max(0) as u64;
+                    schedule(now + grace, Event::Stopped { job: j, attempt: job.attempt });
+                }
+                _ => continue,
+            }
+            world.services[s].drained += 1;
+        }
+        changed |= plan.changes();
+    }
+    changed
+}
+
+/// A drained replica has stopped: it ends (it is not requeued).
+fn end_replica(world: &mut World, j: usize, t: u64, rec: &mut Recorder) {
+    world.release(j, rec);
+    let job = &mut world.jobs[j];
+    job.phase = Phase::Done;
+    job.ended_at = Some(t);
+    world.active.remove(&j);
+    if let Some(r) = job.replica {
+        world.services[r.service].replicas.retain(|&x| x != j);
+    }
 }
 
 /// A stopped or lost attempt goes back to the queue: with its progress when checkpointable.
@@ -616,7 +878,7 @@ fn requeue(world: &mut World, j: usize, t: u64, rec: &mut Recorder) {
     let job = &mut world.jobs[j];
     if job.spec.checkpointable {
         job.remaining_s = job.remaining_s.saturating_sub(ran).max(1);
-    } else if job.spec.class != WorkloadClass::RealtimeInference {
+    } else if job.spec.class != WorkloadClass::RealtimeInference && job.replica.is_none() {
         rec.wasted(job, ran);
         job.remaining_s = job.spec.duration_s;
     }
@@ -624,26 +886,28 @@ fn requeue(world: &mut World, j: usize, t: u64, rec: &mut Recorder) {
     job.phase = Phase::Waiting;
 }
 
-/// One cycle through the core, applied to the world. Returns whether anything was placed or
-/// preempted.
+/// One cycle of the policies through the core on `fleet` (the world as `World::view` built it,
+/// `order` the job behind each workload), applied to the world. Returns whether anything was
+/// placed or preempted.
+#[allow(clippy::too_many_arguments)]
 fn decide_cycle(
     catalog: &Catalog,
     world: &mut World,
+    (fleet, order): (&FleetView, &[usize]),
     platform: &SimPolicy,
     tenant_policies: &[(usize, SimPolicy)],
     rec: &mut Recorder,
+    began: Instant,
     schedule: &mut dyn FnMut(u64, Event),
 ) -> anyhow::Result<bool> {
-    let began = Instant::now();
-    let (fleet, order) = world.view();
     let with_pending = fleet.tenants_with_pending();
     let levels = Levels {
         platform: platform.clone(),
         tenants: tenant_policies.iter().filter(|(t, _)| with_pending.contains(t)).cloned().collect(),
     };
     let decided =
-        futures::executor::block_on(cycle::decide(catalog, &fleet, levels)).context("the cycle had no decisions")?;
-    let composed = decided.compose(&fleet, &HashSet::new());
+        futures::executor::block_on(cycle::decide(catalog, fleet, levels)).context("the cycle had no decisions")?;
+    let composed = decided.compose(fleet, &HashSet::new());
     rec.cycle(composed.accepted.len(), composed.refused.len(), decided.notes.failures.len(), began.elapsed());
     let now = world.now;
     let mut changed = false;
@@ -666,10 +930,20 @@ fn decide_cycle(
                 job.first_start.get_or_insert(now);
                 job.reason = Some(reason);
                 job.gpus = gpus.clone();
-                let (cpu, memory, tenant, milli) =
-                    (job.spec.cpu_millis, job.spec.memory_mb, job.tenant, job.spec.gpu_milli);
-                if job.spec.class != WorkloadClass::RealtimeInference {
-                    schedule(now + job.remaining_s, Event::End { job: j, attempt: job.attempt });
+                let (cpu, memory, tenant, busy) =
+                    (job.spec.cpu_millis, job.spec.memory_mb, job.tenant, job.base_busy_milli());
+                match job.replica {
+                    // A replica runs until it is drained, serving once its model is loaded.
+                    Some(r) => {
+                        let startup = u64::from(world.services[r.service].spec.startup_s);
+                        if startup > 0 {
+                            schedule(now + startup, Event::Ready { job: j, attempt: job.attempt });
+                        }
+                    }
+                    None if job.spec.class != WorkloadClass::RealtimeInference => {
+                        schedule(now + job.remaining_s, Event::End { job: j, attempt: job.attempt });
+                    }
+                    None => {}
                 }
                 let n = &mut world.nodes[node];
                 n.cpu_free = n.cpu_free.saturating_sub(cpu);
@@ -684,7 +958,7 @@ fn decide_cycle(
                     let occupied = if gpu.sharing.is_shared() { billed } else { WHOLE_GPU_MILLI };
                     gpu.holders.push(Share { job: j, milli: occupied, billed, memory_mb: slice });
                     held += billed;
-                    rec.placed(gpu, occupied, milli);
+                    rec.placed(gpu, occupied, busy);
                 }
                 world.tenants[tenant].held_milli += held;
                 changed = true;

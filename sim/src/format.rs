@@ -1,7 +1,8 @@
 //! The simulator's own input formats (`docs/simulator.md` documents them for people):
 //!
-//! - a **trace** is JSON Lines, one record per line: a workload (`"type": "workload"`) or a change to
-//!   the fleet (`"type": "node_down"`), with times in seconds from the start of the trace;
+//! - a **trace** is JSON Lines, one record per line: a workload (`"type": "workload"`), an elastic
+//!   inference service with its demand over time (`"type": "service"`), or a change to the fleet
+//!   (`"type": "node_down"`), with times in seconds from the start of the trace;
 //! - a **fleet** is one JSON document: tenants, node types (GPU model and memory, CPU and memory,
 //!   $/hour, how many), and the platform's priority settings.
 //!
@@ -15,6 +16,7 @@ use std::fmt;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
+use airtime_protocol::service::LoadMetric;
 use airtime_protocol::settings::PrioritySettings;
 use airtime_protocol::sharing::{GpuSharing, MigProfile};
 use airtime_protocol::workload::WorkloadClass;
@@ -109,11 +111,217 @@ pub struct NodeDown {
     pub for_s: Option<u64>,
 }
 
+fn default_five_minutes() -> u32 {
+    300
+}
+
+fn default_one_minute() -> u32 {
+    60
+}
+
+/// The most replicas a service may have (the control plane's bound).
+pub const MAX_REPLICAS: u32 = 1000;
+
+/// An elastic inference service, as the control plane's `POST /api/v1/services` defines one, with
+/// the demand its replicas will report: the simulator runs the core's autoscaler
+/// (`airtime_scheduler::services`) on it every cycle, as the control plane does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceService {
+    /// Unique among the trace's services; its replicas are named `<name>-gpu-<n>` and `<name>-cpu-<n>`.
+    pub name: String,
+    /// A tenant of the fleet file.
+    pub tenant: String,
+    /// `realtime_inference` (customer-facing) or `batch_inference`.
+    pub class: WorkloadClass,
+    #[serde(default = "default_one")]
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    /// What the demand and the capacities are measured in.
+    #[serde(default)]
+    pub metric: LoadMetric,
+    /// Load one main replica carries at its latency target.
+    pub capacity: f64,
+    /// What every main replica needs.
+    pub replica: ReplicaTemplate,
+    /// The same model served from CPU, when it can be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_variant: Option<CpuVariantSpec>,
+    /// Scale up only to what every report of this many seconds asked for (0: at once).
+    #[serde(default)]
+    pub scale_up_window_s: u32,
+    /// Scale down only to what no report of this many seconds exceeded.
+    #[serde(default = "default_five_minutes")]
+    pub scale_down_window_s: u32,
+    /// Without a report for this long, the autoscaler holds the replicas as they are.
+    #[serde(default = "default_one_minute")]
+    pub stale_after_s: u32,
+    /// Seconds a placed replica takes to start serving (loading its model): its capacity counts
+    /// from then on (default 0: at once).
+    #[serde(default)]
+    pub startup_s: u32,
+    /// When the service is created and its first load report arrives.
+    #[serde(default)]
+    pub start_s: u64,
+    /// The load its replicas report, one value a report. When the values run out the service is
+    /// deleted: its replicas drain.
+    pub demand: Demand,
+}
+
+/// The resources of one main replica, as a workload of the trace asks for them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaTemplate {
+    /// Whole GPUs (0: the main template is CPU only).
+    #[serde(default = "default_one")]
+    pub gpus: u32,
+    /// Thousandths of each GPU, as a workload's `gpu_milli`.
+    #[serde(default = "default_milli")]
+    pub gpu_milli: u32,
+    #[serde(default)]
+    pub gpu_memory_mb: u64,
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    #[serde(default)]
+    pub cpu_millis: u32,
+    #[serde(default)]
+    pub memory_mb: u64,
+    #[serde(default)]
+    pub priority: i32,
+}
+
+/// A CPU variant: what one CPU replica needs and carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuVariantSpec {
+    /// Load one CPU replica carries at the latency target.
+    pub capacity: f64,
+    pub cpu_millis: u32,
+    #[serde(default)]
+    pub memory_mb: u64,
+}
+
+/// A service's load over time: one value every `every_s` seconds from the service's `start_s`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Demand {
+    /// Seconds between two reports (a replica reports every 10–15 s in practice).
+    pub every_s: u32,
+    /// The load reported, in the service's metric.
+    pub values: Vec<f64>,
+}
+
+impl TraceService {
+    /// When its demand ends (its last report's interval is over).
+    pub fn end_s(&self) -> u64 {
+        self.start_s + u64::from(self.demand.every_s) * self.demand.values.len() as u64
+    }
+
+    /// The demand's highest and mean value.
+    pub fn peak_and_mean(&self) -> (f64, f64) {
+        let values = &self.demand.values;
+        let peak = values.iter().copied().fold(0.0, f64::max);
+        let mean = if values.is_empty() { 0.0 } else { values.iter().sum::<f64>() / values.len() as f64 };
+        (peak, mean)
+    }
+
+    /// Thousandths of a GPU one main replica holds (a whole GPU 1000, two 2000, a quarter 250).
+    pub fn gpu_milli_per_replica(&self) -> u32 {
+        if self.replica.gpus == 0 { 0 } else { self.replica.gpus * self.replica.gpu_milli }
+    }
+
+    /// What a well-formed service must satisfy beyond its types, naming the field: the control
+    /// plane's own rules for a service, and a workload's for each template.
+    pub fn check(&self) -> Result<(), String> {
+        let name = &self.name;
+        if name.is_empty()
+            || name.len() > 100
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            return Err(format!("field `name`: {name:?} must be 1 to 100 letters, digits, '-', '_' or '.'"));
+        }
+        if self.tenant.is_empty() {
+            return Err("field `tenant`: must not be empty".into());
+        }
+        if !matches!(self.class, WorkloadClass::RealtimeInference | WorkloadClass::BatchInference) {
+            return Err(format!(
+                "field `class`: service {name} must be realtime_inference or batch_inference, not {}",
+                class_name(self.class)
+            ));
+        }
+        let positive = |v: f64| v.is_finite() && v > 0.0 && v <= 1e9;
+        if !positive(self.capacity) {
+            return Err(format!(
+                "field `capacity`: {} is not above 0 (the load one replica carries at its latency target)",
+                self.capacity
+            ));
+        }
+        if self.max_replicas == 0 || self.max_replicas > MAX_REPLICAS {
+            return Err(format!("field `max_replicas`: {} is not between 1 and {MAX_REPLICAS}", self.max_replicas));
+        }
+        if self.min_replicas > self.max_replicas {
+            return Err(format!(
+                "field `min_replicas`: {} is more than max_replicas {}",
+                self.min_replicas, self.max_replicas
+            ));
+        }
+        for (field, value) in
+            [("scale_up_window_s", self.scale_up_window_s), ("scale_down_window_s", self.scale_down_window_s)]
+        {
+            if value > 3600 {
+                return Err(format!("field `{field}`: {value} is more than 3600 s"));
+            }
+        }
+        if !(5..=3600).contains(&self.stale_after_s) {
+            return Err(format!("field `stale_after_s`: {} is not between 5 and 3600", self.stale_after_s));
+        }
+        if self.startup_s > 3600 {
+            return Err(format!("field `startup_s`: {} is more than 3600 s", self.startup_s));
+        }
+        let r = &self.replica;
+        if r.gpus > 64 {
+            return Err(format!("field `replica.gpus`: {} is more than any node holds (64 at most)", r.gpus));
+        }
+        if !(1..=1000).contains(&r.gpu_milli) {
+            return Err(format!(
+                "field `replica.gpu_milli`: {} is not between 1 and 1000 (thousandths of a GPU)",
+                r.gpu_milli
+            ));
+        }
+        if r.gpu_milli < 1000 && r.gpus != 1 {
+            return Err(format!(
+                "field `replica.gpu_milli`: {} is a share of one GPU, but the replica asks for {} GPUs",
+                r.gpu_milli, r.gpus
+            ));
+        }
+        if let Some(cpu) = &self.cpu_variant {
+            if !positive(cpu.capacity) {
+                return Err(format!("field `cpu_variant.capacity`: {} is not above 0", cpu.capacity));
+            }
+            if cpu.cpu_millis == 0 {
+                return Err("field `cpu_variant.cpu_millis`: a CPU replica needs some CPU (above 0)".into());
+            }
+        }
+        let d = &self.demand;
+        if !(1..=3600).contains(&d.every_s) {
+            return Err(format!("field `demand.every_s`: {} is not between 1 and 3600 s", d.every_s));
+        }
+        if d.values.is_empty() {
+            return Err(format!("field `demand.values`: service {name} has no demand"));
+        }
+        if let Some((i, v)) = d.values.iter().enumerate().find(|(_, v)| !(v.is_finite() && (0.0..=1e9).contains(*v))) {
+            return Err(format!("field `demand.values[{i}]`: {v} is not a load between 0 and 1e9"));
+        }
+        Ok(())
+    }
+}
+
 /// One line of a trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TraceRecord {
     Workload(TraceWorkload),
+    Service(TraceService),
     NodeDown(NodeDown),
 }
 
@@ -121,15 +329,18 @@ pub enum TraceRecord {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Trace {
     pub workloads: Vec<TraceWorkload>,
+    pub services: Vec<TraceService>,
     pub node_downs: Vec<NodeDown>,
 }
 
 impl Trace {
-    /// The trace's span: when its last workload's demand ends (or its last record happens).
+    /// The trace's span: when its last workload's or service's demand ends (or its last record
+    /// happens).
     pub fn span_s(&self) -> u64 {
         let w = self.workloads.iter().map(|w| w.arrive_s + w.duration_s).max().unwrap_or(0);
+        let s = self.services.iter().map(TraceService::end_s).max().unwrap_or(0);
         let n = self.node_downs.iter().map(|d| d.at_s + d.for_s.unwrap_or(0)).max().unwrap_or(0);
-        w.max(n)
+        w.max(s).max(n)
     }
 
     /// Reads a JSON Lines trace. Blank lines and lines starting with `#` are skipped.
@@ -142,6 +353,7 @@ impl Trace {
     pub fn parse(reader: impl BufRead, name: &str) -> Result<Trace, InputError> {
         let mut trace = Trace::default();
         let mut ids = HashSet::new();
+        let mut services = HashSet::new();
         for (i, line) in reader.lines().enumerate() {
             let n = i + 1;
             let line = line.map_err(|e| InputError::new(name, n, format!("cannot read: {e}")))?;
@@ -159,14 +371,30 @@ impl Trace {
                     }
                     trace.workloads.push(w);
                 }
+                TraceRecord::Service(s) => {
+                    s.check().map_err(|m| InputError::new(name, n, m))?;
+                    if !services.insert(s.name.clone()) {
+                        return Err(InputError::new(
+                            name,
+                            n,
+                            format!("field `name`: service {} appears twice", s.name),
+                        ));
+                    }
+                    trace.services.push(s);
+                }
                 TraceRecord::NodeDown(d) => trace.node_downs.push(d),
             }
         }
         Ok(trace)
     }
 
-    /// Writes the trace as JSON Lines, workloads in arrival order then the node changes.
+    /// Writes the trace as JSON Lines: the services, the workloads in arrival order, then the node
+    /// changes.
     pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        for s in &self.services {
+            serde_json::to_writer(&mut *out, &TraceRecord::Service(s.clone()))?;
+            out.write_all(b"\n")?;
+        }
         for w in &self.workloads {
             serde_json::to_writer(&mut *out, &TraceRecord::Workload(w.clone()))?;
             out.write_all(b"\n")?;
@@ -224,6 +452,11 @@ impl TraceWorkload {
         }
         Ok(())
     }
+}
+
+/// A class as the formats spell it (`batch_inference`).
+pub fn class_name(class: WorkloadClass) -> String {
+    serde_json::to_value(class).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
 /// serde_json's message with the field it names kept and its column kept out (the line is ours).
@@ -414,6 +647,25 @@ mod tests {
         let trace = parse(text).expect("parses");
         assert_eq!(trace.workloads[0].gpu_milli, 1000);
         assert_eq!(trace.node_downs[0].for_s, Some(30));
+        let mut out = Vec::new();
+        trace.write(&mut out).expect("writes");
+        assert_eq!(parse(std::str::from_utf8(&out).expect("utf-8")).expect("parses again"), trace);
+    }
+
+    #[test]
+    fn a_service_round_trips_with_its_defaults_and_its_demand() {
+        let text = concat!(
+            r#"{"type":"service","name":"chat","tenant":"x","class":"realtime_inference","max_replicas":8,"capacity":15,"#,
+            r#""replica":{"cpu_millis":4000},"cpu_variant":{"capacity":3,"cpu_millis":16000},"#,
+            r#""demand":{"every_s":15,"values":[10,12.5,40]}}"#,
+            "\n"
+        );
+        let trace = parse(text).expect("parses");
+        let s = &trace.services[0];
+        assert_eq!((s.min_replicas, s.scale_down_window_s, s.stale_after_s, s.replica.gpus), (1, 300, 60, 1));
+        assert_eq!((s.end_s(), s.gpu_milli_per_replica()), (45, 1000));
+        assert_eq!(s.peak_and_mean().0, 40.0);
+        assert_eq!(trace.span_s(), 45);
         let mut out = Vec::new();
         trace.write(&mut out).expect("writes");
         assert_eq!(parse(std::str::from_utf8(&out).expect("utf-8")).expect("parses again"), trace);

@@ -145,7 +145,7 @@ pub fn generate(options: &Options) -> (FleetSpec, Trace) {
         ],
         settings: PrioritySettings { min_runtime_s: 300, ..PrioritySettings::default() },
     };
-    (fleet, Trace { workloads, node_downs: Vec::new() })
+    (fleet, Trace { workloads, ..Trace::default() })
 }
 
 /// A service's replicas over the span: a diurnal rate with noise per 5-minute window, replicas up

@@ -8,8 +8,9 @@
 //!   each converting to those formats;
 //! - [`policy`]: policies compiled and evaluated by `airtime-policy-host`, through the core's
 //!   `Evaluator` trait;
-//! - [`engine`]: the event-driven replay; [`score`]: what it measures; [`report`]: the table, the
-//!   JSON and the plot.
+//! - [`engine`]: the event-driven replay; [`services`]: elastic inference services in it (their
+//!   demand reported, the core's autoscaler run every cycle) and the baselines they are compared
+//!   with; [`score`]: what it measures; [`report`]: the table, the JSON and the plot.
 
 pub mod alibaba;
 pub mod azure;
@@ -19,18 +20,21 @@ pub mod generate;
 pub mod policy;
 pub mod report;
 pub mod score;
+pub mod services;
 
 use anyhow::Context;
 
 use crate::format::{FleetSpec, Trace};
 use crate::policy::{Catalog, SimPolicy};
 use crate::score::Scores;
+use crate::services::ServiceMode;
 
-/// The traces merged into one (ids must stay unique; the replay checks).
+/// The traces merged into one (workload ids and service names must stay unique; the replay checks).
 pub fn merge(traces: Vec<Trace>) -> Trace {
     let mut all = Trace::default();
     for t in traces {
         all.workloads.extend(t.workloads);
+        all.services.extend(t.services);
         all.node_downs.extend(t.node_downs);
     }
     all.workloads.sort_by(|a, b| a.arrive_s.cmp(&b.arrive_s).then_with(|| a.id.cmp(&b.id)));
@@ -48,25 +52,36 @@ pub fn tenant_policies(catalog: &Catalog, fleet: &FleetSpec) -> anyhow::Result<V
         .collect()
 }
 
-/// Every platform policy on every seed: the comparison's runs, in policy then seed order.
+/// Every platform policy on every seed, and with services every way of running them in `modes`
+/// (as the trace gives them when empty): the comparison's runs, in mode, policy then seed order.
+#[allow(clippy::too_many_arguments)]
 pub fn compare(
     catalog: &Catalog,
     fleet: &FleetSpec,
     trace: &Trace,
     policies: &[SimPolicy],
     seeds: &[u64],
+    modes: &[ServiceMode],
     config: &engine::Config,
     mut progress: impl FnMut(&Scores),
 ) -> anyhow::Result<Vec<Scores>> {
     let tenants = tenant_policies(catalog, fleet)?;
+    let modes = if trace.services.is_empty() || modes.is_empty() { &[ServiceMode::AsGiven][..] } else { modes };
     let mut runs = Vec::new();
-    for policy in policies {
-        for &seed in seeds {
-            let config = engine::Config { seed, ..config.clone() };
-            let scores = engine::run(catalog, fleet, trace, policy, &tenants, &config)
-                .with_context(|| format!("replaying with {} (seed {seed})", policy.name))?;
-            progress(&scores);
-            runs.push(scores);
+    for &mode in modes {
+        let trace = services::with_mode(trace, mode)?;
+        for policy in policies {
+            for &seed in seeds {
+                let config = engine::Config { seed, ..config.clone() };
+                let mut scores = engine::run(catalog, fleet, &trace, policy, &tenants, &config).with_context(|| {
+                    format!("replaying with {} (seed {seed}, services {})", policy.name, mode.name())
+                })?;
+                if !trace.services.is_empty() {
+                    scores.mode = mode.name().to_owned();
+                }
+                progress(&scores);
+                runs.push(scores);
+            }
         }
     }
     Ok(runs)

@@ -4,8 +4,10 @@
 use std::path::PathBuf;
 
 use airtime_protocol::sharing::GpuSharing;
-use airtime_sim::format::{FleetSpec, Trace};
+use airtime_protocol::workload::WorkloadClass;
+use airtime_sim::format::{CpuVariantSpec, FleetSpec, ReplicaTemplate, Trace};
 use airtime_sim::policy::{self, Catalog};
+use airtime_sim::services::ServiceMode;
 use airtime_sim::{alibaba, azure, engine, generate, report};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
@@ -77,6 +79,11 @@ struct RunArgs {
     /// file says: the same fleet compared with and without sharing.
     #[arg(long, value_parser = GpuSharing::parse)]
     gpu_sharing: Option<GpuSharing>,
+    /// How the trace's services run (comma-separated to compare): as-given, fixed-peak (a fixed
+    /// reserve of the replicas the peak needs), fixed-mean, elastic (GPU replicas only),
+    /// cpu-first (the CPU variant first).
+    #[arg(long, value_delimiter = ',', value_parser = ServiceMode::parse, default_value = "as-given")]
+    services_mode: Vec<ServiceMode>,
 }
 
 #[derive(Subcommand)]
@@ -104,6 +111,9 @@ enum Convert {
         /// Include the CPU-only nodes.
         #[arg(long)]
         cpu_nodes: bool,
+        /// With --cpu-nodes, only the first CPU-only nodes.
+        #[arg(long)]
+        max_cpu_nodes: Option<usize>,
         /// How the GPU nodes share their GPUs: none (a fractional pod holds a whole GPU),
         /// time-slicing or mps.
         #[arg(long, value_parser = GpuSharing::parse, default_value = "none")]
@@ -117,13 +127,17 @@ enum Convert {
         #[arg(long)]
         trace_out: PathBuf,
     },
-    /// Azure's LLM inference arrivals as real-time replica demand.
+    /// Azure's LLM inference arrivals as real-time replica demand, or (--as-service) as an elastic
+    /// inference service's demand.
     Azure {
         /// AzureLLMInferenceTrace_conv.csv or _code.csv.
         #[arg(long)]
         file: PathBuf,
+        /// Requests per second one (GPU) replica serves.
         #[arg(long, default_value_t = 1.0)]
         rps_per_replica: f64,
+        #[command(flatten)]
+        service: ServiceFlags,
         #[arg(long, default_value_t = 0.2)]
         headroom: f64,
         #[arg(long, default_value_t = 1)]
@@ -144,6 +158,50 @@ enum Convert {
         #[arg(long)]
         trace_out: PathBuf,
     },
+}
+
+/// The service `convert azure --as-service` writes.
+#[derive(Args)]
+struct ServiceFlags {
+    /// Write one service record of this name (its demand the arrivals per report interval)
+    /// instead of replica lives.
+    #[arg(long, value_name = "NAME")]
+    as_service: Option<String>,
+    /// realtime_inference or batch_inference.
+    #[arg(long, default_value = "realtime_inference")]
+    class: String,
+    /// Seconds between two load reports.
+    #[arg(long, default_value_t = 15)]
+    every_s: u32,
+    #[arg(long, default_value_t = 1)]
+    min_replicas: u32,
+    /// The most replicas (default: half again the replicas the peak needs).
+    #[arg(long, default_value_t = 0)]
+    max_replicas: u32,
+    /// GPUs of a main replica.
+    #[arg(long, default_value_t = 1)]
+    gpus: u32,
+    /// Host CPU and memory of a main replica.
+    #[arg(long, default_value_t = 4000)]
+    replica_cpu_millis: u32,
+    #[arg(long, default_value_t = 16384)]
+    replica_memory_mb: u64,
+    /// Requests per second one CPU replica serves: gives the service a CPU variant.
+    #[arg(long)]
+    cpu_rps_per_replica: Option<f64>,
+    #[arg(long, default_value_t = 32000)]
+    cpu_variant_cpu_millis: u32,
+    #[arg(long, default_value_t = 65536)]
+    cpu_variant_memory_mb: u64,
+    #[arg(long, default_value_t = 0)]
+    scale_up_window_s: u32,
+    #[arg(long, default_value_t = 300)]
+    scale_down_window_s: u32,
+    #[arg(long, default_value_t = 60)]
+    stale_after_s: u32,
+    /// Seconds a placed replica takes before it serves (loading the model).
+    #[arg(long, default_value_t = 0)]
+    startup_s: u32,
 }
 
 #[derive(Args)]
@@ -212,6 +270,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_pods,
             max_nodes,
             cpu_nodes,
+            max_cpu_nodes,
             gpu_sharing,
             fill,
             fleet_out,
@@ -229,6 +288,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 start_s,
                 max_pods,
                 max_nodes,
+                max_cpu_nodes,
                 gpu_sharing,
                 fill,
             };
@@ -246,6 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Convert(Convert::Azure {
             file,
             rps_per_replica,
+            service,
             headroom,
             days,
             scale,
@@ -263,6 +324,53 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if !(0.0..=1.0).contains(&amplitude) || days == 0 {
                 bail!("--amplitude must be between 0 and 1 and --days at least 1");
+            }
+            if let Some(name) = service.as_service {
+                let class: WorkloadClass = serde_json::from_value(serde_json::Value::String(service.class.clone()))
+                    .map_err(|_| anyhow::anyhow!("--class {:?} is not a workload class", service.class))?;
+                let options = azure::ServiceOptions {
+                    name,
+                    tenant,
+                    class,
+                    every_s: service.every_s,
+                    days,
+                    amplitude,
+                    scale,
+                    capacity: rps_per_replica,
+                    min_replicas: service.min_replicas,
+                    max_replicas: service.max_replicas,
+                    replica: ReplicaTemplate {
+                        gpus: service.gpus,
+                        gpu_milli: 1000,
+                        gpu_memory_mb: 0,
+                        gpu_models,
+                        cpu_millis: service.replica_cpu_millis,
+                        memory_mb: service.replica_memory_mb,
+                        priority: 100,
+                    },
+                    cpu_variant: service.cpu_rps_per_replica.map(|capacity| CpuVariantSpec {
+                        capacity,
+                        cpu_millis: service.cpu_variant_cpu_millis,
+                        memory_mb: service.cpu_variant_memory_mb,
+                    }),
+                    scale_up_window_s: service.scale_up_window_s,
+                    scale_down_window_s: service.scale_down_window_s,
+                    stale_after_s: service.stale_after_s,
+                    startup_s: service.startup_s,
+                    ..azure::ServiceOptions::default()
+                };
+                let counts = azure::arrivals(&file, u64::from(options.every_s.max(1)))?;
+                let record = azure::to_service(&counts, &options);
+                record.check().map_err(|m| anyhow::anyhow!("the service would be refused: {m}"))?;
+                let (peak, mean) = record.peak_and_mean();
+                let trace = Trace { services: vec![record], ..Trace::default() };
+                trace.save(&trace_out)?;
+                println!(
+                    "service {} over {days} day(s): mean {mean:.1} req/s, peak {peak:.1} req/s → {}",
+                    trace.services[0].name,
+                    trace_out.display()
+                );
+                return Ok(());
             }
             let options = azure::Options {
                 rps_per_replica,
@@ -313,10 +421,10 @@ fn replay(a: RunArgs) -> anyhow::Result<()> {
         policies.len(),
         a.seeds.len()
     );
-    let runs = airtime_sim::compare(&catalog, &fleet, &trace, &policies, &a.seeds, &config, |s| {
+    let runs = airtime_sim::compare(&catalog, &fleet, &trace, &policies, &a.seeds, &a.services_mode, &config, |s| {
         eprintln!(
-            "  {:<20} seed {:<4} {:>7} cycles in {:>6.1} s ({:.0} decisions/s)",
-            s.policy, s.seed, s.cycles, s.wall_s, s.decisions_per_s
+            "  {:<20} {:<10} seed {:<4} {:>7} cycles in {:>6.1} s ({:.0} decisions/s)",
+            s.policy, s.mode, s.seed, s.cycles, s.wall_s, s.decisions_per_s
         );
     })?;
     let summaries = report::summarise(&runs);

@@ -1,6 +1,6 @@
-//! The comparison a person reads (a table, each policy's mean and spread over the seeds), the JSON
-//! a program reads (every run's scores with its time series) and a plot of allocated and busy GPUs
-//! over time, one line per policy (`plotters`, SVG).
+//! The comparison a person reads (a table, each policy's mean and spread over the seeds, and with
+//! services a table of each service), the JSON a program reads (every run's scores with its time
+//! series) and a plot of allocated and busy GPUs over time, one line per policy (`plotters`, SVG).
 
 use std::path::Path;
 
@@ -8,6 +8,8 @@ use anyhow::Context;
 use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 use plotters::prelude::*;
 use serde::Serialize;
+
+use airtime_protocol::workload::WorkloadClass;
 
 use crate::score::Scores;
 
@@ -45,6 +47,8 @@ impl Spread {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Summary {
     pub policy: String,
+    /// How the services were run; empty without services.
+    pub mode: String,
     pub seeds: Vec<u64>,
     pub busy_share: Spread,
     pub allocated_share: Spread,
@@ -60,22 +64,78 @@ pub struct Summary {
     pub wasted_gpu_hours: Spread,
     pub fairness: Spread,
     pub decisions_per_s: Spread,
+    /// The real-time services' SLO attainment (time their capacity carried their demand).
+    pub service_slo_attainment: Spread,
+    pub gpu_replica_hours: Spread,
+    pub cpu_replica_hours: Spread,
+    /// Completed GPU-hours of training (training and fine-tuning) and of batch inference.
+    pub completed_training_gpu_hours: Spread,
+    pub completed_batch_gpu_hours: Spread,
+    /// Each service's scores over the seeds, in trace order.
+    pub services: Vec<ServiceSummary>,
+}
+
+/// One service's scores over the seeds of one policy and mode.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServiceSummary {
+    pub name: String,
+    pub slo_attainment: Spread,
+    pub demand_served: Spread,
+    pub gpu_replica_hours: Spread,
+    pub cpu_replica_hours: Spread,
+    pub peak_gpu_replicas: Spread,
+    pub peak_cpu_replicas: Spread,
+    pub start_delay_p95_s: Spread,
+}
+
+/// The completed GPU-hours of these classes in a run.
+pub fn completed_of(run: &Scores, classes: &[WorkloadClass]) -> f64 {
+    run.completed_by_class.iter().filter(|c| classes.contains(&c.class)).map(|c| c.gpu_hours).sum()
+}
+
+/// The classes counted as training in the tables.
+pub const TRAINING: [WorkloadClass; 2] = [WorkloadClass::Training, WorkloadClass::FineTuning];
+
+/// A run's label in the tables: the policy, and how the services ran.
+fn label(policy: &str, mode: &str) -> String {
+    if mode.is_empty() { policy.to_owned() } else { format!("{policy} · {mode}") }
 }
 
 pub fn summarise(runs: &[Scores]) -> Vec<Summary> {
-    let mut policies: Vec<&str> = Vec::new();
+    let mut groups: Vec<(&str, &str)> = Vec::new();
     for r in runs {
-        if !policies.contains(&r.policy.as_str()) {
-            policies.push(&r.policy);
+        if !groups.contains(&(r.policy.as_str(), r.mode.as_str())) {
+            groups.push((&r.policy, &r.mode));
         }
     }
-    policies
+    groups
         .into_iter()
-        .map(|policy| {
-            let mine: Vec<&Scores> = runs.iter().filter(|r| r.policy == policy).collect();
+        .map(|(policy, mode)| {
+            let mine: Vec<&Scores> = runs.iter().filter(|r| r.policy == policy && r.mode == mode).collect();
             let spread = |f: &dyn Fn(&Scores) -> f64| Spread::of(mine.iter().map(|r| f(r)));
+            let services = mine[0]
+                .services
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let of = |f: &dyn Fn(&crate::score::ServiceScore) -> f64| {
+                        Spread::of(mine.iter().filter_map(|r| r.services.get(i)).map(f))
+                    };
+                    ServiceSummary {
+                        name: s.name.clone(),
+                        slo_attainment: of(&|s| s.slo_attainment),
+                        demand_served: of(&|s| s.demand_served),
+                        gpu_replica_hours: of(&|s| s.gpu_replica_hours),
+                        cpu_replica_hours: of(&|s| s.cpu_replica_hours),
+                        peak_gpu_replicas: of(&|s| f64::from(s.peak_gpu_replicas)),
+                        peak_cpu_replicas: of(&|s| f64::from(s.peak_cpu_replicas)),
+                        start_delay_p95_s: of(&|s| s.start_delay_s.p95),
+                    }
+                })
+                .collect();
             Summary {
                 policy: policy.to_owned(),
+                mode: mode.to_owned(),
                 seeds: mine.iter().map(|r| r.seed).collect(),
                 busy_share: spread(&|r| r.busy_share),
                 allocated_share: spread(&|r| r.allocated_share),
@@ -96,16 +156,25 @@ pub fn summarise(runs: &[Scores]) -> Vec<Summary> {
                 wasted_gpu_hours: spread(&|r| r.wasted_gpu_hours),
                 fairness: spread(&|r| r.fairness),
                 decisions_per_s: spread(&|r| r.decisions_per_s),
+                service_slo_attainment: spread(&|r| r.service_slo_attainment),
+                gpu_replica_hours: spread(&|r| r.gpu_replica_hours),
+                cpu_replica_hours: spread(&|r| r.cpu_replica_hours),
+                completed_training_gpu_hours: spread(&|r| completed_of(r, &TRAINING)),
+                completed_batch_gpu_hours: spread(&|r| completed_of(r, &[WorkloadClass::BatchInference])),
+                services,
             }
         })
         .collect()
 }
 
-/// The comparison as a table: one row per policy, mean (± half the spread) over the seeds.
+/// The comparison as a table: one row per policy (and way of running the services), mean (± half
+/// the spread) over the seeds. With services, their columns come after the policy's, and a second
+/// table gives each service.
 pub fn table(summaries: &[Summary]) -> String {
+    let with_services = summaries.iter().any(|s| !s.services.is_empty());
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(vec![
+    let mut header = vec![
         "policy",
         "GPU busy",
         "allocated",
@@ -120,10 +189,20 @@ pub fn table(summaries: &[Summary]) -> String {
         "wasted GPU-h",
         "fairness",
         "decisions/s",
-    ]);
+    ];
+    if with_services {
+        header.extend([
+            "services' RT SLO",
+            "GPU replica-h",
+            "CPU replica-h",
+            "done training GPU-h",
+            "done batch GPU-h",
+        ]);
+    }
+    table.set_header(header);
     for s in summaries {
-        let cells = vec![
-            Cell::new(&s.policy),
+        let mut cells = vec![
+            Cell::new(label(&s.policy, &s.mode)),
             Cell::new(s.busy_share.show(1, 100.0, "%")),
             Cell::new(s.allocated_share.show(1, 100.0, "%")),
             Cell::new(s.idle_gpu_hours.show(0, 1.0, "")),
@@ -138,9 +217,61 @@ pub fn table(summaries: &[Summary]) -> String {
             Cell::new(s.fairness.show(3, 1.0, "")),
             Cell::new(s.decisions_per_s.show(0, 1.0, "")),
         ];
+        if with_services {
+            cells.extend([
+                Cell::new(s.service_slo_attainment.show(2, 100.0, "%")),
+                Cell::new(s.gpu_replica_hours.show(0, 1.0, "")),
+                Cell::new(s.cpu_replica_hours.show(0, 1.0, "")),
+                Cell::new(s.completed_training_gpu_hours.show(0, 1.0, "")),
+                Cell::new(s.completed_batch_gpu_hours.show(0, 1.0, "")),
+            ]);
+        }
         table.add_row(
             cells.into_iter().enumerate().map(|(i, c)| if i == 0 { c } else { c.set_alignment(CellAlignment::Right) }),
         );
+    }
+    if !with_services {
+        return table.to_string();
+    }
+    format!("{table}\n{}", services_table(summaries))
+}
+
+/// Each service under each policy and mode: its SLO attainment, the share of its demand carried,
+/// its replica-hours and peak replicas by variant, and how long its replicas waited to start.
+pub fn services_table(summaries: &[Summary]) -> String {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(vec![
+        "policy",
+        "service",
+        "SLO (time)",
+        "demand served",
+        "GPU replica-h",
+        "CPU replica-h",
+        "peak GPU replicas",
+        "peak CPU replicas",
+        "replica start p95 s",
+    ]);
+    for s in summaries {
+        for v in &s.services {
+            let cells = vec![
+                Cell::new(label(&s.policy, &s.mode)),
+                Cell::new(&v.name),
+                Cell::new(v.slo_attainment.show(2, 100.0, "%")),
+                Cell::new(v.demand_served.show(2, 100.0, "%")),
+                Cell::new(v.gpu_replica_hours.show(0, 1.0, "")),
+                Cell::new(v.cpu_replica_hours.show(0, 1.0, "")),
+                Cell::new(v.peak_gpu_replicas.show(0, 1.0, "")),
+                Cell::new(v.peak_cpu_replicas.show(0, 1.0, "")),
+                Cell::new(v.start_delay_p95_s.show(0, 1.0, "")),
+            ];
+            table.add_row(
+                cells
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| if i < 2 { c } else { c.set_alignment(CellAlignment::Right) }),
+            );
+        }
     }
     table.to_string()
 }
@@ -163,7 +294,7 @@ pub fn write_json(path: &Path, summaries: &[Summary], runs: &[Scores]) -> anyhow
 pub fn plot(path: &Path, runs: &[Scores], title: &str) -> anyhow::Result<()> {
     let mut firsts: Vec<&Scores> = Vec::new();
     for r in runs {
-        if !firsts.iter().any(|f| f.policy == r.policy) {
+        if !firsts.iter().any(|f| f.policy == r.policy && f.mode == r.mode) {
             firsts.push(r);
         }
     }
@@ -197,7 +328,7 @@ pub fn plot(path: &Path, runs: &[Scores], title: &str) -> anyhow::Result<()> {
             chart
                 .draw_series(LineSeries::new(points, colour.stroke_width(2)))
                 .map_err(|e| anyhow::anyhow!("{e}"))?
-                .label(run.policy.clone())
+                .label(label(&run.policy, &run.mode))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
         }
         chart

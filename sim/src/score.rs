@@ -1,13 +1,15 @@
 //! What a replay scores: how much of the owned GPU time was allocated and busy, what the idle time
 //! cost, how fragmented the free capacity was, whether real-time demand had its capacity, how long
 //! each class queued, what was completed and what preemption wasted, how fairly tenants were served
-//! against their guarantees, and how fast the core decided.
+//! against their guarantees, and how fast the core decided; for elastic inference services, how
+//! much of the time their serving replicas carried their demand and what replicas they ran.
 //!
 //! Time-weighted quantities are integrated exactly between events over the trace's span (the same
 //! window for every policy, so they compare); fragmentation and the time series are sampled.
 
 use std::time::Duration;
 
+use airtime_protocol::service::ReplicaVariant;
 use airtime_protocol::workload::{NodeState, WorkloadClass};
 use serde::Serialize;
 
@@ -52,6 +54,52 @@ pub struct ClassDelay {
     pub never_started: usize,
 }
 
+/// GPU-hours of one class's work that ran to completion.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ClassHours {
+    pub class: WorkloadClass,
+    pub gpu_hours: f64,
+}
+
+/// A service at one sample of the time series.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServiceSample {
+    pub t_s: u64,
+    /// The latest report.
+    pub demand: f64,
+    /// What its serving replicas carry.
+    pub capacity: f64,
+    /// Replicas placed (holding their resources), by variant, and waiting.
+    pub gpu_replicas: u32,
+    pub cpu_replicas: u32,
+    pub pending: u32,
+}
+
+/// What one elastic inference service got.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServiceScore {
+    pub name: String,
+    pub class: WorkloadClass,
+    /// Share of its live time (in the window) that its serving replicas' capacity was at least
+    /// its demand.
+    pub slo_attainment: f64,
+    /// Share of its demand (load × time) its serving replicas carried.
+    pub demand_served: f64,
+    pub mean_demand: f64,
+    pub peak_demand: f64,
+    /// Hours of placed replicas in the window, by variant.
+    pub gpu_replica_hours: f64,
+    pub cpu_replica_hours: f64,
+    pub peak_gpu_replicas: u32,
+    pub peak_cpu_replicas: u32,
+    pub replicas_started: u32,
+    /// Replicas the autoscaler stopped: pending ones cancelled, placed ones drained.
+    pub replicas_drained: u32,
+    /// From a replica's creation to its first placement.
+    pub start_delay_s: Percentiles,
+    pub series: Vec<ServiceSample>,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct TenantScore {
     pub name: String,
@@ -68,6 +116,8 @@ pub struct TenantScore {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Scores {
     pub policy: String,
+    /// How the services were run (`crate::services::ServiceMode`); empty without services.
+    pub mode: String,
     pub seed: u64,
     pub span_s: u64,
     pub gpus: usize,
@@ -91,6 +141,8 @@ pub struct Scores {
     pub queue_delay: Vec<ClassDelay>,
     /// GPU-hours of non-real-time work that ran to completion.
     pub completed_gpu_hours: f64,
+    /// The same by class.
+    pub completed_by_class: Vec<ClassHours>,
     pub completed_workloads: usize,
     pub unfinished_workloads: usize,
     pub preemptions: usize,
@@ -98,6 +150,14 @@ pub struct Scores {
     pub wasted_gpu_hours: f64,
     pub requeued_by_node_loss: usize,
     pub tenants: Vec<TenantScore>,
+    /// The elastic inference services, in trace order.
+    pub services: Vec<ServiceScore>,
+    /// Of the real-time services together: the share of their live time their serving capacity
+    /// was at least their demand (1 without any).
+    pub service_slo_attainment: f64,
+    /// Hours of placed service replicas in the window, GPU and CPU.
+    pub gpu_replica_hours: f64,
+    pub cpu_replica_hours: f64,
     /// Jain's index of the tenants' `guarantee_met` (1: all equally served).
     pub fairness: f64,
     pub cycles: usize,
@@ -127,7 +187,9 @@ pub(crate) struct Recorder {
     realtime_wanted_s: f64,
     realtime_served_s: f64,
     completed_gpu_s: f64,
+    completed_by_class: Vec<f64>,
     completed: usize,
+    services: Vec<ServiceRec>,
     wasted_gpu_s: f64,
     preemptions: usize,
     requeued_by_node_loss: usize,
@@ -158,7 +220,9 @@ impl Recorder {
             realtime_wanted_s: 0.0,
             realtime_served_s: 0.0,
             completed_gpu_s: 0.0,
+            completed_by_class: vec![0.0; WorkloadClass::ALL.len()],
             completed: 0,
+            services: world.services.iter().map(|_| ServiceRec::default()).collect(),
             wasted_gpu_s: 0.0,
             preemptions: 0,
             requeued_by_node_loss: 0,
@@ -179,9 +243,28 @@ impl Recorder {
         }
         let dt = (t - self.last) as f64;
         let in_span = (t.min(self.span).saturating_sub(self.last.min(self.span))) as f64;
+        let (service_busy, service_cost) = service_busy(world);
         self.allocated_gpu_s += self.held_gpus * in_span;
-        self.busy_gpu_s += self.busy_gpus * in_span;
-        self.busy_cost += self.busy_cost_per_s * in_span;
+        self.busy_gpu_s += (self.busy_gpus + service_busy) * in_span;
+        self.busy_cost += (self.busy_cost_per_s + service_cost) * in_span;
+        for (s, acc) in self.services.iter_mut().enumerate() {
+            let service = &world.services[s];
+            let (gpu, cpu, _) = replicas(world, s);
+            acc.peak_gpu = acc.peak_gpu.max(gpu);
+            acc.peak_cpu = acc.peak_cpu.max(cpu);
+            acc.gpu_replica_s += f64::from(gpu) * in_span;
+            acc.cpu_replica_s += f64::from(cpu) * in_span;
+            if service.started && !service.ended && in_span > 0.0 {
+                let capacity = world.serving_capacity(s);
+                let demand = service.demand;
+                acc.live_s += in_span;
+                acc.demand += demand * in_span;
+                acc.served += demand.min(capacity) * in_span;
+                if capacity + 1e-9 >= demand {
+                    acc.met_s += in_span;
+                }
+            }
+        }
         let decay = 0.5f64.powf(dt / self.half_life_s);
         for (i, tenant) in world.tenants.iter_mut().enumerate() {
             let held = f64::from(tenant.held_milli) / 1000.0;
@@ -211,22 +294,26 @@ impl Recorder {
 
     /// An attempt stops running at `t` (ended, stopped, lost): real-time service time is counted.
     pub fn ran(&mut self, job: &Job, t: u64) {
-        if job.spec.class == WorkloadClass::RealtimeInference {
+        if job.is_realtime_demand() {
             let end = t.min(self.span);
             self.realtime_served_s += end.saturating_sub(job.since.min(end)) as f64;
         }
     }
 
     pub fn completed(&mut self, job: &Job) {
-        if job.spec.class != WorkloadClass::RealtimeInference {
+        if job.spec.class != WorkloadClass::RealtimeInference && job.replica.is_none() {
             self.completed += 1;
-            self.completed_gpu_s += gpu_demand(job) * job.spec.duration_s as f64;
+            let gpu_s = gpu_demand(job) * job.spec.duration_s as f64;
+            self.completed_gpu_s += gpu_s;
+            if let Some(c) = WorkloadClass::ALL.iter().position(|&c| c == job.spec.class) {
+                self.completed_by_class[c] += gpu_s;
+            }
         }
     }
 
     /// A workload is done (or the replay ends): its real-time demand in the window is counted.
     pub fn finished(&mut self, job: &Job) {
-        if job.spec.class == WorkloadClass::RealtimeInference {
+        if job.is_realtime_demand() {
             let end = (job.spec.arrive_s + job.spec.duration_s).min(self.span);
             self.realtime_wanted_s += end.saturating_sub(job.spec.arrive_s.min(end)) as f64;
         }
@@ -295,11 +382,23 @@ impl Recorder {
             }
         }
         let pending = world.active.iter().filter(|&&j| world.jobs[j].phase == Phase::Waiting).count();
+        let busy = self.busy_gpus + service_busy(world).0;
+        for (s, acc) in self.services.iter_mut().enumerate() {
+            let (gpu_replicas, cpu_replicas, pending) = replicas(world, s);
+            acc.series.push(ServiceSample {
+                t_s: world.now,
+                demand: world.services[s].demand,
+                capacity: world.serving_capacity(s),
+                gpu_replicas,
+                cpu_replicas,
+                pending,
+            });
+        }
         self.series.push(Sample {
             t_s: world.now,
             allocated_gpus: self.held_gpus,
-            busy_gpus: self.busy_gpus,
-            idle_gpus: world.gpus.iter().map(|g| g.capacity).sum::<f64>() - self.busy_gpus,
+            busy_gpus: busy,
+            idle_gpus: world.gpus.iter().map(|g| g.capacity).sum::<f64>() - busy,
             pending,
             fragmented_gpus: fragmented,
         });
@@ -310,7 +409,7 @@ impl Recorder {
     pub fn finish(mut self, world: &World, policy: &str, seed: u64, wall: Duration) -> Scores {
         // Real-time demand still running at the end (its deadline past the stop) counts to the span.
         for job in world.active.iter().map(|&j| &world.jobs[j]) {
-            if job.spec.class == WorkloadClass::RealtimeInference {
+            if job.is_realtime_demand() {
                 if matches!(job.phase, Phase::Running | Phase::Stopping) {
                     self.ran(job, self.last);
                 }
@@ -329,7 +428,8 @@ impl Recorder {
         let allocated = self.allocated_gpu_s / 3600.0;
         let busy = self.busy_gpu_s / 3600.0;
         let delays = |class: WorkloadClass| {
-            let of_class = world.jobs.iter().filter(|j| j.spec.class == class && j.phase != Phase::NotYet);
+            let of_class =
+                world.jobs.iter().filter(|j| j.spec.class == class && j.phase != Phase::NotYet && j.replica.is_none());
             let (started, never): (Vec<&Job>, Vec<&Job>) = of_class.partition(|j| j.first_start.is_some());
             let values =
                 started.iter().map(|j| j.first_start.unwrap_or(0).saturating_sub(j.spec.arrive_s) as f64).collect();
@@ -337,7 +437,7 @@ impl Recorder {
         };
         let queue_delay = WorkloadClass::ALL
             .iter()
-            .filter(|&&c| world.jobs.iter().any(|j| j.spec.class == c))
+            .filter(|&&c| world.jobs.iter().any(|j| j.spec.class == c && j.replica.is_none()))
             .map(|&class| {
                 let (start_delay_s, never_started) = delays(class);
                 ClassDelay { class, start_delay_s, never_started }
@@ -346,7 +446,10 @@ impl Recorder {
         let mut demand = vec![0.0; world.tenants.len()];
         for j in &world.jobs {
             let start = j.spec.arrive_s.min(self.span);
-            let end = (j.spec.arrive_s + j.spec.duration_s).min(self.span);
+            // A replica was wanted from its creation until it ended (or the window closed).
+            let until =
+                if j.replica.is_some() { j.ended_at.unwrap_or(self.span) } else { j.spec.arrive_s + j.spec.duration_s };
+            let end = until.min(self.span).max(start);
             demand[j.tenant] += f64::from(j.spec.gpus) * (end - start) as f64;
         }
         let tenants: Vec<TenantScore> = world
@@ -392,12 +495,53 @@ impl Recorder {
         let unfinished = world
             .jobs
             .iter()
-            .filter(|j| j.phase != Phase::Done && j.spec.class != WorkloadClass::RealtimeInference)
+            .filter(|j| {
+                j.phase != Phase::Done && j.spec.class != WorkloadClass::RealtimeInference && j.replica.is_none()
+            })
             .count();
+        // The real-time services together, each weighted by its live time.
+        let (met, live) = self
+            .services
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| world.services[*s].spec.class == WorkloadClass::RealtimeInference)
+            .fold((0.0, 0.0), |(met, live), (_, acc)| (met + acc.met_s, live + acc.live_s));
+        let service_slo_attainment = if live > 0.0 { met / live } else { 1.0 };
+        let services: Vec<ServiceScore> = std::mem::take(&mut self.services)
+            .into_iter()
+            .enumerate()
+            .map(|(s, acc)| {
+                let service = &world.services[s];
+                let (peak_demand, _) = service.spec.peak_and_mean();
+                let delays = world
+                    .jobs
+                    .iter()
+                    .filter(|j| j.replica.is_some_and(|r| r.service == s))
+                    .filter_map(|j| j.first_start.map(|f| f.saturating_sub(j.spec.arrive_s) as f64))
+                    .collect();
+                ServiceScore {
+                    name: service.spec.name.clone(),
+                    class: service.spec.class,
+                    slo_attainment: if acc.live_s > 0.0 { acc.met_s / acc.live_s } else { 1.0 },
+                    demand_served: if acc.demand > 0.0 { acc.served / acc.demand } else { 1.0 },
+                    mean_demand: if acc.live_s > 0.0 { acc.demand / acc.live_s } else { 0.0 },
+                    peak_demand,
+                    gpu_replica_hours: acc.gpu_replica_s / 3600.0,
+                    cpu_replica_hours: acc.cpu_replica_s / 3600.0,
+                    peak_gpu_replicas: acc.peak_gpu,
+                    peak_cpu_replicas: acc.peak_cpu,
+                    replicas_started: service.created.iter().sum(),
+                    replicas_drained: service.drained,
+                    start_delay_s: Percentiles::of(delays),
+                    series: acc.series,
+                }
+            })
+            .collect();
         let idle_cost = self.total_cost_per_s * self.span as f64 - self.busy_cost;
         let wall_s = wall.as_secs_f64();
         Scores {
             policy: policy.to_owned(),
+            mode: String::new(),
             seed,
             span_s: self.span,
             gpus: gpus.round() as usize,
@@ -419,12 +563,22 @@ impl Recorder {
             realtime_start_delay_s: delays(WorkloadClass::RealtimeInference).0,
             queue_delay,
             completed_gpu_hours: self.completed_gpu_s / 3600.0,
+            completed_by_class: WorkloadClass::ALL
+                .iter()
+                .zip(&self.completed_by_class)
+                .filter(|(_, h)| **h > 0.0)
+                .map(|(&class, h)| ClassHours { class, gpu_hours: h / 3600.0 })
+                .collect(),
             completed_workloads: self.completed,
             unfinished_workloads: unfinished,
             preemptions: self.preemptions,
             wasted_gpu_hours: self.wasted_gpu_s / 3600.0,
             requeued_by_node_loss: self.requeued_by_node_loss,
             tenants,
+            gpu_replica_hours: services.iter().map(|s| s.gpu_replica_hours).sum(),
+            cpu_replica_hours: services.iter().map(|s| s.cpu_replica_hours).sum(),
+            services,
+            service_slo_attainment,
             fairness,
             cycles: self.cycles,
             decisions: self.decisions,
@@ -436,6 +590,61 @@ impl Recorder {
             series: self.series,
         }
     }
+}
+
+/// What the recorder integrates for one service.
+#[derive(Default)]
+struct ServiceRec {
+    live_s: f64,
+    met_s: f64,
+    /// Load × seconds wanted, and carried.
+    demand: f64,
+    served: f64,
+    gpu_replica_s: f64,
+    cpu_replica_s: f64,
+    peak_gpu: u32,
+    peak_cpu: u32,
+    series: Vec<ServiceSample>,
+}
+
+/// A service's replicas now: placed GPU and CPU replicas (holding their resources, draining ones
+/// included), and waiting ones.
+fn replicas(world: &World, s: usize) -> (u32, u32, u32) {
+    let (mut gpu, mut cpu, mut pending) = (0, 0, 0);
+    for &j in &world.services[s].replicas {
+        let job = &world.jobs[j];
+        match (job.phase, job.replica.map(|r| r.variant)) {
+            (Phase::Waiting, _) => pending += 1,
+            (Phase::Running | Phase::Stopping, Some(ReplicaVariant::Cpu)) => cpu += 1,
+            (Phase::Running | Phase::Stopping, _) => gpu += 1,
+            _ => {}
+        }
+    }
+    (gpu, cpu, pending)
+}
+
+/// GPUs the services' serving replicas keep busy now, and what that busy time costs a second: each
+/// serving replica's GPUs busy for the share of its capacity its service's demand takes.
+fn service_busy(world: &World) -> (f64, f64) {
+    let (mut gpus, mut cost) = (0.0, 0.0);
+    for (s, service) in world.services.iter().enumerate() {
+        if service.replicas.is_empty() {
+            continue;
+        }
+        let utilisation = world.service_utilisation(s);
+        if utilisation <= 0.0 {
+            continue;
+        }
+        for &j in service.replicas.iter().filter(|&&j| world.serves(j)) {
+            let job = &world.jobs[j];
+            let share = f64::from(job.spec.gpu_milli) / 1000.0 * utilisation;
+            for &g in &job.gpus {
+                gpus += share * world.gpus[g].capacity;
+                cost += share * world.gpus[g].cost_per_s;
+            }
+        }
+    }
+    (gpus, cost)
 }
 
 /// GPUs a job asks for, counting a share as its fraction.

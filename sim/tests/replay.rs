@@ -110,7 +110,7 @@ fn a_decision_the_control_plane_would_refuse_the_simulator_refuses() {
             workload("first", WorkloadClass::Training, 0, 1000, 1),
             workload("second", WorkloadClass::Training, 10, 100, 1),
         ],
-        node_downs: Vec::new(),
+        ..Trace::default()
     };
     let config = Config { until_s: 5000, ..Config::default() };
     let scores = replay_with(module.to_str().expect("utf-8 path"), &fleet(2), &trace, config);
@@ -124,7 +124,7 @@ fn a_decision_the_control_plane_would_refuse_the_simulator_refuses() {
 fn a_failing_platform_policy_gives_way_to_the_built_in_as_in_the_control_plane() {
     let dir = tempfile::tempdir().expect("temp dir");
     let module = wat_module(dir.path(), "fail_with_message");
-    let trace = Trace { workloads: vec![workload("job", WorkloadClass::Training, 0, 60, 1)], node_downs: Vec::new() };
+    let trace = Trace { workloads: vec![workload("job", WorkloadClass::Training, 0, 60, 1)], ..Trace::default() };
     let scores = replay(module.to_str().expect("utf-8 path"), &fleet(2), &trace);
     assert!(scores.policy_failures > 0);
     assert_eq!(scores.completed_workloads, 1, "priority-best-fit placed it");
@@ -141,7 +141,7 @@ fn a_burst_of_realtime_traffic_preempts_training_which_resumes_from_its_checkpoi
             workload("train", WorkloadClass::Training, 0, 1000, 2),
             workload("replica", WorkloadClass::RealtimeInference, 100, 300, 1),
         ],
-        node_downs: Vec::new(),
+        ..Trace::default()
     };
     let slo = replay_for("slo-first", &fleet(2), &trace, 2000);
     assert!(slo.preemptions >= 1, "{slo:?}");
@@ -163,10 +163,8 @@ fn scores_account_for_every_gpu_hour() {
     // of it at a quarter of a GPU: allocated = (0.5 + 1) / 2, busy = (0.5 + 0.25) / 2.
     let mut quarter = workload("quarter", WorkloadClass::BatchInference, 0, 1000, 1);
     quarter.gpu_milli = 250;
-    let trace = Trace {
-        workloads: vec![workload("half", WorkloadClass::Training, 0, 500, 1), quarter],
-        node_downs: Vec::new(),
-    };
+    let trace =
+        Trace { workloads: vec![workload("half", WorkloadClass::Training, 0, 500, 1), quarter], ..Trace::default() };
     let s = replay_for("priority-best-fit", &fleet(2), &trace, 1000);
     assert_eq!(s.span_s, 1000);
     assert!((s.allocated_share - 0.75).abs() < 1e-9, "{}", s.allocated_share);
@@ -179,7 +177,7 @@ fn scores_account_for_every_gpu_hour() {
 #[test]
 fn quarter_gpu_replicas_share_a_gpu_and_are_billed_as_quarters_unless_the_gpus_are_not_shared() {
     // Two GPUs; four quarter-GPU real-time replicas and a one-GPU training job, all for an hour.
-    let mut trace = Trace { workloads: Vec::new(), node_downs: Vec::new() };
+    let mut trace = Trace { workloads: Vec::new(), ..Trace::default() };
     for i in 0..4 {
         let mut replica = workload(&format!("replica-{i}"), WorkloadClass::RealtimeInference, 0, 3600, 1);
         replica.gpu_milli = 250;
@@ -211,7 +209,7 @@ fn a_mig_layout_carves_each_gpu_into_instances_that_serve_only_their_profile() {
     mig.node_types[0].gpu_sharing = airtime_protocol::sharing::GpuSharing::Mig;
     mig.node_types[0].mig_layout = vec!["3g.40gb".into(), "2g.20gb".into(), "1g.10gb".into(), "1g.10gb".into()];
     mig.check().expect("a valid layout");
-    let mut trace = Trace { workloads: Vec::new(), node_downs: Vec::new() };
+    let mut trace = Trace { workloads: Vec::new(), ..Trace::default() };
     for (i, profile) in ["1g.10gb", "1g.10gb", "1g.10gb", "3g.40gb"].iter().enumerate() {
         let mut w = workload(&format!("quant-{i}"), WorkloadClass::Quantization, 0, 600, 1);
         w.mig_profile = Some((*profile).to_owned());
