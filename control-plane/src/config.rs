@@ -84,6 +84,10 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_TELEMETRY_RETENTION_HOURS", default_value_t = 24)]
     pub telemetry_retention_hours: u32,
 
+    /// The longest a what-if replay (both of its replays together) may take, in seconds.
+    #[arg(long, env = "AIRTIME_WHAT_IF_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub what_if_timeout_s: u64,
+
     /// Log format.
     #[arg(long, env = "AIRTIME_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

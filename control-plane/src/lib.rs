@@ -23,6 +23,7 @@ pub mod signals;
 pub mod state;
 pub mod tenancy;
 pub mod web;
+pub mod what_if;
 pub mod workloads;
 
 pub use config::Config;

@@ -49,6 +49,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = Shutdown::default();
     let scheduler = tokio::spawn(scheduler::run_loop(state.scheduler(), shutdown.clone()));
     let watch = tokio::spawn(fleet::liveness::run(state.liveness(), shutdown.clone()));
+    let what_if = tokio::spawn(crate::what_if::runner::run(state.what_if(), shutdown.clone()));
     let relay = tokio::spawn(crate::signals::relay(
         state.db.clone(),
         state.leadership.instance(),
@@ -78,6 +79,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     shutdown.cancel();
     let _ = scheduler.await;
     let _ = watch.await;
+    let _ = what_if.await;
     let _ = relay.await;
     Ok(())
 }

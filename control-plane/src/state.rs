@@ -78,6 +78,14 @@ impl AppState {
         }
     }
 
+    /// The what-if runner's handles.
+    pub fn what_if(&self) -> crate::what_if::runner::Runner {
+        crate::what_if::runner::Runner {
+            db: self.db.clone(),
+            timeout: std::time::Duration::from_secs(self.config.what_if_timeout_s),
+        }
+    }
+
     /// The fleet watch's handles.
     pub fn liveness(&self) -> Liveness {
         Liveness {

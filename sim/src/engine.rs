@@ -29,6 +29,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
@@ -584,6 +585,22 @@ impl World {
     }
 }
 
+/// Where a replay is, for a watcher ([`run_watched`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Virtual seconds replayed.
+    pub now_s: u64,
+    /// Where the replay stops.
+    pub until_s: u64,
+}
+
+impl Progress {
+    /// The share replayed, 0 to 1.
+    pub fn share(&self) -> f64 {
+        if self.until_s == 0 { 1.0 } else { (self.now_s as f64 / self.until_s as f64).min(1.0) }
+    }
+}
+
 /// One policy's replay of a trace.
 pub fn run(
     catalog: &Catalog,
@@ -592,6 +609,20 @@ pub fn run(
     platform: &SimPolicy,
     tenant_policies: &[(usize, SimPolicy)],
     config: &Config,
+) -> anyhow::Result<Scores> {
+    run_watched(catalog, fleet, trace, platform, tenant_policies, config, &mut |_| ControlFlow::Continue(()))
+}
+
+/// [`run`], telling `watch` where it is before every cycle; the replay stops with an error (the
+/// watcher's reason) when the watcher breaks — how a caller bounds it in time or cancels it.
+pub fn run_watched(
+    catalog: &Catalog,
+    fleet: &FleetSpec,
+    trace: &Trace,
+    platform: &SimPolicy,
+    tenant_policies: &[(usize, SimPolicy)],
+    config: &Config,
+    watch: &mut dyn FnMut(Progress) -> ControlFlow<String>,
 ) -> anyhow::Result<Scores> {
     let mut world = World::build(fleet, trace, config)?;
     // The scored window: what the trace offers arrives in it (its last arrival, or the end of a
@@ -756,6 +787,9 @@ pub fn run(
                 push(&mut events, earliest, Event::Cycle);
             }
             continue;
+        }
+        if let ControlFlow::Break(why) = watch(Progress { now_s: t, until_s: until }) {
+            bail!("the replay stopped at {t} s of {until} s: {why}");
         }
         let began = Instant::now();
         let (mut view, mut order) = world.view();

@@ -73,8 +73,6 @@ impl Catalog {
             Some((what, params)) => (what, params),
             None => (spec, "{}"),
         };
-        serde_json::from_str::<serde_json::Value>(params)
-            .with_context(|| format!("the parameters of {what} are not JSON: {params}"))?;
         let (name, bytes, builtin) = if what.ends_with(".wasm") {
             let bytes = std::fs::read(what).with_context(|| format!("reading the policy module {what}"))?;
             let name = std::path::Path::new(what).file_stem().and_then(|s| s.to_str()).unwrap_or(what).to_owned();
@@ -85,13 +83,21 @@ impl Catalog {
             };
             (what.to_owned(), std::borrow::Cow::Borrowed(bytes), true)
         };
-        let compiled = self.runtime.compile(&bytes).with_context(|| format!("the policy module {what}"))?;
+        self.module(&name, &bytes, params, builtin)
+    }
+
+    /// A policy from its module's bytes (a stored version, say), named `name`, with `params`
+    /// offered to the policy's own check as an activation would.
+    pub fn module(&self, name: &str, bytes: &[u8], params: &str, builtin: bool) -> anyhow::Result<SimPolicy> {
+        serde_json::from_str::<serde_json::Value>(params)
+            .with_context(|| format!("the parameters of {name} are not JSON: {params}"))?;
+        let compiled = self.runtime.compile(bytes).with_context(|| format!("the policy module {name}"))?;
         match self.runtime.validate_params(&compiled, params, &self.limits) {
             Ok(ParamsVerdict::Refused(message)) => bail!("{name} refused its parameters: {message}"),
             Ok(_) => {}
             Err(err) => bail!("{name} failed checking its parameters: {err}"),
         }
-        Ok(SimPolicy { id: Uuid::new_v4(), name, compiled, params: params.into(), builtin })
+        Ok(SimPolicy { id: Uuid::new_v4(), name: name.to_owned(), compiled, params: params.into(), builtin })
     }
 }
 

@@ -261,6 +261,23 @@ impl World {
                 assert_eq!(answer.status, 201, "{}", answer.body);
                 (id_of(&answer.body), true)
             }
+            (p, "id") if p.starts_with("/api/v1/what-if/{id}") => {
+                // A what-if run tenant A's admin asked for, of tenant A's own policy.
+                let wasm = small_policy();
+                let policy = self
+                    .a_admin
+                    .post_raw(&format!("/api/v1/policies?name=fixture-{short}"), "application/wasm", wasm)
+                    .await
+                    .unwrap();
+                assert_eq!(policy.status, 201, "{}", policy.body);
+                let run = self
+                    .a_admin
+                    .post(&format!("/api/v1/policies/{}/what-if", id_of(&policy.body)), &json!({"hours": 1}))
+                    .await
+                    .unwrap();
+                assert_eq!(run.status, 202, "{}", run.body);
+                (id_of(&run.body), true)
+            }
             (_, "version") => ("1".into(), true),
             (p, "tenant_id") if p.starts_with("/api/v1/tenants/") => (self.tenant_a.clone(), true),
             (_, "user_id") | ("/api/v1/users/{id}", "id") => {

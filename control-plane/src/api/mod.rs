@@ -14,6 +14,7 @@ pub mod services;
 pub mod settings;
 pub mod snapshot;
 pub mod tenants;
+pub mod what_if;
 pub mod workloads;
 
 use utoipa_axum::router::OpenApiRouter;
@@ -35,6 +36,7 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         .merge(tenants::routes())
         .merge(snapshot::routes())
         .merge(settings::routes())
+        .merge(what_if::routes())
         .merge(auth::routes())
         .merge(invitations::routes())
         .nest("/agent", agent::routes())

@@ -46,6 +46,7 @@ pub fn routes(config: &Config) -> OpenApiRouter<AppState> {
         .routes(routes!(failures))
         .routes(routes!(logs))
         .routes(routes!(shadow_results))
+        .routes(routes!(what_if))
 }
 
 /// What the caller wants to do with a policy.
@@ -308,6 +309,36 @@ async fn start_shadow(
 ) -> ApiResult<axum::Json<PolicyView>> {
     authorize(&state, &caller, id, Need::Manage).await?;
     Ok(axum::Json(policies::start_shadow(&state.db, id, req.version, req.params, &AuditActor::from(&caller)).await?))
+}
+
+/// Replay the recorded history of the last hours against this policy and against the active one,
+/// in the background: answers the queued run (`GET /what-if/{run}` for its progress and, when it
+/// succeeds, both score sets). Whoever may manage the policy; a tenant's caller gets the fleet's
+/// totals and its own tenant's scores.
+#[utoipa::path(
+    post,
+    path = "/policies/{id}/what-if",
+    tag = "policies",
+    params(("id" = Uuid, Path, description = "Policy id")),
+    request_body(content = crate::what_if::WhatIfRequest, example = json!({"hours": 24})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("tenant_admin"))),
+    responses(
+        (status = 202, description = "Queued", body = crate::what_if::WhatIfView),
+        (status = 404, body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn what_if(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Json(req): Json<crate::what_if::WhatIfRequest>,
+) -> ApiResult<(StatusCode, [(header::HeaderName, String); 1], axum::Json<crate::what_if::WhatIfView>)> {
+    let owner = authorize(&state, &caller, id, Need::Manage).await?;
+    let run = crate::what_if::create(&state.db, id, owner, &req, &caller).await?;
+    let location = format!("/api/v1/what-if/{}", run.id);
+    Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(run)))
 }
 
 /// Stop the shadow evaluation of this policy.

@@ -118,17 +118,34 @@ pub struct Scaled {
 /// Applies the cycle's scale plans in one transaction that first proves this replica still leads:
 /// new replicas (pending, with the plan's reason), drains, each service's desired replicas and
 /// reason, a scale event for every change, deleted services whose last replica has stopped, and
-/// old load reports pruned.
+/// old load reports pruned. A cycle whose plans change nothing and say nothing new, with no
+/// service draining and nothing to prune, writes nothing: the check is two reads outside any
+/// transaction, so a steady fleet with services costs its cycles no write.
 pub async fn apply(state: &Scheduler, fleet: &FleetView, plans: &[ScalePlan]) -> Result<Scaled, LeaseError> {
+    let before = stored(&state.db).await?;
+    let steady = |plan: &ScalePlan| {
+        let service = &fleet.services[plan.service];
+        !plan.changes()
+            && !service.draining
+            && before.get(&service.id).is_some_and(|(g, c, r)| {
+                *g == plan.desired.gpu as i32 && *c == plan.desired.cpu as i32 && r.as_deref() == Some(&plan.reason)
+            })
+    };
+    if plans.iter().all(steady) {
+        let prune_due: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT EXISTS (SELECT 1 FROM service_loads WHERE at < now() - interval '{KEEP_LOADS}')"
+        )))
+        .fetch_one(&state.db)
+        .await?;
+        if !prune_due {
+            return Ok(Scaled::default());
+        }
+    }
     let mut tx = state.db.begin().await?;
     state.leadership.prove(&mut tx).await?;
     let mut scaled = Scaled::default();
-    let stored: Vec<(Uuid, i32, i32, Option<String>)> =
-        sqlx::query_as("SELECT id, desired_gpu, desired_cpu, scale_reason FROM services WHERE state <> 'deleted'")
-            .fetch_all(&mut *tx)
-            .await?;
-    let stored: HashMap<Uuid, (i32, i32, Option<String>)> =
-        stored.into_iter().map(|(id, g, c, r)| (id, (g, c, r))).collect();
+    // Read again under the lease: another leader may have written since the check above.
+    let stored = stored(&mut *tx).await?;
     for plan in plans {
         let service = &fleet.services[plan.service];
         let tenant_id = fleet.tenants[service.tenant].id;
@@ -182,6 +199,15 @@ pub async fn apply(state: &Scheduler, fleet: &FleetView, plans: &[ScalePlan]) ->
         .await?;
     tx.commit().await?;
     Ok(scaled)
+}
+
+/// Each live service's stored desired replicas and reason.
+async fn stored<'c>(db: impl sqlx::PgExecutor<'c>) -> sqlx::Result<HashMap<Uuid, (i32, i32, Option<String>)>> {
+    let rows: Vec<(Uuid, i32, i32, Option<String>)> =
+        sqlx::query_as("SELECT id, desired_gpu, desired_cpu, scale_reason FROM services WHERE state <> 'deleted'")
+            .fetch_all(db)
+            .await?;
+    Ok(rows.into_iter().map(|(id, g, c, r)| (id, (g, c, r))).collect())
 }
 
 /// A service's templates and latency target, as stored.
