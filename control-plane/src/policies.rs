@@ -438,6 +438,7 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
         expected_duration_s: 3600,
         gpu_milli: abi::WHOLE_GPU_MILLI,
         mig_profile: "",
+        ..abi::Workload::default()
     };
     abi::Snapshot {
         now_ms: 1_700_000_060_000,
@@ -478,6 +479,7 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
         settings: None,
         params: "{}",
         scope_tenant: None,
+        ..abi::Snapshot::default()
     }
 }
 

@@ -61,7 +61,7 @@ pub struct Checked {
 /// Checks proposals in order; an earlier accepted placement's GPUs, CPU and memory count as taken
 /// for later ones, so two placements can never share a GPU.
 pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Checked {
-    let snapshot = snapshot::build(fleet, "", None);
+    let snapshot = snapshot::build_for_check(fleet);
     let mut checker = Checker::new(&snapshot);
     let mut held = fleet.held_milli();
     let mut out = Checked::default();

@@ -4,6 +4,7 @@
 use airtime_policy_sdk::abi;
 
 use crate::fleet::{FleetView, GpuSharing, WHOLE_GPU_MILLI};
+use crate::services::{LoadMetric, ReplicaVariant, ScalePlan, ServiceEntry};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 
 fn u32_sat(v: u64) -> u32 {
@@ -27,7 +28,32 @@ pub fn class(c: WorkloadClass) -> abi::WorkloadClass {
 }
 
 /// Builds the ABI snapshot for one scope (`scope_tenant` None: the platform scope).
+///
+/// The services table (ABI 1.3) carries `fleet.services` with the autoscaler's plan for each
+/// ([`crate::services::plan`] on this fleet, computed only when it has services). A tenant's view
+/// (`FleetView::tenant_view`) holds only that tenant's services, indexes remapped, so a tenant's
+/// snapshot carries only its own.
+///
+/// A tenant's snapshot plans its services on the tenant's view: demand and the placed and pending
+/// replicas are the platform's numbers, but the desired split between CPU and GPU replicas counts
+/// only the CPU room of the nodes that view holds, so it can differ from what the platform's plan
+/// starts (the autoscaler acts on the platform's plan only).
 pub fn build<'a>(fleet: &'a FleetView, params: &'a str, scope_tenant: Option<usize>) -> abi::Snapshot<'a> {
+    build_inner(fleet, params, scope_tenant, true)
+}
+
+/// The platform snapshot the host's check reads: the services without their plans (the check
+/// needs none of the autoscaler's numbers, so a cycle does not plan once more to check).
+pub fn build_for_check(fleet: &FleetView) -> abi::Snapshot<'_> {
+    build_inner(fleet, "", None, false)
+}
+
+fn build_inner<'a>(
+    fleet: &'a FleetView,
+    params: &'a str,
+    scope_tenant: Option<usize>,
+    planned: bool,
+) -> abi::Snapshot<'a> {
     let ms = |t: chrono::DateTime<chrono::Utc>| u64::try_from(t.timestamp_millis()).unwrap_or(0);
     abi::Snapshot {
         now_ms: ms(fleet.now),
@@ -118,11 +144,86 @@ pub fn build<'a>(fleet: &'a FleetView, params: &'a str, scope_tenant: Option<usi
                 expected_duration_s: w.expected_duration_s,
                 gpu_milli: w.gpu_milli,
                 mig_profile: &w.mig_profile,
+                // A replica of a service outside this view names none (a tenant view keeps only
+                // its own services, and remaps the index).
+                service: w.replica_of.filter(|r| r.service < fleet.services.len()).map(|r| to_index(r.service)),
+                replica_variant: w
+                    .replica_of
+                    .filter(|r| r.service < fleet.services.len())
+                    .map_or(abi::ReplicaVariant::None, |r| replica_variant(r.variant)),
             })
             .collect(),
         settings: Some(settings(fleet)),
         params,
         scope_tenant: scope_tenant.map(to_index),
+        services: services(fleet, planned),
+    }
+}
+
+/// The services with their plans (zeros unless `planned`); nothing to compute for a fleet
+/// without services.
+fn services(fleet: &FleetView, planned: bool) -> Vec<abi::Service<'_>> {
+    if fleet.services.is_empty() {
+        return Vec::new();
+    }
+    if !planned {
+        return fleet
+            .services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let none = ScalePlan {
+                    service: i,
+                    desired: Default::default(),
+                    placed: Default::default(),
+                    pending: Default::default(),
+                    demand: None,
+                    latest: None,
+                    start: Vec::new(),
+                    drain: Vec::new(),
+                    reason: String::new(),
+                };
+                service(s, &none)
+            })
+            .collect();
+    }
+    let plans = crate::services::plan(fleet);
+    fleet.services.iter().zip(&plans).map(|(s, p)| service(s, p)).collect()
+}
+
+fn service<'a>(s: &'a ServiceEntry, p: &ScalePlan) -> abi::Service<'a> {
+    abi::Service {
+        name: &s.name,
+        tenant: to_index(s.tenant),
+        class: class(s.class),
+        metric: match s.metric {
+            LoadMetric::RequestsPerSecond => abi::LoadMetric::RequestsPerSecond,
+            LoadMetric::ConcurrentRequests => abi::LoadMetric::ConcurrentRequests,
+        },
+        min_replicas: s.min_replicas,
+        max_replicas: s.max_replicas,
+        capacity: s.capacity as f32,
+        cpu_capacity: s.cpu_variant.as_ref().map_or(0.0, |c| c.capacity as f32),
+        demand: p.demand.unwrap_or(0.0) as f32,
+        latest: p.latest.unwrap_or(0.0) as f32,
+        desired_gpu: p.desired.gpu,
+        desired_cpu: p.desired.cpu,
+        placed_gpu: p.placed.gpu,
+        placed_cpu: p.placed.cpu,
+        pending_gpu: p.pending.gpu,
+        pending_cpu: p.pending.cpu,
+        gpu_milli_per_replica: s.gpu_milli_per_replica,
+        has_cpu_variant: s.cpu_variant.is_some(),
+        draining: s.draining,
+        // The plan has no demand while the reports are stale (or the service drains).
+        stale: p.demand.is_none() && !s.draining,
+    }
+}
+
+fn replica_variant(v: ReplicaVariant) -> abi::ReplicaVariant {
+    match v {
+        ReplicaVariant::Gpu => abi::ReplicaVariant::Gpu,
+        ReplicaVariant::Cpu => abi::ReplicaVariant::Cpu,
     }
 }
 
@@ -169,4 +270,187 @@ pub fn proposals(decisions: Vec<abi::Decision<'_>>) -> Vec<crate::check::Proposa
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, TimeZone, Utc};
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::fleet::{NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
+    use crate::services::{CpuVariant, LoadSample};
+
+    fn tenant(name: &str) -> TenantEntry {
+        TenantEntry {
+            id: Uuid::new_v4(),
+            name: name.into(),
+            guaranteed_gpus: 0,
+            weight: 1,
+            tier: 0,
+            may_borrow: true,
+            running_gpu_milli: 0,
+            decayed_gpu_hours: 0.0,
+        }
+    }
+
+    fn service(name: &str, tenant: usize) -> ServiceEntry {
+        ServiceEntry {
+            id: Uuid::new_v4(),
+            name: name.into(),
+            tenant,
+            class: WorkloadClass::RealtimeInference,
+            metric: LoadMetric::RequestsPerSecond,
+            min_replicas: 1,
+            max_replicas: 10,
+            capacity: 15.0,
+            gpu_milli_per_replica: 1000,
+            cpu_variant: None,
+            scale_up_window_s: 0,
+            scale_down_window_s: 300,
+            stale_after_s: 60,
+            draining: false,
+            loads: Vec::new(),
+            recent_peak: None,
+        }
+    }
+
+    fn workload(f: &FleetView, name: &str, tenant: usize, replica_of: Option<ReplicaOf>) -> WorkloadEntry {
+        WorkloadEntry {
+            id: Uuid::new_v4(),
+            id_text: format!("00000000-0000-4000-8000-{:012}", f.workloads.len()),
+            name: name.into(),
+            tenant,
+            class: WorkloadClass::RealtimeInference,
+            state: WorkloadState::Pending,
+            priority: 0,
+            gpu_count: 1,
+            gpu_memory_mb: 0,
+            gpu_models: String::new(),
+            cpu_millis: 1000,
+            memory_mb: 1024,
+            cpu_capable: false,
+            preemptible: false,
+            checkpointable: false,
+            expected_duration_s: 0,
+            submitted_at: f.now - Duration::seconds(60),
+            started_at: None,
+            node: None,
+            pending_reason: None,
+            preemptions_last_hour: 0,
+            gpu_milli: 1000,
+            mig_profile: String::new(),
+            replica_of,
+        }
+    }
+
+    /// Two tenants with a service each (`chat` of `web`, with a CPU variant and 42 req/s now;
+    /// `search` of `acme`, never reported), a pending GPU replica of each, and a job.
+    fn fleet() -> FleetView {
+        let now = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
+        let mut f = FleetView {
+            now,
+            tenants: vec![tenant("web"), tenant("acme")],
+            nodes: vec![NodeEntry {
+                id: Uuid::new_v4(),
+                name: "gpu-0".into(),
+                state: NodeState::Ready,
+                cpu_millis: 8000,
+                memory_mb: 65536,
+                cpu_millis_free: 8000,
+                memory_mb_free: 65536,
+                cost_per_hour: 1.0,
+                cpu_util: 0.0,
+                simulated: true,
+                gpu_first: 0,
+                gpu_count: 0,
+            }],
+            ..FleetView::default()
+        };
+        let mut chat = service("chat", 0);
+        chat.cpu_variant = Some(CpuVariant { capacity: 5.0, cpu_millis: 4000, memory_mb: 8192 });
+        chat.loads = vec![LoadSample { at: now, value: 42.0 }];
+        f.services = vec![chat, service("search", 1)];
+        let job = workload(&f, "train", 1, None);
+        f.workloads.push(job);
+        let replica = workload(&f, "search-0", 1, Some(ReplicaOf { service: 1, variant: ReplicaVariant::Gpu }));
+        f.workloads.push(replica);
+        let replica = workload(&f, "chat-0", 0, Some(ReplicaOf { service: 0, variant: ReplicaVariant::Gpu }));
+        f.workloads.push(replica);
+        f
+    }
+
+    #[test]
+    fn a_replica_names_its_service_and_the_services_carry_their_plans() {
+        let f = fleet();
+        let snapshot = build(&f, "{}", None);
+        let plans = crate::services::plan(&f);
+        let names: Vec<&str> = snapshot.services.iter().map(|s| s.name).collect();
+        assert_eq!(names, ["chat", "search"]);
+        let (job, search, chat) = (&snapshot.workloads[0], &snapshot.workloads[1], &snapshot.workloads[2]);
+        assert_eq!((job.service, job.replica_variant), (None, abi::ReplicaVariant::None));
+        assert_eq!((search.service, search.replica_variant), (Some(1), abi::ReplicaVariant::Gpu));
+        assert_eq!(snapshot.service_of(chat).map(|s| s.name), Some("chat"));
+
+        let c = &snapshot.services[0];
+        assert_eq!(
+            (c.tenant, c.class, c.metric),
+            (0, abi::WorkloadClass::RealtimeInference, abi::LoadMetric::RequestsPerSecond)
+        );
+        assert_eq!((c.min_replicas, c.max_replicas, c.gpu_milli_per_replica), (1, 10, 1000));
+        assert_eq!((c.capacity, c.cpu_capacity, c.latest), (15.0, 5.0, 42.0));
+        assert_eq!(c.demand, plans[0].demand.expect("a fresh report") as f32);
+        assert_eq!((c.desired_gpu, c.desired_cpu), (plans[0].desired.gpu, plans[0].desired.cpu));
+        assert!(c.desired_replicas() > 0);
+        assert_eq!((c.placed_gpu, c.placed_cpu, c.pending_gpu, c.pending_cpu), (0, 0, 1, 0));
+        assert!(c.has_cpu_variant && !c.draining && !c.stale);
+
+        let s = &snapshot.services[1];
+        assert_eq!((s.tenant, s.pending_gpu, s.demand, s.latest), (1, 1, 0.0, 0.0));
+        assert!(s.stale && !s.has_cpu_variant, "never reported: the plan holds, with no demand");
+        assert_eq!((s.desired_gpu, s.desired_cpu), (plans[1].desired.gpu, plans[1].desired.cpu));
+
+        // Through the ABI both ways, as a guest reads it.
+        let bytes = abi::encode_snapshot(&snapshot);
+        assert_eq!(abi::decode_snapshot(&bytes), Ok(snapshot));
+    }
+
+    #[test]
+    fn a_tenant_snapshot_holds_only_its_own_services() {
+        let f = fleet();
+        let view = f.tenant_view(1, &[], &[]);
+        let snapshot = build(&view.view, "{}", Some(crate::fleet::TenantView::SCOPE_TENANT));
+        assert_eq!(snapshot.services.len(), 1);
+        let search = &snapshot.services[0];
+        assert_eq!((search.name, search.tenant, search.pending_gpu), ("search", 0, 1));
+        let names: Vec<&str> = snapshot.workloads.iter().map(|w| w.name).collect();
+        assert_eq!(names, ["train", "search-0"], "only its own workloads");
+        assert_eq!(snapshot.workloads[1].service, Some(0), "the index remapped to its own services");
+        assert_eq!(snapshot.replicas(0).map(|(i, _)| i).collect::<Vec<_>>(), [1]);
+        let bytes = abi::encode_snapshot(&snapshot);
+        assert_eq!(abi::decode_snapshot(&bytes), Ok(snapshot));
+    }
+
+    #[test]
+    fn a_fleet_without_services_sends_an_empty_table() {
+        let mut f = fleet();
+        f.services.clear();
+        for w in &mut f.workloads {
+            w.replica_of = None;
+        }
+        let snapshot = build(&f, "{}", None);
+        assert!(snapshot.services.is_empty());
+        assert!(snapshot.workloads.iter().all(|w| w.service.is_none()));
+    }
+
+    #[test]
+    fn a_replica_of_a_service_outside_the_view_names_none() {
+        let mut f = fleet();
+        f.services.truncate(1);
+        let snapshot = build(&f, "{}", None);
+        assert_eq!(snapshot.workloads[1].service, None);
+        assert_eq!(snapshot.workloads[1].replica_variant, abi::ReplicaVariant::None);
+        assert_eq!(snapshot.workloads[2].service, Some(0));
+        assert!(abi::decode_snapshot(&abi::encode_snapshot(&snapshot)).is_ok());
+    }
 }

@@ -80,14 +80,18 @@ extern "C" {
 #define AIRTIME_DECISIONS_MAGIC 0x43445441u
 
 /* Record sizes: the minimum stride of each table (abi.rs *_SIZE). */
-#define AIRTIME_SNAPSHOT_HEADER_SIZE 88u
+#define AIRTIME_SNAPSHOT_HEADER_SIZE 104u
+/** The header guests before ABI 1.3 read (they ignore the 16 bytes after it). */
+#define AIRTIME_SNAPSHOT_HEADER_SIZE_1_2 88u
 #define AIRTIME_TENANT_SIZE 40u
 #define AIRTIME_NODE_SIZE 48u
 #define AIRTIME_GPU_SIZE 64u
-#define AIRTIME_WORKLOAD_SIZE 104u
+#define AIRTIME_WORKLOAD_SIZE 112u
 /** A whole GPU in thousandths: the unit of shares (ABI 1.2). */
 #define AIRTIME_WHOLE_GPU_MILLI 1000u
 #define AIRTIME_SETTINGS_SIZE 32u
+/** A service record (ABI 1.3). */
+#define AIRTIME_SERVICE_SIZE 80u
 #define AIRTIME_DECISIONS_HEADER_SIZE 8u
 /** Decision records have no stride: exactly 32 bytes in version 1. */
 #define AIRTIME_DECISION_SIZE 32u
@@ -96,7 +100,7 @@ extern "C" {
 #define AIRTIME_TABLE_DESCRIPTOR_SIZE 12u  /* {offset u32, count u32, stride u32} */
 #define AIRTIME_STRING_DESCRIPTOR_SIZE 8u  /* {offset u32, len u32} */
 
-/* Snapshot header, 88 bytes: field offsets. */
+/* Snapshot header, 104 bytes (1.0 to 1.2 guests read the first 88): field offsets. */
 #define AIRTIME_SNAP_MAGIC 0u         /* 4 bytes "ATSN" */
 #define AIRTIME_SNAP_ABI_VERSION 4u   /* u32, = 1 */
 #define AIRTIME_SNAP_NOW_MS 8u        /* u64, Unix ms given by the host (the guest has no clock) */
@@ -107,6 +111,8 @@ extern "C" {
 #define AIRTIME_SNAP_SETTINGS 64u     /* table, 0 or 1 record */
 #define AIRTIME_SNAP_PARAMS 76u       /* string: the policy's JSON configuration, "{}" when none */
 #define AIRTIME_SNAP_SCOPE_TENANT 84u /* u32 tenant index this evaluation is for; NONE: platform */
+#define AIRTIME_SNAP_SERVICES 88u     /* table, 1.3: elastic inference services */
+#define AIRTIME_SNAP_RESERVED 100u    /* u32, 1.3: 0 */
 
 /* Tenant, 40 bytes (1.0/1.1 guests read the first 32). */
 #define AIRTIME_TENANT_NAME 0u              /* string */
@@ -151,7 +157,8 @@ extern "C" {
 #define AIRTIME_GPU_SHARERS 52u             /* u32, 1.2: workloads holding a share */
 #define AIRTIME_GPU_MIG_PROFILE 56u         /* string, 1.2: a MIG instance's profile; empty otherwise */
 
-/* Workload, 104 bytes (the pending and running workloads of the scope; 1.0/1.1 guests read 88). */
+/* Workload, 112 bytes (the pending and running workloads of the scope; 1.0/1.1 guests read 88,
+ * 1.2 guests 104). */
 #define AIRTIME_WORKLOAD_ID 0u                   /* string: UUID text */
 #define AIRTIME_WORKLOAD_NAME 8u                 /* string */
 #define AIRTIME_WORKLOAD_TENANT 16u              /* u32: tenant index */
@@ -172,6 +179,8 @@ extern "C" {
 #define AIRTIME_WORKLOAD_GPU_MILLI 88u           /* u32, 1.2: share of each GPU; 1000 whole, less: a share of one */
 #define AIRTIME_WORKLOAD_MIG_PROFILE 92u         /* string, 1.2: MIG profile it must run on; empty: none */
 #define AIRTIME_WORKLOAD_RESERVED_2 100u         /* u32 */
+#define AIRTIME_WORKLOAD_SERVICE 104u            /* u32, 1.3: service index it is a replica of; NONE: a job */
+#define AIRTIME_WORKLOAD_REPLICA_VARIANT 108u    /* u32, 1.3: enum airtime_replica_variant */
 #define AIRTIME_WORKLOAD_FLAG_PREEMPTIBLE 0x1u
 #define AIRTIME_WORKLOAD_FLAG_CHECKPOINTABLE 0x2u
 #define AIRTIME_WORKLOAD_FLAG_CPU_CAPABLE 0x4u
@@ -185,6 +194,32 @@ extern "C" {
 #define AIRTIME_SETTINGS_GRACE_PERIOD_S 12u          /* u32 */
 #define AIRTIME_SETTINGS_MAX_PREEMPTIONS_PER_HOUR 16u /* u32 */
 #define AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS 20u    /* i32: 0 outside the night window */
+
+/* Service, 80 bytes (ABI 1.3): an elastic inference service of the scope and the host's
+ * autoscaler plan for it. Its replicas are ordinary workloads naming it (AIRTIME_WORKLOAD_SERVICE);
+ * the host has already started the replicas the plan adds, as pending workloads. */
+#define AIRTIME_SERVICE_NAME 0u                   /* string */
+#define AIRTIME_SERVICE_TENANT 8u                 /* u32: tenant index */
+#define AIRTIME_SERVICE_CLASS 12u                 /* u32: enum airtime_workload_class of its replicas */
+#define AIRTIME_SERVICE_METRIC 16u                /* u32: enum airtime_load_metric */
+#define AIRTIME_SERVICE_MIN_REPLICAS 20u          /* u32 */
+#define AIRTIME_SERVICE_MAX_REPLICAS 24u          /* u32 */
+#define AIRTIME_SERVICE_CAPACITY 28u              /* f32: load one GPU replica carries */
+#define AIRTIME_SERVICE_CPU_CAPACITY 32u          /* f32: load one CPU replica carries; 0: no CPU variant */
+#define AIRTIME_SERVICE_DEMAND 36u                /* f32: load the autoscaler provisions for; 0 stale or draining */
+#define AIRTIME_SERVICE_LATEST 40u                /* f32: newest report's load; 0 when none */
+#define AIRTIME_SERVICE_DESIRED_GPU 44u           /* u32: GPU replicas wanted */
+#define AIRTIME_SERVICE_DESIRED_CPU 48u           /* u32: CPU replicas wanted */
+#define AIRTIME_SERVICE_PLACED_GPU 52u            /* u32: GPU replicas scheduled or running */
+#define AIRTIME_SERVICE_PLACED_CPU 56u            /* u32 */
+#define AIRTIME_SERVICE_PENDING_GPU 60u           /* u32: GPU replicas waiting for a place */
+#define AIRTIME_SERVICE_PENDING_CPU 64u           /* u32 */
+#define AIRTIME_SERVICE_GPU_MILLI_PER_REPLICA 68u /* u32: thousandths of a GPU one GPU replica holds */
+#define AIRTIME_SERVICE_FLAGS 72u                 /* u32 */
+#define AIRTIME_SERVICE_RESERVED 76u              /* u32 */
+#define AIRTIME_SERVICE_FLAG_CPU_VARIANT 0x1u     /* has a CPU variant */
+#define AIRTIME_SERVICE_FLAG_DRAINING 0x2u        /* deleted: every replica drains */
+#define AIRTIME_SERVICE_FLAG_STALE 0x4u           /* no recent report: the replicas are held */
 
 /* Decision record, 32 bytes, after the 8-byte header {magic "ATDC", count u32}. */
 #define AIRTIME_DECISION_KIND 0u     /* u32: enum airtime_decision_kind */
@@ -200,12 +235,15 @@ extern "C" {
 #else
 #define AIRTIME_STATIC_ASSERT(condition, what) _Static_assert(condition, what)
 #endif
-AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SCOPE_TENANT + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE, "snapshot header");
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SCOPE_TENANT + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE_1_2, "1.2 snapshot header");
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SERVICES == AIRTIME_SNAPSHOT_HEADER_SIZE_1_2, "1.3 appends to the header");
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_RESERVED + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE, "snapshot header");
 AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SETTINGS + AIRTIME_TABLE_DESCRIPTOR_SIZE == AIRTIME_SNAP_PARAMS, "tables");
 AIRTIME_STATIC_ASSERT(AIRTIME_TENANT_RESERVED + 4 == AIRTIME_TENANT_SIZE, "tenant record");
 AIRTIME_STATIC_ASSERT(AIRTIME_NODE_FLAGS + 4 == AIRTIME_NODE_SIZE, "node record");
 AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "gpu record");
-AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_RESERVED_2 + 4 == AIRTIME_WORKLOAD_SIZE, "workload record");
+AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_REPLICA_VARIANT + 4 == AIRTIME_WORKLOAD_SIZE, "workload record");
+AIRTIME_STATIC_ASSERT(AIRTIME_SERVICE_RESERVED + 4 == AIRTIME_SERVICE_SIZE, "service record");
 AIRTIME_STATIC_ASSERT(AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS + 12 == AIRTIME_SETTINGS_SIZE, "settings record");
 AIRTIME_STATIC_ASSERT(AIRTIME_DECISION_REASON + 8 == AIRTIME_DECISION_SIZE, "decision record");
 AIRTIME_STATIC_ASSERT(sizeof(void *) == 4 && sizeof(size_t) == 4, "the ABI is wasm32: pointers are i32");
@@ -244,6 +282,19 @@ enum airtime_workload_class {
     AIRTIME_CLASS_QUANTIZATION = 4,
     AIRTIME_CLASS_EMBEDDINGS = 5,
     AIRTIME_CLASS_EVALUATION = 6,
+};
+
+/** What a service's load reports measure (service offset 16, ABI 1.3). */
+enum airtime_load_metric {
+    AIRTIME_METRIC_REQUESTS_PER_SECOND = 0,
+    AIRTIME_METRIC_CONCURRENT_REQUESTS = 1,
+};
+
+/** Which of its service's templates a replica runs (workload offset 108, ABI 1.3). */
+enum airtime_replica_variant {
+    AIRTIME_REPLICA_NONE = 0, /* not a replica: a job */
+    AIRTIME_REPLICA_GPU = 1,  /* the main template, on GPUs */
+    AIRTIME_REPLICA_CPU = 2,  /* the CPU variant */
 };
 
 /** Decision kind (decision offset 0). */
@@ -587,6 +638,7 @@ typedef struct airtime_snapshot {
     airtime_table tenants, nodes, gpus, workloads, settings;
     airtime_str params;    /* the policy's JSON configuration, "{}" when none */
     uint32_t scope_tenant; /* tenant index this evaluation is for; AIRTIME_NONE: the platform */
+    airtime_table services; /* 1.3 */
 } airtime_snapshot;
 
 /** Why airtime_snapshot_open refused a buffer. */
@@ -599,18 +651,21 @@ enum airtime_snapshot_error {
     AIRTIME_SNAPSHOT_TABLE_OUT_OF_BOUNDS,
     AIRTIME_SNAPSHOT_TOO_MANY_SETTINGS,
     AIRTIME_SNAPSHOT_BAD_SCOPE_TENANT,
+    AIRTIME_SNAPSHOT_TABLE_IN_HEADER, /* 1.3: a table starts inside the header (a host older than 1.3) */
 };
 
 static inline const char *airtime_snapshot_error_message(enum airtime_snapshot_error error) {
     switch (error) {
     case AIRTIME_SNAPSHOT_OK: return "ok";
-    case AIRTIME_SNAPSHOT_TOO_SHORT: return "snapshot: shorter than its 88-byte header";
+    case AIRTIME_SNAPSHOT_TOO_SHORT: return "snapshot: shorter than its 104-byte header";
     case AIRTIME_SNAPSHOT_BAD_MAGIC: return "snapshot: magic is not ATSN";
     case AIRTIME_SNAPSHOT_BAD_VERSION: return "snapshot: ABI version is not 1";
     case AIRTIME_SNAPSHOT_STRIDE_TOO_SMALL: return "snapshot: a table's stride is below its record size";
     case AIRTIME_SNAPSHOT_TABLE_OUT_OF_BOUNDS: return "snapshot: a table runs past the buffer";
     case AIRTIME_SNAPSHOT_TOO_MANY_SETTINGS: return "snapshot: more than one settings record";
     case AIRTIME_SNAPSHOT_BAD_SCOPE_TENANT: return "snapshot: scope tenant names no tenant";
+    case AIRTIME_SNAPSHOT_TABLE_IN_HEADER:
+        return "snapshot: a table starts inside the 104-byte header (a host older than ABI 1.3 sends 88 bytes)";
     }
     return "snapshot: unknown error";
 }
@@ -637,8 +692,10 @@ static inline airtime_str airtime_string_at(const airtime_snapshot *s, const uin
 }
 
 /** Checks the header of the snapshot at `ptr..ptr+len` (magic, version, that every table lies
- *  inside the buffer with a stride at least its record size, at most one settings record, the
- *  scope tenant) and fills `s`. Returns AIRTIME_SNAPSHOT_OK or why not. */
+ *  inside the buffer, after the header, with a stride at least its record size, at most one
+ *  settings record, the scope tenant) and fills `s`. Returns AIRTIME_SNAPSHOT_OK or why not.
+ *  Record indexes (a workload's tenant, node and service, a GPU's holder) are the host's to get
+ *  right: airtime_read_* returns false for an index that names no record. */
 static inline enum airtime_snapshot_error airtime_snapshot_open(airtime_snapshot *s, const void *ptr, uint32_t len) {
     const uint8_t *b = (const uint8_t *)ptr;
     s->bytes = b;
@@ -652,11 +709,14 @@ static inline enum airtime_snapshot_error airtime_snapshot_open(airtime_snapshot
     s->gpus = airtime__table_at(b + AIRTIME_SNAP_GPUS);
     s->workloads = airtime__table_at(b + AIRTIME_SNAP_WORKLOADS);
     s->settings = airtime__table_at(b + AIRTIME_SNAP_SETTINGS);
-    const airtime_table *tables[5] = {&s->tenants, &s->nodes, &s->gpus, &s->workloads, &s->settings};
-    const uint32_t sizes[5] = {AIRTIME_TENANT_SIZE, AIRTIME_NODE_SIZE, AIRTIME_GPU_SIZE, AIRTIME_WORKLOAD_SIZE,
-                               AIRTIME_SETTINGS_SIZE};
-    for (int i = 0; i < 5; i++) {
+    s->services = airtime__table_at(b + AIRTIME_SNAP_SERVICES);
+    const airtime_table *tables[6] = {&s->tenants, &s->nodes, &s->gpus, &s->workloads, &s->settings, &s->services};
+    const uint32_t sizes[6] = {AIRTIME_TENANT_SIZE, AIRTIME_NODE_SIZE, AIRTIME_GPU_SIZE, AIRTIME_WORKLOAD_SIZE,
+                               AIRTIME_SETTINGS_SIZE, AIRTIME_SERVICE_SIZE};
+    for (int i = 0; i < 6; i++) {
         if (tables[i]->stride < sizes[i]) return AIRTIME_SNAPSHOT_STRIDE_TOO_SMALL;
+        if (tables[i]->count != 0 && tables[i]->offset < AIRTIME_SNAPSHOT_HEADER_SIZE)
+            return AIRTIME_SNAPSHOT_TABLE_IN_HEADER;
         if (!airtime__table_fits(*tables[i], sizes[i], len)) return AIRTIME_SNAPSHOT_TABLE_OUT_OF_BOUNDS;
     }
     if (s->settings.count > 1) return AIRTIME_SNAPSHOT_TOO_MANY_SETTINGS;
@@ -723,7 +783,24 @@ typedef struct airtime_workload {
     uint32_t expected_duration_s;
     uint32_t gpu_milli;      /* 1.2: share of each GPU; 1000 whole */
     airtime_str mig_profile; /* 1.2: empty: none */
+    uint32_t service;         /* 1.3: service index it is a replica of; AIRTIME_NONE: a job */
+    uint32_t replica_variant; /* 1.3: enum airtime_replica_variant */
 } airtime_workload;
+
+typedef struct airtime_service {
+    airtime_str name;
+    uint32_t tenant;
+    uint32_t class_; /* enum airtime_workload_class of its replicas */
+    uint32_t metric; /* enum airtime_load_metric */
+    uint32_t min_replicas, max_replicas;
+    float capacity;     /* load one GPU replica carries */
+    float cpu_capacity; /* load one CPU replica carries; 0 without a CPU variant */
+    float demand;       /* load the autoscaler provisions for; 0 while stale or draining */
+    float latest;       /* newest report; 0 when none */
+    uint32_t desired_gpu, desired_cpu, placed_gpu, placed_cpu, pending_gpu, pending_cpu;
+    uint32_t gpu_milli_per_replica;
+    uint32_t flags; /* AIRTIME_SERVICE_FLAG_* */
+} airtime_service;
 
 typedef struct airtime_settings {
     uint32_t burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, max_preemptions_per_hour;
@@ -802,6 +879,34 @@ static inline bool airtime_read_workload(const airtime_snapshot *s, uint32_t i, 
     out->expected_duration_s = airtime_get_u32(r + AIRTIME_WORKLOAD_EXPECTED_DURATION_S);
     out->gpu_milli = airtime_get_u32(r + AIRTIME_WORKLOAD_GPU_MILLI);
     out->mig_profile = airtime_string_at(s, r + AIRTIME_WORKLOAD_MIG_PROFILE);
+    out->service = airtime_get_u32(r + AIRTIME_WORKLOAD_SERVICE);
+    out->replica_variant = airtime_get_u32(r + AIRTIME_WORKLOAD_REPLICA_VARIANT);
+    return true;
+}
+
+/** Service `i` (ABI 1.3); false when the index names no service. A workload's service is
+ *  airtime_read_service(s, w.service, &out), false for a job (AIRTIME_NONE). */
+static inline bool airtime_read_service(const airtime_snapshot *s, uint32_t i, airtime_service *out) {
+    const uint8_t *r = airtime_record(s, s->services, i);
+    if (r == NULL) return false;
+    out->name = airtime_string_at(s, r + AIRTIME_SERVICE_NAME);
+    out->tenant = airtime_get_u32(r + AIRTIME_SERVICE_TENANT);
+    out->class_ = airtime_get_u32(r + AIRTIME_SERVICE_CLASS);
+    out->metric = airtime_get_u32(r + AIRTIME_SERVICE_METRIC);
+    out->min_replicas = airtime_get_u32(r + AIRTIME_SERVICE_MIN_REPLICAS);
+    out->max_replicas = airtime_get_u32(r + AIRTIME_SERVICE_MAX_REPLICAS);
+    out->capacity = airtime_get_f32(r + AIRTIME_SERVICE_CAPACITY);
+    out->cpu_capacity = airtime_get_f32(r + AIRTIME_SERVICE_CPU_CAPACITY);
+    out->demand = airtime_get_f32(r + AIRTIME_SERVICE_DEMAND);
+    out->latest = airtime_get_f32(r + AIRTIME_SERVICE_LATEST);
+    out->desired_gpu = airtime_get_u32(r + AIRTIME_SERVICE_DESIRED_GPU);
+    out->desired_cpu = airtime_get_u32(r + AIRTIME_SERVICE_DESIRED_CPU);
+    out->placed_gpu = airtime_get_u32(r + AIRTIME_SERVICE_PLACED_GPU);
+    out->placed_cpu = airtime_get_u32(r + AIRTIME_SERVICE_PLACED_CPU);
+    out->pending_gpu = airtime_get_u32(r + AIRTIME_SERVICE_PENDING_GPU);
+    out->pending_cpu = airtime_get_u32(r + AIRTIME_SERVICE_PENDING_CPU);
+    out->gpu_milli_per_replica = airtime_get_u32(r + AIRTIME_SERVICE_GPU_MILLI_PER_REPLICA);
+    out->flags = airtime_get_u32(r + AIRTIME_SERVICE_FLAGS);
     return true;
 }
 

@@ -26,9 +26,10 @@ pub use error::{AbiError, BufferKind, Location, Table};
 
 /// The ABI version this SDK speaks; a module's `airtime_abi_version` export returns it.
 pub const ABI_VERSION: u32 = 1;
-/// The minor version of this SDK's records (1.2: GPU sharing). Minor versions only append fields
-/// (tables carry their stride), so guests built for 1.0 or 1.1 keep working.
-pub const ABI_MINOR_VERSION: u32 = 2;
+/// The minor version of this SDK's records (1.3: elastic inference services). Minor versions only
+/// append fields (tables carry their stride; 1.3 appends the services table's descriptor after the
+/// 88 header bytes earlier guests read), so guests built for 1.0, 1.1 or 1.2 keep working.
+pub const ABI_MINOR_VERSION: u32 = 3;
 /// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
 pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
@@ -39,8 +40,11 @@ pub const DECISIONS_MAGIC: [u8; 4] = *b"ATDC";
 /// `u32::MAX` itself can never name a record.
 pub const NONE: u32 = u32::MAX;
 
-/// Size of the snapshot header, in bytes.
-pub const SNAPSHOT_HEADER_SIZE: usize = 88;
+/// Size of the snapshot header, in bytes (1.3; it was 88 before the services table's descriptor
+/// and a reserved word were appended, and a 1.0 to 1.2 guest reads only those first 88).
+pub const SNAPSHOT_HEADER_SIZE: usize = 104;
+/// Size of the header guests before ABI 1.3 read.
+pub const SNAPSHOT_HEADER_SIZE_1_2: usize = 88;
 /// Size of a tenant record (the minimum stride of the tenants table).
 pub const TENANT_SIZE: usize = 40;
 /// Size of a node record.
@@ -48,9 +52,11 @@ pub const NODE_SIZE: usize = 48;
 /// Size of a GPU record.
 pub const GPU_SIZE: usize = 64;
 /// Size of a workload record.
-pub const WORKLOAD_SIZE: usize = 104;
+pub const WORKLOAD_SIZE: usize = 112;
 /// Size of the settings record.
 pub const SETTINGS_SIZE: usize = 32;
+/// Size of a service record (ABI 1.3).
+pub const SERVICE_SIZE: usize = 80;
 /// Size of the decision buffer header (magic and count).
 pub const DECISIONS_HEADER_SIZE: usize = 8;
 /// Size of a decision record.
@@ -82,6 +88,9 @@ pub struct Snapshot<'a> {
     pub params: &'a str,
     /// The tenant (index) this evaluation is for; `None` for the platform scope.
     pub scope_tenant: Option<u32>,
+    /// Elastic inference services of the scope, with the autoscaler's plan for each (ABI 1.3).
+    /// Their replicas are ordinary workloads naming their service ([`Workload::service`]).
+    pub services: Vec<Service<'a>>,
 }
 
 impl Default for Snapshot<'_> {
@@ -95,6 +104,7 @@ impl Default for Snapshot<'_> {
             settings: None,
             params: "{}",
             scope_tenant: None,
+            services: Vec::new(),
         }
     }
 }
@@ -238,6 +248,12 @@ pub struct Workload<'a> {
     pub gpu_milli: u32,
     /// The MIG profile it must run on (`"1g.10gb"`); empty when it asks for none (ABI 1.2).
     pub mig_profile: &'a str,
+    /// The service (index into [`Snapshot::services`]) it is a replica of; `None` for a job
+    /// (ABI 1.3).
+    pub service: Option<u32>,
+    /// Which of its service's templates a replica runs; [`ReplicaVariant::None`] for a job
+    /// (ABI 1.3).
+    pub replica_variant: ReplicaVariant,
 }
 
 impl Default for Workload<'_> {
@@ -264,8 +280,55 @@ impl Default for Workload<'_> {
             expected_duration_s: 0,
             gpu_milli: WHOLE_GPU_MILLI,
             mig_profile: "",
+            service: None,
+            replica_variant: ReplicaVariant::None,
         }
     }
+}
+
+/// An elastic inference service (ABI 1.3): a tenant's inference that runs as replicas, with what
+/// the host's autoscaler plans for it this cycle. The host has already started the replicas the
+/// plan adds (they are pending workloads of this snapshot) and drained those it removes; a policy
+/// places the pending ones like any workload, its own way, and the host checks those placements
+/// like any other.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Service<'a> {
+    pub name: &'a str,
+    /// Index of its tenant in [`Snapshot::tenants`].
+    pub tenant: u32,
+    /// The class of its replicas.
+    pub class: WorkloadClass,
+    /// What its load reports measure.
+    pub metric: LoadMetric,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    /// Load one GPU replica carries at the latency target, in the service's metric.
+    pub capacity: f32,
+    /// Load one CPU replica carries; 0 when it has no CPU variant.
+    pub cpu_capacity: f32,
+    /// The load the autoscaler provisions for (stabilised, with burst headroom); 0 while the
+    /// reports are stale or the service drains.
+    pub demand: f32,
+    /// The newest report's load; 0 when none has come.
+    pub latest: f32,
+    /// Replicas the autoscaler wants, by variant.
+    pub desired_gpu: u32,
+    pub desired_cpu: u32,
+    /// Replicas placed now (scheduled or running), by variant.
+    pub placed_gpu: u32,
+    pub placed_cpu: u32,
+    /// Replicas waiting for a place, by variant.
+    pub pending_gpu: u32,
+    pub pending_cpu: u32,
+    /// Thousandths of a GPU one GPU replica holds (1000 a whole GPU, 250 a quarter share).
+    pub gpu_milli_per_replica: u32,
+    /// It has a CPU variant (flag bit 0).
+    pub has_cpu_variant: bool,
+    /// Deleted: every replica drains (flag bit 1).
+    pub draining: bool,
+    /// No load report recent enough to act on: the autoscaler holds the replicas as they are
+    /// (flag bit 2).
+    pub stale: bool,
 }
 
 /// The platform's priority settings.
@@ -387,6 +450,32 @@ code_enum! {
         Mps = 2 => "mps",
         /// A MIG instance: only work asking for its profile runs on it, alone.
         Mig = 3 => "mig",
+    }
+}
+
+code_enum! {
+    /// What a service's load reports measure (ABI 1.3).
+    #[derive(Default)]
+    pub enum LoadMetric {
+        /// Requests per second arriving at the service.
+        #[default]
+        RequestsPerSecond = 0 => "requests_per_second",
+        /// Requests in flight at once.
+        ConcurrentRequests = 1 => "concurrent_requests",
+    }
+}
+
+code_enum! {
+    /// Which of its service's templates a replica runs (ABI 1.3).
+    #[derive(Default)]
+    pub enum ReplicaVariant {
+        /// Not a replica: a job.
+        #[default]
+        None = 0 => "none",
+        /// The main template, on GPUs.
+        Gpu = 1 => "gpu",
+        /// The CPU variant.
+        Cpu = 2 => "cpu",
     }
 }
 

@@ -110,8 +110,8 @@ pub use view::{GpuNeed, gpus_in_words, model_allowed, same_model};
 /// What a policy crate needs in scope.
 pub mod prelude {
     pub use crate::abi::{
-        Action, Decision, Gpu, Node, NodeState, Settings, Sharing, Snapshot, Tenant, WHOLE_GPU_MILLI, Workload,
-        WorkloadClass, WorkloadState,
+        Action, Decision, Gpu, LoadMetric, Node, NodeState, ReplicaVariant, Service, Settings, Sharing, Snapshot,
+        Tenant, WHOLE_GPU_MILLI, Workload, WorkloadClass, WorkloadState,
     };
     pub use crate::frag::Workmix;
     pub use crate::guest::{Context, Failure, LogLevel, Policy};

@@ -5,7 +5,10 @@
 //! [`OwnedSnapshot::as_snapshot`] and is made from one with `From<&Snapshot>`. Host tools read and
 //! write this form (`airtime-policy run --snapshot snapshot.json`); guests never need it.
 
-use crate::abi::{Gpu, Node, NodeState, Settings, Snapshot, Tenant, Workload, WorkloadClass, WorkloadState};
+use crate::abi::{
+    Gpu, LoadMetric, Node, NodeState, ReplicaVariant, Service, Settings, Snapshot, Tenant, Workload, WorkloadClass,
+    WorkloadState,
+};
 
 /// A [`Snapshot`] that owns its strings.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +24,8 @@ pub struct OwnedSnapshot {
     /// JSON text.
     pub params: String,
     pub scope_tenant: Option<u32>,
+    /// ABI 1.3.
+    pub services: Vec<OwnedService>,
 }
 
 impl Default for OwnedSnapshot {
@@ -34,6 +39,7 @@ impl Default for OwnedSnapshot {
             settings: None,
             params: "{}".to_owned(),
             scope_tenant: None,
+            services: Vec::new(),
         }
     }
 }
@@ -126,12 +132,41 @@ pub struct OwnedWorkload {
     pub expected_duration_s: u32,
     pub gpu_milli: u32,
     pub mig_profile: String,
+    pub service: Option<u32>,
+    pub replica_variant: ReplicaVariant,
 }
 
 impl Default for OwnedWorkload {
     fn default() -> Self {
         OwnedWorkload::from(&Workload::default())
     }
+}
+
+/// A [`Service`] that owns its name (ABI 1.3).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct OwnedService {
+    pub name: String,
+    pub tenant: u32,
+    pub class: WorkloadClass,
+    pub metric: LoadMetric,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub capacity: f32,
+    pub cpu_capacity: f32,
+    pub demand: f32,
+    pub latest: f32,
+    pub desired_gpu: u32,
+    pub desired_cpu: u32,
+    pub placed_gpu: u32,
+    pub placed_cpu: u32,
+    pub pending_gpu: u32,
+    pub pending_cpu: u32,
+    pub gpu_milli_per_replica: u32,
+    pub has_cpu_variant: bool,
+    pub draining: bool,
+    pub stale: bool,
 }
 
 impl OwnedSnapshot {
@@ -146,6 +181,7 @@ impl OwnedSnapshot {
             settings: self.settings,
             params: &self.params,
             scope_tenant: self.scope_tenant,
+            services: self.services.iter().map(OwnedService::as_service).collect(),
         }
     }
 }
@@ -228,6 +264,35 @@ impl OwnedWorkload {
             expected_duration_s: self.expected_duration_s,
             gpu_milli: self.gpu_milli,
             mig_profile: &self.mig_profile,
+            service: self.service,
+            replica_variant: self.replica_variant,
+        }
+    }
+}
+
+impl OwnedService {
+    pub fn as_service(&self) -> Service<'_> {
+        Service {
+            name: &self.name,
+            tenant: self.tenant,
+            class: self.class,
+            metric: self.metric,
+            min_replicas: self.min_replicas,
+            max_replicas: self.max_replicas,
+            capacity: self.capacity,
+            cpu_capacity: self.cpu_capacity,
+            demand: self.demand,
+            latest: self.latest,
+            desired_gpu: self.desired_gpu,
+            desired_cpu: self.desired_cpu,
+            placed_gpu: self.placed_gpu,
+            placed_cpu: self.placed_cpu,
+            pending_gpu: self.pending_gpu,
+            pending_cpu: self.pending_cpu,
+            gpu_milli_per_replica: self.gpu_milli_per_replica,
+            has_cpu_variant: self.has_cpu_variant,
+            draining: self.draining,
+            stale: self.stale,
         }
     }
 }
@@ -243,6 +308,7 @@ impl From<&Snapshot<'_>> for OwnedSnapshot {
             settings: s.settings,
             params: s.params.to_owned(),
             scope_tenant: s.scope_tenant,
+            services: s.services.iter().map(OwnedService::from).collect(),
         }
     }
 }
@@ -325,6 +391,35 @@ impl From<&Workload<'_>> for OwnedWorkload {
             expected_duration_s: w.expected_duration_s,
             gpu_milli: w.gpu_milli,
             mig_profile: w.mig_profile.to_owned(),
+            service: w.service,
+            replica_variant: w.replica_variant,
+        }
+    }
+}
+
+impl From<&Service<'_>> for OwnedService {
+    fn from(s: &Service<'_>) -> Self {
+        OwnedService {
+            name: s.name.to_owned(),
+            tenant: s.tenant,
+            class: s.class,
+            metric: s.metric,
+            min_replicas: s.min_replicas,
+            max_replicas: s.max_replicas,
+            capacity: s.capacity,
+            cpu_capacity: s.cpu_capacity,
+            demand: s.demand,
+            latest: s.latest,
+            desired_gpu: s.desired_gpu,
+            desired_cpu: s.desired_cpu,
+            placed_gpu: s.placed_gpu,
+            placed_cpu: s.placed_cpu,
+            pending_gpu: s.pending_gpu,
+            pending_cpu: s.pending_cpu,
+            gpu_milli_per_replica: s.gpu_milli_per_replica,
+            has_cpu_variant: s.has_cpu_variant,
+            draining: s.draining,
+            stale: s.stale,
         }
     }
 }

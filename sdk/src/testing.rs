@@ -33,7 +33,7 @@ use crate::abi::{
 };
 use crate::check::{DecisionProblem, check_decisions};
 use crate::guest::{Failure, LogLine, Policy, evaluate_encoded};
-use crate::owned::{OwnedGpu, OwnedNode, OwnedSnapshot, OwnedTenant, OwnedWorkload};
+use crate::owned::{OwnedGpu, OwnedNode, OwnedService, OwnedSnapshot, OwnedTenant, OwnedWorkload};
 
 /// 2023-11-14 22:13:20 UTC: fixtures start at a fixed time so tests are repeatable.
 pub const FIXTURE_NOW_MS: u64 = 1_700_000_000_000;
@@ -314,6 +314,84 @@ impl SnapshotFixture {
         self
     }
 
+    /// Adds a service of the default tenant (ABI 1.3): real-time inference whose GPU replicas
+    /// hold a whole GPU and carry `capacity` requests/s each, within `min_replicas..=max_replicas`,
+    /// with no replicas yet and nothing desired. Set the plan's numbers with
+    /// [`service_with`](Self::service_with) and link replicas with [`replica_of`](Self::replica_of).
+    pub fn service(self, name: &str, capacity: f32, min_replicas: u32, max_replicas: u32) -> Self {
+        self.service_with(name, |s| {
+            s.capacity = capacity;
+            s.min_replicas = min_replicas;
+            s.max_replicas = max_replicas;
+        })
+    }
+
+    /// Adds a service as [`service`](Self::service) does (capacity 1, 0 to 1 replicas) and lets
+    /// `edit` set its fields (demand, desired replicas, CPU variant, flags). To name its tenant,
+    /// use [`service_tenant`](Self::service_tenant).
+    #[track_caller]
+    pub fn service_with(mut self, name: &str, edit: impl FnOnce(&mut OwnedService)) -> Self {
+        if self.doc.services.iter().any(|s| s.name == name) {
+            panic!("fixture already has a service named {name:?}");
+        }
+        let tenant = self.tenant_index("default");
+        let mut service = OwnedService {
+            name: name.to_owned(),
+            tenant,
+            class: WorkloadClass::RealtimeInference,
+            capacity: 1.0,
+            max_replicas: 1,
+            gpu_milli_per_replica: abi::WHOLE_GPU_MILLI,
+            ..OwnedService::default()
+        };
+        edit(&mut service);
+        self.doc.services.push(service);
+        self
+    }
+
+    /// Makes workload `workload` a replica of service `service` running its `variant` template:
+    /// the workload takes the service's tenant and class, and counts among the service's placed
+    /// replicas when it runs, its pending ones when it is pending (a stopping one counts for
+    /// neither, as the host counts it).
+    #[track_caller]
+    pub fn replica_of(mut self, workload: &str, service: &str, variant: abi::ReplicaVariant) -> Self {
+        let w = self.workload_index(workload) as usize;
+        let s = self.service_index(service);
+        let svc = &mut self.doc.services[s as usize];
+        let wl = &mut self.doc.workloads[w];
+        if wl.service.is_some() {
+            panic!("workload {workload:?} is already a replica");
+        }
+        wl.service = Some(s);
+        wl.replica_variant = variant;
+        wl.tenant = svc.tenant;
+        wl.class = svc.class;
+        let cpu = variant == abi::ReplicaVariant::Cpu;
+        let count = match wl.state {
+            WorkloadState::Pending if cpu => Some(&mut svc.pending_cpu),
+            WorkloadState::Pending => Some(&mut svc.pending_gpu),
+            WorkloadState::Running if cpu => Some(&mut svc.placed_cpu),
+            WorkloadState::Running => Some(&mut svc.placed_gpu),
+            _ => None,
+        };
+        if let Some(count) = count {
+            *count += 1;
+        }
+        self
+    }
+
+    /// Moves service `service` and its replicas to tenant `tenant` (created if needed).
+    #[track_caller]
+    pub fn service_tenant(mut self, service: &str, tenant: &str) -> Self {
+        let tenant = self.tenant_index(tenant);
+        let s = self.service_index(service);
+        self.doc.services[s as usize].tenant = tenant;
+        for w in self.doc.workloads.iter_mut().filter(|w| w.service == Some(s)) {
+            w.tenant = tenant;
+        }
+        self
+    }
+
     /// The bytes the host would send.
     pub fn encode(&self) -> Vec<u8> {
         abi::encode_snapshot(&self.doc.as_snapshot())
@@ -439,6 +517,14 @@ impl SnapshotFixture {
         match self.doc.nodes.iter().position(|n| n.name == name) {
             Some(index) => index as u32,
             None => panic!("fixture has no node named {name:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn service_index(&self, name: &str) -> u32 {
+        match self.doc.services.iter().position(|s| s.name == name) {
+            Some(index) => index as u32,
+            None => panic!("fixture has no service named {name:?}"),
         }
     }
 

@@ -5,7 +5,8 @@
 //! no helper panics.
 
 use crate::abi::{
-    Gpu, Node, NodeState, Settings, Sharing, Snapshot, Tenant, WHOLE_GPU_MILLI, Workload, WorkloadClass, WorkloadState,
+    Gpu, Node, NodeState, ReplicaVariant, Service, Settings, Sharing, Snapshot, Tenant, WHOLE_GPU_MILLI, Workload,
+    WorkloadClass, WorkloadState,
 };
 
 /// Milliseconds in a day.
@@ -30,6 +31,27 @@ impl<'a> Snapshot<'a> {
     /// The workload at `index`.
     pub fn workload(&self, index: u32) -> Option<&Workload<'a>> {
         self.workloads.get(index as usize)
+    }
+
+    /// The service at `index` (ABI 1.3).
+    pub fn service(&self, index: u32) -> Option<&Service<'a>> {
+        self.services.get(index as usize)
+    }
+
+    /// `(index, service)` for every service.
+    pub fn services_indexed(&self) -> impl Iterator<Item = (u32, &Service<'a>)> + '_ {
+        self.services.iter().enumerate().map(|(i, s)| (i as u32, s))
+    }
+
+    /// The service `workload` is a replica of; `None` for a job.
+    pub fn service_of(&self, workload: &Workload<'_>) -> Option<&Service<'a>> {
+        workload.service.and_then(|s| self.service(s))
+    }
+
+    /// `(index, workload)` for the replicas of service `service` (pending, running and stopping),
+    /// in table order; none for an index that names no service.
+    pub fn replicas(&self, service: u32) -> impl Iterator<Item = (u32, &Workload<'a>)> + '_ {
+        self.workloads_indexed().filter(move |(_, w)| w.service == Some(service))
     }
 
     /// The tenant this evaluation is for; `None` in the platform scope.
@@ -141,6 +163,44 @@ impl Tenant<'_> {
     }
 }
 
+impl Service<'_> {
+    /// Load one replica of `variant` carries at the latency target (0 for a CPU replica of a
+    /// service without a CPU variant).
+    pub fn capacity_of(&self, variant: ReplicaVariant) -> f32 {
+        match variant {
+            ReplicaVariant::Gpu => self.capacity,
+            ReplicaVariant::Cpu => self.cpu_capacity,
+            _ => 0.0,
+        }
+    }
+
+    /// Replicas the autoscaler wants, GPU and CPU.
+    pub fn desired_replicas(&self) -> u32 {
+        self.desired_gpu.saturating_add(self.desired_cpu)
+    }
+
+    /// Replicas placed now, GPU and CPU.
+    pub fn placed_replicas(&self) -> u32 {
+        self.placed_gpu.saturating_add(self.placed_cpu)
+    }
+
+    /// Replicas waiting for a place, GPU and CPU.
+    pub fn pending_replicas(&self) -> u32 {
+        self.pending_gpu.saturating_add(self.pending_cpu)
+    }
+
+    /// Load the placed replicas carry together.
+    pub fn placed_capacity(&self) -> f32 {
+        self.placed_gpu as f32 * self.capacity + self.placed_cpu as f32 * self.cpu_capacity
+    }
+
+    /// Load the placed replicas cannot carry of what the autoscaler provisions for (0 when they
+    /// carry it all, or while the reports are stale): what placing its pending replicas serves.
+    pub fn unserved_demand(&self) -> f32 {
+        (self.demand - self.placed_capacity()).max(0.0)
+    }
+}
+
 impl Node<'_> {
     /// Takes work.
     pub fn is_ready(&self) -> bool {
@@ -227,6 +287,11 @@ impl<'a> Workload<'a> {
     /// Holds resources now: running, scheduled or stopping.
     pub fn holds_resources(&self) -> bool {
         matches!(self.state, WorkloadState::Running | WorkloadState::Stopping)
+    }
+
+    /// A replica of an elastic inference service (ABI 1.3; see [`Snapshot::service_of`]).
+    pub fn is_replica(&self) -> bool {
+        self.service.is_some()
     }
 
     /// Needs at least one GPU (else it is placed on CPU).

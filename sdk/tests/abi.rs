@@ -5,9 +5,9 @@
 use std::borrow::Cow;
 
 use airtime_policy_sdk::abi::{
-    AbiError, Action, Decision, Gpu, NONE, Node, NodeState, Settings, Sharing, Snapshot, Tenant, Workload,
-    WorkloadClass, WorkloadState, decode_decisions, decode_snapshot, encode_decisions, encode_snapshot,
-    validate_decisions,
+    AbiError, Action, Decision, Gpu, LoadMetric, Location, NONE, Node, NodeState, ReplicaVariant, Service, Settings,
+    Sharing, Snapshot, Table, Tenant, Workload, WorkloadClass, WorkloadState, decode_decisions, decode_snapshot,
+    encode_decisions, encode_snapshot, validate_decisions,
 };
 use airtime_policy_sdk::testing::SnapshotFixture;
 
@@ -121,6 +121,8 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 expected_duration_s: 3_600,
                 gpu_milli: 1_000,
                 mig_profile: "",
+                service: None,
+                replica_variant: ReplicaVariant::None,
             },
             Workload {
                 id: "0190c6a4-0000-7000-8000-000000000002",
@@ -134,12 +136,16 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 started_ms: 1_699_999_500_000,
                 node: Some(0),
                 cpu_capable: true,
+                service: Some(1),
+                replica_variant: ReplicaVariant::Gpu,
                 ..Workload::default()
             },
             Workload {
                 name: "future",
                 class: WorkloadClass::Unknown(42),
                 state: WorkloadState::Unknown(7),
+                service: Some(0),
+                replica_variant: ReplicaVariant::Unknown(9),
                 ..Workload::default()
             },
         ],
@@ -153,6 +159,36 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
         }),
         params: r#"{"max": 3}"#,
         scope_tenant: Some(1),
+        services: vec![
+            Service {
+                name: "future-svc",
+                metric: LoadMetric::Unknown(5),
+                class: WorkloadClass::Unknown(8),
+                ..Service::default()
+            },
+            Service {
+                name: "chat",
+                tenant: 1,
+                class: WorkloadClass::RealtimeInference,
+                metric: LoadMetric::ConcurrentRequests,
+                min_replicas: 2,
+                max_replicas: 12,
+                capacity: 15.5,
+                cpu_capacity: 4.25,
+                demand: 48.75,
+                latest: -0.0,
+                desired_gpu: 3,
+                desired_cpu: 4,
+                placed_gpu: 5,
+                placed_cpu: 6,
+                pending_gpu: 7,
+                pending_cpu: 8,
+                gpu_milli_per_replica: 250,
+                has_cpu_variant: true,
+                draining: false,
+                stale: true,
+            },
+        ],
     }
 }
 
@@ -167,7 +203,7 @@ fn snapshot_roundtrips_every_field() {
 fn empty_snapshot_roundtrips() {
     let snapshot = Snapshot::default();
     let bytes = encode_snapshot(&snapshot);
-    assert_eq!(bytes.len(), 88 + 2, "header and the params string \"{{}}\"");
+    assert_eq!(bytes.len(), 104 + 2, "header and the params string \"{{}}\"");
     assert_eq!(decode_snapshot(&bytes), Ok(snapshot));
 }
 
@@ -180,14 +216,16 @@ fn snapshot_layout_matches_the_document() {
     assert_eq!(&bytes[0..4], b"ATSN");
     assert_eq!(u32_at(4), 1);
     assert_eq!(u64_at(8), 1_700_000_123_456);
-    // Tables: {offset, count, stride} at 16, 28, 40, 52, 64, in that order after the 88-byte header.
-    let tables = [(16, 2, 40), (28, 3, 48), (40, 3, 64), (52, 3, 104), (64, 1, 32)];
-    let mut expected_offset = 88;
+    // Tables: {offset, count, stride} at 16, 28, 40, 52, 64 and (ABI 1.3) 88, in that order after
+    // the 104-byte header; a reserved 0 at 100.
+    let tables = [(16, 2, 40), (28, 3, 48), (40, 3, 64), (52, 3, 112), (64, 1, 32), (88, 2, 80)];
+    let mut expected_offset = 104;
     for (at, count, stride) in tables {
         assert_eq!((u32_at(at), u32_at(at + 4), u32_at(at + 8)), (expected_offset, count, stride), "table at {at}");
         expected_offset += count * stride;
     }
     assert_eq!(u32_at(84), 1, "scope tenant");
+    assert_eq!(u32_at(100), 0, "reserved");
     // Workload 0: priority at +28 (i32), submitted_ms at +56, node at +72 (NONE), flags at +76.
     let w0 = u32_at(52) as usize;
     assert_eq!(u32_at(w0 + 20), 2, "class training");
@@ -196,9 +234,25 @@ fn snapshot_layout_matches_the_document() {
     assert_eq!(u32_at(w0 + 72), NONE);
     assert_eq!(u32_at(w0 + 76), 0b1011, "preemptible, checkpointable, gang");
     // ABI 1.2: workload 1's share at +88 and MIG profile at +92.
-    assert_eq!(u32_at(w0 + 104 + 88), 250);
-    let (profile_at, profile_len) = (u32_at(w0 + 104 + 92) as usize, u32_at(w0 + 104 + 96) as usize);
+    assert_eq!(u32_at(w0 + 112 + 88), 250);
+    let (profile_at, profile_len) = (u32_at(w0 + 112 + 92) as usize, u32_at(w0 + 112 + 96) as usize);
     assert_eq!(&bytes[profile_at..profile_at + profile_len], b"3g.40gb");
+    // ABI 1.3: a workload's service at +104 (NONE for a job) and replica variant at +108.
+    assert_eq!((u32_at(w0 + 104), u32_at(w0 + 108)), (NONE, 0));
+    assert_eq!((u32_at(w0 + 112 + 104), u32_at(w0 + 112 + 108)), (1, 1), "service 1, GPU variant");
+    // Service 1: name, tenant +8, class +12, metric +16, min/max +20/+24, capacities +28/+32,
+    // demand +36, latest +40, desired +44/+48, placed +52/+56, pending +60/+64, milli +68, flags +72.
+    let s1 = u32_at(88) as usize + 80;
+    let (name_at, name_len) = (u32_at(s1) as usize, u32_at(s1 + 4) as usize);
+    assert_eq!(&bytes[name_at..name_at + name_len], b"chat");
+    let f32_at = |at: usize| f32::from_bits(u32_at(at));
+    assert_eq!((u32_at(s1 + 8), u32_at(s1 + 12), u32_at(s1 + 16)), (1, 0, 1));
+    assert_eq!((u32_at(s1 + 20), u32_at(s1 + 24)), (2, 12));
+    assert_eq!((f32_at(s1 + 28), f32_at(s1 + 32), f32_at(s1 + 36)), (15.5, 4.25, 48.75));
+    assert_eq!(u32_at(s1 + 40), 0x8000_0000, "latest -0.0, bit for bit");
+    let counts: Vec<u32> = (0..6).map(|i| u32_at(s1 + 44 + 4 * i)).collect();
+    assert_eq!(counts, [3, 4, 5, 6, 7, 8]);
+    assert_eq!((u32_at(s1 + 68), u32_at(s1 + 72), u32_at(s1 + 76)), (250, 0b101, 0), "has CPU variant, stale");
     // Tenant 0: milli held at +32.
     assert_eq!(u32_at(u32_at(16) as usize + 32), 1_250);
     // GPU 0: holder at +32, nvlink group at +28, sharing +40, free share +44, reserved memory +48,
@@ -243,7 +297,7 @@ fn decisions_roundtrip_and_match_the_document() {
 
 #[test]
 fn larger_strides_from_a_newer_minor_version_are_skipped() {
-    // Rebuild the snapshot with every workload record padded to 112 bytes.
+    // Rebuild the snapshot with every workload record padded to 120 bytes.
     let snapshot = every_field_snapshot();
     let bytes = encode_snapshot(&snapshot);
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
@@ -251,13 +305,13 @@ fn larger_strides_from_a_newer_minor_version_are_skipped() {
     let mut padded = bytes.clone();
     let mut extra = Vec::new();
     for i in 0..count {
-        extra.extend_from_slice(&bytes[offset + 104 * i..offset + 104 * (i + 1)]);
+        extra.extend_from_slice(&bytes[offset + 112 * i..offset + 112 * (i + 1)]);
         extra.extend_from_slice(&[0xAB; 8]);
     }
     let new_offset = padded.len() as u32;
     padded.extend_from_slice(&extra);
     padded[52..56].copy_from_slice(&new_offset.to_le_bytes());
-    padded[60..64].copy_from_slice(&112u32.to_le_bytes());
+    padded[60..64].copy_from_slice(&120u32.to_le_bytes());
     assert_eq!(decode_snapshot(&padded), Ok(snapshot));
 }
 
@@ -330,7 +384,13 @@ fn snapshot_errors_say_where_and_what() {
     set(&mut stride, 60, 80);
     assert_eq!(
         decode_snapshot(&stride).expect_err("stride").to_string(),
-        "snapshot header: workloads table stride 80 is smaller than the 104-byte record"
+        "snapshot header: workloads table stride 80 is smaller than the 112-byte record"
+    );
+    let mut service_stride = good.clone();
+    set(&mut service_stride, 96, 76);
+    assert_eq!(
+        decode_snapshot(&service_stride).expect_err("service stride").to_string(),
+        "snapshot header: services table stride 76 is smaller than the 80-byte record"
     );
     let mut holder = good.clone();
     let g0 = u32_at(&good, 40) as usize;
@@ -347,7 +407,7 @@ fn snapshot_errors_say_where_and_what() {
         "node 1: GPUs 2..4 run past the gpus table of 3 records"
     );
     let mut name = good.clone();
-    let w1 = u32_at(&good, 52) as usize + 104;
+    let w1 = u32_at(&good, 52) as usize + 112;
     set(&mut name, w1 + 8, good.len() as u32 - 2);
     set(&mut name, w1 + 12, 10);
     assert_eq!(
@@ -357,6 +417,120 @@ fn snapshot_errors_say_where_and_what() {
     let mut settings = good.clone();
     set(&mut settings, 68, 2);
     assert!(matches!(decode_snapshot(&settings), Err(AbiError::TooManySettings { count: 2 })));
+
+    // ABI 1.3: a workload's service and a service's tenant are indexes like the others.
+    let mut service = good.clone();
+    set(&mut service, w1 + 104, 2);
+    assert_eq!(
+        decode_snapshot(&service).expect_err("service index").to_string(),
+        "workload 1: service 2 is out of range; the services table has 2 records"
+    );
+    assert_eq!(
+        decode_snapshot(&service),
+        Err(AbiError::IndexOutOfRange {
+            at: Location::Record { table: Table::Workloads, index: 1 },
+            what: "service",
+            index: 2,
+            table: Table::Services,
+            table_len: 2,
+        })
+    );
+    let mut service_tenant = good.clone();
+    let s1 = u32_at(&good, 88) as usize + 80;
+    set(&mut service_tenant, s1 + 8, 2);
+    assert_eq!(
+        decode_snapshot(&service_tenant).expect_err("service tenant").to_string(),
+        "service 1: tenant 2 is out of range; the tenants table has 2 records"
+    );
+    let mut service_name = good.clone();
+    set(&mut service_name, s1, good.len() as u32 - 1);
+    set(&mut service_name, s1 + 4, 4);
+    assert_eq!(
+        decode_snapshot(&service_name).expect_err("service name").to_string(),
+        format!("service 1: name at {:#x}+4 runs past the {}-byte buffer", good.len() - 1, good.len())
+    );
+    let mut services_out = good.clone();
+    set(&mut services_out, 92, 1000);
+    assert!(matches!(
+        decode_snapshot(&services_out),
+        Err(AbiError::TableOutOfBounds { table: Table::Services, count: 1000, .. })
+    ));
+}
+
+/// What a guest built for ABI 1.2 reads: the 88-byte header and the fields of each record up to
+/// its 1.2 size, stepping by the stride the buffer gives. A 1.3 buffer must read to exactly the
+/// snapshot it encodes, less what 1.3 added.
+#[test]
+fn a_guest_built_for_abi_1_2_reads_a_1_3_snapshot_unchanged() {
+    let snapshot = every_field_snapshot();
+    let bytes = encode_snapshot(&snapshot);
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let string = |at: usize| {
+        let (offset, len) = (u32_at(at) as usize, u32_at(at + 4) as usize);
+        std::str::from_utf8(&bytes[offset..offset + len]).expect("UTF-8")
+    };
+    // The 1.2 reader's checks: header of 88 bytes, five tables in bounds with strides at least the
+    // 1.2 record sizes (40, 48, 64, 104, 32).
+    assert!(bytes.len() >= 88);
+    assert_eq!((&bytes[0..4], u32_at(4), u64_at(8)), (b"ATSN".as_slice(), 1, snapshot.now_ms));
+    let table = |at: usize, size: u32| {
+        let (offset, count, stride) = (u32_at(at), u32_at(at + 4), u32_at(at + 8));
+        assert!(stride >= size && (offset + count * stride) as usize <= bytes.len(), "table at {at}");
+        (0..count).map(move |i| (offset + i * stride) as usize)
+    };
+    assert_eq!(string(76), snapshot.params);
+    assert_eq!(u32_at(84), snapshot.scope_tenant.unwrap_or(NONE));
+    for (rec, t) in table(16, 40).zip(&snapshot.tenants) {
+        assert_eq!((string(rec), u32_at(rec + 8), u32_at(rec + 32)), (t.name, t.guaranteed_gpus, t.running_gpu_milli));
+    }
+    for (rec, n) in table(28, 48).zip(&snapshot.nodes) {
+        assert_eq!((string(rec), u32_at(rec + 28), u32_at(rec + 32)), (n.name, n.gpu_first, n.gpu_count));
+    }
+    for (rec, g) in table(40, 64).zip(&snapshot.gpus) {
+        assert_eq!((u32_at(rec), string(rec + 8), u32_at(rec + 32)), (g.node, g.model, g.holder.unwrap_or(NONE)));
+        assert_eq!((u32_at(rec + 44), string(rec + 56)), (g.free_milli, g.mig_profile));
+    }
+    let mut workloads = 0;
+    for (rec, w) in table(52, 104).zip(&snapshot.workloads) {
+        assert_eq!((string(rec), string(rec + 8), u32_at(rec + 16)), (w.id, w.name, w.tenant));
+        assert_eq!(
+            (u32_at(rec + 20), u32_at(rec + 24), u32_at(rec + 28) as i32),
+            (w.class.code(), w.state.code(), w.priority)
+        );
+        assert_eq!(
+            (string(rec + 40), u64_at(rec + 56), u32_at(rec + 72)),
+            (w.gpu_models, w.submitted_ms, w.node.unwrap_or(NONE))
+        );
+        assert_eq!((u32_at(rec + 88), string(rec + 92)), (w.gpu_milli, w.mig_profile));
+        workloads += 1;
+    }
+    assert_eq!(workloads, snapshot.workloads.len());
+    let settings = table(64, 32).next().expect("settings");
+    assert_eq!(u32_at(settings + 16), snapshot.settings.expect("settings").max_preemptions_per_hour);
+}
+
+/// A guest built for 1.3 given a buffer from a host older than 1.3 (an 88-byte header, tables right
+/// after it) refuses it precisely instead of reading records as the services table.
+#[test]
+fn a_snapshot_from_a_host_older_than_abi_1_3_is_refused_precisely() {
+    let snapshot = Snapshot { services: Vec::new(), ..every_field_snapshot() };
+    let bytes = encode_snapshot(&snapshot);
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    // Re-lay it as a 1.2 host did: drop bytes 88..104, so every offset past them moves 16 down.
+    let mut old = bytes[..88].to_vec();
+    old.extend_from_slice(&bytes[104..]);
+    for at in [16, 28, 40, 52, 64] {
+        old[at..at + 4].copy_from_slice(&(u32_at(at) - 16).to_le_bytes());
+    }
+    assert_eq!(
+        decode_snapshot(&old).expect_err("a 1.2 buffer").to_string(),
+        "snapshot header: tenants table at 0x58 starts inside the 104-byte header (a host older than ABI 1.3 sends an 88-byte one)"
+    );
+    // An empty 1.2 snapshot is shorter than the 1.3 header.
+    let empty = encode_snapshot(&Snapshot::default());
+    let old_empty = [&empty[..88], &empty[104..]].concat();
+    assert!(matches!(decode_snapshot(&old_empty), Err(AbiError::TooShort { needed: 104, .. })));
 }
 
 #[test]
@@ -383,6 +557,31 @@ fn random_valid_snapshots_roundtrip() {
             });
         }
         let workloads = rng.below(6) as u32;
+        let services = rng.below(4) as u32;
+        for _ in 0..services {
+            snapshot.services.push(Service {
+                name: text(),
+                tenant: rng.below(u64::from(tenants)) as u32,
+                class: WorkloadClass::from_code(rng.below(9) as u32),
+                metric: LoadMetric::from_code(rng.below(3) as u32),
+                min_replicas: rng.u32(),
+                max_replicas: rng.u32(),
+                capacity: rng.below(1_000_000) as f32 / 8.0,
+                cpu_capacity: rng.below(1_000) as f32 / 4.0,
+                demand: rng.below(1_000_000) as f32 / 3.0,
+                latest: rng.below(1_000_000) as f32 / 5.0,
+                desired_gpu: rng.u32(),
+                desired_cpu: rng.u32(),
+                placed_gpu: rng.u32(),
+                placed_cpu: rng.u32(),
+                pending_gpu: rng.u32(),
+                pending_cpu: rng.u32(),
+                gpu_milli_per_replica: rng.u32(),
+                has_cpu_variant: rng.below(2) == 0,
+                draining: rng.below(2) == 0,
+                stale: rng.below(2) == 0,
+            });
+        }
         for n in 0..nodes {
             let gpu_count = rng.below(4) as u32;
             snapshot.nodes.push(Node {
@@ -410,7 +609,10 @@ fn random_valid_snapshots_roundtrip() {
         }
         for _ in 0..workloads {
             let node = rng.below(u64::from(nodes) + 1) as u32;
+            let service = rng.below(u64::from(services) + 1) as u32;
             snapshot.workloads.push(Workload {
+                service: (service < services).then_some(service),
+                replica_variant: ReplicaVariant::from_code(rng.below(4) as u32),
                 id: text(),
                 name: text(),
                 tenant: rng.below(u64::from(tenants)) as u32,
@@ -468,6 +670,7 @@ fn decode_both(bytes: &[u8]) {
             (snapshot.nodes.len(), 48),
             (snapshot.gpus.len(), 40),
             (snapshot.workloads.len(), 88),
+            (snapshot.services.len(), 80),
         ] {
             assert!(count * size <= bytes.len(), "{count} records of {size} bytes from {} bytes", bytes.len());
         }

@@ -208,3 +208,86 @@ fn synthetic_fleets_are_valid_and_repeatable() {
     let s = decode_snapshot(&a).expect("valid");
     assert_eq!((s.nodes.len(), s.gpus.len(), s.workloads.len(), s.tenants.len()), (10, 80, 100, 16));
 }
+
+/// ABI 1.3: services built by the fixture, read through the views, and a policy that places a
+/// service's replicas its own way (CPU replicas on the CPU node, GPU replicas on the GPUs) with the
+/// host's checks passing, and the rest kept pending.
+#[test]
+fn services_and_their_replicas_are_visible_and_placed_like_any_workload() {
+    struct ReplicasFirst;
+    impl Policy for ReplicasFirst {
+        fn evaluate<'s>(&self, s: &Snapshot<'s>, _: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
+            let mut plan = Plan::new(s);
+            // Replicas of the services furthest from their demand first, then the rest.
+            let mut order: Vec<(u32, &Workload<'s>)> = s.pending().collect();
+            order.sort_by(|(_, a), (_, b)| {
+                let unserved = |w: &Workload<'_>| s.service_of(w).map_or(0.0, Service::unserved_demand);
+                unserved(b).total_cmp(&unserved(a))
+            });
+            for (i, w) in order {
+                // A CPU replica goes to a node without GPUs, anything else to one with GPUs.
+                let cpu = w.replica_variant == ReplicaVariant::Cpu;
+                let nodes: Vec<u32> = s.ready_nodes().filter(|(_, n)| n.has_gpus() != cpu).map(|(n, _)| n).collect();
+                match plan.first_fit(i, nodes) {
+                    Some((node, gpus)) => {
+                        let reason =
+                            s.service_of(w).map_or("first fit".to_owned(), |svc| format!("replica of {}", svc.name));
+                        plan.place(i, node, gpus, reason).map_err(|e| Failure::new(e.to_string()))?;
+                    }
+                    None => plan.keep_pending(i, "no room").map_err(|e| Failure::new(e.to_string()))?,
+                }
+            }
+            Ok(plan.into_decisions())
+        }
+    }
+
+    let fixture = SnapshotFixture::new()
+        .node("n1", 2, "H100", 81920)
+        .cpu_node("cpu", 8_000, 32_768)
+        .service_with("chat", |s| {
+            s.capacity = 15.0;
+            s.cpu_capacity = 5.0;
+            s.has_cpu_variant = true;
+            s.demand = 40.0;
+            s.latest = 38.0;
+            s.min_replicas = 1;
+            s.max_replicas = 8;
+            s.desired_gpu = 2;
+            s.desired_cpu = 1;
+        })
+        .service("search", 10.0, 1, 4)
+        .service_tenant("search", "acme")
+        .running("chat-0", "n1", &[0])
+        .replica_of("chat-0", "chat", ReplicaVariant::Gpu)
+        .pending("chat-1", 1, 1024)
+        .replica_of("chat-1", "chat", ReplicaVariant::Gpu)
+        .pending("chat-cpu", 0, 0)
+        .replica_of("chat-cpu", "chat", ReplicaVariant::Cpu)
+        .pending("job", 1, 1024)
+        .pending("search-0", 1, 1024)
+        .replica_of("search-0", "search", ReplicaVariant::Gpu);
+
+    let bytes = fixture.encode();
+    let s = decode_snapshot(&bytes).expect("valid");
+    assert_eq!(s.services.len(), 2);
+    let chat = s.service(0).expect("chat");
+    assert_eq!((chat.placed_gpu, chat.pending_gpu, chat.pending_cpu), (1, 1, 1), "the fixture counts replicas");
+    assert_eq!((chat.desired_replicas(), chat.placed_replicas(), chat.pending_replicas()), (3, 1, 2));
+    assert_eq!((chat.placed_capacity(), chat.unserved_demand()), (15.0, 25.0));
+    assert_eq!(chat.capacity_of(ReplicaVariant::Cpu), 5.0);
+    let replicas: Vec<&str> = s.replicas(0).map(|(_, w)| w.name).collect();
+    assert_eq!(replicas, ["chat-0", "chat-1", "chat-cpu"]);
+    let search = s.service(1).expect("search");
+    assert_eq!((search.name, s.tenant(search.tenant).map(|t| t.name)), ("search", Some("acme")));
+    let job = s.workloads.iter().find(|w| w.name == "job").expect("job");
+    assert!(!job.is_replica() && s.service_of(job).is_none());
+    let search_0 = s.workloads.iter().find(|w| w.name == "search-0").expect("replica");
+    assert_eq!((search_0.tenant, search_0.class), (search.tenant, WorkloadClass::RealtimeInference));
+    assert!(s.replicas(7).next().is_none() && s.service(7).is_none());
+
+    let outcome = fixture.evaluate(&ReplicasFirst).expect("the host accepts the placements");
+    assert_eq!(outcome.placement("chat-1"), Some(("n1", vec![1])));
+    assert_eq!(outcome.placement("chat-cpu"), Some(("cpu", vec![])));
+    assert_eq!(outcome.reason("chat-cpu"), Some("replica of chat"));
+    assert!(outcome.is_kept_pending("job") && outcome.is_kept_pending("search-0"), "n1's GPUs are taken");
+}

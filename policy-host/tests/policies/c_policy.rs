@@ -276,10 +276,11 @@ fn the_c_policy_trims_model_names_as_the_sdk_does() {
 /// The lines `sdk/c/tests/abi_echo.c` writes, from the SDK's decoding of the same bytes, for a
 /// buffer whose tables have strides `extra` bytes larger than the record sizes.
 fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
-    use airtime_policy_sdk::abi::{GPU_SIZE, NODE_SIZE, NONE, SETTINGS_SIZE, TENANT_SIZE, WORKLOAD_SIZE};
+    use airtime_policy_sdk::abi::{GPU_SIZE, NODE_SIZE, NONE, SERVICE_SIZE, SETTINGS_SIZE, TENANT_SIZE, WORKLOAD_SIZE};
     let index = |i: Option<u32>| i.unwrap_or(NONE);
     let mut lines = vec![format!(
-        "header 0 now_ms={} params=[{}] scope={} tenants={}x{} nodes={}x{} gpus={}x{} workloads={}x{} settings={}x{}",
+        "header 0 now_ms={} params=[{}] scope={} tenants={}x{} nodes={}x{} gpus={}x{} workloads={}x{} settings={}x{} \
+         services={}x{}",
         s.now_ms,
         s.params,
         index(s.scope_tenant),
@@ -293,6 +294,8 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
         WORKLOAD_SIZE + extra,
         usize::from(s.settings.is_some()),
         SETTINGS_SIZE + extra,
+        s.services.len(),
+        SERVICE_SIZE + extra,
     )];
     if let Some(t) = &s.settings {
         lines.push(format!(
@@ -367,7 +370,7 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
         lines.push(format!(
             "workload {i} id=[{}] name=[{}] tenant={} class={} state={} priority={} gpu_count={} gpu_memory_mb={} \
              gpu_models=[{}] cpu_millis={} memory_mb={} submitted_ms={} started_ms={} node={} flags={flags} \
-             expected_duration_s={} in_scope={} gpu_milli={} mig_profile=[{}]",
+             expected_duration_s={} in_scope={} gpu_milli={} mig_profile=[{}] service={} replica_variant={}",
             w.id,
             w.name,
             w.tenant,
@@ -385,7 +388,34 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
             w.expected_duration_s,
             u32::from(s.scope_tenant.is_none_or(|t| t == w.tenant)),
             w.gpu_milli,
-            w.mig_profile
+            w.mig_profile,
+            index(w.service),
+            w.replica_variant.code()
+        ));
+    }
+    for (i, v) in s.services.iter().enumerate() {
+        let flags = u32::from(v.has_cpu_variant) | u32::from(v.draining) << 1 | u32::from(v.stale) << 2;
+        lines.push(format!(
+            "service {i} name=[{}] tenant={} class={} metric={} min_replicas={} max_replicas={} capacity={} \
+             cpu_capacity={} demand={} latest={} desired_gpu={} desired_cpu={} placed_gpu={} placed_cpu={} \
+             pending_gpu={} pending_cpu={} gpu_milli_per_replica={} flags={flags}",
+            v.name,
+            v.tenant,
+            v.class.code(),
+            v.metric.code(),
+            v.min_replicas,
+            v.max_replicas,
+            v.capacity.to_bits(),
+            v.cpu_capacity.to_bits(),
+            v.demand.to_bits(),
+            v.latest.to_bits(),
+            v.desired_gpu,
+            v.desired_cpu,
+            v.placed_gpu,
+            v.placed_cpu,
+            v.pending_gpu,
+            v.pending_cpu,
+            v.gpu_milli_per_replica
         ));
     }
     lines
@@ -442,6 +472,33 @@ fn every_field() -> SnapshotFixture {
             w.gpu_milli = 375;
         })
         .workload_tenant("stopping", "beta")
+        // ABI 1.3: services, one with every field set, and replicas of each variant.
+        .service_with("chat", |v| {
+            v.class = WorkloadClass::Embeddings;
+            v.metric = airtime_policy_sdk::abi::LoadMetric::ConcurrentRequests;
+            v.min_replicas = 2;
+            v.max_replicas = 0xFFFF_FFFE;
+            v.capacity = 15.5;
+            v.cpu_capacity = 4.25;
+            v.demand = 1.0e-3;
+            v.latest = -0.0;
+            v.desired_gpu = 3;
+            v.desired_cpu = 4;
+            v.placed_gpu = 5;
+            v.placed_cpu = 6;
+            v.pending_gpu = 7;
+            v.pending_cpu = 8;
+            v.gpu_milli_per_replica = 250;
+            v.has_cpu_variant = true;
+            v.draining = true;
+            v.stale = true;
+        })
+        .service_with("future", |v| v.metric = airtime_policy_sdk::abi::LoadMetric::Unknown(9))
+        .service_tenant("chat", "beta")
+        .replica_of("stopping", "chat", airtime_policy_sdk::abi::ReplicaVariant::Cpu)
+        .pending("replica", 1, 1024)
+        .replica_of("replica", "future", airtime_policy_sdk::abi::ReplicaVariant::Gpu)
+        .edit(|doc| doc.workloads[0].replica_variant = airtime_policy_sdk::abi::ReplicaVariant::Unknown(7))
         .scope_tenant("beta")
 }
 
@@ -452,14 +509,15 @@ fn widen_strides(bytes: &[u8], extra: u32) -> Vec<u8> {
     let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
     let put = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
     // (header offset of the table, string fields in its records)
-    let tables: [(usize, &[usize]); 5] = [(16, &[0]), (28, &[0]), (40, &[8, 56]), (52, &[0, 8, 40, 92]), (64, &[])];
+    let tables: [(usize, &[usize]); 6] =
+        [(16, &[0]), (28, &[0]), (40, &[8, 56]), (52, &[0, 8, 40, 92]), (64, &[]), (88, &[0])];
     let records: u32 = tables.iter().map(|&(at, _)| u32_at(bytes, at + 4)).sum();
     let heap_start =
         tables.iter().map(|&(at, _)| u32_at(bytes, at) + u32_at(bytes, at + 4) * u32_at(bytes, at + 8)).max();
-    let heap_start = heap_start.unwrap_or(88) as usize;
+    let heap_start = heap_start.unwrap_or(104) as usize;
     let shift = records * extra;
     let moved = |offset: u32, len: u32| if len == 0 { offset } else { offset + shift };
-    let mut out = bytes[..88].to_vec();
+    let mut out = bytes[..104].to_vec();
     let params = (u32_at(bytes, 76), u32_at(bytes, 80));
     put(&mut out, 76, moved(params.0, params.1));
     for (at, strings) in tables {

@@ -66,7 +66,7 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
     if (error != AIRTIME_SNAPSHOT_OK) airtime_give_up_cstr(airtime_snapshot_error_message(error));
 
     airtime_writer w;
-    airtime_writer_init(&w, 2 + s.tenants.count + s.nodes.count + s.gpus.count + s.workloads.count);
+    airtime_writer_init(&w, 2 + s.tenants.count + s.nodes.count + s.gpus.count + s.workloads.count + s.services.count);
 
     line(&w, "header", 0);
     field_u64(&w, "now_ms", s.now_ms);
@@ -77,6 +77,7 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
     field_table(&w, "gpus", s.gpus);
     field_table(&w, "workloads", s.workloads);
     field_table(&w, "settings", s.settings);
+    field_table(&w, "services", s.services);
 
     airtime_settings settings;
     if (airtime_read_settings(&s, &settings)) {
@@ -156,6 +157,30 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         field_u64(&w, "in_scope", airtime_in_scope(&s, &x));
         field_u64(&w, "gpu_milli", x.gpu_milli);
         field_str(&w, "mig_profile", x.mig_profile);
+        field_u64(&w, "service", x.service);
+        field_u64(&w, "replica_variant", x.replica_variant);
+    }
+    airtime_service v;
+    for (uint32_t i = 0; airtime_read_service(&s, i, &v); i++) {
+        line(&w, "service", i);
+        field_str(&w, "name", v.name);
+        field_u64(&w, "tenant", v.tenant);
+        field_u64(&w, "class", v.class_);
+        field_u64(&w, "metric", v.metric);
+        field_u64(&w, "min_replicas", v.min_replicas);
+        field_u64(&w, "max_replicas", v.max_replicas);
+        field_u64(&w, "capacity", bits(v.capacity));
+        field_u64(&w, "cpu_capacity", bits(v.cpu_capacity));
+        field_u64(&w, "demand", bits(v.demand));
+        field_u64(&w, "latest", bits(v.latest));
+        field_u64(&w, "desired_gpu", v.desired_gpu);
+        field_u64(&w, "desired_cpu", v.desired_cpu);
+        field_u64(&w, "placed_gpu", v.placed_gpu);
+        field_u64(&w, "placed_cpu", v.placed_cpu);
+        field_u64(&w, "pending_gpu", v.pending_gpu);
+        field_u64(&w, "pending_cpu", v.pending_cpu);
+        field_u64(&w, "gpu_milli_per_replica", v.gpu_milli_per_replica);
+        field_u64(&w, "flags", v.flags);
     }
     return airtime_writer_finish(&w);
 }

@@ -8,17 +8,19 @@ use std::cell::Cell;
 
 use super::{
     ABI_VERSION, AbiError, Action, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision,
-    GPU_SIZE, Gpu, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, Location, NODE_SIZE, NONE, Node, NodeState,
-    SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Settings, Sharing, Snapshot, TENANT_SIZE, Table, Tenant,
-    WORKLOAD_SIZE, Workload, WorkloadClass, WorkloadState,
+    GPU_SIZE, Gpu, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, LoadMetric, Location, NODE_SIZE, NONE, Node, NodeState,
+    ReplicaVariant, SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Service, Settings, Sharing,
+    Snapshot, TENANT_SIZE, Table, Tenant, WORKLOAD_SIZE, Workload, WorkloadClass, WorkloadState,
 };
 
 /// Decodes a snapshot, borrowing every string from `bytes`.
 ///
 /// Checks the magic, the version, that every table and string lies inside the buffer, that strides
 /// are at least the record sizes this SDK knows (larger strides are newer minor versions; the extra
-/// bytes are skipped), that strings are UTF-8, and that every index a record carries (a GPU's node
-/// and holder, a node's GPU range, a workload's tenant and node, the scope tenant) names a record.
+/// bytes are skipped), that no table with records starts inside the header (which is how a buffer
+/// from a host older than ABI 1.3, with its 88-byte header, is told apart), that strings are UTF-8,
+/// and that every index a record carries (a GPU's node and holder, a node's GPU range, a workload's
+/// tenant, node and service, a service's tenant, the scope tenant) names a record.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
     let buf = Buf::new(bytes);
     if bytes.len() < SNAPSHOT_HEADER_SIZE {
@@ -44,11 +46,17 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
     let gpus = buf.table(header, 40, Table::Gpus, GPU_SIZE)?;
     let workloads = buf.table(header, 52, Table::Workloads, WORKLOAD_SIZE)?;
     let settings = buf.table(header, 64, Table::Settings, SETTINGS_SIZE)?;
+    let services = buf.table(header, 88, Table::Services, SERVICE_SIZE)?;
     if settings.count > 1 {
         return Err(AbiError::TooManySettings { count: settings.count });
     }
-    let (tenant_count, node_count, gpu_count, workload_count) =
-        (tenants.count as usize, nodes.count as usize, gpus.count as usize, workloads.count as usize);
+    let (tenant_count, node_count, gpu_count, workload_count, service_count) = (
+        tenants.count as usize,
+        nodes.count as usize,
+        gpus.count as usize,
+        workloads.count as usize,
+        services.count as usize,
+    );
 
     let mut snapshot = Snapshot {
         now_ms: u64_at(header, 8),
@@ -59,6 +67,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
         settings: None,
         params: buf.string(at_header, "params", header, 76)?,
         scope_tenant: index(at_header, "scope tenant", u32_at(header, 84), Table::Tenants, tenant_count)?,
+        services: Vec::with_capacity(service_count),
     };
 
     for (i, rec) in tenants.records() {
@@ -158,6 +167,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             expected_duration_s: u32_at(rec, 80),
             gpu_milli: u32_at(rec, 88),
             mig_profile: buf.string(at, "mig_profile", rec, 92)?,
+            service: index(at, "service", u32_at(rec, 104), Table::Services, service_count)?,
+            replica_variant: ReplicaVariant::from_code(u32_at(rec, 108)),
         });
     }
     if let Some((_, rec)) = settings.records().next() {
@@ -168,6 +179,42 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             grace_period_s: u32_at(rec, 12),
             max_preemptions_per_hour: u32_at(rec, 16),
             night_training_bonus: i32_at(rec, 20),
+        });
+    }
+    for (i, rec) in services.records() {
+        let at = Location::Record { table: Table::Services, index: i };
+        let tenant = u32_at(rec, 8);
+        if tenant as usize >= tenant_count {
+            return Err(AbiError::IndexOutOfRange {
+                at,
+                what: "tenant",
+                index: tenant,
+                table: Table::Tenants,
+                table_len: tenant_count,
+            });
+        }
+        let flags = u32_at(rec, 72);
+        snapshot.services.push(Service {
+            name: buf.string(at, "name", rec, 0)?,
+            tenant,
+            class: WorkloadClass::from_code(u32_at(rec, 12)),
+            metric: LoadMetric::from_code(u32_at(rec, 16)),
+            min_replicas: u32_at(rec, 20),
+            max_replicas: u32_at(rec, 24),
+            capacity: f32_at(rec, 28),
+            cpu_capacity: f32_at(rec, 32),
+            demand: f32_at(rec, 36),
+            latest: f32_at(rec, 40),
+            desired_gpu: u32_at(rec, 44),
+            desired_cpu: u32_at(rec, 48),
+            placed_gpu: u32_at(rec, 52),
+            placed_cpu: u32_at(rec, 56),
+            pending_gpu: u32_at(rec, 60),
+            pending_cpu: u32_at(rec, 64),
+            gpu_milli_per_replica: u32_at(rec, 68),
+            has_cpu_variant: flags & 1 != 0,
+            draining: flags & 2 != 0,
+            stale: flags & 4 != 0,
         });
     }
     Ok(snapshot)
@@ -315,6 +362,9 @@ impl<'a> Buf<'a> {
         let (offset, count, stride) = (u32_at(header, at), u32_at(header, at + 4), u32_at(header, at + 8));
         if (stride as usize) < size {
             return Err(AbiError::StrideTooSmall { table, stride, minimum: size as u32 });
+        }
+        if count > 0 && (offset as usize) < SNAPSHOT_HEADER_SIZE {
+            return Err(AbiError::TableOverlapsHeader { table, offset, header: SNAPSHOT_HEADER_SIZE as u32 });
         }
         self.checked_table(table, offset, count, stride)
     }

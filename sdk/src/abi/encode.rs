@@ -1,6 +1,6 @@
 //! Records to bytes.
 //!
-//! A snapshot buffer is laid out as: header, the five tables in header order, then the string heap.
+//! A snapshot buffer is laid out as: header, the six tables in header order, then the string heap.
 //! The header and every record size are multiples of 8, so every table starts 8-aligned (not
 //! required by the ABI, but cheap and kind to guests that load aligned). Identical strings (GPU
 //! models, tenant names) are stored once.
@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::{
     AbiError, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision, GPU_SIZE, NODE_SIZE, NONE,
-    SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot, TENANT_SIZE, WORKLOAD_SIZE,
+    SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot, TENANT_SIZE, WORKLOAD_SIZE,
 };
 use crate::abi::{ABI_VERSION, Action};
 
@@ -33,9 +33,10 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         (snapshot.gpus.len(), GPU_SIZE),
         (snapshot.workloads.len(), WORKLOAD_SIZE),
         (usize::from(snapshot.settings.is_some()), SETTINGS_SIZE),
+        (snapshot.services.len(), SERVICE_SIZE),
     ];
     let mut fixed = SNAPSHOT_HEADER_SIZE as u64;
-    let mut table_offsets = [0u64; 5];
+    let mut table_offsets = [0u64; 6];
     for (slot, (count, size)) in table_offsets.iter_mut().zip(counts) {
         *slot = fixed;
         fixed += count as u64 * size as u64;
@@ -51,13 +52,20 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
     out.extend_from_slice(&SNAPSHOT_MAGIC);
     put_u32(&mut out, ABI_VERSION);
     put_u64(&mut out, snapshot.now_ms);
-    for ((count, size), offset) in counts.iter().zip(table_offsets) {
-        put_u32(&mut out, offset as u32);
-        put_u32(&mut out, *count as u32);
-        put_u32(&mut out, *size as u32);
+    let table = |out: &mut Vec<u8>, i: usize| {
+        let ((count, size), offset) = (counts[i], table_offsets[i]);
+        put_u32(out, offset as u32);
+        put_u32(out, count as u32);
+        put_u32(out, size as u32);
+    };
+    for i in 0..5 {
+        table(&mut out, i);
     }
     heap.put(&mut out, snapshot.params);
     put_u32(&mut out, snapshot.scope_tenant.unwrap_or(NONE));
+    // ABI 1.3: appended after the 88 bytes earlier guests read.
+    table(&mut out, 5);
+    put_u32(&mut out, 0);
     debug_assert_eq!(out.len(), SNAPSHOT_HEADER_SIZE);
 
     for tenant in &snapshot.tenants {
@@ -125,6 +133,8 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         put_u32(&mut out, workload.gpu_milli);
         heap.put(&mut out, workload.mig_profile);
         put_u32(&mut out, 0);
+        put_u32(&mut out, workload.service.unwrap_or(NONE));
+        put_u32(&mut out, workload.replica_variant.code());
     }
     if let Some(settings) = &snapshot.settings {
         put_u32(&mut out, settings.burst_reserve_gpus);
@@ -134,6 +144,29 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         put_u32(&mut out, settings.max_preemptions_per_hour);
         put_i32(&mut out, settings.night_training_bonus);
         put_u32(&mut out, 0);
+        put_u32(&mut out, 0);
+    }
+    for service in &snapshot.services {
+        heap.put(&mut out, service.name);
+        put_u32(&mut out, service.tenant);
+        put_u32(&mut out, service.class.code());
+        put_u32(&mut out, service.metric.code());
+        put_u32(&mut out, service.min_replicas);
+        put_u32(&mut out, service.max_replicas);
+        put_f32(&mut out, service.capacity);
+        put_f32(&mut out, service.cpu_capacity);
+        put_f32(&mut out, service.demand);
+        put_f32(&mut out, service.latest);
+        put_u32(&mut out, service.desired_gpu);
+        put_u32(&mut out, service.desired_cpu);
+        put_u32(&mut out, service.placed_gpu);
+        put_u32(&mut out, service.placed_cpu);
+        put_u32(&mut out, service.pending_gpu);
+        put_u32(&mut out, service.pending_cpu);
+        put_u32(&mut out, service.gpu_milli_per_replica);
+        let flags =
+            u32::from(service.has_cpu_variant) | u32::from(service.draining) << 1 | u32::from(service.stale) << 2;
+        put_u32(&mut out, flags);
         put_u32(&mut out, 0);
     }
     debug_assert_eq!(out.len() as u64, fixed);

@@ -27,6 +27,8 @@ pub enum Table {
     Workloads,
     Settings,
     Decisions,
+    /// ABI 1.3.
+    Services,
 }
 
 impl Table {
@@ -39,6 +41,7 @@ impl Table {
             Table::Workloads => "workloads",
             Table::Settings => "settings",
             Table::Decisions => "decisions",
+            Table::Services => "services",
         }
     }
 
@@ -51,6 +54,7 @@ impl Table {
             Table::Workloads => "workload",
             Table::Settings => "settings",
             Table::Decisions => "decision",
+            Table::Services => "service",
         }
     }
 }
@@ -88,6 +92,9 @@ pub enum AbiError {
     StrideTooSmall { table: Table, stride: u32, minimum: u32 },
     /// A table does not fit in the buffer.
     TableOutOfBounds { table: Table, offset: u32, count: u32, stride: u32, buffer_len: usize },
+    /// A table with records starts inside the snapshot header: a buffer from a host older than ABI
+    /// 1.3 (its header has 88 bytes, so its first table starts where 1.3's header goes on).
+    TableOverlapsHeader { table: Table, offset: u32, header: u32 },
     /// The settings table holds more than one record.
     TooManySettings { count: u32 },
     /// A string or array runs past the end of the buffer.
@@ -134,6 +141,11 @@ impl fmt::Display for AbiError {
             AbiError::TableOutOfBounds { table, offset, count, stride, buffer_len } => write!(
                 f,
                 "snapshot header: {} table ({count} records of {stride} bytes at {offset:#x}) runs past the {buffer_len}-byte buffer",
+                table.name()
+            ),
+            AbiError::TableOverlapsHeader { table, offset, header } => write!(
+                f,
+                "snapshot header: {} table at {offset:#x} starts inside the {header}-byte header (a host older than ABI 1.3 sends an 88-byte one)",
                 table.name()
             ),
             AbiError::TooManySettings { count } => {
