@@ -55,7 +55,7 @@ pub struct WhatIfView {
     pub progress: f64,
     pub error: Option<String>,
     /// `{candidate, active, workloads, window_s, from}`: the simulator's scores of each replay.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub result: Option<serde_json::Value>,
     pub requested_by: String,
     pub created_at: DateTime<Utc>,
