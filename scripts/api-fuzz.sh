@@ -33,8 +33,10 @@ base="http://127.0.0.1:$port"
 password="schemathesis admin password 0f the api"
 AIRTIME_BOOTSTRAP_PASSWORD="$password" RUST_LOG=warn "$bin_dir/airtime-control-plane" \
   --database-url "$admin_url/$db" --bootstrap-admin fuzz@airtime.test >/dev/null
+# Follows of workload logs end within two seconds here: the fuzzer reads whole answers, and a
+# follow of a workload that never runs (no agents here) would otherwise hold each request open.
 RUST_LOG=warn "$bin_dir/airtime-control-plane" --database-url "$admin_url/$db" --listen "127.0.0.1:$port" \
-  --jwt-secret "api-fuzz-signing-secret-0123456789abcdef" --mutations-per-minute 0 \
+  --jwt-secret "api-fuzz-signing-secret-0123456789abcdef" --mutations-per-minute 0 --log-follow-default-s 1 --log-follow-max-s 2 \
   >target/api-fuzz-control-plane.log 2>&1 &
 cp_pid=$!
 for _ in $(seq 1 100); do curl -fsS "$base/readyz" >/dev/null 2>&1 && break; sleep 0.2; done

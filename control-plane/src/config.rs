@@ -84,6 +84,23 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_TELEMETRY_RETENTION_HOURS", default_value_t = 24)]
     pub telemetry_retention_hours: u32,
 
+    /// Bytes of output kept per workload (all its attempts); the oldest goes first.
+    #[arg(long, env = "AIRTIME_LOG_BYTES_PER_WORKLOAD", default_value_t = 16 * 1024 * 1024, value_parser = clap::value_parser!(i64).range(65_536..))]
+    pub log_bytes_per_workload: i64,
+
+    /// Bytes of output kept per tenant (all its workloads); the oldest goes first.
+    #[arg(long, env = "AIRTIME_LOG_BYTES_PER_TENANT", default_value_t = 2 * 1024 * 1024 * 1024, value_parser = clap::value_parser!(i64).range(65_536..))]
+    pub log_bytes_per_tenant: i64,
+
+    /// How long `GET /workloads/{id}/logs?follow=true` stays open when the request names no
+    /// `wait_s`, in seconds (below a proxy's idle timeout; clients follow on with the cursor).
+    #[arg(long, env = "AIRTIME_LOG_FOLLOW_DEFAULT_S", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub log_follow_default_s: u32,
+
+    /// The longest a follow stays open whatever the request's `wait_s` asks, in seconds.
+    #[arg(long, env = "AIRTIME_LOG_FOLLOW_MAX_S", default_value_t = 3600, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub log_follow_max_s: u32,
+
     /// The longest a what-if replay (both of its replays together) may take, in seconds.
     #[arg(long, env = "AIRTIME_WHAT_IF_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub what_if_timeout_s: u64,
@@ -228,6 +245,14 @@ impl Config {
             cycle_budget: Duration::from_millis(self.cycle_budget_ms),
             usage_half_life_hours: self.usage_half_life_hours,
             policy_suspend_after: self.policy_suspend_after,
+        }
+    }
+
+    /// How much workload output is kept.
+    pub fn log_limits(&self) -> crate::workloads::logs::LogLimits {
+        crate::workloads::logs::LogLimits {
+            per_workload: self.log_bytes_per_workload,
+            per_tenant: self.log_bytes_per_tenant,
         }
     }
 

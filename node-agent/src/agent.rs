@@ -26,6 +26,7 @@ use crate::backoff::Backoff;
 use crate::client::{ClientError, ControlPlaneClient};
 use crate::config::{Config, WorkloadOutput};
 use crate::credential::{self, CredentialError, Secret};
+use crate::logs::{self, LogSink};
 use crate::protocol::{self, Assignment, AssignmentAction, DesiredState, EventReport};
 use crate::runner::mps::{self, MpsDaemon};
 use crate::runner::{Exit, GpuSlot, GpuSlots, OutputMode, Runner, WorkloadSpec, orphans};
@@ -191,6 +192,9 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     let orphans = orphans::find(&config.name);
     orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
     let (runner, mut exits) = Runner::new(config.work_dir.clone(), output, &config.name, slots);
+    // Captured output goes to the control plane too (inherited output is the agent's own).
+    let (log_sink, log_source) = LogSink::new();
+    let runner = if output == OutputMode::Log { runner.with_logs(log_sink) } else { runner };
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
 
@@ -203,6 +207,11 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         config.heartbeat_override,
     ));
     let mut poller = tokio::spawn(poll_assignments(client.clone(), Arc::clone(&session), desired_tx));
+    let log_session = Arc::clone(&session);
+    let mut shipper = tokio::spawn(logs::ship(client.clone(), log_source, move || {
+        let session = Arc::clone(&log_session);
+        async move { session.current().await.node_id }
+    }));
     let mut delivery = tokio::spawn(deliver_events(client, Arc::clone(&session), events_rx));
 
     let mut reconciler = Reconciler::new(runner, events_tx);
@@ -248,6 +257,12 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     if !delivery_ended && timeout(SHUTDOWN_EVENT_FLUSH, &mut delivery).await.is_err() {
         tracing::warn!("could not deliver every workload event before exiting");
         delivery.abort();
+    }
+    // The runner is gone and its processes with it: the shipper ends once their last output is
+    // delivered (or after the flush time, while the control plane cannot be reached).
+    if timeout(SHUTDOWN_EVENT_FLUSH, &mut shipper).await.is_err() {
+        tracing::warn!("could not ship every workload's last output before exiting");
+        shipper.abort();
     }
     heartbeat.abort();
     registration.abort();

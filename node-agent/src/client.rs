@@ -14,7 +14,8 @@ use uuid::Uuid;
 
 use crate::credential::Secret;
 use crate::protocol::{
-    DesiredState, EnrolRequest, Enrolled, ErrorResponse, EventReport, Registered, Registration, TelemetryReport, codes,
+    DesiredState, EnrolRequest, Enrolled, ErrorResponse, EventReport, LogBatch, Registered, Registration,
+    TelemetryReport, codes,
 };
 
 /// Bound on a plain call; a control plane slower than this is treated as unreachable.
@@ -156,6 +157,12 @@ impl ControlPlaneClient {
     pub async fn post_event(&self, node_id: Uuid, workload_id: Uuid, event: &EventReport) -> Result<(), ClientError> {
         let url = format!("{}/nodes/{node_id}/workloads/{workload_id}/events", self.base);
         self.send_json(self.http.post(url), event, REQUEST_TIMEOUT).await.map(drop)
+    }
+
+    /// Workloads' output, in chunks the control plane stores once each.
+    pub async fn post_logs(&self, node_id: Uuid, batch: &LogBatch) -> Result<(), ClientError> {
+        let url = format!("{}/nodes/{node_id}/logs", self.base);
+        self.send_json(self.http.post(url), batch, REQUEST_TIMEOUT).await.map(drop)
     }
 
     async fn send_json<T: Serialize + ?Sized>(

@@ -10,6 +10,7 @@
 //!   trait, shared as the node's `--gpu-sharing` mode says, with per-workload share samples;
 //! - [`runner`]: workload processes — spawn with their GPUs' environment, SIGTERM/SIGKILL, exit
 //!   reports — with no HTTP, and the MPS control daemon;
+//! - [`logs`]: workloads' output, chunked, bounded and shipped to the control plane;
 //! - [`procfs`]: a process's parent and group, read from `/proc`;
 //! - [`agent`]: the loops (register, heartbeat, long-poll, reconcile, deliver events).
 //!
@@ -23,6 +24,7 @@ mod backoff;
 pub mod client;
 pub mod config;
 pub mod credential;
+pub mod logs;
 pub mod procfs;
 pub mod protocol;
 pub mod runner;

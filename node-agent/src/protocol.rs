@@ -6,7 +6,8 @@
 
 pub use airtime_protocol::agent::{
     Assignment, AssignmentAction, DesiredState, EnrolRequest, Enrolled, ErrorBody, ErrorResponse, EventKind,
-    EventReport, GpuInventory, GpuSample, GpuSource, Registered, Registration, ShareSample, TelemetryReport,
+    EventReport, GpuInventory, GpuSample, GpuSource, LogBatch, LogChunk, LogStream, MAX_LOG_BATCH_CHUNKS,
+    MAX_LOG_CHUNK_BYTES, Registered, Registration, ShareSample, TelemetryReport,
 };
 pub use airtime_protocol::model::GpuModel;
 pub use airtime_protocol::sharing::{GpuSharing, MigProfile};

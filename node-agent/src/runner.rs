@@ -40,7 +40,8 @@ use uuid::Uuid;
 
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
-use crate::protocol::{Assignment, EventReport};
+use crate::logs::{LogLine, LogSink};
+use crate::protocol::{Assignment, EventReport, LogStream};
 use crate::telemetry::{GpuHolders, Holder};
 
 /// Longest workload output line logged as one record; longer lines are split.
@@ -260,6 +261,8 @@ pub struct Runner {
     supervised: HashMap<Uuid, Supervised>,
     exits: mpsc::UnboundedSender<Exit>,
     holders: watch::Sender<GpuHolders>,
+    /// Where captured output lines also go (to the control plane), when set.
+    logs: Option<LogSink>,
 }
 
 impl Runner {
@@ -281,8 +284,16 @@ impl Runner {
             supervised: HashMap::new(),
             exits,
             holders,
+            logs: None,
         };
         (runner, exits_rx)
+    }
+
+    /// Captured output (`OutputMode::Log`) goes to `sink` too, line by line, for the control
+    /// plane; it never blocks a workload (a full sink counts the line as lost).
+    pub fn with_logs(mut self, sink: LogSink) -> Self {
+        self.logs = Some(sink);
+        self
     }
 
     /// The workloads holding GPU slots (processes that have not exited yet), kept current.
@@ -358,10 +369,10 @@ impl Runner {
             });
         };
         if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(forward_output(stdout, spec.workload_id, spec.attempt, "stdout"));
+            tokio::spawn(forward_output(stdout, spec.workload_id, spec.attempt, LogStream::Stdout, self.logs.clone()));
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_output(stderr, spec.workload_id, spec.attempt, "stderr"));
+            tokio::spawn(forward_output(stderr, spec.workload_id, spec.attempt, LogStream::Stderr, self.logs.clone()));
         }
 
         let (control, control_rx) = mpsc::unbounded_channel();
@@ -607,7 +618,17 @@ fn signal_group(group: Pid, signal: Signal) {
 }
 
 /// Logs a workload's output line by line until the pipe closes.
-async fn forward_output<R: AsyncRead + Unpin>(stream: R, workload_id: Uuid, attempt: u32, name: &'static str) {
+async fn forward_output<R: AsyncRead + Unpin>(
+    stream: R,
+    workload_id: Uuid,
+    attempt: u32,
+    which: LogStream,
+    sink: Option<LogSink>,
+) {
+    let name = match which {
+        LogStream::Stdout => "stdout",
+        LogStream::Stderr => "stderr",
+    };
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
@@ -618,6 +639,9 @@ async fn forward_output<R: AsyncRead + Unpin>(stream: R, workload_id: Uuid, atte
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim_end_matches(['\n', '\r']);
                 tracing::info!(target: "workload", %workload_id, attempt, stream = name, "{text}");
+                if let Some(sink) = &sink {
+                    sink.send(LogLine { workload_id, attempt, stream: which, text: text.to_owned() }).await;
+                }
             }
         }
     }

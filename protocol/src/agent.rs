@@ -347,6 +347,53 @@ pub enum EventKind {
     FailedToStart,
 }
 
+/// Workloads' output, shipped by the agent in bounded chunks (`POST
+/// /api/v1/agent/nodes/{node_id}/logs`). A chunk is numbered within its attempt and stream, so a
+/// batch sent again after a lost answer is stored once.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct LogBatch {
+    /// At most [`MAX_LOG_BATCH_CHUNKS`].
+    pub chunks: Vec<LogChunk>,
+}
+
+/// Consecutive lines of one attempt's stdout or stderr.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct LogChunk {
+    pub workload_id: Uuid,
+    pub attempt: u32,
+    pub stream: LogStream,
+    /// This chunk's number within its attempt and stream, from 0.
+    pub seq: u64,
+    /// Whole lines, each ending in `\n`; at most [`MAX_LOG_CHUNK_BYTES`] bytes.
+    pub text: String,
+    /// Lines the agent could not ship before this chunk (its buffer was full during an outage).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropped_lines: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Which output a log line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(type_name = "text", rename_all = "snake_case"))]
+#[serde(rename_all = "snake_case")]
+pub enum LogStream {
+    Stdout,
+    Stderr,
+}
+
+/// The most bytes of text in one log chunk.
+pub const MAX_LOG_CHUNK_BYTES: usize = 64 * 1024;
+/// The most chunks in one log batch.
+pub const MAX_LOG_BATCH_CHUNKS: usize = 64;
+
 /// Longest event message kept, in characters (an exit reason, a spawn error).
 pub const MAX_EVENT_MESSAGE_CHARS: usize = 2000;
 

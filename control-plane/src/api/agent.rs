@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use airtime_protocol::agent::{Assignment, AssignmentAction, DesiredState, EventKind, EventReport, Registered};
+use airtime_protocol::agent::{
+    Assignment, AssignmentAction, DesiredState, EventKind, EventReport, LogBatch, Registered,
+};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -31,6 +33,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(telemetry))
         .routes(routes!(assignments))
         .routes(routes!(event))
+        .routes(routes!(logs))
 }
 
 /// Register the node (again): idempotent by name; what the node ran before is requeued.
@@ -266,4 +269,33 @@ async fn event(
         )),
         EventOutcome::NotFound => Err(ApiError::NotFound("workload on this node")),
     }
+}
+
+/// Workloads' output, in bounded chunks: stored once per chunk (a batch sent again is answered
+/// the same), within the retention limits per workload and per tenant. Chunks of workloads this
+/// node did not run are ignored and counted.
+#[utoipa::path(
+    post,
+    path = "/nodes/{node_id}/logs",
+    tag = "agent",
+    params(("node_id" = Uuid, Path, description = "The agent's own node")),
+    request_body(content = LogBatch, example = json!({"chunks": [{"workload_id": "00000000-0000-0000-0000-000000000000",
+        "attempt": 1, "stream": "stdout", "seq": 0, "text": "epoch 1: loss 0.42\n"}]})),
+    security(("node_credential" = [])),
+    extensions(("x-airtime-access" = json!("agent"))),
+    responses(
+        (status = 200, description = "Stored", body = crate::workloads::logs::Stored),
+        (status = 404, body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn logs(
+    _node: NodeCaller,
+    State(state): State<AppState>,
+    Path(node_id): Path<Uuid>,
+    Json(batch): Json<LogBatch>,
+) -> ApiResult<axum::Json<crate::workloads::logs::Stored>> {
+    crate::workloads::logs::check(&batch).map_err(|m| ApiError::unprocessable("invalid_logs", m))?;
+    let stored = crate::workloads::logs::store(&state.db, node_id, &batch, state.config.log_limits()).await?;
+    Ok(axum::Json(stored))
 }

@@ -2,7 +2,7 @@
 //! (platform admins see every tenant); another tenant's workload is not found.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
@@ -12,10 +12,15 @@ use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::workloads::logs::{self as workload_logs, LogQuery, Logs};
 use crate::workloads::{self, IdempotencyKey, SubmitWorkload, WorkloadDetail, WorkloadFilter, WorkloadView};
 
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(submit, list)).routes(routes!(detail)).routes(routes!(cancel))
+    OpenApiRouter::new()
+        .routes(routes!(submit, list))
+        .routes(routes!(detail))
+        .routes(routes!(cancel))
+        .routes(routes!(logs))
 }
 
 /// Submit a workload into the caller's tenant (platform admins name any tenant in `tenant`).
@@ -125,3 +130,89 @@ async fn cancel(
     state.wake.wake();
     Ok((StatusCode::ACCEPTED, axum::Json(view)))
 }
+
+/// A workload's output: each attempt's stdout and stderr as its agent shipped it, oldest first
+/// (`tail` for the last lines, `after` for what came since an earlier answer's `cursor`). With
+/// `follow=true` the answer is JSON Lines — one line object each, as they arrive — and ends when
+/// the workload has ended and its output is in, or after `wait_s` (follow on with `after` set to
+/// the last line's `cursor`).
+#[utoipa::path(
+    get,
+    path = "/workloads/{id}/logs",
+    tag = "workloads",
+    params(("id" = Uuid, Path, description = "Workload id"), LogQuery),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses(
+        (status = 200, description = "Its output (JSON Lines of `LogLine` when following)", body = Logs),
+        (status = 400, body = ErrorResponse),
+        (status = 404, body = ErrorResponse)
+    )
+)]
+async fn logs(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Query(query): Query<LogQuery>,
+) -> ApiResult<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let (dropped, _) = workload_logs::visible(&state.db, id, &caller).await?;
+    let first = workload_logs::read(&state.db, id, &query, dropped).await?;
+    if !query.follow {
+        return Ok(axum::Json(first).into_response());
+    }
+    // Follow: what is there, then every half second what came since, until the workload has
+    // ended and a last read found nothing new (its agent ships within a second of the exit).
+    let db = state.db.clone();
+    let started = std::time::Instant::now();
+    let wait = std::time::Duration::from_secs(u64::from(
+        query.wait_s.unwrap_or(state.config.log_follow_default_s).min(state.config.log_follow_max_s),
+    ));
+    let stream = futures::stream::unfold((Some(first), query, false), move |(mut pending, mut query, mut ended)| {
+        let db = db.clone();
+        async move {
+            // Read again until there are lines to send (an empty chunk is never sent).
+            let logs = loop {
+                if let Some(logs) = pending.take() {
+                    query.after = Some(logs.cursor);
+                    query.tail = None;
+                    if !logs.lines.is_empty() {
+                        break logs;
+                    }
+                }
+                if started.elapsed() >= wait {
+                    return None;
+                }
+                tokio::time::sleep(FOLLOW_POLL).await;
+                let (dropped, now_ended): (i64, bool) = sqlx::query_as(
+                    "SELECT log_dropped_bytes, state IN ('succeeded', 'failed', 'cancelled') FROM workloads WHERE id = $1",
+                )
+                .bind(id)
+                .fetch_one(&db)
+                .await
+                .ok()?;
+                let logs = workload_logs::read(&db, id, &query, dropped).await.ok()?;
+                if logs.lines.is_empty() && ended {
+                    return None;
+                }
+                ended = now_ended;
+                pending = Some(logs);
+            };
+            let mut out = String::new();
+            for line in &logs.lines {
+                if let Ok(json) = serde_json::to_string(line) {
+                    out.push_str(&json);
+                    out.push('\n');
+                }
+            }
+            Some((Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(out)), (None, query, ended)))
+        }
+    });
+    // `identity`: the compression layer leaves a stream alone (a gzip stream would hold lines back
+    // until its buffer filled, and follow is about seeing them now).
+    let headers = [(header::CONTENT_TYPE, "application/x-ndjson"), (header::CONTENT_ENCODING, "identity")];
+    Ok((headers, axum::body::Body::from_stream(stream)).into_response())
+}
+
+/// How often a followed log is read again.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);

@@ -1,6 +1,7 @@
 //! Workloads: submission with its checks, listing, the detail view (state history and decisions)
 //! and cancellation.
 
+pub mod logs;
 pub mod transitions;
 
 use std::collections::BTreeMap;
@@ -232,6 +233,9 @@ pub struct WorkloadDetail {
     pub workload: WorkloadView,
     pub history: Vec<WorkloadEvent>,
     pub decisions: Vec<crate::scheduler::record::DecisionView>,
+    /// The last lines its latest attempt printed (stdout and stderr in order), when it failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub last_output: Vec<String>,
 }
 
 const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.name, w.class, w.priority, w.state, \
@@ -456,8 +460,16 @@ pub async fn detail(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<Workloa
         &crate::scheduler::record::DecisionFilter { workload_id: Some(id), ..Default::default() },
     )
     .await?;
-    Ok(WorkloadDetail { workload, history, decisions })
+    let last_output = if workload.state == WorkloadState::Failed {
+        logs::last_lines(db, id, workload.attempt, LAST_OUTPUT_LINES).await?
+    } else {
+        Vec::new()
+    };
+    Ok(WorkloadDetail { workload, history, decisions, last_output })
 }
+
+/// Lines of a failed attempt's output its detail shows.
+const LAST_OUTPUT_LINES: usize = 20;
 
 /// Cancels a workload: a pending one at once, one on a node through its agent (SIGTERM, then
 /// SIGKILL after the grace period). Returns whether a node's desired state changed. Another
