@@ -81,7 +81,9 @@ impl Chunker {
     /// Adds a line to its stream's open chunk, closing the chunk when the line would not fit.
     pub fn push(&mut self, line: LogLine) {
         let key = (line.workload_id, line.attempt, line.stream);
-        let mut text = line.text;
+        // The control plane refuses NUL in any JSON string (and PostgreSQL text holds none): a
+        // binary byte of output is shown as U+FFFD rather than costing the whole batch.
+        let mut text = if line.text.contains('\0') { line.text.replace('\0', "\u{FFFD}") } else { line.text };
         text.truncate(floor_char_boundary(&text, MAX_LOG_CHUNK_BYTES - 1));
         text.push('\n');
         if self.open.get(&key).is_some_and(|c| c.text.len() + text.len() > MAX_LOG_CHUNK_BYTES) {
@@ -260,6 +262,15 @@ mod tests {
         c.push(line(w, LogStream::Stdout, "three"));
         c.flush();
         assert_eq!(c.batch()[0].seq, 1, "the next chunk of the stream is numbered on");
+    }
+
+    #[test]
+    fn a_nul_in_the_output_does_not_reach_the_wire() {
+        let w = Uuid::new_v4();
+        let mut c = Chunker::default();
+        c.push(line(w, LogStream::Stdout, "bin\0ary"));
+        c.flush();
+        assert_eq!(c.batch()[0].text, "bin\u{FFFD}ary\n");
     }
 
     #[test]
