@@ -243,9 +243,13 @@ async fn event(
         EventKind::Exited => AgentEvent::Exited { exit_code: report.exit_code, signal: report.signal, message },
         EventKind::FailedToStart => AgentEvent::FailedToStart { message: message.unwrap_or_default() },
     };
-    let mut tx = state.db.begin().await?;
     let attempt = i32::try_from(report.attempt)
         .map_err(|_| ApiError::unprocessable("invalid_event", "attempt is out of range"))?;
+    let mut tx = state.db.begin().await?;
+    // The node's row first, as telemetry, liveness and registration lock it (node, then GPUs and
+    // grants): an exit event that released its grants before bumping the node's version could
+    // deadlock with the same agent's heartbeat, which updates the node and then those grants.
+    sqlx::query("SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE").bind(node_id).execute(&mut *tx).await?;
     let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, attempt, &event).await?;
     let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });
     if freed {
