@@ -128,7 +128,7 @@ impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         match &err {
             sqlx::Error::RowNotFound => Self::NotFound("resource"),
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
                 tracing::error!(error = %err, "database unavailable");
                 Self::Unavailable("the database is unavailable; try again".into())
             }

@@ -153,10 +153,14 @@ impl ControlPlane {
         })
         .await
         .context("the control plane did not start listening within 60 s")??;
-        // Keep draining stdout (kept as the log) so the child never blocks on a full pipe.
+        // Keep draining stdout (kept as the log) so the child never blocks on a full pipe; its
+        // errors also go to the test's output, where a 500 an agent saw can be explained.
         let sink = Arc::clone(&logs);
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("ERROR") {
+                    eprintln!("control plane: {line}");
+                }
                 sink.lock().unwrap_or_else(PoisonError::into_inner).push(line);
             }
         });
