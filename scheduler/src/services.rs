@@ -431,4 +431,30 @@ pub fn burst_reserve(fleet: &FleetView, plans: &[ScalePlan]) -> u32 {
 }
 
 #[cfg(test)]
+impl ServiceEntry {
+    /// The tests' service: real-time, 15 req/s a GPU replica, 1 to 10 replicas, scaling up at once
+    /// and down over five minutes, no reports yet.
+    pub(crate) fn fixture(name: &str, tenant: usize) -> ServiceEntry {
+        ServiceEntry {
+            id: Uuid::new_v4(),
+            name: name.into(),
+            tenant,
+            class: WorkloadClass::RealtimeInference,
+            metric: LoadMetric::RequestsPerSecond,
+            min_replicas: 1,
+            max_replicas: 10,
+            capacity: 15.0,
+            gpu_milli_per_replica: 1000,
+            cpu_variant: None,
+            scale_up_window_s: 0,
+            scale_down_window_s: 300,
+            stale_after_s: 60,
+            draining: false,
+            loads: Vec::new(),
+            recent_peak: None,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests;

@@ -295,24 +295,7 @@ mod tests {
     }
 
     fn service(name: &str, tenant: usize) -> ServiceEntry {
-        ServiceEntry {
-            id: Uuid::new_v4(),
-            name: name.into(),
-            tenant,
-            class: WorkloadClass::RealtimeInference,
-            metric: LoadMetric::RequestsPerSecond,
-            min_replicas: 1,
-            max_replicas: 10,
-            capacity: 15.0,
-            gpu_milli_per_replica: 1000,
-            cpu_variant: None,
-            scale_up_window_s: 0,
-            scale_down_window_s: 300,
-            stale_after_s: 60,
-            draining: false,
-            loads: Vec::new(),
-            recent_peak: None,
-        }
+        ServiceEntry::fixture(name, tenant)
     }
 
     fn workload(f: &FleetView, name: &str, tenant: usize, replica_of: Option<ReplicaOf>) -> WorkloadEntry {

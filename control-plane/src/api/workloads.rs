@@ -184,13 +184,7 @@ async fn logs(
                     return None;
                 }
                 tokio::time::sleep(FOLLOW_POLL).await;
-                let (dropped, now_ended): (i64, bool) = sqlx::query_as(
-                    "SELECT log_dropped_bytes, state IN ('succeeded', 'failed', 'cancelled') FROM workloads WHERE id = $1",
-                )
-                .bind(id)
-                .fetch_one(&db)
-                .await
-                .ok()?;
+                let (_, dropped, now_ended) = workload_logs::output_state(&db, id).await.ok()??;
                 let logs = workload_logs::read(&db, id, &query, dropped).await.ok()?;
                 if logs.lines.is_empty() && ended {
                     return None;

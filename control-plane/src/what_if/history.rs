@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 
-use airtime_protocol::settings::PrioritySettings;
 use airtime_protocol::sharing::GpuSharing;
 use airtime_scheduler::fleet::FleetView;
 use airtime_sim::format::{FleetSpec, NodeType, TenantSpec, Trace, TraceWorkload};
@@ -241,5 +240,5 @@ fn fleet_spec(
             }
         })
         .collect();
-    FleetSpec { tenants, node_types, settings: PrioritySettings { ..fleet.settings.clone() } }
+    FleetSpec { tenants, node_types, settings: fleet.settings.clone() }
 }

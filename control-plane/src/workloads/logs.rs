@@ -2,6 +2,8 @@
 //! workload and per tenant so a chatty job cannot fill the database, and read back by attempt,
 //! stream, tail and cursor (`read`) under the workload's tenant isolation.
 
+use std::collections::HashMap;
+
 use airtime_protocol::agent::{LogBatch, LogStream, MAX_LOG_BATCH_CHUNKS, MAX_LOG_CHUNK_BYTES};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -52,18 +54,31 @@ pub fn check(batch: &LogBatch) -> Result<(), String> {
 pub async fn store(db: &PgPool, node_id: Uuid, batch: &LogBatch, limits: LogLimits) -> sqlx::Result<Stored> {
     let mut tx = db.begin().await?;
     let mut out = Stored::default();
-    let mut touched: Vec<(Uuid, Uuid)> = Vec::new();
+    // Per workload: its tenant if this node ran the attempt (looked up once per attempt), and
+    // the bytes stored now (counted once per workload and tenant after the inserts).
+    let mut owners: HashMap<(Uuid, u32), Option<Uuid>> = HashMap::new();
+    let mut added: Vec<(Uuid, Uuid, i64)> = Vec::new();
     for chunk in &batch.chunks {
-        // The attempt ran here: the node is its current or latest one, and it is no later attempt.
-        let owner: Option<(Uuid,)> = sqlx::query_as(
-            "SELECT tenant_id FROM workloads WHERE id = $1 AND $2 IN (node_id, last_node_id) AND attempt >= $3",
-        )
-        .bind(chunk.workload_id)
-        .bind(node_id)
-        .bind(chunk.attempt as i32)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((tenant_id,)) = owner else {
+        let key = (chunk.workload_id, chunk.attempt);
+        let owner = match owners.get(&key) {
+            Some(owner) => *owner,
+            None => {
+                // The attempt ran here: the node is its current or latest one, and no later
+                // attempt has begun.
+                let owner: Option<(Uuid,)> = sqlx::query_as(
+                    "SELECT tenant_id FROM workloads WHERE id = $1 AND $2 IN (node_id, last_node_id) AND attempt >= $3",
+                )
+                .bind(chunk.workload_id)
+                .bind(node_id)
+                .bind(chunk.attempt as i32)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let owner = owner.map(|(t,)| t);
+                owners.insert(key, owner);
+                owner
+            }
+        };
+        let Some(tenant_id) = owner else {
             out.ignored += 1;
             continue;
         };
@@ -89,29 +104,37 @@ pub async fn store(db: &PgPool, node_id: Uuid, batch: &LogBatch, limits: LogLimi
             continue;
         };
         out.stored += 1;
+        match added.iter_mut().find(|(w, _, _)| *w == chunk.workload_id) {
+            Some(entry) => entry.2 += i64::from(bytes),
+            None => added.push((chunk.workload_id, tenant_id, i64::from(bytes))),
+        }
+    }
+    let mut tenants: Vec<(Uuid, i64)> = Vec::new();
+    for &(workload, tenant, bytes) in &added {
         sqlx::query("UPDATE workloads SET log_bytes = log_bytes + $2 WHERE id = $1")
-            .bind(chunk.workload_id)
-            .bind(i64::from(bytes))
+            .bind(workload)
+            .bind(bytes)
             .execute(&mut *tx)
             .await?;
+        match tenants.iter_mut().find(|(t, _)| *t == tenant) {
+            Some(entry) => entry.1 += bytes,
+            None => tenants.push((tenant, bytes)),
+        }
+    }
+    for &(tenant, bytes) in &tenants {
         sqlx::query(
             "INSERT INTO tenant_log_usage (tenant_id, bytes) VALUES ($1, $2) \
              ON CONFLICT (tenant_id) DO UPDATE SET bytes = tenant_log_usage.bytes + EXCLUDED.bytes",
         )
-        .bind(tenant_id)
-        .bind(i64::from(bytes))
+        .bind(tenant)
+        .bind(bytes)
         .execute(&mut *tx)
         .await?;
-        if !touched.contains(&(chunk.workload_id, tenant_id)) {
-            touched.push((chunk.workload_id, tenant_id));
-        }
     }
-    for &(workload, _) in &touched {
+    for &(workload, _, _) in &added {
         trim(&mut tx, "workload_id", workload, limits.per_workload).await?;
     }
-    let mut tenants: Vec<Uuid> = touched.iter().map(|&(_, t)| t).collect();
-    tenants.dedup();
-    for tenant in tenants {
+    for &(tenant, _) in &tenants {
         trim(&mut tx, "tenant_id", tenant, limits.per_tenant).await?;
     }
     tx.commit().await?;
@@ -215,17 +238,24 @@ pub struct Logs {
 /// The most lines one answer holds.
 pub const MAX_LINES: usize = 10_000;
 
-/// The workload's tenant and whether it has ended, if the caller may see it.
+/// A workload's output bytes dropped by retention and whether it has ended, if the caller may
+/// see it.
 pub async fn visible(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(i64, bool)> {
-    let row: Option<(Uuid, i64, bool)> = sqlx::query_as(
+    let Some((tenant, dropped, ended)) = output_state(db, id).await? else {
+        return Err(ApiError::NotFound("workload"));
+    };
+    caller.ensure_visible(tenant, "workload")?;
+    Ok((dropped, ended))
+}
+
+/// A workload's tenant, output bytes dropped by retention, and whether it has ended.
+pub async fn output_state(db: &PgPool, id: Uuid) -> sqlx::Result<Option<(Uuid, i64, bool)>> {
+    sqlx::query_as(
         "SELECT tenant_id, log_dropped_bytes, state IN ('succeeded', 'failed', 'cancelled') FROM workloads WHERE id = $1",
     )
     .bind(id)
     .fetch_optional(db)
-    .await?;
-    let Some((tenant, dropped, ended)) = row else { return Err(ApiError::NotFound("workload")) };
-    caller.ensure_visible(tenant, "workload")?;
-    Ok((dropped, ended))
+    .await
 }
 
 /// Reads output of a workload the caller may see (checked with [`visible`]).

@@ -10,24 +10,7 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn chat() -> ServiceEntry {
-    ServiceEntry {
-        id: Uuid::from_u128(1),
-        name: "chat".into(),
-        tenant: 0,
-        class: WorkloadClass::RealtimeInference,
-        metric: LoadMetric::RequestsPerSecond,
-        min_replicas: 1,
-        max_replicas: 10,
-        capacity: 15.0,
-        gpu_milli_per_replica: 1000,
-        cpu_variant: None,
-        scale_up_window_s: 0,
-        scale_down_window_s: 300,
-        stale_after_s: 60,
-        draining: false,
-        loads: Vec::new(),
-        recent_peak: None,
-    }
+    ServiceEntry { id: Uuid::from_u128(1), ..ServiceEntry::fixture("chat", 0) }
 }
 
 fn with_cpu(mut s: ServiceEntry) -> ServiceEntry {
