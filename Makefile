@@ -23,6 +23,7 @@ test: prerequisites  ## Run the whole test suite against the local PostgreSQL, t
 	@scripts/prerequisites.sh --for-tests
 	cargo test --workspace --no-fail-fast
 	scripts/api-fuzz.sh
+	scripts/check-deploy.sh
 
 fuzz: prerequisites  ## Fuzz the decoders of guest output and agent messages (FUZZ_SECONDS each, default 30)
 	scripts/fuzz.sh

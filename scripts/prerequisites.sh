@@ -35,6 +35,19 @@ if [ "${1:-}" = "--for-tests" ] && ! command -v chromedriver >/dev/null; then
   command -v chromedriver >/dev/null || fail "chromedriver is still missing after installing chromium-driver; $browser_hint"
 fi
 
+# The container stories run a real engine: Debian's Podman with runc, and an image built from
+# busybox-static (no registry is reachable): needed for tests only.
+if [ "${1:-}" = "--for-tests" ] && { ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! [ -x /bin/busybox ]; }; then
+  podman_hint="install them with: apt-get install -y podman runc busybox-static"
+  [ "$(id -u)" -eq 0 ] || fail "podman, runc or busybox-static is missing (the container stories need them); $podman_hint (as root)"
+  command -v apt-get >/dev/null || fail "podman, runc or busybox is missing and apt-get is not available; install Podman, runc and a static busybox (Debian: $podman_hint)"
+  echo "airtime: installing podman, runc and busybox-static (the container stories)"
+  apt_install_p() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends podman runc busybox-static; }
+  apt_install_p || { DEBIAN_FRONTEND=noninteractive apt-get update && apt_install_p; } \
+    || fail "could not install podman, runc and busybox-static with apt-get; $podman_hint"
+  command -v podman >/dev/null || fail "podman is still missing after installing it; $podman_hint"
+fi
+
 # The C policy's test builds policies/c-first-fit with clang's wasm32 target and wasm-ld (lld): needed
 # for tests only (without them that test says it is skipped).
 if [ "${1:-}" = "--for-tests" ] && { ! command -v clang >/dev/null || ! command -v wasm-ld >/dev/null; }; then

@@ -101,6 +101,11 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_LOG_FOLLOW_MAX_S", default_value_t = 3600, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub log_follow_max_s: u32,
 
+    /// A host directory container workloads may mount (it and everything under it); repeat for
+    /// several, or separate them with commas in the environment variable. None: no host mounts.
+    #[arg(long = "container-mount-prefix", env = "AIRTIME_CONTAINER_MOUNT_PREFIXES", value_delimiter = ',', value_parser = parse_mount_prefix)]
+    pub container_mount_prefixes: Vec<String>,
+
     /// The longest a what-if replay (both of its replays together) may take, in seconds.
     #[arg(long, env = "AIRTIME_WHAT_IF_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub what_if_timeout_s: u64,
@@ -285,6 +290,17 @@ impl Config {
             None => anyhow::bail!("set --jwt-secret (AIRTIME_JWT_SECRET) or --jwt-secret-file"),
         }
     }
+}
+
+/// A mount prefix: an absolute directory, kept without a trailing slash (`/` stays `/`).
+fn parse_mount_prefix(text: &str) -> Result<String, String> {
+    let valid =
+        text.starts_with('/') && !text.chars().any(char::is_control) && text.split('/').all(|c| c != "." && c != "..");
+    if !valid {
+        return Err(format!("{text:?} is not an absolute directory (no . or .. components)"));
+    }
+    let trimmed = text.trim_end_matches('/');
+    Ok(if trimmed.is_empty() { "/".to_owned() } else { trimmed.to_owned() })
 }
 
 #[cfg(test)]

@@ -464,6 +464,7 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
             cost_per_hour: 12.0,
             cpu_util: 0.1,
             simulated: true,
+            containers: true,
         }],
         gpus: vec![gpu(0, 0, Some(2)), gpu(0, 1, None), gpu(0, 2, None), gpu(0, 3, None)],
         workloads: vec![

@@ -25,6 +25,7 @@ use uuid::Uuid;
 use crate::backoff::Backoff;
 use crate::client::{ClientError, ControlPlaneClient};
 use crate::config::{Config, WorkloadOutput};
+use crate::containers::Engine;
 use crate::credential::{self, CredentialError, Secret};
 use crate::logs::{self, LogSink};
 use crate::protocol::{self, Assignment, AssignmentAction, DesiredState, EventReport};
@@ -58,6 +59,10 @@ pub enum AgentError {
     TaskEnded(&'static str, String),
     #[error(transparent)]
     Credential(#[from] CredentialError),
+    #[error(
+        "the container engine does not answer: {0} (--container-engine auto finds one or none; none runs no container work)"
+    )]
+    ContainerEngine(String),
     #[error(
         "this node has no credential in {state_dir}: start the agent once with --enrolment-token \
          (a one-time token from POST /api/v1/enrolment-tokens)"
@@ -148,7 +153,8 @@ pub struct OutgoingEvent {
 pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Result<(), AgentError> {
     check_work_dir(&config.work_dir)?;
     let (telemetry, mps_daemon) = discover_telemetry(&config).await?;
-    let request = register_request(&config, &telemetry);
+    let engine = Engine::detect(&config.containers).await.map_err(AgentError::ContainerEngine)?.map(Arc::new);
+    let request = register_request(&config, &telemetry, engine.as_deref());
     tracing::info!(
         name = %request.name,
         control_plane = %config.control_plane,
@@ -157,6 +163,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         gpu_source = %serde_json::to_value(request.gpu_source).unwrap_or_default(),
         gpus = request.gpus.len(),
         gpu_sharing = %config.gpu_sharing,
+        container_engine = %engine.as_ref().map_or_else(|| "none".to_owned(), |e| format!("{} {}", e.kind.as_str(), e.version)),
         "node agent starting"
     );
     let slots = GpuSlots::new(
@@ -190,8 +197,18 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         WorkloadOutput::Inherit => OutputMode::Inherit,
     };
     let orphans = orphans::find(&config.name);
+    // Containers an earlier agent left go first: their engine clients are among the orphans and
+    // end with them.
+    let leftover_containers = match &engine {
+        Some(engine) => engine.end_leftovers(&config.name, orphans::ORPHAN_GRACE).await,
+        None => Vec::new(),
+    };
     orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
     let (runner, mut exits) = Runner::new(config.work_dir.clone(), output, &config.name, slots);
+    let runner = match engine {
+        Some(engine) => runner.with_engine(engine),
+        None => runner,
+    };
     // Captured output goes to the control plane too (inherited output is the agent's own).
     let (log_sink, log_source) = LogSink::new();
     let runner = if output == OutputMode::Log { runner.with_logs(log_sink) } else { runner };
@@ -216,6 +233,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
 
     let mut reconciler = Reconciler::new(runner, events_tx);
     reconciler.report_orphans(&orphans);
+    reconciler.report_leftover_containers(&leftover_containers);
     let mut latest: Option<Arc<Desired>> = None;
     let mut failure = None;
     let mut delivery_ended = false;
@@ -319,7 +337,7 @@ async fn discover_telemetry(config: &Config) -> Result<(Telemetry, Option<MpsDae
     .map_err(|e| AgentError::TaskEnded("telemetry discovery", e.to_string()))?
 }
 
-fn register_request(config: &Config, telemetry: &Telemetry) -> protocol::Registration {
+fn register_request(config: &Config, telemetry: &Telemetry, engine: Option<&Engine>) -> protocol::Registration {
     let inventory = telemetry.inventory();
     protocol::Registration {
         name: config.name.clone(),
@@ -332,6 +350,7 @@ fn register_request(config: &Config, telemetry: &Telemetry) -> protocol::Registr
         agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         gpu_source: inventory.gpu_source,
         gpus: inventory.gpus,
+        container_engine: engine.map(Engine::describe),
     }
 }
 
@@ -670,6 +689,24 @@ impl Reconciler {
                     )),
                 ),
             );
+        }
+    }
+
+    /// Reports the container attempts an earlier agent process left, which this one ended (those
+    /// its orphaned engine clients did not report already).
+    fn report_leftover_containers(&mut self, ended: &[(Uuid, u32)]) {
+        for &(workload_id, attempt) in ended {
+            if self.launched.insert((workload_id, attempt)) {
+                self.send(
+                    workload_id,
+                    EventReport::exited(
+                        attempt,
+                        None,
+                        None,
+                        Some("stopped: its container was left running by an earlier node agent process".to_owned()),
+                    ),
+                );
+            }
         }
     }
 

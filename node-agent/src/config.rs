@@ -16,6 +16,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use reqwest::Url;
 use thiserror::Error;
 
+use crate::containers::{CdiChoice, ContainerConfig, EngineChoice, PullPolicy};
 use crate::credential::Secret;
 
 /// Command-line flags as given. Turn them into a [`Config`] with [`Config::resolve`].
@@ -135,6 +136,35 @@ pub struct Cli {
     /// [default: <state-dir>/mps/log].
     #[arg(long, value_name = "DIR", env = "AIRTIME_MPS_LOG_DIRECTORY")]
     pub mps_log_directory: Option<PathBuf>,
+
+    /// The container engine for container workloads: `auto` (Podman if it answers, else Docker,
+    /// else none), `podman`, `docker`, or `none` (the node takes no container work). An engine
+    /// named here that does not answer stops the agent at start.
+    #[arg(long, value_enum, env = "AIRTIME_CONTAINER_ENGINE", default_value_t = EngineChoice::Auto)]
+    pub container_engine: EngineChoice,
+
+    /// The engine's program, when it is not `podman` or `docker` on `PATH`.
+    #[arg(long, value_name = "PATH", env = "AIRTIME_CONTAINER_ENGINE_PATH")]
+    pub container_engine_path: Option<PathBuf>,
+
+    /// An argument given to the engine before every subcommand; repeat for several (e.g.
+    /// `--container-engine-arg=--runtime=runc --container-engine-arg=--cgroup-manager=cgroupfs`).
+    #[arg(long = "container-engine-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub container_engine_args: Vec<String>,
+
+    /// An argument added to every container's `run`; repeat for several (e.g.
+    /// `--container-run-arg=--network=none`).
+    #[arg(long = "container-run-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub container_run_args: Vec<String>,
+
+    /// When a workload's image is pulled: `missing` (when the node lacks it), `always`, `never`.
+    #[arg(long, value_enum, env = "AIRTIME_CONTAINER_PULL", default_value_t = PullPolicy::Missing)]
+    pub container_pull: PullPolicy,
+
+    /// GPUs reach containers through CDI (`--device nvidia.com/gpu=…`): `auto` when the NVIDIA
+    /// container toolkit's CDI specification is in /etc/cdi or /var/run/cdi, `on`, `off`.
+    #[arg(long, value_enum, env = "AIRTIME_CONTAINER_CDI", default_value_t = CdiChoice::Auto)]
+    pub container_cdi: CdiChoice,
 }
 
 /// The MPS control program's usual name, looked up in `PATH`.
@@ -199,6 +229,7 @@ pub struct Config {
     pub mig_layout: Option<MigLayout>,
     /// Where the MPS daemon is, for `--gpu-sharing mps` on real GPUs.
     pub mps: MpsConfig,
+    pub containers: ContainerConfig,
 }
 
 /// The MPS control daemon the agent joins or starts for `--gpu-sharing mps` on real GPUs.
@@ -287,6 +318,15 @@ impl Config {
             gpu_sharing: cli.gpu_sharing,
             mig_layout,
             mps,
+            containers: ContainerConfig {
+                choice: cli.container_engine,
+                program: cli.container_engine_path,
+                engine_args: cli.container_engine_args,
+                run_args: cli.container_run_args,
+                pull: cli.container_pull,
+                cdi: cli.container_cdi,
+                ..ContainerConfig::default()
+            },
         })
     }
 }

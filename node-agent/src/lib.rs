@@ -12,10 +12,13 @@
 //!   reports — with no HTTP, and the MPS control daemon;
 //! - [`logs`]: workloads' output, chunked, bounded and shipped to the control plane;
 //! - [`procfs`]: a process's parent and group, read from `/proc`;
+//! - [`containers`]: the node's container engine (Podman or Docker): detection, `run`, stop and
+//!   remove by name, and the containers an earlier agent left, found by label;
 //! - [`agent`]: the loops (register, heartbeat, long-poll, reconcile, deliver events).
 //!
-//! Invariants: only `client` speaks HTTP; only `runner` creates or signals processes; the
-//! reconciler never awaits the network, so stops and starts do not wait on the control plane.
+//! Invariants: only `client` speaks HTTP; only `runner` (and the engine commands of `containers`
+//! it runs) creates or signals processes; the reconciler never awaits the network, so stops and
+//! starts do not wait on the control plane.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +26,7 @@ pub mod agent;
 mod backoff;
 pub mod client;
 pub mod config;
+pub mod containers;
 pub mod credential;
 pub mod logs;
 pub mod procfs;

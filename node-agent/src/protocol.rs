@@ -150,6 +150,11 @@ mod tests {
                     sharing_note: Some("MIG mode is disabled on GPU 2: advertised whole".into()),
                 },
             ],
+            container_engine: Some(airtime_protocol::container::ContainerEngine {
+                kind: airtime_protocol::container::EngineKind::Podman,
+                version: "4.3.1".into(),
+                cdi: true,
+            }),
         };
         assert_eq!(
             serde_json::to_value(&request)?,
@@ -166,7 +171,8 @@ mod tests {
                     {"index": 2, "uuid": "GPU-2", "model": "H100-SXM",
                      "memory_mb": 81920, "nvlink_group": null, "simulated": false, "sharing": "none",
                      "sharing_note": "MIG mode is disabled on GPU 2: advertised whole"}
-                ]
+                ],
+                "container_engine": {"kind": "podman", "version": "4.3.1", "cdi": true}
             })
         );
         assert_eq!(airtime_protocol::agent::check_registration(&request), Ok(()));

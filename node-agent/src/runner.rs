@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -38,8 +39,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use airtime_protocol::container::ContainerSpec;
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
+use crate::containers::{Engine, RunRequest, container_name};
 use crate::logs::{LogLine, LogSink};
 use crate::protocol::{Assignment, EventReport, LogStream};
 use crate::telemetry::{GpuHolders, Holder};
@@ -64,6 +67,13 @@ pub struct WorkloadSpec {
     /// Used when the workload is stopped without a stop assignment of its own (it disappeared from
     /// the desired state, or the agent shuts down).
     pub grace_period: Duration,
+    /// Run in this OCI image with the node's container engine (then `command` is the image's
+    /// arguments); `None`: `command` runs as a process.
+    pub container: Option<ContainerSpec>,
+    /// Its CPU request, thousandths of a core (a container's `--cpus`).
+    pub cpu_millis: Option<u32>,
+    /// Its host memory request, MiB (a container's `--memory`).
+    pub memory_mb: Option<u64>,
 }
 
 impl WorkloadSpec {
@@ -77,6 +87,9 @@ impl WorkloadSpec {
             gpu_milli: assignment.share_milli(),
             gpu_memory_mb: assignment.gpu_memory_mb,
             grace_period: Duration::from_millis(assignment.grace_period_ms),
+            container: assignment.container.clone(),
+            cpu_millis: assignment.cpu_millis,
+            memory_mb: assignment.memory_mb,
         }
     }
 }
@@ -118,8 +131,8 @@ impl GpuSlots {
 /// Variables a workload's environment gets only from the agent: the assignment's `env` cannot
 /// set them and the agent's own environment does not pass them on. Every `CUDA_MPS_…` variable is
 /// the agent's too.
-const AGENT_OWNED: [&str; 4] =
-    ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "AIRTIME_GPU_MILLI", "AIRTIME_GPU_SHARING"];
+const AGENT_OWNED: [&str; 5] =
+    ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "AIRTIME_GPU_MILLI", "AIRTIME_GPU_SHARING", "NVIDIA_VISIBLE_DEVICES"];
 const AGENT_OWNED_PREFIX: &str = "CUDA_MPS_";
 
 fn agent_owned(name: &str) -> bool {
@@ -188,6 +201,8 @@ pub enum SpawnError {
     AlreadyRunning { workload_id: Uuid, attempt: u32 },
     #[error("GPU {slot} is not one of this node's GPUs ({known})")]
     UnknownGpu { slot: u32, known: String },
+    #[error("this node has no container engine, so it cannot run image {image}")]
+    NoContainerEngine { image: String },
     #[error("cannot start {program:?}: {source}")]
     Io {
         program: String,
@@ -252,6 +267,19 @@ struct Supervised {
     control: mpsc::UnboundedSender<Control>,
 }
 
+/// A container workload's container, stopped through its engine.
+#[derive(Clone)]
+struct ContainerHandle {
+    engine: Arc<Engine>,
+    name: String,
+    /// The last line the engine's client printed on stderr: the cause of an engine error.
+    last_stderr: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// How long after a container's grace period the agent removes it itself, if the engine's own
+/// stop has not ended it by then.
+const CONTAINER_KILL_MARGIN: Duration = Duration::from_secs(5);
+
 /// Starts and stops workload processes and reports how each one ended.
 pub struct Runner {
     work_dir: PathBuf,
@@ -263,6 +291,8 @@ pub struct Runner {
     holders: watch::Sender<GpuHolders>,
     /// Where captured output lines also go (to the control plane), when set.
     logs: Option<LogSink>,
+    /// The node's container engine, for container workloads; `None`: the node runs none.
+    engine: Option<Arc<Engine>>,
 }
 
 impl Runner {
@@ -285,6 +315,7 @@ impl Runner {
             exits,
             holders,
             logs: None,
+            engine: None,
         };
         (runner, exits_rx)
     }
@@ -293,6 +324,12 @@ impl Runner {
     /// plane; it never blocks a workload (a full sink counts the line as lost).
     pub fn with_logs(mut self, sink: LogSink) -> Self {
         self.logs = Some(sink);
+        self
+    }
+
+    /// Container workloads run with `engine`.
+    pub fn with_engine(mut self, engine: Arc<Engine>) -> Self {
+        self.engine = Some(engine);
         self
     }
 
@@ -318,9 +355,56 @@ impl Runner {
         if let Some(existing) = self.supervised.get(&spec.workload_id) {
             return Err(SpawnError::AlreadyRunning { workload_id: spec.workload_id, attempt: existing.attempt });
         }
-        let (program, args) = spec.command.split_first().ok_or(SpawnError::EmptyCommand)?;
-        let gpu_env = gpu_environment(spec, &self.slots)?;
-        let mut command = Command::new(program);
+        let mut gpu_env = gpu_environment(spec, &self.slots)?;
+        let ignored: Vec<&str> = spec.env.keys().map(String::as_str).filter(|k| agent_owned(k)).collect();
+        if !ignored.is_empty() {
+            tracing::info!(workload_id = %spec.workload_id, attempt = spec.attempt, ignored = ?ignored,
+                "the assignment's env may not set the GPU variables the agent sets; ignoring them");
+        }
+        let (mut command, program, container) = match &spec.container {
+            None => {
+                let (program, args) = spec.command.split_first().ok_or(SpawnError::EmptyCommand)?;
+                let mut command = Command::new(program);
+                command.args(args);
+                (command, program.clone(), None)
+            }
+            Some(image) => {
+                let engine =
+                    self.engine.clone().ok_or_else(|| SpawnError::NoContainerEngine { image: image.image.clone() })?;
+                let gpu_ids: Vec<String> = spec
+                    .gpu_indices
+                    .iter()
+                    .filter_map(|&i| self.slots.get(i).map(|slot| slot.cuda_id.clone()))
+                    .collect();
+                container_gpu_environment(&mut gpu_env, &gpu_ids);
+                let mut env_names: Vec<String> = spec.env.keys().filter(|k| !agent_owned(k)).cloned().collect();
+                env_names.extend(gpu_env.iter().map(|(name, _)| (*name).to_owned()));
+                env_names.extend(
+                    ["CUDA_DEVICE_ORDER", "AIRTIME_WORKLOAD_ID", "AIRTIME_ATTEMPT", "AIRTIME_NODE_NAME"]
+                        .map(str::to_owned),
+                );
+                let uses_mps = gpu_env.iter().any(|(name, _)| *name == "CUDA_MPS_PIPE_DIRECTORY");
+                let request = RunRequest {
+                    workload_id: spec.workload_id,
+                    attempt: spec.attempt,
+                    node_name: &self.node_name,
+                    container: image,
+                    args: &spec.command,
+                    env_names,
+                    gpu_ids: &gpu_ids,
+                    cpu_millis: spec.cpu_millis,
+                    memory_mb: spec.memory_mb,
+                    mps_pipe_directory: if uses_mps { self.slots.mps_pipe_directory.as_deref() } else { None },
+                };
+                let command = engine.run_command(&request);
+                let handle = ContainerHandle {
+                    name: container_name(spec.workload_id, spec.attempt),
+                    engine,
+                    last_stderr: Arc::default(),
+                };
+                (command, format!("{} run {}", handle.engine.kind.as_str(), image.image), Some(handle))
+            }
+        };
         // The GPUs a workload sees, and its share of them, are the agent's to decide: no MPS
         // setting of the agent's own environment reaches it, and the assignment's env cannot set
         // what the agent sets.
@@ -331,13 +415,7 @@ impl Runner {
                 command.env_remove(name);
             }
         }
-        let ignored: Vec<&str> = spec.env.keys().map(String::as_str).filter(|k| agent_owned(k)).collect();
-        if !ignored.is_empty() {
-            tracing::info!(workload_id = %spec.workload_id, attempt = spec.attempt, ignored = ?ignored,
-                "the assignment's env may not set the GPU variables the agent sets; ignoring them");
-        }
         command
-            .args(args)
             .current_dir(&self.work_dir)
             .envs(spec.env.iter().filter(|(k, _)| !agent_owned(k)))
             .envs(gpu_env)
@@ -353,7 +431,9 @@ impl Runner {
             .process_group(0)
             // Last resort if the supervising task is dropped (runtime torn down): no orphans.
             .kill_on_drop(true);
-        match self.output {
+        // A container's engine error is told on stderr: capture it even with inherited output.
+        let output = if container.is_some() { OutputMode::Log } else { self.output };
+        match output {
             OutputMode::Log => command.stdout(Stdio::piped()).stderr(Stdio::piped()),
             OutputMode::Inherit => command.stdout(Stdio::inherit()).stderr(Stdio::inherit()),
         };
@@ -368,11 +448,14 @@ impl Runner {
                 source: std::io::Error::other("the new process has no pid"),
             });
         };
+        let last_stderr = container.as_ref().map(|c| Arc::clone(&c.last_stderr));
         if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(forward_output(stdout, spec.workload_id, spec.attempt, LogStream::Stdout, self.logs.clone()));
+            let out = Output { workload_id: spec.workload_id, attempt: spec.attempt, which: LogStream::Stdout };
+            tokio::spawn(forward_output(stdout, out, self.logs.clone(), None));
         }
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_output(stderr, spec.workload_id, spec.attempt, LogStream::Stderr, self.logs.clone()));
+            let out = Output { workload_id: spec.workload_id, attempt: spec.attempt, which: LogStream::Stderr };
+            tokio::spawn(forward_output(stderr, out, self.logs.clone(), last_stderr));
         }
 
         let (control, control_rx) = mpsc::unbounded_channel();
@@ -384,6 +467,7 @@ impl Runner {
             control: control_rx,
             exits: self.exits.clone(),
             started_at: spawn_began,
+            container,
         }));
         tracing::info!(
             workload_id = %spec.workload_id,
@@ -504,6 +588,7 @@ struct Supervision {
     control: mpsc::UnboundedReceiver<Control>,
     exits: mpsc::UnboundedSender<Exit>,
     started_at: Instant,
+    container: Option<ContainerHandle>,
 }
 
 /// Why the agent ends a process, while it does.
@@ -530,17 +615,28 @@ async fn supervise(mut s: Supervision) {
             status = s.child.wait() => break status,
             command = s.control.recv(), if control_open => match command {
                 Some(Control::Stop { grace, reason }) if ending.is_none() => {
-                    signal_group(group, Signal::SIGTERM);
-                    ending = Some(Ending {
-                        reason,
-                        grace,
-                        kill_at: Some(Instant::now() + grace),
-                        killed: None,
-                    });
+                    let kill_at = match &s.container {
+                        // The engine sends SIGTERM, then SIGKILL after the grace period; the agent
+                        // removes the container itself if that has not ended it shortly after.
+                        Some(container) => {
+                            let container = container.clone();
+                            tokio::spawn(async move {
+                                if let Err(why) = container.engine.stop(&container.name, grace).await {
+                                    tracing::warn!(container = %container.name, %why, "cannot stop the container");
+                                }
+                            });
+                            Instant::now() + grace + CONTAINER_KILL_MARGIN
+                        }
+                        None => {
+                            signal_group(group, Signal::SIGTERM);
+                            Instant::now() + grace
+                        }
+                    };
+                    ending = Some(Ending { reason, grace, kill_at: Some(kill_at), killed: None });
                 }
                 Some(Control::Stop { .. }) => {}
                 Some(Control::Kill { reason }) => {
-                    signal_group(group, Signal::SIGKILL);
+                    kill(group, s.container.as_ref());
                     let ending = ending.get_or_insert(Ending {
                         reason,
                         grace: Duration::ZERO,
@@ -554,7 +650,7 @@ async fn supervise(mut s: Supervision) {
                 None => control_open = false,
             },
             () = sleep_until_some(kill_at), if kill_at.is_some() => {
-                signal_group(group, Signal::SIGKILL);
+                kill(group, s.container.as_ref());
                 if let Some(ending) = ending.as_mut() {
                     ending.kill_at = None;
                     ending.killed = Some(KillCause::GraceExpired);
@@ -564,6 +660,12 @@ async fn supervise(mut s: Supervision) {
     };
     // Whatever the workload left running in its group goes with it.
     signal_group(group, Signal::SIGKILL);
+    // `run --rm` removes a container that ended; one whose client died first is removed here.
+    if let Some(container) = &s.container
+        && let Err(why) = container.engine.remove(&container.name).await
+    {
+        tracing::warn!(container = %container.name, %why, "cannot remove the container");
+    }
 
     let exit = exit_report(&s, status, ending);
     tracing::info!(
@@ -579,12 +681,26 @@ async fn supervise(mut s: Supervision) {
     let _ = s.exits.send(exit);
 }
 
+/// SIGKILL now: a container through its engine (removed whatever it is doing), then the group.
+fn kill(group: Pid, container: Option<&ContainerHandle>) {
+    if let Some(container) = container {
+        let container = container.clone();
+        tokio::spawn(async move {
+            if let Err(why) = container.engine.remove(&container.name).await {
+                tracing::warn!(container = %container.name, %why, "cannot remove the container");
+            }
+        });
+    }
+    signal_group(group, Signal::SIGKILL);
+}
+
 fn exit_report(s: &Supervision, status: std::io::Result<ExitStatus>, ending: Option<Ending>) -> Exit {
     let runtime = s.started_at.elapsed();
     let (exit_code, signal, wait_error) = match status {
         Ok(status) => (status.code(), status.signal(), None),
         Err(error) => (None, None, Some(error)),
     };
+    let stopped = ending.is_some();
     let mut message = ending.map(|ending| match ending.killed {
         None => format!("stopped: {}", ending.reason),
         Some(KillCause::GraceExpired) => format!(
@@ -594,6 +710,13 @@ fn exit_report(s: &Supervision, status: std::io::Result<ExitStatus>, ending: Opt
         ),
         Some(KillCause::Requested) => format!("killed: {}", ending.reason),
     });
+    // A container that could not be run (no such image, a pull that failed): the engine's word.
+    if let (false, Some(container), Some(code)) = (stopped, &s.container, exit_code) {
+        let last = container.last_stderr.lock().ok().and_then(|l| l.clone());
+        if let Some(reason) = crate::containers::engine_exit_reason(code, last.as_deref()) {
+            message = Some(reason);
+        }
+    }
     if let Some(error) = wait_error {
         message = Some(format!("lost track of the process: {error}"));
     }
@@ -617,14 +740,22 @@ fn signal_group(group: Pid, signal: Signal) {
     }
 }
 
-/// Logs a workload's output line by line until the pipe closes.
-async fn forward_output<R: AsyncRead + Unpin>(
-    stream: R,
+/// Which output of which attempt a pipe carries.
+struct Output {
     workload_id: Uuid,
     attempt: u32,
     which: LogStream,
+}
+
+/// Logs a workload's output line by line until the pipe closes; keeps the last non-empty line in
+/// `last` when given (a container engine's error).
+async fn forward_output<R: AsyncRead + Unpin>(
+    stream: R,
+    out: Output,
     sink: Option<LogSink>,
+    last: Option<Arc<std::sync::Mutex<Option<String>>>>,
 ) {
+    let Output { workload_id, attempt, which } = out;
     let name = match which {
         LogStream::Stdout => "stdout",
         LogStream::Stderr => "stderr",
@@ -638,13 +769,39 @@ async fn forward_output<R: AsyncRead + Unpin>(
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim_end_matches(['\n', '\r']);
-                tracing::info!(target: "workload", %workload_id, attempt, stream = name, "{text}");
+                // Shipped to the control plane, a line is in the agent's own log only at debug
+                // level: a chatty job must not flood the node's journal.
+                if sink.is_some() {
+                    tracing::debug!(target: "workload", %workload_id, attempt, stream = name, "{text}");
+                } else {
+                    tracing::info!(target: "workload", %workload_id, attempt, stream = name, "{text}");
+                }
+                if let Some(last) = &last
+                    && !text.trim().is_empty()
+                    && let Ok(mut last) = last.lock()
+                {
+                    *last = Some(text.chars().take(500).collect());
+                }
                 if let Some(sink) = &sink {
                     sink.send(LogLine { workload_id, attempt, stream: which, text: text.to_owned() }).await;
                 }
             }
         }
     }
+}
+
+/// A container's GPU environment: `NVIDIA_VISIBLE_DEVICES` names its slots as the host knows them
+/// (`void` for none: the toolkit then injects no GPU), and `CUDA_VISIBLE_DEVICES` counts them from
+/// 0, as CUDA numbers the only GPUs a container sees.
+fn container_gpu_environment(env: &mut Vec<(&'static str, String)>, gpu_ids: &[String]) {
+    let ordinals: Vec<String> = (0..gpu_ids.len()).map(|i| i.to_string()).collect();
+    for (name, value) in env.iter_mut() {
+        if *name == "CUDA_VISIBLE_DEVICES" {
+            *value = ordinals.join(",");
+        }
+    }
+    let host = if gpu_ids.is_empty() { "void".to_owned() } else { gpu_ids.join(",") };
+    env.push(("NVIDIA_VISIBLE_DEVICES", host));
 }
 
 #[cfg(test)]
@@ -662,6 +819,9 @@ mod tests {
             gpu_milli: WHOLE_GPU_MILLI,
             gpu_memory_mb: None,
             grace_period: Duration::from_secs(30),
+            container: None,
+            cpu_millis: None,
+            memory_mb: None,
         }
     }
 

@@ -5,7 +5,9 @@
  * has the workload's CPU and memory free and, for GPU work, `gpu_count` GPUs that are free (not
  * held, not taken earlier this cycle), of an allowed model, with `gpu_memory_mb` free by live
  * telemetry; the node's lowest-numbered such GPUs are used. CPU-only work (gpu_count 0) takes the
- * first ready node with CPU and memory room. What fits nowhere is kept pending with the reason.
+ * first ready node with CPU and memory room. A container workload (AIRTIME_WORKLOAD_FLAG_CONTAINER,
+ * ABI 1.4) only goes to a node with a container engine (AIRTIME_NODE_FLAG_CONTAINERS). What fits
+ * nowhere is kept pending with the reason.
  * CPU and memory taken by earlier placements of the cycle count, as the host counts them.
  *
  * In a tenant scope (snapshot scope_tenant set) it decides only that tenant's workloads.
@@ -65,9 +67,16 @@ static void place_reason(airtime_writer *out, const airtime_snapshot *s, const a
     airtime_reason_cstr(out, ")");
 }
 
-/* "no ready node has 4 free GPUs with ≥ 30000 MiB (H100, A100) and 1000 mCPU, 4096 MiB free". */
-static void pending_reason(airtime_writer *out, const airtime_workload *w) {
-    airtime_reason_cstr(out, "no ready node has ");
+/* "no ready node has 4 free GPUs with ≥ 30000 MiB (H100, A100) and 1000 mCPU, 4096 MiB free";
+ * for a container workload, "no ready node runs containers" when none does, else "no ready node
+ * that runs containers has …". */
+static void pending_reason(airtime_writer *out, const airtime_workload *w, int any_engine) {
+    int container = (w->flags & AIRTIME_WORKLOAD_FLAG_CONTAINER) != 0;
+    if (container && !any_engine) {
+        airtime_reason_cstr(out, "no ready node runs containers");
+        return;
+    }
+    airtime_reason_cstr(out, container ? "no ready node that runs containers has " : "no ready node has ");
     if (w->gpu_count != 0) {
         airtime_reason_u32(out, w->gpu_count);
         airtime_reason_cstr(out, w->gpu_count == 1 ? " free GPU with \xE2\x89\xA5 " : " free GPUs with \xE2\x89\xA5 ");
@@ -98,11 +107,13 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
     c.memory_free = (uint32_t *)airtime_arena_alloc(s.nodes.count * 4u, 4);
     c.gpu_taken = (uint8_t *)airtime_arena_alloc(s.gpus.count, 1);
     c.chosen = (uint32_t *)airtime_arena_alloc(s.gpus.count * 4u, 4);
+    int any_engine = 0; /* some ready node has a container engine */
     for (uint32_t i = 0; i < s.nodes.count; i++) {
         airtime_node n;
         airtime_read_node(&s, i, &n);
         c.cpu_free[i] = n.cpu_millis_free;
         c.memory_free[i] = n.memory_mb_free;
+        if (n.state == AIRTIME_NODE_READY && (n.flags & AIRTIME_NODE_FLAG_CONTAINERS)) any_engine = 1;
     }
     for (uint32_t i = 0; i < s.gpus.count; i++) c.gpu_taken[i] = 0;
 
@@ -115,11 +126,13 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         airtime_read_workload(&s, i, &w);
         if (w.state != AIRTIME_WORKLOAD_PENDING || !airtime_in_scope(&s, &w)) continue;
         pending++;
+        int container = (w.flags & AIRTIME_WORKLOAD_FLAG_CONTAINER) != 0;
         uint32_t node = AIRTIME_NONE;
         airtime_node n;
-        for (uint32_t j = 0; j < s.nodes.count; j++) {
+        for (uint32_t j = 0; j < s.nodes.count && (!container || any_engine); j++) {
             airtime_read_node(&s, j, &n);
             if (n.state != AIRTIME_NODE_READY) continue;
+            if (container && !(n.flags & AIRTIME_NODE_FLAG_CONTAINERS)) continue; /* no container engine */
             if (c.cpu_free[j] < w.cpu_millis || c.memory_free[j] < w.memory_mb) continue;
             if (w.gpu_count > n.gpu_count) continue;
             if (w.gpu_count == 0 || pick_gpus(&s, &c, j, &n, &w, w.gpu_count) == w.gpu_count) {
@@ -129,7 +142,7 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         }
         if (node == AIRTIME_NONE) {
             airtime_keep_pending(&out, i);
-            pending_reason(&out, &w);
+            pending_reason(&out, &w, any_engine);
             continue;
         }
         airtime_place(&out, i, node, c.chosen, w.gpu_count);

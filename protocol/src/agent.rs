@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::container::{ContainerEngine, ContainerSpec};
 use crate::model::GpuModel;
 use crate::sharing::{GpuSharing, MigProfile, WHOLE_GPU_MILLI};
 
@@ -39,6 +40,10 @@ pub struct Registration {
     pub gpu_source: GpuSource,
     #[serde(default)]
     pub gpus: Vec<GpuInventory>,
+    /// The container engine the agent runs container workloads with; absent: the node runs no
+    /// container work (the scheduler places none there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_engine: Option<ContainerEngine>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -170,6 +175,9 @@ pub fn check_registration(r: &Registration) -> Result<(), String> {
     if r.gpu_source == GpuSource::None && !r.gpus.is_empty() {
         return Err("gpu_source \"none\" cannot list GPUs".into());
     }
+    if let Some(engine) = &r.container_engine {
+        engine.check()?;
+    }
     Ok(())
 }
 
@@ -296,6 +304,16 @@ pub struct Assignment {
     /// slice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_mb: Option<u64>,
+    /// Run it in this OCI image with the node's container engine (then `command` is the image's
+    /// arguments); absent: `command` runs as a process on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerSpec>,
+    /// The CPU it asked for, thousandths of a core: a container's CPU limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u32>,
+    /// The host memory it asked for, MiB: a container's memory limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
 }
 
 impl Assignment {

@@ -8,6 +8,7 @@
 //! agent's message is an error, never silently dropped data.
 
 pub mod agent;
+pub mod container;
 pub mod model;
 pub mod service;
 pub mod settings;

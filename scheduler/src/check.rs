@@ -192,6 +192,7 @@ mod tests {
             cost_per_hour: 10.0,
             cpu_util: 0.0,
             simulated: true,
+            containers: true,
             gpu_first: first,
             gpu_count: count,
         };
@@ -236,6 +237,7 @@ mod tests {
             gpu_milli: WHOLE_GPU_MILLI,
             mig_profile: String::new(),
             replica_of: None,
+            container: false,
         };
         FleetView {
             now: chrono::Utc::now(),

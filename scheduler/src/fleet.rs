@@ -38,6 +38,8 @@ pub struct NodeEntry {
     pub cost_per_hour: f64,
     pub cpu_util: f32,
     pub simulated: bool,
+    /// Its agent has a container engine: it can run container workloads.
+    pub containers: bool,
     pub gpu_first: usize,
     pub gpu_count: usize,
 }
@@ -146,6 +148,8 @@ pub struct WorkloadEntry {
     pub mig_profile: String,
     /// The service it is a replica of, and which of its templates it runs; `None` for a job.
     pub replica_of: Option<ReplicaOf>,
+    /// Runs in an OCI image: only a node with a container engine can take it.
+    pub container: bool,
 }
 
 /// A workload that is a service's replica.

@@ -91,6 +91,7 @@ fn build_inner<'a>(
                 cost_per_hour: n.cost_per_hour as f32,
                 cpu_util: n.cpu_util,
                 simulated: n.simulated,
+                containers: n.containers,
             })
             .collect(),
         gpus: fleet
@@ -144,6 +145,7 @@ fn build_inner<'a>(
                 expected_duration_s: w.expected_duration_s,
                 gpu_milli: w.gpu_milli,
                 mig_profile: &w.mig_profile,
+                container: w.container,
                 // A replica of a service outside this view names none (a tenant view keeps only
                 // its own services, and remaps the index).
                 service: w.replica_of.filter(|r| r.service < fleet.services.len()).map(|r| to_index(r.service)),
@@ -324,6 +326,7 @@ mod tests {
             gpu_milli: 1000,
             mig_profile: String::new(),
             replica_of,
+            container: false,
         }
     }
 
@@ -345,6 +348,7 @@ mod tests {
                 cost_per_hour: 1.0,
                 cpu_util: 0.0,
                 simulated: true,
+                containers: true,
                 gpu_first: 0,
                 gpu_count: 0,
             }],

@@ -129,6 +129,7 @@ fn fleet() -> FleetView {
             gpu_milli: WHOLE_GPU_MILLI,
             mig_profile: String::new(),
             replica_of: None,
+            container: false,
         }
     };
     let mut b = tenant("b");
@@ -148,6 +149,7 @@ fn fleet() -> FleetView {
             cost_per_hour: 12.0,
             cpu_util: 0.0,
             simulated: true,
+            containers: true,
             gpu_first: 0,
             gpu_count: 4,
         }],

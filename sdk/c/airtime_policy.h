@@ -139,6 +139,7 @@ extern "C" {
 #define AIRTIME_NODE_CPU_UTIL 40u        /* f32, 0..1, live */
 #define AIRTIME_NODE_FLAGS 44u           /* u32 */
 #define AIRTIME_NODE_FLAG_SIMULATED 0x1u /* simulated GPUs */
+#define AIRTIME_NODE_FLAG_CONTAINERS 0x2u /* 1.4: runs container workloads */
 
 /* GPU, 64 bytes (1.0/1.1 guests read the first 40): a whole GPU or a MIG instance. */
 #define AIRTIME_GPU_NODE 0u             /* u32: node index */
@@ -186,6 +187,7 @@ extern "C" {
 #define AIRTIME_WORKLOAD_FLAG_CPU_CAPABLE 0x4u
 /** All GPUs on one node. Every placement in version 1 names one node, so it always holds. */
 #define AIRTIME_WORKLOAD_FLAG_GANG 0x8u
+#define AIRTIME_WORKLOAD_FLAG_CONTAINER 0x10u /* 1.4: runs in an OCI image; only on a node with AIRTIME_NODE_FLAG_CONTAINERS */
 
 /* Settings, 32 bytes (the platform's priority settings). */
 #define AIRTIME_SETTINGS_BURST_RESERVE_GPUS 0u       /* u32: kept free for real-time inference */

@@ -26,10 +26,11 @@ pub use error::{AbiError, BufferKind, Location, Table};
 
 /// The ABI version this SDK speaks; a module's `airtime_abi_version` export returns it.
 pub const ABI_VERSION: u32 = 1;
-/// The minor version of this SDK's records (1.3: elastic inference services). Minor versions only
-/// append fields (tables carry their stride; 1.3 appends the services table's descriptor after the
-/// 88 header bytes earlier guests read), so guests built for 1.0, 1.1 or 1.2 keep working.
-pub const ABI_MINOR_VERSION: u32 = 3;
+/// The minor version of this SDK's records (1.4: container workloads and the nodes that run them,
+/// as flag bits; 1.3: elastic inference services). Minor versions only append fields or flag bits
+/// (tables carry their stride; 1.3 appends the services table's descriptor after the 88 header
+/// bytes earlier guests read), so guests built for 1.0 to 1.3 keep working.
+pub const ABI_MINOR_VERSION: u32 = 4;
 /// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
 pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
@@ -149,6 +150,8 @@ pub struct Node<'a> {
     pub cpu_util: f32,
     /// Its GPUs are simulated (flag bit 0).
     pub simulated: bool,
+    /// It has a container engine, so it can run container workloads (flag bit 1; ABI 1.4).
+    pub containers: bool,
 }
 
 /// One GPU, or one MIG instance of a GPU (ABI 1.2: `sharing` is [`Sharing::Mig`]).
@@ -254,6 +257,9 @@ pub struct Workload<'a> {
     /// Which of its service's templates a replica runs; [`ReplicaVariant::None`] for a job
     /// (ABI 1.3).
     pub replica_variant: ReplicaVariant,
+    /// Runs in an OCI image: only a node with [`Node::containers`] can take it (flag bit 4;
+    /// ABI 1.4).
+    pub container: bool,
 }
 
 impl Default for Workload<'_> {
@@ -282,6 +288,7 @@ impl Default for Workload<'_> {
             mig_profile: "",
             service: None,
             replica_variant: ReplicaVariant::None,
+            container: false,
         }
     }
 }

@@ -5,8 +5,9 @@
 //! Indexes name real records; nothing is decided twice; a placement is for a pending workload, on a
 //! ready node with the CPU and memory it asks for, with exactly `gpu_count` distinct GPUs of that node
 //! that are free (not held, not given earlier in the cycle), of an allowed model, with enough free
-//! memory by live telemetry; a CPU placement (no GPUs) only for CPU-only or CPU-capable work; a
-//! preemption only of running, preemptible work.
+//! memory by live telemetry; a container workload only on a node with a container engine (ABI
+//! 1.4); a CPU placement (no GPUs) only for CPU-only or CPU-capable work; a preemption only of
+//! running, preemptible work.
 //!
 //! Shares (ABI 1.2): a share of one GPU (`gpu_milli` below 1000) on a time-sliced or MPS GPU takes
 //! only its thousandths and its memory slice, and needs both unreserved (counting the cycle's earlier
@@ -171,6 +172,12 @@ impl<'s, 'a> Checker<'s, 'a> {
         };
         if !n.is_ready() {
             return Err(format!("place: node {} is {}", n.name, n.state));
+        }
+        if !n.can_run(workload) {
+            return Err(format!(
+                "place: workload {name} runs in a container and node {} has no container engine",
+                n.name
+            ));
         }
         let (cpu, memory) = (self.cpu_free[node as usize], self.memory_free[node as usize]);
         if cpu < workload.cpu_millis || memory < workload.memory_mb {

@@ -75,6 +75,7 @@ pub struct OwnedNode {
     pub cost_per_hour: f32,
     pub cpu_util: f32,
     pub simulated: bool,
+    pub containers: bool,
 }
 
 /// A [`Gpu`] that owns its model name. Fields a file leaves out take [`Gpu::default`]'s values
@@ -134,6 +135,7 @@ pub struct OwnedWorkload {
     pub mig_profile: String,
     pub service: Option<u32>,
     pub replica_variant: ReplicaVariant,
+    pub container: bool,
 }
 
 impl Default for OwnedWorkload {
@@ -215,6 +217,7 @@ impl OwnedNode {
             cost_per_hour: self.cost_per_hour,
             cpu_util: self.cpu_util,
             simulated: self.simulated,
+            containers: self.containers,
         }
     }
 }
@@ -266,6 +269,7 @@ impl OwnedWorkload {
             mig_profile: &self.mig_profile,
             service: self.service,
             replica_variant: self.replica_variant,
+            container: self.container,
         }
     }
 }
@@ -342,6 +346,7 @@ impl From<&Node<'_>> for OwnedNode {
             cost_per_hour: n.cost_per_hour,
             cpu_util: n.cpu_util,
             simulated: n.simulated,
+            containers: n.containers,
         }
     }
 }
@@ -393,6 +398,7 @@ impl From<&Workload<'_>> for OwnedWorkload {
             mig_profile: w.mig_profile.to_owned(),
             service: w.service,
             replica_variant: w.replica_variant,
+            container: w.container,
         }
     }
 }

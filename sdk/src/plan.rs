@@ -87,6 +87,11 @@ impl<'s, 'a> Plan<'s, 'a> {
         self.snapshot
     }
 
+    /// Whether `node` can run `workload` at all ([`crate::abi::Node::can_run`]).
+    pub fn can_run(&self, workload: &crate::abi::Workload<'_>, node: u32) -> bool {
+        self.snapshot.node(node).is_some_and(|n| n.can_run(workload))
+    }
+
     /// Neither held (not even a share of it) by a workload nor taken by a decision of this plan.
     pub fn is_gpu_free(&self, gpu: u32) -> bool {
         self.milli_taken.get(gpu as usize).is_some_and(|&taken| taken == 0)
@@ -168,6 +173,9 @@ impl<'s, 'a> Plan<'s, 'a> {
         let Some(n) = self.snapshot.node(node) else {
             return Err(refuse(format!("no node {node} (the snapshot has {})", self.snapshot.nodes.len())));
         };
+        if !n.can_run(w) {
+            return Err(refuse(format!("it runs in a container and {} has no container engine", n.name)));
+        }
         for (position, &gpu) in gpus.iter().enumerate() {
             let Some(g) = self.snapshot.gpu(gpu) else {
                 return Err(refuse(format!("no GPU {gpu} (the snapshot has {})", self.snapshot.gpus.len())));
@@ -243,7 +251,7 @@ impl<'s, 'a> Plan<'s, 'a> {
         let w = self.snapshot.workload(workload)?;
         let need = w.gpu_need();
         nodes.into_iter().find_map(|node| {
-            if self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
+            if !self.can_run(w, node) || self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
                 return None;
             }
             if need.count == 0 {
@@ -274,7 +282,9 @@ impl<'s, 'a> Plan<'s, 'a> {
         let w = self.snapshot.workload(workload).filter(|w| w.is_share())?;
         nodes
             .into_iter()
-            .filter(|&node| self.cpu_free(node) >= w.cpu_millis && self.memory_free(node) >= w.memory_mb)
+            .filter(|&node| {
+                self.can_run(w, node) && self.cpu_free(node) >= w.cpu_millis && self.memory_free(node) >= w.memory_mb
+            })
             .flat_map(|node| self.snapshot.node_gpus(node).map(move |(g, _)| (node, g)))
             .filter(|&(_, g)| self.fits_share(w, g))
             .min_by_key(|&(_, g)| (self.free_milli(g), g))
@@ -299,7 +309,7 @@ impl<'s, 'a> Plan<'s, 'a> {
         let mut best: Option<(f64, u32, u32, u32)> = None;
         let mut free = Vec::new();
         for node in nodes {
-            if self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
+            if !self.can_run(w, node) || self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
                 continue;
             }
             let candidates: Vec<u32> =

@@ -222,6 +222,12 @@ impl Node<'_> {
     pub fn has_room_for(&self, cpu_millis: u32, memory_mb: u32) -> bool {
         self.cpu_millis_free >= cpu_millis && self.memory_mb_free >= memory_mb
     }
+
+    /// Can run `workload` at all, whatever is free: a container workload needs a node with a
+    /// container engine (ABI 1.4). Every placement the host accepts satisfies it.
+    pub fn can_run(&self, workload: &Workload<'_>) -> bool {
+        !workload.container || self.containers
+    }
 }
 
 impl Gpu<'_> {

@@ -66,6 +66,7 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 cost_per_hour: 19.75,
                 cpu_util: 0.25,
                 simulated: true,
+                containers: true,
             },
             Node { name: "n2", state: NodeState::Draining, gpu_first: 2, gpu_count: 1, ..Node::default() },
             Node { name: "cpu", state: NodeState::Unknown(9), gpu_first: 3, gpu_count: 0, ..Node::default() },
@@ -123,6 +124,7 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 mig_profile: "",
                 service: None,
                 replica_variant: ReplicaVariant::None,
+                container: true,
             },
             Workload {
                 id: "0190c6a4-0000-7000-8000-000000000002",
@@ -232,7 +234,9 @@ fn snapshot_layout_matches_the_document() {
     assert_eq!(u32_at(w0 + 28) as i32, -5);
     assert_eq!(u64_at(w0 + 56), 1_699_999_000_000);
     assert_eq!(u32_at(w0 + 72), NONE);
-    assert_eq!(u32_at(w0 + 76), 0b1011, "preemptible, checkpointable, gang");
+    assert_eq!(u32_at(w0 + 76), 0b1_1011, "preemptible, checkpointable, gang, container (1.4)");
+    // Node 0: flags at +44, simulated and (1.4) runs containers.
+    assert_eq!(u32_at(u32_at(28) as usize + 44), 0b11, "simulated, containers");
     // ABI 1.2: workload 1's share at +88 and MIG profile at +92.
     assert_eq!(u32_at(w0 + 112 + 88), 250);
     let (profile_at, profile_len) = (u32_at(w0 + 112 + 92) as usize, u32_at(w0 + 112 + 96) as usize);

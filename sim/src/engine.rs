@@ -472,6 +472,7 @@ impl World {
                     replica_of: job
                         .replica
                         .and_then(|r| Some(ReplicaOf { service: service_pos(r.service)?, variant: r.variant })),
+                    container: false,
                 }
             })
             .collect();
@@ -509,6 +510,8 @@ impl World {
                     cost_per_hour: n.cost_per_hour,
                     cpu_util: if n.cpu_millis == 0 { 0.0 } else { 1.0 - n.cpu_free as f32 / n.cpu_millis as f32 },
                     simulated: true,
+                    // The simulator does not model container engines: every node runs any work.
+                    containers: true,
                     gpu_first: n.gpu_first,
                     gpu_count: n.gpu_count,
                 })

@@ -242,10 +242,32 @@ impl NodeAgent {
         Self::spawn(cp, name, extra, true).await
     }
 
+    /// [`NodeAgent::start`] with `env` added to the agent's environment (a container engine's
+    /// configuration, say).
+    pub async fn start_with_env(
+        cp: &ControlPlane,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<NodeAgent> {
+        Self::spawn_with(cp, name, extra, false, env).await
+    }
+
     async fn spawn(cp: &ControlPlane, name: &str, extra: &[&str], keep_logs: bool) -> anyhow::Result<NodeAgent> {
+        Self::spawn_with(cp, name, extra, keep_logs, &[]).await
+    }
+
+    async fn spawn_with(
+        cp: &ControlPlane,
+        name: &str,
+        extra: &[&str],
+        keep_logs: bool,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<NodeAgent> {
         let token = cp.enrolment_token(name).await?;
         let state = tempfile::tempdir()?;
         let mut child = Command::new(bin("airtime-node-agent"))
+            .envs(env.iter().copied())
             .args(["--control-plane", &cp.url, "--name", name])
             .arg("--state-dir")
             .arg(state.path())
@@ -415,6 +437,94 @@ impl Api {
         let answer = self.post(path, body).await?;
         anyhow::ensure!((200..300).contains(&answer.status), "POST {path} answered {}: {}", answer.status, answer.body);
         Ok(answer.body)
+    }
+}
+
+/// The `airtime` command line, run as its user would: a home and a config file of its own (in a
+/// temporary directory), none of the caller's `AIRTIME_*` environment.
+pub struct Cli {
+    home: tempfile::TempDir,
+}
+
+/// What one `airtime` run did.
+#[derive(Debug)]
+pub struct CliRun {
+    pub args: Vec<String>,
+    /// The exit code (-1 when it was killed by a signal).
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Cli {
+    pub fn new() -> anyhow::Result<Cli> {
+        Ok(Cli { home: tempfile::tempdir()? })
+    }
+
+    /// Its home directory, where a test may write spec files and modules.
+    pub fn dir(&self) -> &std::path::Path {
+        self.home.path()
+    }
+
+    /// The config file `airtime login` writes (`AIRTIME_CONFIG`).
+    pub fn config_path(&self) -> PathBuf {
+        self.home.path().join(".config/airtime/config.toml")
+    }
+
+    /// Runs `airtime args…` to its end (at most a minute).
+    pub async fn run(&self, args: &[&str]) -> anyhow::Result<CliRun> {
+        self.run_with_stdin(args, "").await
+    }
+
+    /// Runs `airtime args…` with `stdin` as its standard input.
+    pub async fn run_with_stdin(&self, args: &[&str], stdin: &str) -> anyhow::Result<CliRun> {
+        use tokio::io::AsyncWriteExt as _;
+        let mut child = Command::new(bin("airtime"))
+            .args(args)
+            .env_remove("AIRTIME_URL")
+            .env_remove("AIRTIME_TOKEN")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("AIRTIME_CONFIG", self.config_path())
+            .env("HOME", self.home.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting airtime")?;
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(stdin.as_bytes()).await?;
+        }
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .with_context(|| format!("airtime {args:?} did not end within 60 s"))??;
+        Ok(CliRun {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}
+
+impl CliRun {
+    /// Itself if it exited 0; otherwise an error showing what it printed.
+    pub fn ok(self) -> anyhow::Result<CliRun> {
+        anyhow::ensure!(
+            self.code == 0,
+            "airtime {:?} exited {}\nstdout: {}\nstderr: {}",
+            self.args,
+            self.code,
+            self.stdout,
+            self.stderr
+        );
+        Ok(self)
+    }
+
+    /// Its standard output as JSON (`-o json`).
+    pub fn json(&self) -> anyhow::Result<Value> {
+        serde_json::from_str(&self.stdout)
+            .with_context(|| format!("airtime {:?} printed no JSON: {}", self.args, self.stdout))
     }
 }
 

@@ -171,6 +171,9 @@ struct AssignmentRow {
     /// The smallest share among its grants (1000 when it holds whole GPUs), and its memory slice.
     share_milli: Option<i32>,
     share_memory_mb: Option<i64>,
+    container: Option<sqlx::types::Json<airtime_protocol::container::ContainerSpec>>,
+    cpu_millis: i32,
+    memory_mb: i64,
 }
 
 async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::Result<DesiredState> {
@@ -179,7 +182,7 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
         crate::settings::load(&mut conn).await?.grace_period_ms()
     };
     let rows: Vec<AssignmentRow> = sqlx::query_as(
-        "SELECT w.id, w.attempt, w.state, w.command, w.env, \
+        "SELECT w.id, w.attempt, w.state, w.command, w.env, w.container, w.cpu_millis, w.memory_mb, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
                           JOIN gpus g ON g.id = gr.gpu_id WHERE gr.workload_id = w.id), '{}') AS gpu_indices, \
                 (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason, \
@@ -207,6 +210,9 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
                 // a MIG instance's grant is its share of the physical GPU, run alone on it.
                 gpu_milli: r.share_milli.and_then(|m| u32::try_from(m).ok()).filter(|&m| m < WHOLE_GPU_MILLI),
                 gpu_memory_mb: r.share_memory_mb.and_then(|m| u64::try_from(m).ok()).filter(|&m| m > 0),
+                container: r.container.map(|c| c.0),
+                cpu_millis: u32::try_from(r.cpu_millis).ok().filter(|&c| c > 0),
+                memory_mb: u64::try_from(r.memory_mb).ok().filter(|&m| m > 0),
             }
         })
         .collect();

@@ -52,7 +52,7 @@ async fn create(
     State(state): State<AppState>,
     Json(req): Json<CreateService>,
 ) -> ApiResult<(StatusCode, axum::Json<ServiceView>)> {
-    let view = services::create(&state.db, &req, &caller).await?;
+    let view = services::create(&state.db, &req, &caller, &state.config.container_mount_prefixes).await?;
     state.wake.wake();
     Ok((StatusCode::CREATED, axum::Json(view)))
 }
@@ -112,7 +112,7 @@ async fn update(
     Path(id): Path<Uuid>,
     Json(req): Json<UpdateService>,
 ) -> ApiResult<axum::Json<ServiceView>> {
-    let view = services::update(&state.db, id, &req, &caller).await?;
+    let view = services::update(&state.db, id, &req, &caller, &state.config.container_mount_prefixes).await?;
     state.wake.wake();
     Ok(axum::Json(view))
 }

@@ -56,7 +56,8 @@ async fn submit(
                 .map_err(|m| ApiError::bad_request("invalid_idempotency_key", m))?,
         ),
     };
-    let (view, replayed) = workloads::submit(&state.db, &req, &caller, key.as_ref()).await?;
+    let (view, replayed) =
+        workloads::submit(&state.db, &req, &caller, key.as_ref(), &state.config.container_mount_prefixes).await?;
     let mut answer_headers = axum::http::HeaderMap::new();
     if replayed {
         answer_headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));

@@ -9,6 +9,8 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use airtime_protocol::container::{ContainerEngine, EngineKind};
+
 use crate::model::{GpuSharing, GpuSource, NodeState};
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -26,6 +28,8 @@ pub struct NodeView {
     /// True when the node advertises simulated GPUs (`--simulate-gpus`), never real hardware.
     pub simulated: bool,
     pub agent_version: String,
+    /// The container engine it runs container workloads with; absent: it runs none.
+    pub container_engine: Option<ContainerEngine>,
     pub registered_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     pub telemetry: NodeTelemetry,
@@ -124,6 +128,9 @@ struct NodeRow {
     cost_per_hour: Option<f64>,
     gpu_source: GpuSource,
     agent_version: String,
+    container_engine: Option<EngineKind>,
+    container_engine_version: Option<String>,
+    container_cdi: bool,
     registered_at: DateTime<Utc>,
     last_seen_at: DateTime<Utc>,
     cpu_util: Option<f32>,
@@ -199,7 +206,7 @@ const GPU_SELECT: &str = "SELECT g.id, g.node_id, n.name AS node_name, g.device_
      WHERE g.present";
 
 const NODE_SELECT: &str = "SELECT id, name, hostname, state, cpu_millis, memory_mb, labels, cost_per_hour, \
-     gpu_source, agent_version, registered_at, last_seen_at, cpu_util, memory_used_mb FROM nodes";
+     gpu_source, agent_version, container_engine, container_engine_version, container_cdi, registered_at, last_seen_at, cpu_util, memory_used_mb FROM nodes";
 
 fn node_view(r: NodeRow, gpus: Vec<GpuView>) -> NodeView {
     NodeView {
@@ -214,6 +221,11 @@ fn node_view(r: NodeRow, gpus: Vec<GpuView>) -> NodeView {
         simulated: r.gpu_source == GpuSource::Simulated || gpus.iter().any(|g| g.simulated),
         gpu_source: r.gpu_source,
         agent_version: r.agent_version,
+        container_engine: r.container_engine.zip(r.container_engine_version).map(|(kind, version)| ContainerEngine {
+            kind,
+            version,
+            cdi: r.container_cdi,
+        }),
         registered_at: r.registered_at,
         last_seen_at: r.last_seen_at,
         telemetry: NodeTelemetry { cpu_util: r.cpu_util, memory_used_mb: r.memory_used_mb },

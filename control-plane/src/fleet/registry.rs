@@ -15,12 +15,14 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     let labels = serde_json::to_value(&r.labels).unwrap_or_default();
     let (node_id,): (Uuid,) = sqlx::query_as(
         "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, labels, cost_per_hour, \
-                            gpu_source, agent_version) \
-         VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9) \
+                            gpu_source, agent_version, container_engine, container_engine_version, container_cdi) \
+         VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9, $10, $11, $12) \
          ON CONFLICT (name) DO UPDATE SET hostname = EXCLUDED.hostname, state = 'ready', \
              cpu_millis = EXCLUDED.cpu_millis, memory_mb = EXCLUDED.memory_mb, labels = EXCLUDED.labels, \
              cost_per_hour = EXCLUDED.cost_per_hour, gpu_source = EXCLUDED.gpu_source, \
-             agent_version = EXCLUDED.agent_version, last_seen_at = now(), \
+             agent_version = EXCLUDED.agent_version, container_engine = EXCLUDED.container_engine, \
+             container_engine_version = EXCLUDED.container_engine_version, container_cdi = EXCLUDED.container_cdi, \
+             last_seen_at = now(), \
              desired_version = nodes.desired_version + 1 \
          RETURNING id",
     )
@@ -33,6 +35,9 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     .bind(r.cost_per_hour)
     .bind(r.gpu_source)
     .bind(&r.agent_version)
+    .bind(r.container_engine.as_ref().map(|e| e.kind))
+    .bind(r.container_engine.as_ref().map(|e| &e.version))
+    .bind(r.container_engine.as_ref().is_some_and(|e| e.cdi))
     .fetch_one(&mut *tx)
     .await?;
 

@@ -55,14 +55,15 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
         "WITH used AS (SELECT node_id, sum(cpu_millis) AS cpu, sum(memory_mb) AS mem FROM workloads \
                        WHERE node_id IS NOT NULL GROUP BY node_id) \
          SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
-                n.gpu_source = 'simulated', COALESCE(u.cpu, 0)::bigint, COALESCE(u.mem, 0)::bigint \
+                n.gpu_source = 'simulated', COALESCE(u.cpu, 0)::bigint, COALESCE(u.mem, 0)::bigint, \
+                n.container_engine IS NOT NULL \
          FROM nodes n LEFT JOIN used u ON u.node_id = n.id WHERE n.state <> 'lost' ORDER BY n.name",
     )
     .fetch_all(&mut *conn)
     .await?;
     let mut nodes: Vec<NodeEntry> = node_rows
         .into_iter()
-        .map(|NodeRow(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used)| {
+        .map(|NodeRow(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used, containers)| {
             let cpu_millis = cpu.max(0) as u32;
             let memory_mb = mem.max(0) as u64;
             NodeEntry {
@@ -76,6 +77,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
                 cost_per_hour: cost.unwrap_or(0.0),
                 cpu_util: util.unwrap_or(0.0),
                 simulated,
+                containers,
                 gpu_first: 0,
                 gpu_count: 0,
             }
@@ -87,6 +89,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
         "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
                 memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
                 started_at, node_id, pending_reason, gpu_milli, mig_profile, service_id, replica_variant, \
+                container IS NOT NULL AS container, \
                 CASE WHEN state = 'pending' THEN 0 ELSE \
                   (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
                      AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') END AS preemptions_last_hour \
@@ -129,6 +132,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
                         variant: r.replica_variant.unwrap_or(ReplicaVariant::Gpu),
                     })
                 }),
+                container: r.container,
             })
         })
         .collect();
@@ -196,7 +200,7 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
 struct TenantRow(Uuid, String, i32, i32, i32, bool, i64, f64);
 
 #[derive(sqlx::FromRow)]
-struct NodeRow(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, i64, i64);
+struct NodeRow(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, i64, i64, bool);
 
 #[derive(sqlx::FromRow)]
 struct GpuRow {
@@ -242,4 +246,5 @@ struct WorkloadRow {
     mig_profile: Option<String>,
     service_id: Option<Uuid>,
     replica_variant: Option<ReplicaVariant>,
+    container: bool,
 }

@@ -7,6 +7,7 @@ pub mod scale;
 
 use std::collections::BTreeMap;
 
+use airtime_protocol::container::ContainerSpec;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -30,6 +31,10 @@ pub struct ReplicaTemplate {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub priority: i32,
+    /// The OCI image its replicas run in (the CPU variant too, with its own command); absent:
+    /// processes on the node.
+    #[serde(default)]
+    pub container: Option<ContainerSpec>,
 }
 
 /// A CPU variant: the same model served from CPU, with its own command, resources and capacity.
@@ -141,7 +146,7 @@ pub const MAX_REPLICAS: u32 = 1000;
 impl Shape<'_> {
     /// A precise reason the service is refused, before anything is written. Each template is
     /// checked as the submission of one of its replicas would be.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self, allowed_mounts: &[String]) -> Result<(), String> {
         let name = self.name;
         if name.is_empty()
             || name.len() > 100
@@ -173,7 +178,7 @@ impl Shape<'_> {
             return Err("stale_after_s must be between 5 and 3600".into());
         }
         submission(name, self.class, self.replica, None, Uuid::nil(), self.latency_target_ms)
-            .check()
+            .check(allowed_mounts)
             .map_err(|m| format!("replica: {m}"))?;
         if let Some(cpu) = self.cpu_variant {
             if !positive(cpu.capacity) {
@@ -183,7 +188,7 @@ impl Shape<'_> {
                 return Err("cpu_variant.cpu_millis must be above 0".into());
             }
             submission(name, self.class, self.replica, Some(cpu), Uuid::nil(), self.latency_target_ms)
-                .check()
+                .check(allowed_mounts)
                 .map_err(|m| format!("cpu_variant: {m}"))?;
         }
         Ok(())
@@ -222,6 +227,7 @@ pub fn submission(
         checkpointable: false,
         expected_duration_s: None,
         slo: Slo { latency_ms: latency_target_ms, deadline: None },
+        container: replica.container.clone(),
     }
 }
 
@@ -333,7 +339,12 @@ pub async fn detail(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<Service
 
 /// Creates a service in the caller's tenant (a platform admin names one). Its first replicas
 /// start at the next cycle (`min_replicas` until load is reported).
-pub async fn create(db: &PgPool, req: &CreateService, caller: &Caller) -> ApiResult<ServiceView> {
+pub async fn create(
+    db: &PgPool,
+    req: &CreateService,
+    caller: &Caller,
+    allowed_mounts: &[String],
+) -> ApiResult<ServiceView> {
     caller.require_role(Role::TenantMember)?;
     let shape = Shape {
         name: &req.name,
@@ -346,7 +357,7 @@ pub async fn create(db: &PgPool, req: &CreateService, caller: &Caller) -> ApiRes
         max_replicas: req.max_replicas,
         behavior: req.behavior,
     };
-    shape.check().map_err(|m| ApiError::unprocessable("invalid_service", m))?;
+    shape.check(allowed_mounts).map_err(|m| ApiError::unprocessable("invalid_service", m))?;
     let mut tx = db.begin().await?;
     let tenant_id = crate::tenancy::resolve_for_write(&mut tx, caller, req.tenant.as_deref()).await?;
     let id = Uuid::now_v7();
@@ -427,7 +438,13 @@ async fn lock_live(tx: &mut sqlx::PgConnection, id: Uuid, caller: &Caller) -> Ap
 }
 
 /// Changes a service's bounds, capacity, behaviour or templates: checked as a whole, audited.
-pub async fn update(db: &PgPool, id: Uuid, req: &UpdateService, caller: &Caller) -> ApiResult<ServiceView> {
+pub async fn update(
+    db: &PgPool,
+    id: Uuid,
+    req: &UpdateService,
+    caller: &Caller,
+    allowed_mounts: &[String],
+) -> ApiResult<ServiceView> {
     let mut tx = db.begin().await?;
     let stored = lock_live(&mut tx, id, caller).await?;
     let replica = req.replica.clone().unwrap_or(stored.template.0);
@@ -452,7 +469,7 @@ pub async fn update(db: &PgPool, id: Uuid, req: &UpdateService, caller: &Caller)
         max_replicas: req.max_replicas.unwrap_or(stored.max_replicas.max(0) as u32),
         behavior,
     };
-    shape.check().map_err(|m| ApiError::unprocessable("invalid_service", m))?;
+    shape.check(allowed_mounts).map_err(|m| ApiError::unprocessable("invalid_service", m))?;
     sqlx::query(
         "UPDATE services SET template = $2, cpu_variant = $3, capacity = $4, latency_target_ms = $5, \
              min_replicas = $6, max_replicas = $7, scale_up_window_s = $8, scale_down_window_s = $9, \
@@ -700,7 +717,7 @@ mod tests {
             max_replicas: s.max_replicas,
             behavior: s.behavior,
         }
-        .check()
+        .check(&[])
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod transitions;
 
 use std::collections::BTreeMap;
 
+use airtime_protocol::container::ContainerSpec;
 use airtime_protocol::model::GpuModel;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,11 @@ pub struct SubmitWorkload {
     /// Service-level objective: a latency target for real-time inference, a deadline for batch work.
     #[serde(default)]
     pub slo: Slo,
+    /// Run it in this OCI image with the node's container engine: then `command` is the image's
+    /// arguments (empty: the image's own) and only nodes with an engine can take it. Absent:
+    /// `command` runs as a process on the node.
+    #[serde(default)]
+    pub container: Option<ContainerSpec>,
 }
 
 /// What the workload promises its users.
@@ -96,13 +102,19 @@ pub struct ResourceProfile {
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
 impl SubmitWorkload {
-    /// A precise reason the submission is refused, before anything is written.
-    pub fn check(&self) -> Result<(), String> {
+    /// A precise reason the submission is refused, before anything is written; `allowed_mounts`
+    /// are the host directories a container may mount (the platform's `--container-mount-prefix`).
+    pub fn check(&self, allowed_mounts: &[String]) -> Result<(), String> {
         if self.name.trim().is_empty() || self.name.len() > 200 || self.name.chars().any(char::is_control) {
             return Err("name must be 1 to 200 printable characters".into());
         }
-        if self.command.is_empty() || self.command[0].is_empty() {
-            return Err("command must name a program: [\"program\", \"arg\", ...]".into());
+        match &self.container {
+            // A container's command is its image's arguments: none runs the image's own CMD.
+            Some(container) => container.check(allowed_mounts)?,
+            None if self.command.is_empty() || self.command[0].is_empty() => {
+                return Err("command must name a program: [\"program\", \"arg\", ...]".into());
+            }
+            None => {}
         }
         if self.command.len() > 1024 || self.command.iter().any(|a| a.contains('\0')) {
             return Err("command has more than 1024 arguments or a NUL byte".into());
@@ -117,7 +129,11 @@ impl SubmitWorkload {
             if !valid_key {
                 return Err(format!("env name {key:?} is not a valid variable name"));
             }
-            if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("CUDA_MPS_") || key.starts_with("AIRTIME_") {
+            if key == "CUDA_VISIBLE_DEVICES"
+                || key == "NVIDIA_VISIBLE_DEVICES"
+                || key.starts_with("CUDA_MPS_")
+                || key.starts_with("AIRTIME_")
+            {
                 return Err(format!("env {key} is set by Airtime and cannot be overridden"));
             }
             if value.contains('\0') {
@@ -203,6 +219,9 @@ pub struct WorkloadView {
     pub service_id: Option<Uuid>,
     /// Which of the service's templates it runs: `gpu` (the main one) or `cpu`.
     pub replica_variant: Option<ReplicaVariant>,
+    /// The OCI image it runs in; absent: a process on its node.
+    #[schema(value_type = Option<ContainerSpec>)]
+    pub container: Option<sqlx::types::Json<ContainerSpec>>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -243,7 +262,7 @@ const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.nam
      w.preemptible, w.checkpointable, w.expected_duration_s, w.slo_latency_ms, w.deadline, w.preempted_reason, w.command, w.env, w.node_id, w.last_node_id, \
      COALESCE((SELECT array_agg(g.gpu_id ORDER BY g.gpu_id) FROM gpu_grants g WHERE g.workload_id = w.id), '{}') AS gpu_ids, \
      w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at, w.service_id, \
-     w.replica_variant FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
+     w.replica_variant, w.container FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
 
 /// Submits a workload for `caller`: into the caller's own tenant (a named tenant must be it), or
 /// for a platform admin into the named tenant (`default` when none is named). Another tenant's
@@ -275,10 +294,11 @@ pub async fn submit(
     req: &SubmitWorkload,
     caller: &Caller,
     key: Option<&IdempotencyKey>,
+    allowed_mounts: &[String],
 ) -> ApiResult<(WorkloadView, bool)> {
-    match submit_once(db, req, caller, key).await {
+    match submit_once(db, req, caller, key, allowed_mounts).await {
         // Two retries raced and the other committed first: answer with its workload.
-        Err(ApiError::Conflict { code: RACED, .. }) => submit_once(db, req, caller, key).await,
+        Err(ApiError::Conflict { code: RACED, .. }) => submit_once(db, req, caller, key, allowed_mounts).await,
         other => other,
     }
 }
@@ -288,9 +308,10 @@ async fn submit_once(
     req: &SubmitWorkload,
     caller: &Caller,
     key: Option<&IdempotencyKey>,
+    allowed_mounts: &[String],
 ) -> ApiResult<(WorkloadView, bool)> {
     caller.require_role(crate::auth::Role::TenantMember)?;
-    req.check().map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
+    req.check(allowed_mounts).map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
     let mut tx = db.begin().await?;
     let tenant_id = crate::tenancy::resolve_for_write(&mut tx, caller, req.tenant.as_deref()).await?;
     // The request as parsed, not its bytes: a retry that reorders fields is the same request.
@@ -345,6 +366,7 @@ async fn submit_once(
         &AuditActor::from(caller),
         Change::new("workload.submit", "workload", id).tenant(Some(tenant_id)).detail(serde_json::json!({
             "name": req.name, "class": req.class, "priority": req.priority, "gpu_count": req.resources.gpu_count,
+            "image": req.container.as_ref().map(|c| &c.image),
         })),
     )
     .await?;
@@ -372,9 +394,9 @@ pub async fn insert(conn: &mut sqlx::PgConnection, w: &NewWorkload<'_>) -> sqlx:
         "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, gpu_models, \
              cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, command, env, \
              slo_latency_ms, deadline, state, pending_reason, idempotency_key, idempotency_digest, gpu_milli, \
-             mig_profile, service_id, replica_variant) \
+             mig_profile, service_id, replica_variant, container) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 'pending', \
-                 $19, $20, $21, $22, $23, $24, $25)",
+                 $19, $20, $21, $22, $23, $24, $25, $26)",
     )
     .bind(w.id)
     .bind(w.tenant_id)
@@ -401,6 +423,7 @@ pub async fn insert(conn: &mut sqlx::PgConnection, w: &NewWorkload<'_>) -> sqlx:
     .bind(r.mig_profile.as_ref().map(MigProfile::as_str))
     .bind(w.replica.map(|(s, _)| s))
     .bind(w.replica.map(|(_, v)| v))
+    .bind(req.container.as_ref().map(sqlx::types::Json))
     .execute(conn)
     .await?;
     Ok(())
@@ -530,7 +553,7 @@ mod tests {
 
     #[test]
     fn a_reasonable_submission_passes() {
-        assert_eq!(valid().check(), Ok(()));
+        assert_eq!(valid().check(&[]), Ok(()));
     }
 
     #[test]
@@ -564,7 +587,7 @@ mod tests {
         for (break_it, expected) in cases {
             let mut w = valid();
             break_it(&mut w);
-            let err = w.check().expect_err(expected);
+            let err = w.check(&[]).expect_err(expected);
             assert!(err.contains(expected), "{err:?} should mention {expected}");
         }
     }

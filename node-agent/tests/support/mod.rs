@@ -104,6 +104,8 @@ pub fn error(status: StatusCode, code: &str) -> Response {
 pub async fn register(State(cp): State<FakeControlPlane>, Json(body): Json<Value>) -> Response {
     // The control plane denies unknown fields: the agent must send exactly the documented ones.
     let mut fields: Vec<&str> = body.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    // Present exactly when the node has a container engine (this host may have one).
+    fields.retain(|f| *f != "container_engine");
     fields.sort_unstable();
     let documented = [
         "agent_version",
@@ -225,6 +227,9 @@ pub fn run(workload_id: Uuid, command: &str, gpus: &[u32], grace_ms: u64) -> Ass
         grace_period_ms: grace_ms,
         gpu_milli: None,
         gpu_memory_mb: None,
+        container: None,
+        cpu_millis: None,
+        memory_mb: None,
     }
 }
 

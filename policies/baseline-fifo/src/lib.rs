@@ -7,7 +7,8 @@
 //! - Each goes to the first ready node in the snapshot's order where it fits now
 //!   ([`Plan::first_fit`]): enough free GPUs of an allowed model with the GPU memory free, and the
 //!   host CPU and memory it asks for. Work with no GPUs runs on any ready node's CPU. A CPU-capable
-//!   GPU workload does not fall back to CPU.
+//!   GPU workload does not fall back to CPU. A container workload only goes to a node with a
+//!   container engine (ABI 1.4).
 //! - Head-of-line blocking: once a workload does not fit, it and everything submitted after it keep
 //!   pending ("waits behind <name>"), even what would fit. No backfill, no preemption.
 //!
@@ -25,6 +26,7 @@ impl Policy for Fifo {
         let mut queue: Vec<(u32, &Workload<'s>)> = snapshot.pending().collect();
         queue.sort_by(|(_, a), (_, b)| a.submitted_ms.cmp(&b.submitted_ms).then_with(|| a.id.cmp(b.id)));
         let ready: Vec<u32> = snapshot.ready_nodes().map(|(n, _)| n).collect();
+        let any_engine = snapshot.ready_nodes().any(|(_, n)| n.containers);
         let mut plan = Plan::new(snapshot);
         // Once the head does not fit, the one reason every later workload gets.
         let mut behind: Option<String> = None;
@@ -34,6 +36,7 @@ impl Policy for Fifo {
                 plan.keep_pending(index, reason.clone())?;
                 continue;
             }
+            // `first_fit` skips the nodes that cannot run it (a container workload, no engine).
             match plan.first_fit(index, ready.iter().copied()) {
                 Some((node, gpus)) => {
                     let reason = format!("FIFO: first fit on {}", snapshot.nodes[node as usize].name);
@@ -42,7 +45,11 @@ impl Policy for Fifo {
                 }
                 None => {
                     behind = Some(format!("FIFO: waits behind {}, ahead of it in the queue", workload.name));
-                    let reason = format!("FIFO: head of the queue; no ready node has {}", workload.needs_in_words());
+                    let reason = if workload.container && !any_engine {
+                        "FIFO: head of the queue; no ready node runs containers".to_owned()
+                    } else {
+                        format!("FIFO: head of the queue; no ready node has {}", workload.needs_in_words())
+                    };
                     plan.keep_pending(index, reason)?;
                 }
             }
@@ -120,6 +127,32 @@ mod tests {
         assert_eq!(outcome.placement("h100-only"), Some(("h100", vec![1, 2])), "device 0 has too little memory free");
         assert_eq!(outcome.placement("big-memory"), Some(("h100", vec![3])));
         assert_eq!(outcome.placement("cpu"), Some(("a100", vec![])), "no-cpu has 500 mCPU free, not 1000");
+    }
+
+    #[test]
+    fn a_container_workload_goes_to_a_node_with_a_container_engine() {
+        let fixture = SnapshotFixture::new()
+            .node("bare", 8, "H100", 81920)
+            .node_with("engine", 8, "H100", 81920, |n| n.containers = true)
+            .pending_with("image", 1, 1024, |w| w.container = true)
+            .pending_with("image-cpu", 0, 0, |w| w.container = true)
+            .pending("plain", 1, 1024);
+        let outcome = fixture.evaluate(&Fifo).expect("valid decisions");
+        assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
+        assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
+        assert_eq!(outcome.placed_on("plain"), Some("bare"));
+        let bytes = fixture.encode();
+        let snapshot = decode_snapshot(&bytes).expect("fixture");
+        assert_eq!(check_decisions(&snapshot, &outcome.decisions), vec![]);
+
+        let outcome = SnapshotFixture::new()
+            .node("bare", 8, "H100", 81920)
+            .pending_with("image", 1, 1024, |w| w.container = true)
+            .pending("plain", 1, 1024)
+            .evaluate(&Fifo)
+            .expect("valid decisions");
+        assert_eq!(outcome.reason("image"), Some("FIFO: head of the queue; no ready node runs containers"));
+        assert!(outcome.is_kept_pending("plain"), "it waits behind the head");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!   GPUs (the waste the simulator measures). Work with no GPUs may run on any ready node's CPU.
 //! - **Order and fit.** Priority (highest first), then submission, then table order; each workload
 //!   on the first ready node of its pool, in snapshot order, where it fits now ([`Plan::first_fit`]:
-//!   free GPUs of an allowed model with the memory, host CPU and memory). What does not fit is
+//!   free GPUs of an allowed model with the memory, host CPU and memory; a container workload only
+//!   on a node with a container engine, ABI 1.4). What does not fit is
 //!   skipped (no head-of-line blocking); nothing is preempted; no CPU fallback for GPU work.
 //!
 //! Params: `inference_gpu_share` (a number from 0 to 1, default 0.3); activation refuses anything
@@ -30,9 +31,10 @@ airtime_policy_sdk::export_policy!(StaticPartition);
 /// The share of GPUs the inference pool gets unless the params say otherwise.
 pub const DEFAULT_INFERENCE_GPU_SHARE: f64 = 0.3;
 
-/// What one node of a pool must offer a workload: (GPU count, MiB per GPU, models, mCPU, MiB). A
-/// cycle only takes resources, so a shape that fits nowhere in its pool fits nowhere later either.
-type Shape<'a> = (Pool, u32, u32, &'a str, u32, u32);
+/// What one node of a pool must offer a workload: (GPU count, MiB per GPU, models, mCPU, MiB, a
+/// container engine). A cycle only takes resources, so a shape that fits nowhere in its pool fits
+/// nowhere later either.
+type Shape<'a> = (Pool, u32, u32, &'a str, u32, u32, bool);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Pool {
@@ -110,6 +112,11 @@ impl Policy for StaticPartition {
             snapshot.nodes_indexed().filter(|&(i, n)| pool_of_node(i, n) == Some(pool)).map(|(_, n)| n.gpu_count).sum()
         };
         let (inference_gpus, training_gpus) = (gpus_in(Pool::Inference), gpus_in(Pool::Training));
+        // Per pool, whether a ready node of it has a container engine (container work needs one).
+        let engine_in = |pool: Pool| {
+            snapshot.ready_nodes().any(|(i, n)| n.containers && (pool == Pool::Cpu || pool_of_node(i, n) == Some(pool)))
+        };
+        let engines = [engine_in(Pool::Inference), engine_in(Pool::Training), engine_in(Pool::Cpu)];
 
         let mut plan = Plan::new(snapshot);
         let mut no_room: BTreeMap<Shape<'s>, String> = BTreeMap::new();
@@ -123,6 +130,7 @@ impl Policy for StaticPartition {
                 workload.gpu_models,
                 workload.cpu_millis,
                 workload.memory_mb,
+                workload.container,
             );
             if let Some(reason) = no_room.get(&shape) {
                 plan.keep_pending(index, reason.clone())?;
@@ -132,6 +140,7 @@ impl Policy for StaticPartition {
                 .ready_nodes()
                 .filter(|&(i, n)| pool == Pool::Cpu || pool_of_node(i, n) == Some(pool))
                 .map(|(i, _)| i);
+            // `first_fit` skips the nodes that cannot run it (a container workload, no engine).
             if let Some((node, gpus)) = plan.first_fit(index, nodes) {
                 let reason = format!(
                     "static partition: first fit in the {} on {}",
@@ -149,6 +158,8 @@ impl Policy for StaticPartition {
             };
             let reason = if pool_gpus == 0 {
                 format!("static partition: the {} has no GPU nodes (inference_gpu_share {share})", pool.name())
+            } else if workload.container && !engines[pool as usize] {
+                format!("static partition: no ready node of the {} runs containers", pool.name())
             } else {
                 format!("static partition: no ready node of the {} has {}", pool.name(), workload.needs_in_words())
             };
@@ -233,6 +244,43 @@ mod tests {
         assert_eq!(outcome.placement("urgent"), Some(("train", vec![0, 1, 2])), "skips the gang; priority first");
         assert!(outcome.is_kept_pending("early"), "one GPU left; it needs two");
         assert_eq!(outcome.placement("late"), Some(("train", vec![3])), "skips early, which does not fit");
+    }
+
+    #[test]
+    fn a_container_workload_goes_to_a_node_of_its_pool_with_a_container_engine() {
+        let fixture = SnapshotFixture::new()
+            .node("bare", 4, "H100", 81920)
+            .node_with("engine", 4, "H100", 81920, |n| n.containers = true)
+            .params(r#"{"inference_gpu_share": 1}"#)
+            .pending_with("image", 1, 1024, |w| {
+                w.class = WorkloadClass::BatchInference;
+                w.container = true;
+            })
+            .pending_with("image-cpu", 0, 0, |w| w.container = true)
+            .pending_with("plain", 1, 1024, class(WorkloadClass::BatchInference));
+        let outcome = fixture.evaluate(&StaticPartition).expect("valid decisions");
+        assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
+        assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
+        assert_eq!(outcome.placement("plain"), Some(("bare", vec![0])));
+        let bytes = fixture.encode();
+        let snapshot = decode_snapshot(&bytes).expect("fixture");
+        assert_eq!(check_decisions(&snapshot, &outcome.decisions), vec![]);
+
+        // The engine is in the inference pool only: training in a container has nowhere to go.
+        let outcome = fleet()
+            .edit(|doc| doc.nodes[0].containers = true)
+            .pending_with("train-image", 1, 1024, |w| {
+                w.class = WorkloadClass::Training;
+                w.container = true;
+            })
+            .pending_with("train", 1, 1024, class(WorkloadClass::Training))
+            .evaluate(&StaticPartition)
+            .expect("valid decisions");
+        assert_eq!(
+            outcome.reason("train-image"),
+            Some("static partition: no ready node of the training pool runs containers")
+        );
+        assert_eq!(outcome.placed_on("train"), Some("train"), "not held by the container shape's failure");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   classes, tenants, guarantees or night bonus: priority is everything.
 //! - **Fit.** Each workload goes to the first ready node, in snapshot order, where it fits now
 //!   ([`Plan::first_fit`]: free GPUs of an allowed model with the memory, host CPU and memory).
-//!   Work with no GPUs runs on any node's CPU; GPU work has no CPU fallback.
+//!   Work with no GPUs runs on any node's CPU; GPU work has no CPU fallback. A container workload
+//!   only goes to (and only preempts on) a node with a container engine (ABI 1.4).
 //! - **Preemption.** A workload that does not fit looks for one node where stopping running,
 //!   preemptible workloads of strictly lower priority would make room. Work already `stopping` there
 //!   counts as freeing, so a workload whose victims are still stopping waits for them and preempts
@@ -33,10 +34,10 @@ pub struct StrictPriority;
 
 airtime_policy_sdk::export_policy!(StrictPriority);
 
-/// (GPU count, MiB per GPU, models, mCPU, MiB). Processed highest priority first, a cycle only
-/// takes resources, holds nodes and claims victims, so a shape that can neither fit nor make room
-/// cannot later in the cycle either, at the same or a lower priority.
-type Shape<'a> = (u32, u32, &'a str, u32, u32);
+/// (GPU count, MiB per GPU, models, mCPU, MiB, a container engine). Processed highest priority
+/// first, a cycle only takes resources, holds nodes and claims victims, so a shape that can neither
+/// fit nor make room cannot later in the cycle either, at the same or a lower priority.
+type Shape<'a> = (u32, u32, &'a str, u32, u32, bool);
 
 /// How a workload that does not fit gets room.
 enum Room {
@@ -59,6 +60,7 @@ impl Policy for StrictPriority {
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
         let rules = Rules::of(snapshot);
         let ready: Vec<u32> = snapshot.ready_nodes().map(|(n, _)| n).collect();
+        let any_engine = snapshot.ready_nodes().any(|(_, n)| n.containers);
         // Running and stopping work by node, built once: victim searches look at one node's work.
         let mut on_node: Vec<Vec<u32>> = vec![Vec::new(); snapshot.nodes.len()];
         for (index, w) in snapshot.workloads_indexed().filter(|(_, w)| w.holds_resources()) {
@@ -72,11 +74,18 @@ impl Policy for StrictPriority {
         let (mut placed, mut preempted) = (0, 0);
 
         for (index, w) in snapshot.pending_by_priority() {
-            let shape = (w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb);
+            let shape = (w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.container);
             if let Some(reason) = stuck.get(&shape) {
                 plan.keep_pending(index, reason.clone())?;
                 continue;
             }
+            if w.container && !any_engine {
+                let reason = "strict priority: no ready node runs containers".to_owned();
+                plan.keep_pending(index, reason.clone())?;
+                stuck.insert(shape, reason);
+                continue;
+            }
+            // `first_fit` skips the nodes that cannot run it (a container workload, no engine).
             let open = ready.iter().copied().filter(|&n| !held[n as usize]);
             if let Some((node, gpus)) = plan.first_fit(index, open) {
                 let name = snapshot.nodes[node as usize].name;
@@ -85,9 +94,10 @@ impl Policy for StrictPriority {
                 continue;
             }
             let search = Search { snapshot, plan: &plan, on_node: &on_node, rules };
+            // Room only on a node that can run it: preempting elsewhere would free nothing it can use.
             let room = ready
                 .iter()
-                .filter(|&&n| !held[n as usize])
+                .filter(|&&n| !held[n as usize] && (!w.container || plan.can_run(w, n)))
                 .map(|&node| search.room_on(node, w))
                 .fold(Room::None, better);
             match room {

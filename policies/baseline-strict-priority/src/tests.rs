@@ -199,6 +199,45 @@ fn one_victim_is_claimed_once_and_a_second_preemptor_looks_elsewhere() {
 /// pending workload, every preemption of running preemptible work of lower priority than some
 /// pending workload, and the host's checks accept it all (`run` fails otherwise).
 #[test]
+fn a_container_workload_goes_to_a_node_with_a_container_engine_and_preempts_only_there() {
+    let fixture = SnapshotFixture::new()
+        .node("bare", 2, "H100", 81920)
+        .node_with("engine", 2, "H100", 81920, |n| n.containers = true)
+        .pending_with("image", 1, 1024, |w| {
+            w.container = true;
+            w.priority = 5;
+        })
+        .pending_with("image-cpu", 0, 0, |w| w.container = true)
+        .pending("plain", 1, 1024);
+    let outcome = run(fixture.clone());
+    assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
+    assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
+    assert_eq!(outcome.placement("plain"), Some(("bare", vec![0])));
+    let bytes = fixture.encode();
+    let snapshot = decode_snapshot(&bytes).expect("fixture");
+    assert_eq!(check_decisions(&snapshot, &outcome.decisions), vec![]);
+
+    // Full: the victim is on the node with the engine, though the one on the bare node is cheaper.
+    let outcome = run(SnapshotFixture::new()
+        .node("bare", 1, "H100", 81920)
+        .node_with("engine", 1, "H100", 81920, |n| n.containers = true)
+        .running_with("cheap", "bare", &[0], preemptible(0))
+        .running_with("dearer", "engine", &[0], preemptible(3))
+        .pending_with("image", 1, 1024, |w| {
+            w.container = true;
+            w.priority = 10;
+        }));
+    assert!(outcome.is_preempted("dearer") && !outcome.is_preempted("cheap"));
+
+    let outcome = run(SnapshotFixture::new()
+        .node("bare", 2, "H100", 81920)
+        .pending_with("image", 1, 1024, |w| w.container = true)
+        .pending("plain", 1, 1024));
+    assert_eq!(outcome.reason("image"), Some("strict priority: no ready node runs containers"));
+    assert_eq!(outcome.placed_on("plain"), Some("bare"));
+}
+
+#[test]
 fn random_fleets_get_decisions_the_host_accepts() {
     let mut state: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {

@@ -22,6 +22,9 @@
 //! over, then the least GPU memory left over, then the node order. A node that reports no cost
 //! counts as free (cost 0), so set costs on every node for this policy to mean anything.
 //!
+//! **Containers.** A container workload only goes to a node with a container engine (ABI 1.4), on
+//! CPU or GPUs; with none ready it waits ("no ready node runs containers").
+//!
 //! **Quotas and the burst reserve.** A tenant may hold more GPUs than its guarantee only if it may
 //! borrow (CPU placements take no GPUs and are never held by quota). Non-preemptible GPU work other
 //! than real-time inference may not leave fewer than `burst_reserve_gpus` GPUs free; CPU-capable
@@ -106,9 +109,15 @@ fn cpu_first(w: &Workload<'_>) -> bool {
         )
 }
 
-/// What a GPU workload asks of a node: GPU count, MiB per GPU, allowed models, host mCPU and MiB. A
-/// cycle only ever takes resources, so a shape that found no room finds none later in the cycle.
-type Shape<'s> = (u32, u32, &'s str, u32, u32);
+/// What a GPU workload asks of a node: GPU count, MiB per GPU, allowed models, host mCPU and MiB, a
+/// container engine. A cycle only ever takes resources, so a shape that found no room finds none
+/// later in the cycle.
+type Shape<'s> = (u32, u32, &'s str, u32, u32, bool);
+
+/// Whether `node` can run `w`: a bool test for work not in a container.
+fn can_run(snapshot: &Snapshot<'_>, w: &Workload<'_>, node: u32) -> bool {
+    !w.container || snapshot.node(node).is_some_and(|n| n.can_run(w))
+}
 
 /// Where a GPU workload goes.
 struct Fit {
@@ -162,6 +171,8 @@ struct Cycle<'p, 's> {
     placed: u32,
     on_cpu_nodes: u32,
     gpu_cost_per_hour: f64,
+    /// Some ready node has a container engine: container work can run somewhere.
+    any_engine: bool,
 }
 
 impl<'p, 's> Cycle<'p, 's> {
@@ -213,6 +224,7 @@ impl<'p, 's> Cycle<'p, 's> {
             placed: 0,
             on_cpu_nodes: 0,
             gpu_cost_per_hour: 0.0,
+            any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
         };
         for node in cpu_nodes.into_iter().chain(gpu_nodes) {
             cycle.refresh_room(node);
@@ -243,6 +255,9 @@ impl<'p, 's> Cycle<'p, 's> {
 
     /// Places `w` or says why it waits.
     fn decide(&mut self, index: u32, w: &Workload<'s>) -> Result<(), Failure> {
+        if w.container && !self.any_engine {
+            return Ok(self.plan.keep_pending(index, "no ready node runs containers")?);
+        }
         if !w.needs_gpu() {
             return self.decide_cpu_only(index, w);
         }
@@ -251,7 +266,7 @@ impl<'p, 's> Cycle<'p, 's> {
         if cpu_first(w) {
             if let Some(node) = self.cpu_node(w) {
                 let n_cost = self.node(node).map_or(0.0, node_cost);
-                let key: Shape<'s> = (need.count, need.memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb);
+                let key: Shape<'s> = (need.count, need.memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.container);
                 let alternative = if self.no_fit.contains_key(&key) { None } else { self.cheapest_fit(w, &need) };
                 let instead = match alternative {
                     Some(fit) => {
@@ -289,7 +304,7 @@ impl<'p, 's> Cycle<'p, 's> {
             return self.cpu_fallback_or_wait(index, w, prefix + &why);
         }
 
-        let key: Shape<'s> = (need.count, need.memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb);
+        let key: Shape<'s> = (need.count, need.memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.container);
         let fit = if self.no_fit.contains_key(&key) { None } else { self.cheapest_fit(w, &need) };
         let Some(fit) = fit else {
             let why = match self.no_fit.get(&key) {
@@ -372,8 +387,9 @@ impl<'p, 's> Cycle<'p, 's> {
             self.placed += 1;
             return Ok(());
         }
+        let that_run = if w.container { " that runs containers" } else { "" };
         let reason = format!(
-            "no CPU node has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
+            "no CPU node{that_run} has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
             w.cpu_millis, w.memory_mb
         );
         Ok(self.plan.keep_pending(index, reason)?)
@@ -403,13 +419,13 @@ impl<'p, 's> Cycle<'p, 's> {
 
     /// The cheapest CPU node with room for `w`; among equally cheap ones, the least CPU left over.
     fn cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
-        self.cpu_room.cheapest(w.cpu_millis, w.memory_mb)
+        self.cpu_room.cheapest(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
     }
 
     /// The cheapest GPU node whose spare host CPU and memory (see [`Cycle::spare_host`]) have room
     /// for CPU-only `w`.
     fn host_cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
-        self.host_room.cheapest(w.cpu_millis, w.memory_mb)
+        self.host_room.cheapest(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
     }
 
     /// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of
@@ -439,6 +455,9 @@ impl<'p, 's> Cycle<'p, 's> {
         'tiers: for tier in &self.tiers {
             for group in tier.by_free.iter().skip(need.count as usize) {
                 for &node in group {
+                    if !can_run(self.snapshot, w, node) {
+                        continue;
+                    }
                     let version = self.version[node as usize];
                     let waste = match memo.get(node as usize) {
                         // Free GPUs only dwindle in a cycle: a node that did not fit never will.
@@ -525,7 +544,8 @@ impl<'p, 's> Cycle<'p, 's> {
     fn no_gpu_reason(&self, w: &Workload<'_>, need: &GpuNeed<'_>) -> String {
         let snapshot = self.snapshot;
         let fits_idle = snapshot.ready_nodes().any(|(node, n)| {
-            n.cpu_millis >= w.cpu_millis
+            n.can_run(w)
+                && n.cpu_millis >= w.cpu_millis
                 && n.memory_mb >= w.memory_mb
                 && snapshot
                     .node_gpus(node)
@@ -533,14 +553,24 @@ impl<'p, 's> Cycle<'p, 's> {
                     .count() as u32
                     >= need.count
         });
+        // A container workload looks only at the nodes with a container engine, and says so.
+        let no_node = if w.container { "no ready node that runs containers" } else { "no ready node" };
         if !fits_idle {
-            return format!("no ready node has {}, even with all its GPUs free", need.describe(""));
+            return format!("{no_node} has {}, even with all its GPUs free", need.describe(""));
         }
         let fitting = |node: u32| self.plan.free_gpus(node).filter(|(_, g)| need.fits(g)).count() as u32;
-        let nodes = || self.tiers.iter().flat_map(|t| t.by_free.iter().skip(1)).flatten().copied();
+        let nodes = || {
+            self.tiers
+                .iter()
+                .flat_map(|t| t.by_free.iter().skip(1))
+                .flatten()
+                .copied()
+                .filter(|&node| can_run(snapshot, w, node))
+        };
         if nodes().any(|node| fitting(node) >= need.count) {
+            let nodes = if w.container { "the ready nodes that run containers" } else { "the ready nodes" };
             return format!(
-                "the ready nodes with {} lack {} mCPU and {} MiB of host memory free",
+                "{nodes} with {} lack {} mCPU and {} MiB of host memory free",
                 need.describe("free"),
                 w.cpu_millis,
                 w.memory_mb
@@ -551,7 +581,7 @@ impl<'p, 's> Cycle<'p, 's> {
             Some((count, node)) if count > 0 => format!("; the most on one node is {count} ({})", self.name(node)),
             _ => "; every GPU that fits it is taken".to_owned(),
         };
-        format!("no ready node has {}{most}", need.describe("free"))
+        format!("{no_node} has {}{most}", need.describe("free"))
     }
 }
 
@@ -593,12 +623,12 @@ impl RoomIndex {
         set.insert((cpu, memory, node));
     }
 
-    /// The cheapest node with room for `cpu` and `memory`; of equally cheap ones, the least left
-    /// over (CPU, then memory, then the node order).
-    fn cheapest(&self, cpu: u32, memory: u32) -> Option<u32> {
-        self.tiers
-            .iter()
-            .find_map(|set| set.range((cpu, 0, 0)..).find(|&&(_, m, _)| m >= memory).map(|&(.., node)| node))
+    /// The cheapest node with room for `cpu` and `memory` that `can_run` the workload; of equally
+    /// cheap ones, the least left over (CPU, then memory, then the node order).
+    fn cheapest(&self, cpu: u32, memory: u32, can_run: impl Fn(u32) -> bool) -> Option<u32> {
+        self.tiers.iter().find_map(|set| {
+            set.range((cpu, 0, 0)..).find(|&&(_, m, node)| m >= memory && can_run(node)).map(|&(.., node)| node)
+        })
     }
 }
 

@@ -258,6 +258,41 @@ fn what_never_fits_says_so_and_what_is_busy_says_how_close_it_comes() {
 
 /// The synthetic fleet with ten cheap GPU nodes ($1.00 per GPU-hour against $2.50) and four CPU
 /// nodes.
+#[test]
+fn a_container_workload_goes_to_a_node_with_a_container_engine_though_it_costs_more() {
+    let mut fleet = SnapshotFixture::new().settings(settings());
+    fleet = gpu_node(fleet, "cheap-bare", 8, "H100", 81920, 8.0);
+    fleet = fleet.node_with("dear-engine", 8, "H100", 81920, |n| {
+        n.cost_per_hour = 32.0;
+        n.containers = true;
+    });
+    fleet = cpu_node(fleet, "cpu-bare", 32_000, 0.2);
+    fleet = fleet.node_with("cpu-engine", 0, "", 0, |n| {
+        n.cost_per_hour = 0.8;
+        n.containers = true;
+    });
+    let fixture = fleet
+        .pending_with("image", 1, 1024, |w| w.container = true)
+        .pending_with("image-cpu", 0, 0, |w| w.container = true)
+        .pending("plain", 1, 1024);
+    let outcome = fixture.evaluate(&CostAware).expect("valid decisions");
+    assert_eq!(outcome.placement("image"), Some(("dear-engine", vec![0])));
+    assert_eq!(outcome.placement("image-cpu"), Some(("cpu-engine", vec![])));
+    assert_eq!(outcome.placement("plain"), Some(("cheap-bare", vec![0])));
+    let bytes = fixture.encode();
+    let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
+    assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);
+
+    let fleet = gpu_node(SnapshotFixture::new(), "cheap-bare", 8, "H100", 81920, 8.0);
+    let outcome = fleet
+        .pending_with("image", 1, 1024, |w| w.container = true)
+        .pending("plain", 1, 1024)
+        .evaluate(&CostAware)
+        .expect("valid decisions");
+    assert_eq!(outcome.reason("image"), Some("no ready node runs containers"));
+    assert_eq!(outcome.placed_on("plain"), Some("cheap-bare"));
+}
+
 fn priced_fleet(nodes: u32, pending: u32) -> SnapshotFixture {
     let mut fleet = SnapshotFixture::synthetic_fleet(nodes, 8, pending, 11).settings(settings()).edit(|doc| {
         for node in doc.nodes.iter_mut().take(10) {

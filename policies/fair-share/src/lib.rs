@@ -27,7 +27,9 @@
 //! memory kept for each of its free GPUs, so GPUs never sit idle for want of host CPU); it is decided
 //! at the end of the cycle, once the GPU work has taken what it needs. GPU work is a gang on one node, best fit: the node
 //! with the fewest free GPUs left over, then the least GPU memory left over, with GPUs that fit its
-//! memory by live telemetry and its allowed models, and the host CPU and memory it asks for.
+//! memory by live telemetry and its allowed models, and the host CPU and memory it asks for. A
+//! container workload only goes to (and only reclaims on) a node with a container engine (ABI 1.4);
+//! with none ready it waits ("no ready node runs containers").
 //!
 //! **Quotas and the burst reserve.** A tenant may hold more than its guarantee only if it may
 //! borrow. Non-preemptible work other than real-time inference may not leave fewer than
@@ -322,12 +324,18 @@ impl<'s> Ledger<'s> {
     }
 }
 
-/// What a workload asks of a node: GPU count, MiB per GPU, allowed models, host mCPU and MiB. A
-/// cycle only ever takes resources, so a shape that found no room finds none later in the cycle.
-type Shape<'s> = (u32, u32, &'s str, u32, u32);
+/// What a workload asks of a node: GPU count, MiB per GPU, allowed models, host mCPU and MiB, a
+/// container engine. A cycle only ever takes resources, so a shape that found no room finds none
+/// later in the cycle.
+type Shape<'s> = (u32, u32, &'s str, u32, u32, bool);
 
 fn shape<'s>(w: &Workload<'s>) -> Shape<'s> {
-    (w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb)
+    (w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.container)
+}
+
+/// Whether `node` can run `w`: a bool test for work not in a container.
+fn can_run(snapshot: &Snapshot<'_>, w: &Workload<'_>, node: u32) -> bool {
+    !w.container || snapshot.node(node).is_some_and(|n| n.can_run(w))
 }
 
 /// Why a shape of GPU work found no room, worked out once per shape.
@@ -378,6 +386,8 @@ struct Cycle<'p, 's> {
     on_host_cpu: Vec<u32>,
     placed: u32,
     preempted_count: u32,
+    /// Some ready node has a container engine: container work can run somewhere.
+    any_engine: bool,
 }
 
 impl<'p, 's> Cycle<'p, 's> {
@@ -425,12 +435,16 @@ impl<'p, 's> Cycle<'p, 's> {
             on_host_cpu: Vec::new(),
             placed: 0,
             preempted_count: 0,
+            any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
         }
     }
 
     /// Places `w` or says why it waits; may preempt for it.
     fn decide(&mut self, index: u32, w: &Workload<'s>) -> Result<(), Failure> {
         let snapshot = self.snapshot;
+        if w.container && !self.any_engine {
+            return Ok(self.fleet.plan.keep_pending(index, "no ready node runs containers")?);
+        }
         // CPU-only work, and CPU-capable work while a CPU node has room.
         if !w.needs_gpu() || w.cpu_capable {
             if let Some(node) = self.fleet.cpu_node(w) {
@@ -558,8 +572,9 @@ impl<'p, 's> Cycle<'p, 's> {
                 self.fleet.place_cpu(index, node, reason)?;
                 self.placed += 1;
             } else {
+                let that_run = if w.container { " that runs containers" } else { "" };
                 let reason = format!(
-                    "no CPU node has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
+                    "no CPU node{that_run} has {} mCPU and {} MiB of memory free, nor any GPU node beyond the host CPU and memory kept for its free GPUs",
                     w.cpu_millis, w.memory_mb
                 );
                 self.fleet.plan.keep_pending(index, reason)?;
@@ -576,7 +591,7 @@ impl<'p, 's> Cycle<'p, 's> {
         let tenant = self.ledger.name(t);
 
         // GPUs already being vacated: wait for them, preempt no more.
-        if let Some(node) = self.wait_for_vacating(need) {
+        if let Some(node) = self.wait_for_vacating(w, need) {
             self.ledger.give(t, need.count);
             let reason = format!(
                 "waiting for preempted work on {} to stop (grace period {} s); then placed within tenant {tenant}'s guarantee of {} GPUs",
@@ -646,14 +661,14 @@ impl<'p, 's> Cycle<'p, 's> {
 
     /// A node where the open GPUs plus GPUs of stopping work no other waiting workload counts on
     /// hold `w`; sets them aside for it.
-    fn wait_for_vacating(&mut self, need: &GpuNeed<'s>) -> Option<u32> {
+    fn wait_for_vacating(&mut self, w: &Workload<'s>, need: &GpuNeed<'s>) -> Option<u32> {
         let snapshot = self.snapshot;
         let usable =
             |g: u32| snapshot.gpu(g).is_some_and(|gpu| need.allows_model(gpu.model) && gpu.memory_mb >= need.memory_mb);
         let node = self.vacating.iter().find_map(|(&node, gpus)| {
             let stopping = gpus.iter().filter(|&&(g, counted)| !counted && usable(g)).count() as u32;
             let open = self.fleet.open_fitting(node, need);
-            let ready = snapshot.node(node).is_some_and(Node::is_ready);
+            let ready = snapshot.node(node).is_some_and(|n| n.is_ready() && n.can_run(w));
             (ready && stopping > 0 && open + stopping >= need.count).then_some((node, open))
         });
         let (node, open) = node?;
@@ -687,7 +702,7 @@ impl<'p, 's> Cycle<'p, 's> {
             let spare = self.ledger.held(vt).saturating_sub(self.ledger.guaranteed(vt));
             let mut best: Option<(u32, Vec<u32>)> = None;
             for (&(_, node), list) in self.candidates.range((vt, 0)..=(vt, u32::MAX)) {
-                if !snapshot.node(node).is_some_and(Node::is_ready) {
+                if !snapshot.node(node).is_some_and(|n| n.is_ready() && n.can_run(w)) {
                     continue;
                 }
                 let mut gained = self.fleet.open_fitting(node, need);
@@ -802,10 +817,10 @@ impl RoomIndex {
         self.set.insert((cpu, memory, node));
     }
 
-    /// The node with room for `cpu` and `memory` and the least left over (CPU, then memory, then
-    /// the node order).
-    fn tightest(&self, cpu: u32, memory: u32) -> Option<u32> {
-        self.set.range((cpu, 0, 0)..).find(|&&(_, m, _)| m >= memory).map(|&(.., node)| node)
+    /// The node with room for `cpu` and `memory` that `can_run` the workload, the least left over
+    /// (CPU, then memory, then the node order).
+    fn tightest(&self, cpu: u32, memory: u32, can_run: impl Fn(u32) -> bool) -> Option<u32> {
+        self.set.range((cpu, 0, 0)..).find(|&&(_, m, node)| m >= memory && can_run(node)).map(|&(.., node)| node)
     }
 }
 
@@ -865,13 +880,13 @@ impl<'p, 's> Fleet<'p, 's> {
 
     /// The CPU node with room for `w` and the least CPU left over.
     fn cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
-        self.cpu_room.tightest(w.cpu_millis, w.memory_mb)
+        self.cpu_room.tightest(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
     }
 
     /// The GPU node whose spare host CPU and memory (see [`Fleet::spare_host`]) have room for
     /// CPU-only `w`, the least left over.
     fn host_cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
-        self.host_room.tightest(w.cpu_millis, w.memory_mb)
+        self.host_room.tightest(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
     }
 
     /// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of
@@ -902,6 +917,9 @@ impl<'p, 's> Fleet<'p, 's> {
         // Groups are visited tightest first; the first group with a fitting node holds the best fit.
         for group in self.by_open.iter().skip(need.count as usize) {
             for &node in group {
+                if !can_run(self.snapshot, w, node) {
+                    continue;
+                }
                 let version = self.version[node as usize];
                 let waste = match memo.get(node as usize) {
                     // Open GPUs only dwindle in a cycle: a node that did not fit never will.
@@ -1026,7 +1044,9 @@ impl<'p, 's> Fleet<'p, 's> {
     /// Why `w`'s shape finds no room now.
     fn no_fit(&self, w: &Workload<'_>, need: &GpuNeed<'_>) -> NoFit {
         let snapshot = self.snapshot;
-        let host = |n: &Node<'_>| n.cpu_millis >= w.cpu_millis && n.memory_mb >= w.memory_mb;
+        let host = |n: &Node<'_>| n.can_run(w) && n.cpu_millis >= w.cpu_millis && n.memory_mb >= w.memory_mb;
+        // A container workload looks only at the nodes with a container engine, and says so.
+        let no_node = if w.container { "no ready node that runs containers" } else { "no ready node" };
         let fits_idle = snapshot.ready_nodes().any(|(node, n)| {
             host(n)
                 && snapshot
@@ -1036,24 +1056,26 @@ impl<'p, 's> Fleet<'p, 's> {
                     >= need.count
         });
         if !fits_idle {
-            return NoFit::Never(format!("no ready node has {}, even with all its GPUs free", need.describe("")));
+            return NoFit::Never(format!("{no_node} has {}, even with all its GPUs free", need.describe("")));
         }
         let fitted_at_start = snapshot.ready_nodes().any(|(node, n)| {
-            n.has_room_for(w.cpu_millis, w.memory_mb)
+            n.can_run(w)
+                && n.has_room_for(w.cpu_millis, w.memory_mb)
                 && snapshot.free_gpus(node).filter(|(_, g)| need.fits(g)).count() as u32 >= need.count
         });
         if fitted_at_start {
-            return NoFit::TakenThisCycle(format!("no ready node has {} left", need.describe("free")));
+            return NoFit::TakenThisCycle(format!("{no_node} has {} left", need.describe("free")));
         }
         let gpus_fit_now = self
             .by_open
             .iter()
             .skip(need.count as usize)
             .flatten()
-            .any(|&node| self.open_fitting(node, need) >= need.count);
+            .any(|&node| can_run(snapshot, w, node) && self.open_fitting(node, need) >= need.count);
         if gpus_fit_now {
+            let nodes = if w.container { "the ready nodes that run containers" } else { "the ready nodes" };
             return NoFit::Busy(format!(
-                "the ready nodes with {} lack {} mCPU and {} MiB of host memory free",
+                "{nodes} with {} lack {} mCPU and {} MiB of host memory free",
                 need.describe("free"),
                 w.cpu_millis,
                 w.memory_mb
@@ -1064,6 +1086,7 @@ impl<'p, 's> Fleet<'p, 's> {
             .iter()
             .skip(1)
             .flatten()
+            .filter(|&&node| can_run(snapshot, w, node))
             .map(|&node| (self.open_fitting(node, need), node))
             .max_by_key(|&(count, node)| (count, Reverse(node)));
         let most = match most {
@@ -1072,7 +1095,7 @@ impl<'p, 's> Fleet<'p, 's> {
             }
             _ => "; every GPU that fits it is taken".to_owned(),
         };
-        NoFit::Busy(format!("no ready node has {}{most}", need.describe("free")))
+        NoFit::Busy(format!("{no_node} has {}{most}", need.describe("free")))
     }
 }
 

@@ -15,7 +15,8 @@
 //! A workload with no GPUs goes to the ready node with enough free CPU and memory, preferring
 //! CPU-only nodes and then the tightest fit. A CPU-capable GPU workload that finds no GPU runs on
 //! CPU instead. The GPUs kept in the settings' burst reserve are left to real-time inference and to
-//! preemptible work (which a burst can reclaim).
+//! preemptible work (which a burst can reclaim). A container workload only goes to a node with a
+//! container engine (ABI 1.4); with none ready it waits ("no ready node runs containers").
 //!
 //! What cannot be placed is kept pending with the reason ("no ready node has 4 free GPUs with
 //! ≥ 40960 MiB; the most on one node is 2 (gpu-node-7)"). The plan guarantees no GPU is placed
@@ -37,10 +38,10 @@ pub struct PriorityBestFit;
 
 airtime_policy_sdk::export_policy!(PriorityBestFit);
 
-/// What a GPU workload asks for: GPU count, MiB per GPU, models, host mCPU and MiB. Workloads of
-/// one shape that fail share the reason, since a cycle only ever takes resources and a shape that
-/// failed cannot fit later in the same cycle.
-type Shape<'a> = (u32, u32, &'a str, u32, u32);
+/// What a GPU workload asks for: GPU count, MiB per GPU, models, host mCPU and MiB, a container
+/// engine. Workloads of one shape that fail share the reason, since a cycle only ever takes
+/// resources and a shape that failed cannot fit later in the same cycle.
+type Shape<'a> = (u32, u32, &'a str, u32, u32, bool);
 
 /// The parameters, read the one way both evaluation and activation's check use:
 /// `max_placements` (per cycle, default unlimited) and `prefer_nvlink` (default true).
@@ -76,6 +77,10 @@ impl Policy for PriorityBestFit {
                 cycle.plan.keep_pending(index, reason.clone())?;
                 continue;
             }
+            if workload.container && !cycle.any_engine {
+                cycle.plan.keep_pending(index, NO_ENGINE)?;
+                continue;
+            }
             if !workload.needs_gpu() {
                 if !cycle.place_on_cpu(index, workload, None)? {
                     cycle.plan.keep_pending(index, no_cpu_reason(workload))?;
@@ -108,12 +113,14 @@ impl Policy for PriorityBestFit {
                 workload.gpu_models,
                 workload.cpu_millis,
                 workload.memory_mb,
+                workload.container,
             );
             if let Some(reason) = failed_shapes.get(&shape) {
                 cycle.place_on_cpu_or_wait(index, workload, reason.clone())?;
                 continue;
             }
-            // A share of one GPU: the shareable GPU it fills tightest (best fit on thousandths).
+            // A share of one GPU: the shareable GPU it fills tightest (best fit on thousandths;
+            // `best_fit_share` skips the nodes that cannot run it).
             if workload.is_share()
                 && let Some((node, gpu)) = cycle.plan.best_fit_share(index, snapshot.ready_nodes().map(|(n, _)| n))
             {
@@ -163,7 +170,12 @@ struct Cycle<'p, 's> {
     order_at: Vec<usize>,
     /// The fitting GPUs of the node being looked at, reused from node to node.
     scratch: Vec<Candidate>,
+    /// Some ready node has a container engine (ABI 1.4): container work can run somewhere.
+    any_engine: bool,
 }
+
+/// Why a container workload waits when no ready node has a container engine.
+const NO_ENGINE: &str = "no ready node runs containers";
 
 /// (GPU count, MiB per GPU, allowed models as the workload wrote them).
 type MemoKey<'s> = (u32, u32, &'s str);
@@ -227,6 +239,7 @@ impl<'p, 's> Cycle<'p, 's> {
             order,
             order_at,
             scratch: Vec::new(),
+            any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
         }
     }
 
@@ -289,7 +302,9 @@ impl<'p, 's> Cycle<'p, 's> {
     /// Places `workload` on CPU on the best node for it, if one has room; `gpu_reason` says why
     /// not on GPUs. Returns whether it was placed.
     fn place_on_cpu(&mut self, index: u32, workload: &Workload<'_>, gpu_reason: Option<&str>) -> Result<bool, Failure> {
-        let Some(node) = self.cpus.best(workload.cpu_millis, workload.memory_mb) else { return Ok(false) };
+        let snapshot = self.snapshot;
+        let can_run = |node: u32| !workload.container || snapshot.node(node).is_some_and(|n| n.can_run(workload));
+        let Some(node) = self.cpus.best(workload.cpu_millis, workload.memory_mb, can_run) else { return Ok(false) };
         let name = self.snapshot.node(node).map_or("?", |n| n.name);
         let before = (self.plan.cpu_free(node), self.plan.memory_free(node));
         // "{why}; runs on CPU on n7: 4000 mCPU and 16384 MiB, 124000 mCPU left free there", or
@@ -342,6 +357,7 @@ impl<'p, 's> Cycle<'p, 's> {
                 self.memo.len() - 1
             }
         };
+        let snapshot = self.snapshot;
         let Cycle { plan, gpus, versions, memo, order, order_at, scratch, .. } = self;
         let gpus_of = |node: u32| {
             let node = node as usize;
@@ -355,6 +371,9 @@ impl<'p, 's> Cycle<'p, 's> {
         for nodes in gpus.at_least(need.count) {
             for &node in nodes {
                 if plan.cpu_free(node) < workload.cpu_millis || plan.memory_free(node) < workload.memory_mb {
+                    continue;
+                }
+                if workload.container && !snapshot.node(node).is_some_and(|n| n.can_run(workload)) {
                     continue;
                 }
                 let version = versions.get(node as usize).copied().unwrap_or(0);
@@ -396,20 +415,25 @@ impl<'p, 's> Cycle<'p, 's> {
     /// change.
     fn no_gpu_reason(&self, workload: &Workload<'_>, need: &GpuNeed<'_>) -> String {
         let snapshot = self.snapshot;
-        let fits_when_idle = snapshot
-            .ready_nodes()
-            .any(|(n, _)| snapshot.node_gpus(n).filter(|(_, g)| need.fits(g)).count() >= need.count as usize);
+        let can_run = |n: u32| snapshot.node(n).is_some_and(|node| node.can_run(workload));
+        let fits_when_idle = snapshot.ready_nodes().any(|(n, node)| {
+            node.can_run(workload) && snapshot.node_gpus(n).filter(|(_, g)| need.fits(g)).count() >= need.count as usize
+        });
+        // A container workload looks only at the nodes with a container engine, and says so.
+        let no_node = if workload.container { "no ready node that runs containers" } else { "no ready node" };
+        let nodes = if workload.container { "the ready nodes that run containers" } else { "the ready nodes" };
         if !fits_when_idle {
-            return format!("no ready node has {}, even with all its GPUs free", need.describe(""));
+            return format!("{no_node} has {}, even with all its GPUs free", need.describe(""));
         }
         let gpus_fit_now = self
             .gpus
             .at_least(need.count)
             .flatten()
+            .filter(|&&n| can_run(n))
             .any(|&n| self.plan.free_gpus(n).filter(|(_, g)| need.fits(g)).count() >= need.count as usize);
         if gpus_fit_now {
             return format!(
-                "the ready nodes with {} lack {} mCPU and {} MiB of host memory free",
+                "{nodes} with {} lack {} mCPU and {} MiB of host memory free",
                 need.describe("free"),
                 workload.cpu_millis,
                 workload.memory_mb
@@ -419,6 +443,7 @@ impl<'p, 's> Cycle<'p, 's> {
             .gpus
             .at_least(1)
             .flatten()
+            .filter(|&&n| can_run(n))
             .map(|&n| (self.plan.free_gpus(n).filter(|(_, g)| need.fits(g)).count(), n))
             .max_by_key(|&(count, n)| (count, std::cmp::Reverse(n)));
         let most = match best {
@@ -428,7 +453,7 @@ impl<'p, 's> Cycle<'p, 's> {
             }
             _ => "; all that fit are taken".to_owned(),
         };
-        format!("no ready node has {}{most}", need.describe("free"))
+        format!("{no_node} has {}{most}", need.describe("free"))
     }
 }
 
@@ -497,15 +522,15 @@ impl FreeCpuIndex {
         FreeCpuIndex { nodes }
     }
 
-    /// The node with room for `cpu` and `memory` and the least left over.
-    fn best(&self, cpu: u32, memory: u32) -> Option<u32> {
+    /// The node with room for `cpu` and `memory` that `can_run` the workload, the least left over.
+    fn best(&self, cpu: u32, memory: u32, can_run: impl Fn(u32) -> bool) -> Option<u32> {
         [false, true].into_iter().find_map(|has_gpus| {
             let start = self.nodes.partition_point(|&(g, c, _, _)| (g, c) < (has_gpus, cpu));
             self.nodes
                 .get(start..)?
                 .iter()
                 .take_while(|&&(g, ..)| g == has_gpus)
-                .find(|&&(_, _, m, _)| m >= memory)
+                .find(|&&(_, _, m, node)| m >= memory && can_run(node))
                 .map(|&(.., node)| node)
         })
     }
@@ -590,7 +615,8 @@ fn fit(
 }
 
 fn no_cpu_reason(workload: &Workload<'_>) -> String {
-    format!("no ready node has {} mCPU and {} MiB free", workload.cpu_millis, workload.memory_mb)
+    let no_node = if workload.container { "no ready node that runs containers" } else { "no ready node" };
+    format!("{no_node} has {} mCPU and {} MiB free", workload.cpu_millis, workload.memory_mb)
 }
 
 /// Appends `n` in decimal. The reasons written for every placement are built with this and

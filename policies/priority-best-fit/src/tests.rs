@@ -305,6 +305,43 @@ fn params_bound_the_cycle_and_bad_params_fail_loudly() {
 }
 
 #[test]
+fn a_container_workload_goes_to_a_node_with_a_container_engine() {
+    // The bare node is the tighter fit (4 GPUs, not 8), but it has no container engine.
+    let fixture = SnapshotFixture::new()
+        .node("bare", 4, "H100", 81920)
+        .node_with("engine", 8, "H100", 81920, |n| n.containers = true)
+        .cpu_node("bare-cpu", 16_000, 65_536)
+        .node_with("engine-cpu", 0, "", 0, |n| n.containers = true)
+        .pending_with("image", 2, 1024, |w| w.container = true)
+        .pending_with("image-cpu", 0, 0, |w| w.container = true)
+        .pending("plain", 2, 1024);
+    let outcome = run(fixture.clone());
+    assert_eq!(outcome.placement("image"), Some(("engine", vec![0, 1])));
+    assert_eq!(outcome.placement("image-cpu"), Some(("engine-cpu", vec![])));
+    assert_eq!(outcome.placement("plain"), Some(("bare", vec![0, 1])));
+    let bytes = fixture.encode();
+    let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
+    assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);
+
+    // Only the bare node has room: the container workload waits and says why; the same shape out
+    // of a container still runs.
+    let outcome = run(SnapshotFixture::new()
+        .node("bare", 4, "H100", 81920)
+        .node_with("engine", 1, "H100", 81920, |n| n.containers = true)
+        .pending_with("image", 2, 1024, |w| w.container = true)
+        .pending("plain", 2, 1024));
+    assert_eq!(
+        outcome.reason("image"),
+        Some("no ready node that runs containers has 2 GPUs with ≥ 1024 MiB, even with all its GPUs free")
+    );
+    assert_eq!(outcome.placed_on("plain"), Some("bare"));
+    let outcome = run(SnapshotFixture::new()
+        .node("bare", 4, "H100", 81920)
+        .pending_with("image", 2, 1024, |w| w.container = true));
+    assert_eq!(outcome.reason("image"), Some("no ready node runs containers"));
+}
+
+#[test]
 fn a_large_synthetic_fleet_gets_a_valid_decision_for_every_pending_workload() {
     let fixture = SnapshotFixture::synthetic_fleet(50, 8, 600, 9);
     let outcome = run(fixture.clone());
@@ -351,6 +388,7 @@ fn random_fleets_get_decisions_the_host_accepts() {
                 };
                 node.cpu_millis_free = (roll >> 8) as u32 % (node.cpu_millis + 1);
                 node.memory_mb_free = (roll >> 24) as u32 % (node.memory_mb + 1);
+                node.containers = roll >> 62 != 0;
             }
             for gpu in &mut doc.gpus {
                 let roll = next();
@@ -370,6 +408,7 @@ fn random_fleets_get_decisions_the_host_accepts() {
                 w.memory_mb = [1_024, 16_384, 131_072, 600_000][((roll >> 4) % 4) as usize];
                 w.gpu_models = models[((roll >> 8) % 7) as usize].into();
                 w.priority = ((roll >> 16) % 5) as i32;
+                w.container = (roll >> 60) % 4 == 0;
             }
             let roll = next();
             if roll % 3 == 0 {

@@ -9,7 +9,9 @@
 //!
 //! **Placement.** CPU-only work, and CPU-capable work when a CPU node has room, goes to a CPU node
 //! (GPUs stay for work that needs them). GPU work is a gang on one node, best fit: the node with the
-//! fewest free GPUs left over, GPUs that fit its memory by live telemetry and its allowed models.
+//! fewest free GPUs left over, GPUs that fit its memory by live telemetry and its allowed models. A
+//! container workload only goes to (reserves, and preempts on) a node with a container engine (ABI
+//! 1.4); with none ready it waits ("no ready node runs containers").
 //!
 //! **Burst reserve.** Non-preemptible work other than real-time inference may not leave fewer than
 //! `burst_reserve_gpus` GPUs free.
@@ -39,9 +41,9 @@ use airtime_policy_sdk::prelude::*;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SloFirst;
 
-/// A GPU shape (count, memory per GPU, allowed models, MIG profile): workloads of one shape fit the
-/// GPUs or fail alike.
-type Shape<'a> = (u32, u32, &'a str, &'a str);
+/// A GPU shape (count, memory per GPU, allowed models, MIG profile, a container engine): workloads
+/// of one shape fit the GPUs or fail alike.
+type Shape<'a> = (u32, u32, &'a str, &'a str, bool);
 
 airtime_policy_sdk::export_policy!(SloFirst);
 
@@ -128,8 +130,13 @@ impl Policy for SloFirst {
         let mut most_free_by_shape: BTreeMap<Shape<'_>, Option<(usize, &str)>> = BTreeMap::new();
         let unreserved = vec![false; snapshot.gpus.len()];
         let any_stopping = snapshot.workloads.iter().any(|w| w.state == WorkloadState::Stopping);
+        let any_engine = snapshot.ready_nodes().any(|(_, n)| n.containers);
 
         for (index, w) in order {
+            if w.container && !any_engine {
+                plan.keep_pending(index, "no ready node runs containers")?;
+                continue;
+            }
             // CPU-only work, and CPU-capable work while a CPU node has room.
             if !w.needs_gpu() || w.cpu_capable {
                 if let Some(node) = cpu_node(snapshot, &plan, w) {
@@ -148,7 +155,7 @@ impl Policy for SloFirst {
                 if !w.needs_gpu() {
                     plan.keep_pending(
                         index,
-                        format!("no ready node has {} mCPU and {} MiB of memory free", w.cpu_millis, w.memory_mb),
+                        format!("{} has {} mCPU and {} MiB of memory free", no_node(w), w.cpu_millis, w.memory_mb),
                     )?;
                     continue;
                 }
@@ -221,14 +228,14 @@ impl Policy for SloFirst {
                 }
             }
 
-            let shape = (need.count, need.memory_mb, w.gpu_models, w.mig_profile);
+            let shape = (need.count, need.memory_mb, w.gpu_models, w.mig_profile, w.container);
             let host = (w.cpu_millis, w.memory_mb);
             // `no_fit` remembers GPU shapes that found no GPUs at all; host CPU and memory vary per
             // workload, so a failure for want of them is not remembered.
-            let fit = if no_fit.contains(&shape) { None } else { best_fit(snapshot, &plan, &need, host, &reserved) };
+            let fit = if no_fit.contains(&shape) { None } else { best_fit(snapshot, &plan, w, &need, host, &reserved) };
             if fit.is_none()
                 && !no_fit.contains(&shape)
-                && best_fit(snapshot, &plan, &need, (0, 0), &reserved).is_none()
+                && best_fit(snapshot, &plan, w, &need, (0, 0), &reserved).is_none()
             {
                 no_fit.insert(shape);
             }
@@ -263,7 +270,7 @@ impl Policy for SloFirst {
             let only_reserved = head.is_some()
                 && *reserved_only
                     .entry(shape)
-                    .or_insert_with(|| best_fit(snapshot, &plan, &need, host, &unreserved).is_some());
+                    .or_insert_with(|| best_fit(snapshot, &plan, w, &need, host, &unreserved).is_some());
             if let Some(owner) = head.filter(|_| only_reserved) {
                 plan.keep_pending(
                     index,
@@ -275,7 +282,7 @@ impl Policy for SloFirst {
             }
 
             // GPUs already being vacated for it (victims stopping): wait for them, preempt no more.
-            let vacating = if any_stopping { vacating_fits(snapshot, &plan, &need, &reserved) } else { None };
+            let vacating = if any_stopping { vacating_fits(snapshot, &plan, w, &need, &reserved) } else { None };
             if let Some(node) = vacating {
                 reserve_node(snapshot, &plan, node, &need, &mut reserved);
                 plan.keep_pending(
@@ -309,8 +316,14 @@ impl Policy for SloFirst {
                 continue;
             }
             if let Some(cause) = cause.filter(|_| !no_victims.contains(&victim_key)) {
-                let search =
-                    Search { plan: &plan, need: &need, reserved: &reserved, already: &victim, by_node: &by_node };
+                let search = Search {
+                    plan: &plan,
+                    workload: w,
+                    need: &need,
+                    reserved: &reserved,
+                    already: &victim,
+                    by_node: &by_node,
+                };
                 match choose_victims(snapshot, &search, &cause, &tenant_gpus, settings.min_runtime_s) {
                     Preemption::Victims { node, victims } => {
                         for &v in &victims {
@@ -364,6 +377,7 @@ impl Policy for SloFirst {
             let most = *most_free_by_shape.entry(shape).or_insert_with(|| {
                 snapshot
                     .ready_nodes()
+                    .filter(|(_, n)| n.can_run(w))
                     .map(|(node, n)| {
                         (
                             plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count(),
@@ -376,6 +390,7 @@ impl Policy for SloFirst {
             let largest = *largest_by_shape.entry(shape).or_insert_with(|| {
                 snapshot
                     .ready_nodes()
+                    .filter(|(_, n)| n.can_run(w))
                     .map(|(node, _)| snapshot.node_gpus(node).filter(|(_, g)| usable(&need, g)).count() as u32)
                     .max()
                     .unwrap_or(0)
@@ -383,14 +398,14 @@ impl Policy for SloFirst {
             if largest < need.count {
                 plan.keep_pending(
                     index,
-                    format!("no ready node has {} at all (the most on one node is {largest})", need.describe("")),
+                    format!("{} has {} at all (the most on one node is {largest})", no_node(w), need.describe("")),
                 )?;
                 continue;
             }
             // A share waits for room on a shared GPU, not for a node of its own: it reserves none.
             if head.is_none()
                 && !w.is_share()
-                && let Some(node) = soonest_node(snapshot, &plan, &need)
+                && let Some(node) = soonest_node(snapshot, &plan, w, &need)
             {
                 reserve_node(snapshot, &plan, node, &need, &mut reserved);
                 head = Some(w.name);
@@ -407,7 +422,8 @@ impl Policy for SloFirst {
             plan.keep_pending(
                 index,
                 format!(
-                    "no ready node has {}; the most free on one node is {most_free} ({most_name})",
+                    "{} has {}; the most free on one node is {most_free} ({most_name})",
+                    no_node(w),
                     need.describe("free")
                 ),
             )?;
@@ -416,15 +432,22 @@ impl Policy for SloFirst {
     }
 }
 
+/// "no ready node", or for a container workload (which looks only at the nodes with a container
+/// engine) "no ready node that runs containers".
+fn no_node(w: &Workload<'_>) -> &'static str {
+    if w.container { "no ready node that runs containers" } else { "no ready node" }
+}
+
 fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
     let list: Vec<String> = gpus.iter().map(|&g| snapshot.gpus[g as usize].device_index.to_string()).collect();
     format!("GPU{} [{}]", if gpus.len() == 1 { "" } else { "s" }, list.join(","))
 }
 
-/// A ready CPU-only node with room for the workload's CPU and memory, tightest CPU fit first.
+/// A ready CPU-only node that can run the workload with room for its CPU and memory, tightest CPU
+/// fit first.
 fn cpu_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>) -> Option<u32> {
     let fits = |node: u32| plan.cpu_free(node) >= w.cpu_millis && plan.memory_free(node) >= w.memory_mb;
-    let cpu_only = snapshot.ready_nodes().filter(|(node, n)| n.gpu_count == 0 && fits(*node));
+    let cpu_only = snapshot.ready_nodes().filter(|(node, n)| n.gpu_count == 0 && n.can_run(w) && fits(*node));
     let chosen =
         cpu_only.min_by_key(|(node, n)| (plan.cpu_free(*node) - w.cpu_millis, (n.cost_per_hour * 100.0) as u32));
     if let Some((node, _)) = chosen {
@@ -434,16 +457,22 @@ fn cpu_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>) -> O
     if w.needs_gpu() {
         return None;
     }
-    snapshot.ready_nodes().filter(|(node, _)| fits(*node)).min_by_key(|(node, _)| plan.cpu_free(*node)).map(|(n, _)| n)
+    snapshot
+        .ready_nodes()
+        .filter(|(node, n)| n.can_run(w) && fits(*node))
+        .min_by_key(|(node, _)| plan.cpu_free(*node))
+        .map(|(n, _)| n)
 }
 
-/// The node whose fitting free GPUs (not reserved) hold the gang with the fewest left over.
+/// The node that can run `w` whose fitting free GPUs (not reserved) hold the gang with the fewest
+/// left over.
 ///
 /// Nodes are first ranked by their free-GPU count alone (a counter the plan keeps), so the GPU lists
 /// are only built for the best candidates: this runs once per placement over 1,000 nodes.
 fn best_fit(
     snapshot: &Snapshot<'_>,
     plan: &Plan<'_, '_>,
+    w: &Workload<'_>,
     need: &GpuNeed<'_>,
     (cpu_millis, memory_mb): (u32, u32),
     reserved: &[bool],
@@ -453,8 +482,9 @@ fn best_fit(
     }
     let mut candidates: Vec<(u32, u32)> = snapshot
         .ready_nodes()
-        .filter(|(node, _)| {
+        .filter(|(node, n)| {
             plan.free_gpu_count(*node) >= need.count
+                && n.can_run(w)
                 // The node must also have the host CPU and memory the workload asks for.
                 && plan.cpu_free(*node) >= cpu_millis
                 && plan.memory_free(*node) >= memory_mb
@@ -485,9 +515,15 @@ fn usable(need: &GpuNeed<'_>, gpu: &Gpu<'_>) -> bool {
     need.allows_model(gpu.model) && need.device_kind_fits(gpu)
 }
 
-/// A node where the free GPUs plus those held by stopping work would hold the gang.
-fn vacating_fits(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>, reserved: &[bool]) -> Option<u32> {
-    snapshot.ready_nodes().map(|(node, _)| node).find(|&node| {
+/// A node that can run `w` where the free GPUs plus those held by stopping work would hold the gang.
+fn vacating_fits(
+    snapshot: &Snapshot<'_>,
+    plan: &Plan<'_, '_>,
+    w: &Workload<'_>,
+    need: &GpuNeed<'_>,
+    reserved: &[bool],
+) -> Option<u32> {
+    snapshot.ready_nodes().filter(|(_, n)| n.can_run(w)).map(|(node, _)| node).find(|&node| {
         let mut stopping = 0u32;
         let mut free = 0u32;
         for (g, gpu) in snapshot.node_gpus(node) {
@@ -513,12 +549,14 @@ fn reserve_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, node: u32, need: &
     }
 }
 
-/// Where the gang will fit first: a node with enough GPUs of an allowed model, most of them free
-/// now, then the fewest held by long-running work.
-fn soonest_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>) -> Option<u32> {
+/// Where the gang will fit first: a node that can run `w` with enough GPUs of an allowed model,
+/// most of them free now, then the fewest held by long-running work.
+fn soonest_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>, need: &GpuNeed<'_>) -> Option<u32> {
     snapshot
         .ready_nodes()
-        .filter(|(node, _)| snapshot.node_gpus(*node).filter(|(_, g)| usable(need, g)).count() as u32 >= need.count)
+        .filter(|(node, n)| {
+            n.can_run(w) && snapshot.node_gpus(*node).filter(|(_, g)| usable(need, g)).count() as u32 >= need.count
+        })
         .max_by_key(|(node, _)| (plan.free_gpu_count(*node), std::cmp::Reverse(*node)))
         .map(|(node, _)| node)
 }
@@ -526,6 +564,8 @@ fn soonest_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, need: &GpuNeed<'_>
 /// What a victim search looks at.
 struct Search<'p, 's, 'a> {
     plan: &'p Plan<'s, 'a>,
+    /// The workload that needs room: only a node that can run it is searched.
+    workload: &'p Workload<'a>,
     need: &'p GpuNeed<'a>,
     reserved: &'p [bool],
     /// Already chosen as victims this cycle.
@@ -540,12 +580,12 @@ fn choose_victims(
     tenant_gpus: &[u32],
     min_runtime_s: u32,
 ) -> Preemption {
-    let Search { plan, need, reserved, already, by_node } = *search;
+    let Search { plan, workload, need, reserved, already, by_node } = *search;
     let now = snapshot.now_ms;
     let guaranteed = |t: u32| snapshot.tenant(t).map_or(0, |t| t.guaranteed_gpus);
     let mut best: Option<(u32, Vec<u32>)> = None;
     let mut protected: Option<(u32, u64)> = None;
-    for (node, _) in snapshot.ready_nodes() {
+    for (node, _) in snapshot.ready_nodes().filter(|(_, n)| n.can_run(workload)) {
         let free = plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize]).count() as u32;
         // Candidates on this node, cheapest to stop first: lowest priority, then the most recently started.
         let mut candidates: Vec<(u32, &Workload<'_>)> = by_node[node as usize]

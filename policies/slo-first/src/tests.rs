@@ -186,6 +186,60 @@ fn it_places_work_on_a_large_mixed_fleet() {
 }
 
 #[test]
+fn a_container_workload_goes_to_a_node_with_a_container_engine() {
+    // The bare node is the tighter fit (2 GPUs, not 4), but it has no container engine.
+    let fixture = SnapshotFixture::new()
+        .settings(settings())
+        .node("bare", 2, "H100", 81920)
+        .node_with("engine", 4, "H100", 81920, |n| n.containers = true)
+        .cpu_node("cpu-bare", 8000, 32768)
+        .node_with("cpu-engine", 0, "", 0, |n| n.containers = true)
+        .pending_with("image", 1, 1024, |w| w.container = true)
+        .pending_with("image-cpu", 0, 0, |w| w.container = true)
+        .pending("plain", 1, 1024);
+    let outcome = fixture.evaluate(&SloFirst).expect("runs");
+    assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
+    assert_eq!(outcome.placement("image-cpu"), Some(("cpu-engine", vec![])));
+    assert_eq!(outcome.placement("plain"), Some(("bare", vec![0])));
+    let bytes = fixture.encode();
+    let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
+    assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);
+
+    // A burst in a container preempts on the node with the engine, not on the bare one.
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("bare", 1, "H100", 81920)
+        .node_with("engine", 1, "H100", 81920, |n| n.containers = true)
+        .running_with("cheap", "bare", &[0], |w| {
+            w.class = WorkloadClass::Training;
+            w.preemptible = true;
+            w.priority = 0;
+        })
+        .running_with("dearer", "engine", &[0], |w| {
+            w.class = WorkloadClass::Training;
+            w.preemptible = true;
+            w.priority = 50;
+        })
+        .pending_with("chat", 1, 0, |w| {
+            w.class = WorkloadClass::RealtimeInference;
+            w.container = true;
+        })
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.is_preempted("dearer") && !outcome.is_preempted("cheap"));
+
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("bare", 2, "H100", 81920)
+        .pending_with("image", 1, 1024, |w| w.container = true)
+        .pending("plain", 1, 1024)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert_eq!(outcome.reason("image"), Some("no ready node runs containers"));
+    assert_eq!(outcome.placed_on("plain"), Some("bare"));
+}
+
+#[test]
 fn a_node_without_the_host_cpu_a_gpu_job_asks_for_is_passed_over() {
     let outcome = SnapshotFixture::new()
         .settings(settings())

@@ -38,18 +38,26 @@ impl Policy for Template {
 
         // The plan refuses to take a GPU twice or decide a workload twice.
         let mut plan = Plan::new(snapshot);
+        // A container workload runs only on a node with a container engine (ABI 1.4).
+        let any_engine = snapshot.ready_nodes().any(|(_, n)| n.containers);
         let mut placed = 0;
         for (index, workload) in snapshot.pending_by_priority() {
             if placed == max_placements {
                 plan.keep_pending(index, format!("at most {max_placements} placements per cycle"))?;
                 continue;
             }
+            if workload.container && !any_engine {
+                plan.keep_pending(index, "no ready node runs containers")?;
+                continue;
+            }
             if !workload.needs_gpu() {
-                // CPU work: the first ready node with the CPU and memory free.
-                let node = snapshot
-                    .ready_nodes()
-                    .map(|(n, _)| n)
-                    .find(|&n| plan.cpu_free(n) >= workload.cpu_millis && plan.memory_free(n) >= workload.memory_mb);
+                // CPU work: the first ready node that can run it with the CPU and memory free.
+                let node = snapshot.ready_nodes().find(|&(n, node)| {
+                    node.can_run(workload)
+                        && plan.cpu_free(n) >= workload.cpu_millis
+                        && plan.memory_free(n) >= workload.memory_mb
+                });
+                let node = node.map(|(n, _)| n);
                 match node {
                     Some(node) => {
                         plan.place(index, node, Vec::new(), "first fit on CPU")?;
@@ -59,7 +67,8 @@ impl Policy for Template {
                 }
                 continue;
             }
-            // The first ready node with the GPUs, CPU and memory free (`Plan::first_fit`).
+            // The first ready node that can run it with the GPUs, CPU and memory free
+            // (`Plan::first_fit` skips nodes that cannot run it).
             let need = workload.gpu_need();
             let choice = plan.first_fit(index, snapshot.ready_nodes().map(|(n, _)| n));
             match choice {
@@ -120,5 +129,29 @@ mod tests {
             .expect("valid decisions");
         assert_eq!(outcome.placed(), vec!["a"]);
         assert_eq!(outcome.reason("b"), Some("at most 1 placements per cycle"));
+    }
+
+    #[test]
+    fn a_container_workload_goes_to_a_node_with_a_container_engine() {
+        let fixture = SnapshotFixture::new()
+            .node("bare", 8, "H100", 81920)
+            .node_with("engine", 8, "H100", 81920, |n| n.containers = true)
+            .pending_with("image", 1, 1024, |w| w.container = true)
+            .pending_with("image-cpu", 0, 0, |w| w.container = true)
+            .pending("plain", 1, 1024);
+        let outcome = fixture.evaluate(&Template).expect("valid decisions");
+        assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
+        assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
+        assert_eq!(outcome.placed_on("plain"), Some("bare"), "work not in a container runs anywhere");
+        let bytes = fixture.encode();
+        let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
+        assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);
+
+        let outcome = SnapshotFixture::new()
+            .node("bare", 8, "H100", 81920)
+            .pending_with("image", 1, 1024, |w| w.container = true)
+            .evaluate(&Template)
+            .expect("valid decisions");
+        assert_eq!(outcome.reason("image"), Some("no ready node runs containers"));
     }
 }

@@ -105,7 +105,11 @@ fn reference_first_fit(snapshot: &Snapshot<'_>) -> Vec<(u32, Action)> {
             continue;
         }
         let choice = snapshot.nodes.iter().enumerate().find_map(|(n, node)| {
-            if !node.is_ready() || cpu_free[n] < workload.cpu_millis || memory_free[n] < workload.memory_mb {
+            if !node.is_ready()
+                || !node.can_run(workload)
+                || cpu_free[n] < workload.cpu_millis
+                || memory_free[n] < workload.memory_mb
+            {
                 return None;
             }
             let gpus: Vec<u32> = (node.gpu_first..node.gpu_first + node.gpu_count)

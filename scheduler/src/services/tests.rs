@@ -31,6 +31,7 @@ fn fleet(service: ServiceEntry, cpu_nodes: usize) -> FleetView {
         cost_per_hour: 1.0,
         cpu_util: 0.0,
         simulated: true,
+        containers: true,
         gpu_first: 0,
         gpu_count: gpus,
     };
@@ -93,6 +94,7 @@ fn replica(f: &mut FleetView, variant: ReplicaVariant, state: WorkloadState, nod
         gpu_milli: 1000,
         mig_profile: String::new(),
         replica_of: Some(ReplicaOf { service: 0, variant }),
+        container: false,
     });
     if placed && variant == ReplicaVariant::Cpu {
         f.nodes[node].cpu_millis_free -= 4000;

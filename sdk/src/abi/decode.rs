@@ -101,6 +101,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             cost_per_hour: f32_at(rec, 36),
             cpu_util: f32_at(rec, 40),
             simulated: u32_at(rec, 44) & 1 != 0,
+            containers: u32_at(rec, 44) & 2 != 0,
         });
     }
     for (i, rec) in gpus.records() {
@@ -164,6 +165,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             checkpointable: flags & 2 != 0,
             cpu_capable: flags & 4 != 0,
             gang: flags & 8 != 0,
+            container: flags & 16 != 0,
             expected_duration_s: u32_at(rec, 80),
             gpu_milli: u32_at(rec, 88),
             mig_profile: buf.string(at, "mig_profile", rec, 92)?,

@@ -90,7 +90,7 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         put_u32(&mut out, node.gpu_count);
         put_f32(&mut out, node.cost_per_hour);
         put_f32(&mut out, node.cpu_util);
-        put_u32(&mut out, u32::from(node.simulated));
+        put_u32(&mut out, u32::from(node.simulated) | u32::from(node.containers) << 1);
     }
     for gpu in &snapshot.gpus {
         put_u32(&mut out, gpu.node);
@@ -126,7 +126,8 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         let flags = u32::from(workload.preemptible)
             | u32::from(workload.checkpointable) << 1
             | u32::from(workload.cpu_capable) << 2
-            | u32::from(workload.gang) << 3;
+            | u32::from(workload.gang) << 3
+            | u32::from(workload.container) << 4;
         put_u32(&mut out, flags);
         put_u32(&mut out, workload.expected_duration_s);
         put_u32(&mut out, 0);
