@@ -101,6 +101,14 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_LOG_FOLLOW_MAX_S", default_value_t = 3600, value_parser = clap::value_parser!(u32).range(1..=3600))]
     pub log_follow_max_s: u32,
 
+    /// A GPU reading below this utilisation (0..1) counts as idle for the held-but-idle list.
+    #[arg(long, env = "AIRTIME_IDLE_UTIL_THRESHOLD", default_value_t = 0.05, value_parser = parse_unit)]
+    pub idle_util_threshold: f32,
+
+    /// How long a held GPU must read idle before its workload is listed as held but idle, seconds.
+    #[arg(long, env = "AIRTIME_IDLE_AFTER_S", default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub idle_after_s: u32,
+
     /// A host directory container workloads may mount (it and everything under it); repeat for
     /// several, or separate them with commas in the environment variable. None: no host mounts.
     #[arg(long = "container-mount-prefix", env = "AIRTIME_CONTAINER_MOUNT_PREFIXES", value_delimiter = ',', value_parser = parse_mount_prefix)]
@@ -253,6 +261,12 @@ impl Config {
         }
     }
 
+    /// How long one telemetry sample stands for its GPU in the usage accounting: the silence after
+    /// which a node is lost.
+    pub fn telemetry_hold(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.node_lost_after_ms)
+    }
+
     /// How much workload output is kept.
     pub fn log_limits(&self) -> crate::workloads::logs::LogLimits {
         crate::workloads::logs::LogLimits {
@@ -289,6 +303,14 @@ impl Config {
             Some(path) => crate::auth::jwt::load_or_create_secret(path),
             None => anyhow::bail!("set --jwt-secret (AIRTIME_JWT_SECRET) or --jwt-secret-file"),
         }
+    }
+}
+
+/// A fraction between 0 and 1.
+fn parse_unit(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a number between 0 and 1")),
     }
 }
 

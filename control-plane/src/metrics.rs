@@ -136,6 +136,7 @@ impl Metrics {
         let _ = writeln!(out, "# TYPE airtime_gpus_allocated gauge");
         let _ = writeln!(out, "airtime_gpus_allocated {}", held_milli as f64 / 1000.0);
         render_services(&mut out, db).await?;
+        render_gpu_seconds(&mut out, db).await?;
         Ok(out)
     }
 }
@@ -143,6 +144,35 @@ impl Metrics {
 /// A label value in the exposition format: backslash, quote and newline escaped.
 fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// GPU-seconds by state (owned, allocated, busy, idle), tenant and class, from the hourly roll-up
+/// (`crate::usage`): counters that advance once an hour closes, so `rate()` over a few hours, or
+/// `increase()` over a day, gives GPU-hours as `GET /api/v1/usage` does. GPU-time nobody held has
+/// tenant and class `""`.
+async fn render_gpu_seconds(out: &mut String, db: &PgPool) -> sqlx::Result<()> {
+    let rows: Vec<(String, String, f64, f64, f64, f64)> = sqlx::query_as(
+        "SELECT COALESCE(t.name, ''), COALESCE(u.class, ''), sum(u.owned_s), sum(u.allocated_s), sum(u.busy_s), \
+                sum(GREATEST(u.owned_s - u.busy_s, 0)) \
+         FROM gpu_usage_hourly u LEFT JOIN tenants t ON t.id = u.tenant_id GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .fetch_all(db)
+    .await?;
+    let _ = writeln!(
+        out,
+        "# HELP airtime_gpu_seconds_total GPU-seconds by state, tenant and class (closed hours; a share counts its fraction)."
+    );
+    let _ = writeln!(out, "# TYPE airtime_gpu_seconds_total counter");
+    for (tenant, class, owned, allocated, busy, idle) in rows {
+        let (tenant, class) = (label(&tenant), label(&class));
+        for (state, value) in [("owned", owned), ("allocated", allocated), ("busy", busy), ("idle", idle)] {
+            let _ = writeln!(
+                out,
+                "airtime_gpu_seconds_total{{state=\"{state}\",tenant=\"{tenant}\",class=\"{class}\"}} {value}"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The services' replicas (desired and running, by variant), provisioned demand and latest load.

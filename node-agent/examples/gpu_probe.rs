@@ -79,6 +79,7 @@ fn main() {
                     slots: vec![0],
                     milli: 250,
                     memory_mb: None,
+                    simulated_busy_milli: None,
                 })
                 .collect(),
         );

@@ -262,6 +262,8 @@ struct Supervised {
     gpu_indices: Vec<u32>,
     gpu_milli: u32,
     gpu_memory_mb: Option<u64>,
+    /// `SIMULATED_GPU_UTIL` of its environment, in thousandths: how busy it keeps simulated GPUs.
+    simulated_busy_milli: Option<u32>,
     grace_period: Duration,
     stopping: bool,
     control: mpsc::UnboundedSender<Control>,
@@ -275,6 +277,10 @@ struct ContainerHandle {
     /// The last line the engine's client printed on stderr: the cause of an engine error.
     last_stderr: Arc<std::sync::Mutex<Option<String>>>,
 }
+
+/// The variable of a workload's environment that says how busy it keeps simulated GPUs (0..1): a
+/// held-but-idle workload, for demos and tests.
+pub const SIMULATED_GPU_UTIL: &str = "SIMULATED_GPU_UTIL";
 
 /// How long after a container's grace period the agent removes it itself, if the engine's own
 /// stop has not ended it by then.
@@ -484,6 +490,12 @@ impl Runner {
                 gpu_indices: spec.gpu_indices.clone(),
                 gpu_milli: spec.gpu_milli,
                 gpu_memory_mb: spec.gpu_memory_mb,
+                simulated_busy_milli: spec
+                    .env
+                    .get(SIMULATED_GPU_UTIL)
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .filter(|u| (0.0..=1.0).contains(u))
+                    .map(|u| (u * 1000.0).round() as u32),
                 grace_period: spec.grace_period,
                 stopping: false,
                 control,
@@ -554,6 +566,7 @@ impl Runner {
                     slots: s.gpu_indices.clone(),
                     milli: s.gpu_milli,
                     memory_mb: s.gpu_memory_mb,
+                    simulated_busy_milli: s.simulated_busy_milli,
                 })
                 .collect(),
         );
@@ -963,6 +976,7 @@ mod tests {
         spec.gpu_indices = vec![1, 3];
         spec.gpu_milli = 500;
         spec.gpu_memory_mb = Some(1024);
+        spec.env.insert(SIMULATED_GPU_UTIL.into(), "0.02".into());
         let started = runner.start(&spec)?;
         assert_eq!(holders.borrow().slots(), std::collections::BTreeSet::from([1, 3]));
         assert_eq!(
@@ -972,7 +986,8 @@ mod tests {
                 pid: started.pid,
                 slots: vec![1, 3],
                 milli: 500,
-                memory_mb: Some(1024)
+                memory_mb: Some(1024),
+                simulated_busy_milli: Some(20),
             }]
         );
         assert!(matches!(runner.start(&spec), Err(SpawnError::AlreadyRunning { .. })));

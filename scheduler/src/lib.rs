@@ -7,6 +7,7 @@
 //! - [`check`]: the host's check of every decision — the SDK's structural rules plus scope, quota
 //!   and the preemption settings, one implementation.
 //! - [`services`]: elastic inference services' demand turned into replicas (the autoscaler).
+//! - [`shortfall`]: what a pending workload is short of, in words, against the fleet now.
 //! - [`cycle`]: the two policy levels evaluated (through the [`Evaluator`](cycle::Evaluator)
 //!   trait), composed and checked into what to apply.
 //!
@@ -18,6 +19,7 @@ pub mod check;
 pub mod cycle;
 pub mod fleet;
 pub mod services;
+pub mod shortfall;
 pub mod snapshot;
 
 pub use airtime_protocol::settings::PrioritySettings;

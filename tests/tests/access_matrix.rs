@@ -417,8 +417,9 @@ async fn send(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_answers_every_caller_as_its_declared_access_allows() {
     let db = TestDb::create().await.unwrap();
-    // Rate limits off: the matrix sends hundreds of mutations with the same credentials.
-    let cp = ControlPlane::start(&db, &["--mutations-per-minute", "0"]).await.unwrap();
+    // Rate limits off: the matrix sends hundreds of mutations with the same credentials; streams
+    // (log follow, the live feed) close after a second.
+    let cp = ControlPlane::start(&db, &["--mutations-per-minute", "0", "--log-follow-default-s", "1"]).await.unwrap();
     let admin = cp.api();
     let anonymous = cp.anonymous();
 

@@ -113,7 +113,7 @@ async fn logs_with(api: &Api, id: &str, line: &str) -> Vec<String> {
         let (api, path, line) = (api.clone(), format!("/api/v1/workloads/{id}/logs"), line.to_owned());
         async move {
             let lines = texts(&api.ok(&path).await?);
-            Ok(lines.iter().any(|l| *l == line).then_some(lines))
+            Ok(lines.contains(&line).then_some(lines))
         }
     })
     .await

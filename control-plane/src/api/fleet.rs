@@ -20,6 +20,24 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_node))
         .routes(routes!(list_gpus))
         .routes(routes!(get_gpu))
+        .routes(routes!(summary))
+}
+
+/// The fleet at a glance: nodes by state, GPUs held and allocated, mean utilisation, what the fleet
+/// and its unheld GPUs cost an hour, workloads by state and the commonest reasons work waits (the
+/// caller's tenant's workloads; every tenant's for platform admins). A few hundred bytes whatever
+/// the fleet's size.
+#[utoipa::path(
+    get,
+    path = "/fleet/summary",
+    tag = "fleet",
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses((status = 200, description = "The summary", body = fleet::FleetSummary))
+)]
+async fn summary(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<fleet::FleetSummary>> {
+    let tenant = if caller.is_platform_admin() { None } else { Some(caller.tenant_filter().unwrap_or(Uuid::nil())) };
+    Ok(axum::Json(fleet::summary(&state.db, tenant).await?))
 }
 
 fn redact_node(caller: &Caller, node: &mut NodeView) {

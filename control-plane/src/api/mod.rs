@@ -13,7 +13,9 @@ pub mod policies;
 pub mod services;
 pub mod settings;
 pub mod snapshot;
+pub mod stream;
 pub mod tenants;
+pub mod usage;
 pub mod what_if;
 pub mod workloads;
 
@@ -37,6 +39,8 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         .merge(snapshot::routes())
         .merge(settings::routes())
         .merge(what_if::routes())
+        .merge(usage::routes())
+        .merge(stream::routes())
         .merge(auth::routes())
         .merge(invitations::routes())
         .nest("/agent", agent::routes())

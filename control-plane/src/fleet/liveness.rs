@@ -1,5 +1,6 @@
 //! Watches the fleet: a node whose agent has been silent past `--node-lost-after-ms` is marked lost
-//! and its workloads go back to the queue; old telemetry history is pruned.
+//! and its workloads go back to the queue; closed hours of GPU usage are rolled up; old telemetry
+//! history is pruned.
 //!
 //! Silence is measured only over time this control plane could have heard the agent: since it
 //! started, or since the database last came back, whichever is later (`hearing_since`, in the
@@ -36,6 +37,8 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_prune = tokio::time::Instant::now();
+    // The first pass rolls up at once what closed while no control plane ran.
+    let mut last_rollup: Option<tokio::time::Instant> = None;
     // When this process last began to hear the fleet without a break (the database's clock); None
     // while the database is unreachable or before the first check.
     let mut hearing_since: Option<chrono::DateTime<chrono::Utc>> = None;
@@ -68,6 +71,14 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 // The database may be gone: silence from now on is not the agents' fault.
                 tracing::error!(error = %err, "checking node liveness");
                 hearing_since = None;
+            }
+        }
+        if last_rollup.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
+            last_rollup = Some(tokio::time::Instant::now());
+            match crate::usage::roll_up(&state.db, state.settings.node_lost_after).await {
+                Ok(0) => {}
+                Ok(hours) => tracing::info!(hours, "GPU usage rolled up"),
+                Err(err) => tracing::error!(error = %err, "rolling up GPU usage"),
             }
         }
         if last_prune.elapsed() > Duration::from_secs(600) {
@@ -128,5 +139,13 @@ async fn prune_telemetry(state: &Liveness) -> sqlx::Result<()> {
         .bind(hours as i32)
         .execute(&state.db)
         .await?;
+    // Released grants are kept while the usage of their hours may still be computed from them.
+    sqlx::query(
+        "DELETE FROM gpu_grant_history WHERE released_at < LEAST(now() - make_interval(hours => $1::int), \
+             (SELECT rolled_until FROM gpu_usage_progress) - interval '1 hour')",
+    )
+    .bind(hours as i32)
+    .execute(&state.db)
+    .await?;
     Ok(())
 }

@@ -274,3 +274,87 @@ pub async fn get_gpu(db: &PgPool, id: Uuid) -> sqlx::Result<Option<GpuView>> {
         sqlx::query_as(sqlx::AssertSqlSafe(format!("{GPU_SELECT} AND g.id = $1"))).bind(id).fetch_optional(db).await?;
     Ok(row.map(GpuView::from))
 }
+
+/// The fleet at a glance, a few hundred bytes whatever its size (`GET /fleet/summary`): what a
+/// dashboard's headline needs without downloading every GPU.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct FleetSummary {
+    pub nodes_ready: i64,
+    pub nodes_draining: i64,
+    pub nodes_lost: i64,
+    /// GPUs (MIG instances counted one each) on nodes that are not lost.
+    pub gpus: i64,
+    pub gpus_simulated: i64,
+    /// GPUs any workload holds a share of.
+    pub gpus_held: i64,
+    /// GPUs held, counting shares as fractions.
+    pub gpus_allocated: f64,
+    /// Mean live utilisation of those GPUs, 0..1.
+    pub gpu_util: f64,
+    /// What the live nodes cost an hour, USD.
+    pub cost_per_hour: f64,
+    /// What their GPUs nobody holds cost an hour, USD (each node's cost shared by its GPUs).
+    pub unallocated_cost_per_hour: f64,
+    /// Workloads by state.
+    pub workloads: std::collections::BTreeMap<String, i64>,
+    /// The commonest reasons pending work waits, most first (at most ten).
+    pub pending_by_reason: Vec<ReasonCount>,
+}
+
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct ReasonCount {
+    pub reason: String,
+    pub count: i64,
+}
+
+/// The fleet summary; workload counts and pending reasons only of `tenant` when given.
+pub async fn summary(db: &PgPool, tenant: Option<Uuid>) -> sqlx::Result<FleetSummary> {
+    let (ready, draining, lost): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'ready'), count(*) FILTER (WHERE state = 'draining'), \
+                count(*) FILTER (WHERE state = 'lost') FROM nodes",
+    )
+    .fetch_one(db)
+    .await?;
+    let (gpus, simulated, held, allocated, util, unallocated_cost): (i64, i64, i64, f64, f64, f64) = sqlx::query_as(
+        "WITH g AS (SELECT g.*, n.cost_per_hour / GREATEST(count(*) OVER (PARTITION BY g.node_id), 1) AS gpu_cost, \
+                          (SELECT sum(milli) FROM gpu_grants gr WHERE gr.gpu_id = g.id) AS held_milli \
+                    FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.present AND n.state <> 'lost') \
+         SELECT count(*), count(*) FILTER (WHERE simulated), count(held_milli), \
+                COALESCE(sum(LEAST(held_milli, 1000)), 0)::float8 / 1000.0, COALESCE(avg(util), 0)::float8, \
+                COALESCE(sum(gpu_cost) FILTER (WHERE held_milli IS NULL), 0)::float8 FROM g",
+    )
+    .fetch_one(db)
+    .await?;
+    let (cost,): (f64,) =
+        sqlx::query_as("SELECT COALESCE(sum(cost_per_hour), 0)::float8 FROM nodes WHERE state <> 'lost'")
+            .fetch_one(db)
+            .await?;
+    let workloads: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT state, count(*) FROM workloads WHERE $1::uuid IS NULL OR tenant_id = $1 GROUP BY state ORDER BY state",
+    )
+    .bind(tenant)
+    .fetch_all(db)
+    .await?;
+    let pending_by_reason = sqlx::query_as(
+        "SELECT COALESCE(pending_reason, 'waiting for the next scheduling cycle') AS reason, count(*) AS count \
+         FROM workloads WHERE state = 'pending' AND ($1::uuid IS NULL OR tenant_id = $1) \
+         GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 10",
+    )
+    .bind(tenant)
+    .fetch_all(db)
+    .await?;
+    Ok(FleetSummary {
+        nodes_ready: ready,
+        nodes_draining: draining,
+        nodes_lost: lost,
+        gpus,
+        gpus_simulated: simulated,
+        gpus_held: held,
+        gpus_allocated: allocated,
+        gpu_util: util,
+        cost_per_hour: cost,
+        unallocated_cost_per_hour: unallocated_cost,
+        workloads: workloads.into_iter().collect(),
+        pending_by_reason,
+    })
+}

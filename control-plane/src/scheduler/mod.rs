@@ -479,3 +479,116 @@ pub async fn dry_run(state: &Scheduler, selected: &Selected) -> anyhow::Result<D
         },
     })
 }
+
+/// What one workload would get, in a preview.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct PreviewOutcome {
+    /// `place`, `preempt`, `keep_pending`, or `none` (no decision: a running workload kept).
+    pub action: String,
+    /// Where it would be placed, or where it runs when preempted.
+    pub node: Option<String>,
+    pub reason: String,
+}
+
+/// A workload whose decision would differ under the candidate settings.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct PreviewChange {
+    pub workload_id: uuid::Uuid,
+    pub name: String,
+    pub tenant: String,
+    pub current: PreviewOutcome,
+    pub candidate: PreviewOutcome,
+}
+
+/// `POST /settings/priorities/preview`: the active platform policy's decisions on the live fleet and
+/// queue under the current settings and under the candidate ones, and what would differ. Nothing is
+/// applied or stored.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Preview {
+    pub policy: String,
+    #[schema(value_type = Object)]
+    pub current_settings: crate::settings::PrioritySettings,
+    #[schema(value_type = Object)]
+    pub candidate_settings: crate::settings::PrioritySettings,
+    pub changes: Vec<PreviewChange>,
+    pub placed_now: usize,
+    pub placed_with_candidate: usize,
+    pub preempted_now: usize,
+    pub preempted_with_candidate: usize,
+    /// Why a run could not be compared (the policy failed on one of them).
+    pub error: Option<String>,
+}
+
+/// Evaluates the active platform policy on the live snapshot twice — with the current settings and
+/// with `candidate` — checks both like real decisions (the preemption rules come from the settings
+/// each was given), and returns the workloads whose outcome differs. Like dry runs it evaluates in
+/// the tenants' lane, never the platform's; tenants' own policies are not re-evaluated.
+pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySettings) -> anyhow::Result<Preview> {
+    let fleet = {
+        let mut conn = state.db.acquire().await?;
+        fleet_view::load(&mut conn).await?
+    };
+    let policy = match state.policies.active(&state.db, PLATFORM_SCOPE).await? {
+        Some(active) => active,
+        None => state.policies.fallback(&state.db).await?,
+    };
+    let mut with_candidate = fleet.clone();
+    with_candidate.settings = candidate.clone();
+    let evaluator = CatalogEvaluator::new(state);
+    let outcomes = |fleet: &FleetView, proposals: Vec<Proposal>| {
+        let checked = check::check(fleet, Scope::Platform, proposals);
+        let mut by_workload: std::collections::HashMap<usize, PreviewOutcome> = std::collections::HashMap::new();
+        for p in &checked.accepted {
+            let w = &fleet.workloads[p.workload()];
+            let (action, node, reason) = match p {
+                Proposal::Place { node, reason, .. } => ("place", Some(fleet.nodes[*node].name.clone()), reason),
+                Proposal::Preempt { reason, .. } => ("preempt", w.node.map(|n| fleet.nodes[n].name.clone()), reason),
+                Proposal::KeepPending { reason, .. } => ("keep_pending", None, reason),
+            };
+            by_workload.insert(p.workload(), PreviewOutcome { action: action.into(), node, reason: reason.clone() });
+        }
+        by_workload
+    };
+    let (now, _) = cycle::evaluate(&evaluator, &fleet, &policy, None, Lane::Tenant, None).await;
+    let (then, _) = cycle::evaluate(&evaluator, &with_candidate, &policy, None, Lane::Tenant, None).await;
+    let mut preview = Preview {
+        policy: policy.label(),
+        current_settings: fleet.settings.clone(),
+        candidate_settings: candidate,
+        changes: Vec::new(),
+        placed_now: 0,
+        placed_with_candidate: 0,
+        preempted_now: 0,
+        preempted_with_candidate: 0,
+        error: None,
+    };
+    let (now, then) = match (now, then) {
+        (Ok(now), Ok(then)) => (outcomes(&fleet, now), outcomes(&with_candidate, then)),
+        (Err(f), _) | (_, Err(f)) => {
+            preview.error = Some(format!("{}: {}", f.kind, f.message));
+            return Ok(preview);
+        }
+    };
+    let count = |m: &std::collections::HashMap<usize, PreviewOutcome>, action: &str| {
+        m.values().filter(|o| o.action == action).count()
+    };
+    preview.placed_now = count(&now, "place");
+    preview.placed_with_candidate = count(&then, "place");
+    preview.preempted_now = count(&now, "preempt");
+    preview.preempted_with_candidate = count(&then, "preempt");
+    let none = || PreviewOutcome { action: "none".into(), node: None, reason: String::new() };
+    for (i, w) in fleet.workloads.iter().enumerate() {
+        let (a, b) = (now.get(&i).cloned().unwrap_or_else(none), then.get(&i).cloned().unwrap_or_else(none));
+        // The same action on the same node is no change, whatever the words.
+        if (a.action.as_str(), &a.node) != (b.action.as_str(), &b.node) {
+            preview.changes.push(PreviewChange {
+                workload_id: w.id,
+                name: w.name.clone(),
+                tenant: fleet.tenants[w.tenant].name.clone(),
+                current: a,
+                candidate: b,
+            });
+        }
+    }
+    Ok(preview)
+}

@@ -145,6 +145,7 @@ pub async fn apply(
     outcome.placed = placed;
     outcome.nodes_changed |= placed > 0;
     record_pending_reasons(&mut tx, cycle_id, &pending_changes).await?;
+    record_shortfalls(&mut tx, fleet).await?;
 
     let refusals: Vec<(Uuid, Uuid, String, &Decider)> = refused
         .iter()
@@ -389,6 +390,45 @@ fn decision_columns<'a>(rows: &'a [(Uuid, Uuid, String, &'a Decider)]) -> Decisi
         rows.iter().map(|r| r.3.policy_version_id).collect(),
         rows.iter().map(|r| r.3.policy_name.as_str()).collect(),
     )
+}
+
+/// What each workload still pending is short of (`airtime_scheduler::shortfall`), in one
+/// statement; workloads of one shape (the same needs) are judged once.
+async fn record_shortfalls(tx: &mut sqlx::PgConnection, fleet: &FleetView) -> sqlx::Result<()> {
+    type Shape = (u32, u64, String, u32, u64, bool, u32, String, bool);
+    let mut judged: std::collections::HashMap<Shape, Option<String>> = std::collections::HashMap::new();
+    let mut ids = Vec::new();
+    let mut shortfalls = Vec::new();
+    for w in fleet.workloads.iter().filter(|w| w.state == WorkloadState::Pending) {
+        let shape: Shape = (
+            w.gpu_count,
+            w.gpu_memory_mb,
+            w.gpu_models.clone(),
+            w.cpu_millis,
+            w.memory_mb,
+            w.cpu_capable,
+            w.gpu_milli,
+            w.mig_profile.clone(),
+            w.container,
+        );
+        let shortfall =
+            judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(fleet, w)).clone();
+        ids.push(w.id);
+        shortfalls.push(shortfall);
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE workloads w SET shortfall = s.shortfall \
+         FROM UNNEST($1::uuid[], $2::text[]) AS s(id, shortfall) \
+         WHERE w.id = s.id AND w.state = 'pending' AND w.shortfall IS DISTINCT FROM s.shortfall",
+    )
+    .bind(&ids)
+    .bind(&shortfalls)
+    .execute(tx)
+    .await?;
+    Ok(())
 }
 
 /// New pending reasons, in two statements whatever their number: a cycle over 10,000 waiting

@@ -210,6 +210,12 @@ pub struct WorkloadView {
     pub gpu_ids: Vec<Uuid>,
     /// Why it is not running yet, in words (pending workloads only).
     pub pending_reason: Option<String>,
+    /// Its place in the queue of pending work that competes for the same resources (the same
+    /// GPU models, or CPU only), ordered by priority and then submission: 1 is next. Pending only.
+    pub queue_position: Option<i64>,
+    /// What it is short of against the fleet at the last scheduling cycle ("needs 4 free GPUs of
+    /// H100 on one node; the best ready node (n7) has 2"); absent when a node had room for it.
+    pub shortfall: Option<String>,
     pub exit_code: Option<i32>,
     pub message: Option<String>,
     pub submitted_at: DateTime<Utc>,
@@ -261,7 +267,12 @@ const WORKLOAD_SELECT: &str = "SELECT w.id, w.tenant_id, t.name AS tenant, w.nam
      w.attempt, w.gpu_count, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.cpu_capable, w.gpu_milli, w.mig_profile, \
      w.preemptible, w.checkpointable, w.expected_duration_s, w.slo_latency_ms, w.deadline, w.preempted_reason, w.command, w.env, w.node_id, w.last_node_id, \
      COALESCE((SELECT array_agg(g.gpu_id ORDER BY g.gpu_id) FROM gpu_grants g WHERE g.workload_id = w.id), '{}') AS gpu_ids, \
-     w.pending_reason, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at, w.service_id, \
+     w.pending_reason, \
+     CASE WHEN w.state = 'pending' THEN (SELECT count(*) + 1 FROM workloads p WHERE p.state = 'pending' \
+         AND (p.gpu_count > 0) = (w.gpu_count > 0) AND p.gpu_models = w.gpu_models \
+         AND (p.priority > w.priority OR (p.priority = w.priority AND (p.submitted_at, p.id) < (w.submitted_at, w.id)))) \
+     END AS queue_position, \
+     CASE WHEN w.state = 'pending' THEN w.shortfall END AS shortfall, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at, w.service_id, \
      w.replica_variant, w.container FROM workloads w JOIN tenants t ON t.id = w.tenant_id";
 
 /// Submits a workload for `caller`: into the caller's own tenant (a named tenant must be it), or

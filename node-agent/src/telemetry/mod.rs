@@ -88,6 +88,9 @@ pub struct Holder {
     pub milli: u32,
     /// The GPU memory set aside for it on each slot, MiB, when the assignment named one.
     pub memory_mb: Option<u64>,
+    /// How busy it keeps simulated GPUs, in thousandths, when its environment says
+    /// (`SIMULATED_GPU_UTIL`, 0..1): a held-but-idle workload for demos and tests. Real GPUs ignore it.
+    pub simulated_busy_milli: Option<u32>,
 }
 
 /// Who holds which GPU slot: the workloads whose processes have not exited yet, kept current by
@@ -336,7 +339,14 @@ mod tests {
     }
 
     fn whole(workload_id: Uuid, slots: &[u32]) -> Holder {
-        Holder { workload_id, pid: u32::MAX, slots: slots.to_vec(), milli: 1000, memory_mb: None }
+        Holder {
+            workload_id,
+            pid: u32::MAX,
+            slots: slots.to_vec(),
+            milli: 1000,
+            memory_mb: None,
+            simulated_busy_milli: None,
+        }
     }
 
     #[test]
@@ -413,8 +423,22 @@ mod tests {
         let quarter = Uuid::new_v4();
         let other = Uuid::new_v4();
         let holders = GpuHolders::new(vec![
-            Holder { workload_id: quarter, pid: leader.id(), slots: vec![0], milli: 250, memory_mb: Some(4096) },
-            Holder { workload_id: other, pid: u32::MAX - 7, slots: vec![0, 1], milli: 250, memory_mb: None },
+            Holder {
+                workload_id: quarter,
+                pid: leader.id(),
+                slots: vec![0],
+                milli: 250,
+                memory_mb: Some(4096),
+                simulated_busy_milli: None,
+            },
+            Holder {
+                workload_id: other,
+                pid: u32::MAX - 7,
+                slots: vec![0, 1],
+                milli: 250,
+                memory_mb: None,
+                simulated_busy_milli: None,
+            },
         ]);
         assert_eq!(holders.owner_of_process(leader.id()), Some(quarter));
         // setsid made it the leader of a new group, but its parent is still the workload's.

@@ -145,9 +145,13 @@ impl SimulatedGpus {
                 if gpu.sharing.is_shared() { f64::from(holder.milli.min(WHOLE_GPU_MILLI)) / 1000.0 } else { 1.0 }
             };
             let asked: f64 = held.iter().map(|h| share(h)).sum();
-            let load = asked.min(1.0);
             // Overcommitted time-slicing: the shares split the busy time between them.
             let scale = if asked > 1.0 { 1.0 / asked } else { 1.0 };
+            // Each holder keeps its share busy at the busy level, or at the level it asked for.
+            let level =
+                |holder: &Holder| holder.simulated_busy_milli.map_or(busy_level, |m| f64::from(m.min(1000)) / 1000.0);
+            let busy: f64 = held.iter().map(|h| share(h) * scale * level(h)).sum();
+            let load = if busy_level > 0.0 { (busy / busy_level).min(1.0) } else { 0.0 };
             let memory_of = |holder: &Holder| {
                 let plausible = gpu.memory_mb as f64 * BUSY_MEMORY_SHARE * (1.0 + 0.01 * wobble) * share(holder);
                 holder.memory_mb.unwrap_or(plausible.round() as u64).min(gpu.memory_mb)
@@ -155,7 +159,7 @@ impl SimulatedGpus {
             let memory: u64 = held.iter().map(|h| memory_of(h)).sum();
             readings.gpus.push(GpuSample {
                 index: gpu.index,
-                util: Some((load * busy_level).clamp(0.0, 1.0) as f32),
+                util: Some(busy.clamp(0.0, 1.0) as f32),
                 memory_used_mb: Some(memory.min(gpu.memory_mb)),
                 temperature_c: Some(
                     (IDLE_TEMPERATURE_C + (BUSY_TEMPERATURE_C - IDLE_TEMPERATURE_C + 2.0 * wobble) * load) as f32,
@@ -166,7 +170,7 @@ impl SimulatedGpus {
             readings.shares.extend(held.iter().map(|holder| ShareSample {
                 workload_id: holder.workload_id,
                 gpu_index: gpu.index,
-                util: Some((share(holder) * scale * busy_level).clamp(0.0, 1.0) as f32),
+                util: Some((share(holder) * scale * level(holder)).clamp(0.0, 1.0) as f32),
                 memory_used_mb: Some(memory_of(holder)),
             }));
         }
@@ -203,7 +207,25 @@ mod tests {
     }
 
     fn holder(slots: &[u32], milli: u32, memory_mb: Option<u64>) -> Holder {
-        Holder { workload_id: Uuid::new_v4(), pid: u32::MAX, slots: slots.to_vec(), milli, memory_mb }
+        Holder {
+            workload_id: Uuid::new_v4(),
+            pid: u32::MAX,
+            slots: slots.to_vec(),
+            milli,
+            memory_mb,
+            simulated_busy_milli: None,
+        }
+    }
+
+    #[test]
+    fn a_workload_can_hold_a_simulated_gpu_idle() {
+        let sim = SimulatedGpus::new(&[spec(2, "H100", 81920)], from(0, 0), "n1", GpuSharing::None, None);
+        let idle = Holder { simulated_busy_milli: Some(20), ..holder(&[0], 1000, None) };
+        let busy = holder(&[1], 1000, None);
+        let readings = sim.sample_at(&GpuHolders::new(vec![idle, busy]), Duration::ZERO);
+        let util: Vec<f32> = readings.gpus.iter().map(|g| g.util.unwrap_or(f32::NAN)).collect();
+        assert!((util[0] - 0.02).abs() < 1e-6, "held but idle: {util:?}");
+        assert!(util[1] > 0.9, "held and busy: {util:?}");
     }
 
     #[test]

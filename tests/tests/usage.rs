@@ -1,0 +1,195 @@
+//! GPU-time accounting against a hand computation: known telemetry and grants in (written into
+//! the real database, at known times in a past hour), exact owned, allocated, busy and idle
+//! GPU-hours and their cost out of `GET /api/v1/usage` — from the raw rows, and again from the
+//! hourly roll-up after a control plane restart rolls that hour up.
+
+#![allow(clippy::unwrap_used, clippy::float_cmp)]
+
+use std::time::Duration;
+
+use airtime_tests::{ControlPlane, NodeAgent, TestDb, nodes_ready};
+use chrono::{DurationRound, TimeDelta, Utc};
+use serde_json::{Value, json};
+
+fn close(actual: &Value, expected_s: f64, what: &str) {
+    let hours = actual.as_f64().unwrap_or(f64::NAN);
+    assert!((hours - expected_s / 3600.0).abs() < 1e-9, "{what}: {hours} GPU-hours, expected {expected_s} s");
+}
+
+fn usd(actual: &Value, expected: f64, what: &str) {
+    let v = actual.as_f64().unwrap_or(f64::NAN);
+    assert!((v - expected).abs() < 1e-9, "{what}: {v} USD, expected {expected}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_hours_and_cost_match_a_hand_computation_raw_and_rolled_up() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    // One node, one GPU at 8 USD an hour.
+    let agent =
+        NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "1:H100:81920", "--cost-per-hour", "8"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let (gpu_id, tenant_id): (uuid::Uuid, uuid::Uuid) =
+        sqlx::query_as("SELECT g.id, (SELECT id FROM tenants WHERE name = 'default') FROM gpus g")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let job = |name: &str| json!({"name": name, "class": "training", "command": ["true"], "resources": {"gpu_count": 0, "cpu_millis": 10}});
+    let a = api.created("/api/v1/workloads", &job("whole")).await.unwrap()["id"].as_str().unwrap().to_owned();
+    let b = api.created("/api/v1/workloads", &job("quarter")).await.unwrap()["id"].as_str().unwrap().to_owned();
+
+    // Three hours ago, from five minutes past the hour: a sample every 2 s for 30 minutes, 50 %
+    // busy for the first 15 minutes and 100 % after. The last sample stands for the time an agent
+    // may be silent before its node is lost (the harness's --node-lost-after-ms: 3 s).
+    let hour = Utc::now().duration_trunc(TimeDelta::hours(1)).unwrap() - TimeDelta::hours(3);
+    let t0 = hour + TimeDelta::minutes(5);
+    sqlx::query(
+        "INSERT INTO gpu_telemetry (gpu_id, at, util) \
+         SELECT $1, $2 + make_interval(secs => k * 2), CASE WHEN k < 450 THEN 0.5 ELSE 1.0 END \
+         FROM generate_series(0, 900) AS k",
+    )
+    .bind(gpu_id)
+    .bind(t0)
+    .execute(&pool)
+    .await
+    .unwrap();
+    // A whole-GPU grant of 90 s (started and ended inside the hour), and a quarter share of 300 s.
+    let grant = |workload: &str, milli: i32, from_s: i64, to_s: i64| {
+        sqlx::query(
+            "INSERT INTO gpu_grant_history (gpu_id, workload_id, tenant_id, class, milli, granted_at, released_at) \
+             VALUES ($1, $2::uuid, $3, 'training', $4, $5, $6)",
+        )
+        .bind(gpu_id)
+        .bind(workload.to_owned())
+        .bind(tenant_id)
+        .bind(milli)
+        .bind(t0 + TimeDelta::seconds(from_s))
+        .bind(t0 + TimeDelta::seconds(to_s))
+    };
+    grant(&a, 1000, 600, 690).execute(&pool).await.unwrap();
+    grant(&b, 250, 1200, 1500).execute(&pool).await.unwrap();
+
+    // By hand: owned 900 × 2 s + 3 s = 1803 s; busy 450 × 2 × 0.5 + (450 × 2 + 3) × 1.0 = 1353 s;
+    // allocated 90 + 300 × 0.25 = 165 s, of which busy 90 × 0.5 + 300 × 1.0 × 0.25 = 120 s;
+    // idle 1803 − 1353 = 450 s; cost 1803 s and 450 s at 8 USD an hour.
+    let check = |report: &Value| {
+        let t = &report["totals"];
+        close(&t["owned_gpu_hours"], 1803.0, "owned");
+        close(&t["busy_gpu_hours"], 1353.0, "busy");
+        close(&t["allocated_gpu_hours"], 165.0, "allocated");
+        close(&t["idle_gpu_hours"], 450.0, "idle");
+        usd(&t["owned_cost"], 1803.0 / 3600.0 * 8.0, "owned cost");
+        usd(&t["idle_cost"], 1.0, "idle cost");
+        let group =
+            |name: &str| report["groups"].as_array().unwrap().iter().find(|g| g["group"] == name).unwrap().clone();
+        let held = group("default");
+        close(&held["allocated_gpu_hours"], 165.0, "the tenant's allocated");
+        close(&held["busy_gpu_hours"], 120.0, "the tenant's busy");
+        close(&held["idle_gpu_hours"], 45.0, "the tenant's held but idle");
+        usd(&held["idle_cost"], 0.1, "the tenant's idle cost");
+        let unheld = group("(unallocated)");
+        close(&unheld["owned_gpu_hours"], 1638.0, "nobody's");
+        close(&unheld["idle_gpu_hours"], 405.0, "nobody's idle");
+    };
+    let range = |step: u32| {
+        format!(
+            "/api/v1/usage?from={}&to={}&step_s={step}&group_by=tenant",
+            hour.to_rfc3339_opts(chrono::SecondsFormat::Secs, true).replace('+', "%2B"),
+            (hour + TimeDelta::hours(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true).replace('+', "%2B")
+        )
+    };
+    // From the raw rows, in 5-minute steps: the series adds up to the totals.
+    let raw = api.ok(&range(300)).await.unwrap();
+    check(&raw);
+    let series_owned: f64 =
+        raw["series"].as_array().unwrap().iter().map(|p| p["owned_gpu_hours"].as_f64().unwrap()).sum();
+    assert!((series_owned - 1803.0 / 3600.0).abs() < 1e-9, "{series_owned}");
+
+    // The hour is rolled up by the next control plane's first pass (here: one that starts with the
+    // roll-up's progress set back to that hour), and answers the same from the roll-up.
+    sqlx::query("UPDATE gpu_usage_progress SET rolled_until = $1").bind(hour).execute(&pool).await.unwrap();
+    drop(agent);
+    cp.stop().await;
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let rolled = airtime_tests::eventually("the hour to be rolled up", Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move {
+            let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM gpu_usage_hourly WHERE hour = $1")
+                .bind(hour)
+                .fetch_one(&pool)
+                .await?;
+            Ok((rows > 0).then_some(rows))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(rolled, 2, "one row for the tenant and class that held it (both grants), one for the unheld time");
+    let from_rollup = api.ok(&range(3600)).await.unwrap();
+    check(&from_rollup);
+    // Prometheus has the same GPU-seconds as counters.
+    let metrics = reqwest::get(format!("{}/metrics", cp.url)).await.unwrap().text().await.unwrap();
+    for line in [
+        r#"airtime_gpu_seconds_total{state="allocated",tenant="default",class="training"} 165"#,
+        r#"airtime_gpu_seconds_total{state="busy",tenant="default",class="training"} 120"#,
+        r#"airtime_gpu_seconds_total{state="owned",tenant="",class=""} 1638"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} not in:\n{metrics}");
+    }
+
+    // A tenant member sees the other tenants' GPU-time only in aggregate; a bad range is refused.
+    let member = api.with_token(&cp.user("tenant-b", "b@b.test", "tenant_member").await.unwrap());
+    let theirs = member.ok(&range(3600)).await.unwrap();
+    let names: Vec<&str> = theirs["groups"].as_array().unwrap().iter().map(|g| g["group"].as_str().unwrap()).collect();
+    assert!(names.contains(&"(other tenants)") && !names.contains(&"default"), "{names:?}");
+    let bad = api.get("/api/v1/usage?step_s=10").await.unwrap();
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body["error"]["message"].as_str().unwrap().contains("at least 60"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_holding_gpus_it_does_not_use_is_listed_with_what_it_costs() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &["--idle-after-s", "2"]).await.unwrap();
+    let api = cp.api();
+    let _agent =
+        NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "2:H100:81920", "--cost-per-hour", "16"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let submit = |name: &str, env: Value| {
+        json!({"name": name, "class": "training", "command": ["sleep", "120"], "env": env,
+               "resources": {"gpu_count": 1, "cpu_millis": 10}})
+    };
+    // A simulated GPU can be told to model a held-but-idle workload.
+    let idle = api
+        .created("/api/v1/workloads", &submit("forgotten-notebook", json!({"SIMULATED_GPU_UTIL": "0.01"})))
+        .await
+        .unwrap();
+    let busy = api.created("/api/v1/workloads", &submit("training", json!({}))).await.unwrap();
+    for w in [&idle, &busy] {
+        airtime_tests::workload_reaches(&api, w["id"].as_str().unwrap(), "running", Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    let listed = airtime_tests::eventually("the idle workload to be listed", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            let list = api.ok("/api/v1/fleet/held-idle").await?;
+            Ok(list.as_array().filter(|l| !l.is_empty()).cloned())
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(listed.len(), 1, "only the idle one: {listed:?}");
+    let entry = &listed[0];
+    assert_eq!(entry["workload_id"], idle["id"]);
+    assert_eq!((entry["gpus"].as_i64(), entry["tenant"].as_str()), (Some(1), Some("default")));
+    assert!(entry["idle_for_s"].as_f64().unwrap() >= 2.0, "{entry}");
+    // 16 USD an hour for the node's two GPUs: 8 an hour for this one, for the seconds it held it.
+    let held_s = entry["cost_so_far"].as_f64().unwrap() / 8.0 * 3600.0;
+    assert!(held_s > 1.0 && held_s < 120.0, "{entry}");
+    // Another tenant's member sees none of it.
+    let stranger = api.with_token(&cp.user("tenant-b", "b@b.test", "tenant_member").await.unwrap());
+    assert_eq!(stranger.ok("/api/v1/fleet/held-idle").await.unwrap(), json!([]));
+}
