@@ -7,6 +7,14 @@ fail() { echo "airtime: $*" >&2; exit 1; }
 
 command -v cargo >/dev/null || fail "cargo is not installed: install Rust with rustup (https://rustup.rs)"
 
+# The dashboard (web/) is a Vite + TypeScript app built by `make web` and embedded in the control
+# plane: the build needs Node.js 20 (20.19 or later) and npm.
+node_hint="install Node.js 20 and npm (https://nodejs.org, or: apt-get install -y nodejs npm, or nvm install 20)"
+command -v node >/dev/null || fail "Node.js is not installed (the dashboard in web/ is built with it); $node_hint"
+command -v npm >/dev/null || fail "npm is not installed (the dashboard in web/ is built with it); $node_hint"
+node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' \
+  || fail "Node.js $(node --version) is too old for the dashboard's build (Vite needs 20.19 or later); $node_hint"
+
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
   echo "airtime: installing the wasm32-unknown-unknown target (policies compile to it)"
   rustup target add wasm32-unknown-unknown \
@@ -23,16 +31,17 @@ if ! pg_up; then
 fi
 pg_up || fail "PostgreSQL is not answering on 127.0.0.1:5432; start it (trust auth for user postgres)"
 
-# The dashboard's browser test drives headless Chromium through chromedriver: needed for tests only.
-if [ "${1:-}" = "--for-tests" ] && ! command -v chromedriver >/dev/null; then
-  browser_hint="install them with: apt-get install -y chromium chromium-driver"
-  [ "$(id -u)" -eq 0 ] || fail "chromedriver is missing (the dashboard's browser test needs Chromium and chromedriver); $browser_hint (as root)"
-  command -v apt-get >/dev/null || fail "chromedriver is missing and apt-get is not available; install Chromium and chromedriver (Debian: $browser_hint)"
-  echo "airtime: installing chromium and chromium-driver (the dashboard's browser test)"
-  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver; }
+# The dashboard's browser test drives Debian's headless Chromium with playwright-core (web/'s npm
+# dependencies): needed for tests only.
+if [ "${1:-}" = "--for-tests" ] && ! [ -x /usr/bin/chromium ]; then
+  browser_hint="install it with: apt-get install -y chromium"
+  [ "$(id -u)" -eq 0 ] || fail "chromium is missing (the dashboard's browser test drives /usr/bin/chromium); $browser_hint (as root)"
+  command -v apt-get >/dev/null || fail "chromium is missing and apt-get is not available; install Chromium at /usr/bin/chromium (Debian: $browser_hint)"
+  echo "airtime: installing chromium (the dashboard's browser test)"
+  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
   apt_install || { DEBIAN_FRONTEND=noninteractive apt-get update && apt_install; } \
-    || fail "could not install chromium and chromium-driver with apt-get; $browser_hint"
-  command -v chromedriver >/dev/null || fail "chromedriver is still missing after installing chromium-driver; $browser_hint"
+    || fail "could not install chromium with apt-get; $browser_hint"
+  [ -x /usr/bin/chromium ] || fail "/usr/bin/chromium is still missing after installing chromium; $browser_hint"
 fi
 
 # The container stories run a real engine: Debian's Podman with runc, and an image built from

@@ -31,9 +31,16 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_HEARTBEAT_INTERVAL_MS", default_value_t = 2000)]
     pub heartbeat_interval_ms: u64,
 
-    /// A node silent for this long is marked lost and its workloads are requeued.
+    /// A node silent for this long is marked lost: it takes no new work.
     #[arg(long, env = "AIRTIME_NODE_LOST_AFTER_MS", default_value_t = 15000)]
     pub node_lost_after_ms: u64,
+
+    /// A node's lease, in milliseconds: its agent stops (fences) its work once it has not reached
+    /// the control plane for this long, and a lost node's work is requeued only after this, the
+    /// grace period and a margin, so a partitioned node's work never runs twice. At least
+    /// --node-lost-after-ms; a control plane outage shorter than it stops no work.
+    #[arg(long, env = "AIRTIME_NODE_FENCE_AFTER_MS", default_value_t = 60000)]
+    pub node_fence_after_ms: u64,
 
     /// Largest JSON request body accepted, in bytes.
     #[arg(long, env = "AIRTIME_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
@@ -194,6 +201,9 @@ impl Config {
         if self.node_lost_after_ms < 2 * self.heartbeat_interval_ms {
             return invalid("--node-lost-after-ms must be at least twice --heartbeat-interval-ms");
         }
+        if self.node_fence_after_ms < self.node_lost_after_ms {
+            return invalid("--node-fence-after-ms must be at least --node-lost-after-ms");
+        }
         if !(self.usage_half_life_hours.is_finite() && self.usage_half_life_hours > 0.0) {
             return invalid("--usage-half-life-hours must be a positive number");
         }
@@ -279,6 +289,7 @@ impl Config {
     pub fn liveness_settings(&self) -> crate::fleet::liveness::LivenessSettings {
         crate::fleet::liveness::LivenessSettings {
             node_lost_after: self.node_lost_after(),
+            node_fence_after: std::time::Duration::from_millis(self.node_fence_after_ms),
             telemetry_retention_hours: self.telemetry_retention_hours,
         }
     }

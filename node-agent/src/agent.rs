@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::backoff::Backoff;
 use crate::client::{ClientError, ControlPlaneClient};
+use crate::config::OnLostContact;
 use crate::config::{Config, WorkloadOutput};
 use crate::containers::Engine;
 use crate::credential::{self, CredentialError, Secret};
@@ -78,21 +79,41 @@ pub struct Registration {
     /// Counts registrations, so a 404 from a call made under an earlier registration does not
     /// undo a newer one (the node id alone may not change).
     pub generation: u64,
+    /// After this long without a delivered heartbeat the control plane counts the node lost, and
+    /// the agent fences its work.
+    pub lease: Duration,
 }
 
-/// The current registration, shared by the agent's tasks.
+/// The current registration, shared by the agent's tasks, and when the control plane last
+/// answered (a registration or a delivered heartbeat).
 #[derive(Debug)]
 pub struct Session {
     state: watch::Sender<Option<Registration>>,
+    contact: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Default for Session {
     fn default() -> Self {
-        Self { state: watch::channel(None).0 }
+        Self { state: watch::channel(None).0, contact: std::sync::Mutex::new(None) }
     }
 }
 
 impl Session {
+    /// The control plane answered just now.
+    pub fn touch(&self) {
+        *self.contact.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// How long since the control plane last answered; `None` before it ever did.
+    pub fn silent_for(&self) -> Option<Duration> {
+        self.contact.lock().unwrap_or_else(PoisonError::into_inner).map(|at| at.elapsed())
+    }
+
+    /// The lease of the latest registration, whether or not it is still current.
+    pub fn lease(&self) -> Option<Duration> {
+        self.state.borrow().map(|r| r.lease)
+    }
+
     /// The current registration, waiting for one if the node is not registered.
     pub async fn current(&self) -> Registration {
         let mut state = self.state.subscribe();
@@ -215,7 +236,8 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
 
-    let mut registration = tokio::spawn(keep_registered(client.clone(), Arc::clone(&session), request, enrolment));
+    let mut registration =
+        tokio::spawn(keep_registered(client.clone(), Arc::clone(&session), request, enrolment, config.lease));
     let mut heartbeat = tokio::spawn(send_heartbeats(
         client.clone(),
         Arc::clone(&session),
@@ -237,6 +259,8 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     let mut latest: Option<Arc<Desired>> = None;
     let mut failure = None;
     let mut delivery_ended = false;
+    let mut fence_check = tokio::time::interval(FENCE_CHECK);
+    fence_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             biased;
@@ -247,14 +271,30 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
             Some(exit) = exits.recv() => {
                 reconciler.on_exit(exit);
                 // An exit can free GPUs or make room for a newer attempt of the same workload.
-                if let Some(desired) = &latest {
+                if let Some(desired) = latest.as_ref().filter(|_| !reconciler.fenced) {
                     reconciler.apply(desired);
                 }
             }
             Ok(()) = desired_rx.changed() => {
                 latest = desired_rx.borrow_and_update().clone();
-                if let Some(desired) = &latest {
+                if let Some(desired) = latest.as_ref().filter(|_| !reconciler.fenced) {
                     reconciler.apply(desired);
+                }
+            }
+            _ = fence_check.tick() => {
+                let lease = session.lease().unwrap_or(config.lease);
+                match session.silent_for() {
+                    Some(silent) if silent > lease && !reconciler.fenced => {
+                        reconciler.fence(silent, config.on_lost_contact);
+                    }
+                    Some(silent) if silent <= lease && reconciler.fenced => {
+                        tracing::info!("the control plane answers again; following its desired state");
+                        reconciler.fenced = false;
+                        if let Some(desired) = &latest {
+                            reconciler.apply(desired);
+                        }
+                    }
+                    _ => {}
                 }
             }
             ended = &mut registration => { failure = Some(task_ended("registration", ended)); break; }
@@ -287,6 +327,9 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     tracing::info!("node agent stopped");
     failure.map_or(Ok(()), Err)
 }
+
+/// How often the agent checks whether the control plane has been silent past the lease.
+const FENCE_CHECK: Duration = Duration::from_millis(250);
 
 /// Warn about the first failure of an outage and then about once a minute (at the capped backoff),
 /// rather than at every retry.
@@ -387,6 +430,7 @@ async fn keep_registered(
     session: Arc<Session>,
     request: protocol::Registration,
     enrolment: Option<Enrolment>,
+    default_lease: Duration,
 ) {
     let mut generation = 0;
     loop {
@@ -433,10 +477,12 @@ async fn keep_registered(
             heartbeat_interval_ms = response.heartbeat_interval_ms,
             "registered"
         );
+        session.touch();
         session.set(Registration {
             node_id: response.node_id,
             heartbeat_interval: Duration::from_millis(response.heartbeat_interval_ms),
             generation,
+            lease: response.lease_ms.map_or(default_lease, Duration::from_millis),
         });
     }
 }
@@ -462,6 +508,7 @@ async fn send_heartbeats(
         match sampled {
             Ok(report) => match client.send_telemetry(registration.node_id, &report).await {
                 Ok(()) => {
+                    session.touch();
                     if failing {
                         tracing::info!("telemetry delivered again");
                     }
@@ -591,11 +638,57 @@ struct Reconciler {
     launched: HashSet<(Uuid, u32)>,
     /// Runs deferred until a stopping workload releases their GPUs (logged once each).
     deferred: HashSet<(Uuid, u32)>,
+    /// The control plane has not answered for longer than the lease: the desired state is not
+    /// followed (it may be stale) until it answers again.
+    fenced: bool,
+    /// Attempts stopped by fencing: their exits ask to be requeued.
+    fenced_attempts: HashSet<(Uuid, u32)>,
 }
 
 impl Reconciler {
     fn new(runner: Runner, events: mpsc::UnboundedSender<OutgoingEvent>) -> Self {
-        Self { runner, events, launched: HashSet::new(), deferred: HashSet::new() }
+        Self {
+            runner,
+            events,
+            launched: HashSet::new(),
+            deferred: HashSet::new(),
+            fenced: false,
+            fenced_attempts: HashSet::new(),
+        }
+    }
+
+    /// The control plane has been silent past the lease: it counts this node lost and will
+    /// requeue its work once the grace period has passed. Stop every workload now (SIGTERM, then
+    /// SIGKILL after its grace period) so the requeued copy never runs beside this one — unless the
+    /// node is configured to keep its work through an outage (stateless replicas).
+    fn fence(&mut self, silent: Duration, mode: OnLostContact) {
+        self.fenced = true;
+        let running = self.runner.running();
+        if running.is_empty() {
+            tracing::warn!(silent_ms = silent.as_millis(), "the control plane has not answered past the lease");
+            return;
+        }
+        match mode {
+            OnLostContact::Keep => {
+                tracing::warn!(
+                    silent_ms = silent.as_millis(),
+                    workloads = running.len(),
+                    "the control plane has not answered past the lease; keeping the workloads running (--on-lost-contact keep)"
+                );
+            }
+            OnLostContact::Stop => {
+                tracing::warn!(
+                    silent_ms = silent.as_millis(),
+                    workloads = running.len(),
+                    "the control plane has not answered past the lease; stopping the workloads (fencing): it will requeue them"
+                );
+                let reason = format!("fenced: no answer from the control plane for {} s", silent.as_secs());
+                for w in running.iter().filter(|w| !w.stopping) {
+                    self.fenced_attempts.insert((w.workload_id, w.attempt));
+                    self.runner.stop(w.workload_id, None, &reason);
+                }
+            }
+        }
     }
 
     fn apply(&mut self, desired: &Desired) {
@@ -712,7 +805,9 @@ impl Reconciler {
 
     fn on_exit(&mut self, exit: Exit) {
         self.runner.reap(&exit);
-        self.send(exit.workload_id, exit.to_event());
+        let mut event = exit.to_event();
+        event.requeue = self.fenced_attempts.remove(&(exit.workload_id, exit.attempt));
+        self.send(exit.workload_id, event);
     }
 
     fn send(&self, workload_id: Uuid, event: EventReport) {

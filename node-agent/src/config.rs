@@ -137,6 +137,19 @@ pub struct Cli {
     #[arg(long, value_name = "DIR", env = "AIRTIME_MPS_LOG_DIRECTORY")]
     pub mps_log_directory: Option<PathBuf>,
 
+    /// The node's lease when the control plane does not say (it does, at registration): after
+    /// this long without a delivered heartbeat the node counts as lost and the agent fences its
+    /// work (see --on-lost-contact).
+    #[arg(long, env = "AIRTIME_LEASE_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(1000..))]
+    pub lease_ms: u64,
+
+    /// What the agent does with its workloads when the control plane has not answered past the
+    /// lease: `stop` them (SIGTERM, then SIGKILL after their grace period; the control plane
+    /// requeues them after the lease and the grace period, so no workload runs twice) or `keep`
+    /// them running (stateless work that may run twice for a while rather than stop).
+    #[arg(long, value_enum, env = "AIRTIME_ON_LOST_CONTACT", default_value_t = OnLostContact::Stop)]
+    pub on_lost_contact: OnLostContact,
+
     /// The container engine for container workloads: `auto` (Podman if it answers, else Docker,
     /// else none), `podman`, `docker`, or `none` (the node takes no container work). An engine
     /// named here that does not answer stops the agent at start.
@@ -230,6 +243,16 @@ pub struct Config {
     /// Where the MPS daemon is, for `--gpu-sharing mps` on real GPUs.
     pub mps: MpsConfig,
     pub containers: ContainerConfig,
+    /// The lease when the control plane does not give one.
+    pub lease: Duration,
+    pub on_lost_contact: OnLostContact,
+}
+
+/// What the agent does with its work when its lease runs out (`--on-lost-contact`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLostContact {
+    Stop,
+    Keep,
 }
 
 /// The MPS control daemon the agent joins or starts for `--gpu-sharing mps` on real GPUs.
@@ -318,6 +341,8 @@ impl Config {
             gpu_sharing: cli.gpu_sharing,
             mig_layout,
             mps,
+            lease: Duration::from_millis(cli.lease_ms),
+            on_lost_contact: cli.on_lost_contact,
             containers: ContainerConfig {
                 choice: cli.container_engine,
                 program: cli.container_engine_path,

@@ -270,6 +270,11 @@ impl std::fmt::Debug for Enrolled {
 pub struct Registered {
     pub node_id: Uuid,
     pub heartbeat_interval_ms: u64,
+    /// The node's lease: after this long without a delivered heartbeat the control plane counts
+    /// the node lost, and the agent stops its workloads (fencing) unless told to keep them. Absent
+    /// from control planes before fencing; the agent then uses its own `--lease-ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
 }
 
 /// Answer to the assignments long-poll: the node's whole desired state.
@@ -354,6 +359,14 @@ pub struct EventReport {
     /// Why the agent ended it, or why it could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The agent ended it for the node's sake, not the workload's (it lost contact with the
+    /// control plane past its lease and fenced its work): requeue it, do not count it failed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub requeue: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -417,11 +430,19 @@ pub const MAX_EVENT_MESSAGE_CHARS: usize = 2000;
 
 impl EventReport {
     pub fn started(attempt: u32, pid: u32) -> Self {
-        EventReport { attempt, event: EventKind::Started, pid: Some(pid), exit_code: None, signal: None, message: None }
+        EventReport {
+            attempt,
+            event: EventKind::Started,
+            pid: Some(pid),
+            exit_code: None,
+            signal: None,
+            message: None,
+            requeue: false,
+        }
     }
 
     pub fn exited(attempt: u32, exit_code: Option<i32>, signal: Option<i32>, message: Option<String>) -> Self {
-        EventReport { attempt, event: EventKind::Exited, pid: None, exit_code, signal, message }
+        EventReport { attempt, event: EventKind::Exited, pid: None, exit_code, signal, message, requeue: false }
     }
 
     pub fn failed_to_start(attempt: u32, message: String) -> Self {
@@ -432,6 +453,7 @@ impl EventReport {
             exit_code: None,
             signal: None,
             message: Some(message),
+            requeue: false,
         }
     }
 

@@ -239,8 +239,12 @@ async fn a_killed_agents_container_is_found_by_label_and_ended_when_it_restarts(
     workload_reaches(&api, &id, "running", WAIT).await.unwrap();
     logs_with(&api, &id, "attempt 1").await;
 
-    // A crash: the agent dies, its container keeps running without it.
+    // A crash: the agent dies, and the engine's client with it (an OOM kill of both, say); the
+    // container runs on under the engine's monitor.
     agent.kill().await;
+    let client = format!("--name=airtime-{id}-1");
+    let killed = std::process::Command::new("pkill").args(["-KILL", "-f", "--", &client]).status().unwrap();
+    assert!(killed.success(), "the engine's client for attempt 1 was running");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(containers_of(&id), [format!("airtime-{id}-1")], "the container outlived its agent");
 

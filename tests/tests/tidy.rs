@@ -179,8 +179,33 @@ fn the_core_scan_finds_a_planted_dependency() {
     assert!(forbidden_under_the_core("sqlxish v1\nchrono v0.4\n").is_empty());
 }
 
+/// A line of code with the contents of its string literals taken out (a Content-Security-Policy's
+/// `'unsafe-inline'` is not unsafe code).
+fn without_strings(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in line.chars() {
+        match (in_string, escaped, c) {
+            (true, false, '\\') => escaped = true,
+            (true, true, _) => escaped = false,
+            (true, false, '"') => {
+                in_string = false;
+                out.push(c);
+            }
+            (true, false, _) => {}
+            (false, _, '"') => {
+                in_string = true;
+                out.push(c);
+            }
+            (false, _, _) => out.push(c),
+        }
+    }
+    out
+}
+
 #[test]
 fn unsafe_code_appears_only_in_the_sdks_guest_exports_and_allocator() {
+    assert_eq!(without_strings(r#"let csp = "style-src 'unsafe-inline'"; unsafe {"#), r#"let csp = ""; unsafe {"#);
     let allowed = ["sdk/src/guest.rs", "sdk/src/guest/alloc.rs", "sdk/src/guest/exports.rs"];
     let mut broken = Vec::new();
     for file in files(&root(), ".rs") {
@@ -189,7 +214,8 @@ fn unsafe_code_appears_only_in_the_sdks_guest_exports_and_allocator() {
             continue;
         }
         for (n, line) in read(&file).lines().enumerate() {
-            let code = line.trim_start();
+            let code = without_strings(line.trim_start());
+            let code = code.as_str();
             if code.starts_with("//") {
                 continue;
             }

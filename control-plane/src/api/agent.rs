@@ -71,7 +71,11 @@ async fn register(
     tracing::info!(node = %req.name, %node_id, gpus = req.gpus.len(), source = ?req.gpu_source, "node registered");
     state.desired.announce();
     state.wake.wake();
-    Ok(axum::Json(Registered { node_id, heartbeat_interval_ms: state.config.heartbeat_interval_ms }))
+    Ok(axum::Json(Registered {
+        node_id,
+        heartbeat_interval_ms: state.config.heartbeat_interval_ms,
+        lease_ms: Some(state.config.node_fence_after_ms),
+    }))
 }
 
 /// Telemetry, which doubles as the heartbeat.
@@ -246,7 +250,9 @@ async fn event(
     let message = report.bounded_message();
     let event = match report.event {
         EventKind::Started => AgentEvent::Started { pid: report.pid },
-        EventKind::Exited => AgentEvent::Exited { exit_code: report.exit_code, signal: report.signal, message },
+        EventKind::Exited => {
+            AgentEvent::Exited { exit_code: report.exit_code, signal: report.signal, message, requeue: report.requeue }
+        }
         EventKind::FailedToStart => AgentEvent::FailedToStart { message: message.unwrap_or_default() },
     };
     let attempt = i32::try_from(report.attempt)

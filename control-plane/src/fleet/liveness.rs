@@ -1,6 +1,8 @@
 //! Watches the fleet: a node whose agent has been silent past `--node-lost-after-ms` is marked lost
-//! and its workloads go back to the queue; closed hours of GPU usage are rolled up; old telemetry
-//! history is pruned.
+//! and takes no new work; its workloads go back to the queue once its lease
+//! (`--node-fence-after-ms`), the grace period and a margin have passed, by when its agent has
+//! fenced them (stopped them itself). Closed
+//! hours of GPU usage are rolled up; old telemetry history is pruned.
 //!
 //! Silence is measured only over time this control plane could have heard the agent: since it
 //! started, or since the database last came back, whichever is later (`hearing_since`, in the
@@ -19,6 +21,8 @@ use crate::workloads::transitions;
 #[derive(Debug, Clone)]
 pub struct LivenessSettings {
     pub node_lost_after: Duration,
+    /// The node's lease: its agent fences its work after this long without reaching us.
+    pub node_fence_after: Duration,
     pub telemetry_retention_hours: u32,
 }
 
@@ -60,10 +64,16 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 }
             },
         };
-        match mark_lost_nodes(&state, since).await {
-            Ok(0) => {}
-            Ok(lost) => {
-                tracing::warn!(lost, "nodes lost; their workloads were requeued");
+        let checked = match mark_lost_nodes(&state, since).await {
+            Ok(lost) => requeue_fenced(&state, since).await.map(|requeued| (lost, requeued)),
+            Err(err) => Err(err),
+        };
+        match checked {
+            Ok((0, 0)) => {}
+            Ok((lost, requeued)) => {
+                if requeued > 0 {
+                    tracing::warn!(lost, requeued, "lost nodes' work requeued after its fencing time");
+                }
                 state.desired.announce();
                 state.wake.wake();
             }
@@ -96,37 +106,69 @@ async fn database_now(state: &Liveness) -> sqlx::Result<chrono::DateTime<chrono:
 }
 
 /// Marks nodes lost that have been silent for the timeout *while this control plane could hear
-/// them* (since `hearing_since`), and requeues their work, one transaction per node so a failure
-/// leaves nothing half-done.
+/// them* (since `hearing_since`): they take no new work. Their workloads stay theirs until
+/// [`requeue_fenced`] (the agent stops them itself once its lease runs out).
 pub async fn mark_lost_nodes(state: &Liveness, hearing_since: chrono::DateTime<chrono::Utc>) -> sqlx::Result<usize> {
     let lost_after_ms = state.settings.node_lost_after.as_millis() as f64;
-    let silent: Vec<(uuid::Uuid, String)> = sqlx::query_as(
-        "SELECT id, name FROM nodes WHERE state <> 'lost' \
-         AND greatest(last_seen_at, $2) < now() - make_interval(secs => $1 / 1000.0)",
+    let lost: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "UPDATE nodes SET state = 'lost', desired_version = desired_version + 1 \
+         WHERE state <> 'lost' AND greatest(last_seen_at, $2) < now() - make_interval(secs => $1 / 1000.0) \
+         RETURNING id, name",
     )
     .bind(lost_after_ms)
     .bind(hearing_since)
     .fetch_all(&state.db)
     .await?;
-    for (node_id, name) in &silent {
+    for (_, name) in &lost {
+        tracing::warn!(node = %name, "node lost: no heartbeat; its workloads are requeued once its agent has fenced them");
+    }
+    Ok(lost.len())
+}
+
+/// How long past its lease and the grace period a lost node's work waits before it is requeued:
+/// the agent's clock and ours may disagree by a heartbeat or two.
+pub const FENCE_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Requeues the work of nodes silent for longer than their lease, the grace period and
+/// [`FENCE_MARGIN`]: by then an agent that lost contact has stopped it (it fences itself when its
+/// lease runs out, SIGTERM then SIGKILL after the grace period), so the requeued copy never runs
+/// beside the old one. One transaction per node, so a failure leaves nothing half-done.
+pub async fn requeue_fenced(state: &Liveness, hearing_since: chrono::DateTime<chrono::Utc>) -> sqlx::Result<usize> {
+    let grace_ms = {
+        let mut conn = state.db.acquire().await?;
+        crate::settings::load(&mut conn).await?.grace_period_ms()
+    };
+    let wait = state.settings.node_fence_after + std::time::Duration::from_millis(grace_ms) + FENCE_MARGIN;
+    let wait_ms = wait.as_millis() as f64;
+    let fenced: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT id, name FROM nodes n WHERE state = 'lost' \
+         AND EXISTS (SELECT 1 FROM workloads w WHERE w.node_id = n.id) \
+         AND greatest(last_seen_at, $2) < now() - make_interval(secs => $1 / 1000.0)",
+    )
+    .bind(wait_ms)
+    .bind(hearing_since)
+    .fetch_all(&state.db)
+    .await?;
+    for (node_id, name) in &fenced {
         let mut tx = state.db.begin().await?;
-        let still_silent = sqlx::query(
-            "UPDATE nodes SET state = 'lost', desired_version = desired_version + 1 \
-             WHERE id = $1 AND state <> 'lost' \
-               AND greatest(last_seen_at, $3) < now() - make_interval(secs => $2 / 1000.0)",
+        let still_lost = sqlx::query(
+            "UPDATE nodes SET desired_version = desired_version + 1 \
+             WHERE id = $1 AND state = 'lost' AND greatest(last_seen_at, $3) < now() - make_interval(secs => $2 / 1000.0)",
         )
         .bind(node_id)
-        .bind(lost_after_ms)
+        .bind(wait_ms)
         .bind(hearing_since)
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if still_silent == 1 {
-            transitions::requeue_node(&mut tx, *node_id, &format!("node {name} was lost (no heartbeat)")).await?;
+        if still_lost == 1 {
+            let why =
+                format!("node {name} was lost (no heartbeat for {} s; its agent fenced its work)", wait.as_secs());
+            transitions::requeue_node(&mut tx, *node_id, &why).await?;
         }
         tx.commit().await?;
     }
-    Ok(silent.len())
+    Ok(fenced.len())
 }
 
 async fn prune_telemetry(state: &Liveness) -> sqlx::Result<()> {

@@ -134,9 +134,19 @@ pub async fn requeue_node(tx: &mut Tx<'_>, node_id: Uuid, why: &str) -> sqlx::Re
 /// What an agent reports about one attempt of a workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentEvent {
-    Started { pid: Option<u32> },
-    Exited { exit_code: Option<i32>, signal: Option<i32>, message: Option<String> },
-    FailedToStart { message: String },
+    Started {
+        pid: Option<u32>,
+    },
+    /// `requeue`: the agent fenced it (lost contact past its lease): back to the queue.
+    Exited {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        message: Option<String>,
+        requeue: bool,
+    },
+    FailedToStart {
+        message: String,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -198,7 +208,7 @@ pub async fn apply_agent_event(
             return Ok(EventOutcome::Applied);
         }
         (AgentEvent::Started { .. }, _) => return Ok(EventOutcome::Unchanged),
-        (AgentEvent::Exited { exit_code, signal, message }, state) => {
+        (AgentEvent::Exited { exit_code, signal, message, requeue }, state) => {
             let how = match (exit_code, signal) {
                 (Some(code), _) => format!("exited with code {code}"),
                 (None, Some(sig)) => format!("killed by signal {sig}"),
@@ -209,6 +219,7 @@ pub async fn apply_agent_event(
                 None => how,
             };
             match state {
+                S::Scheduled | S::Running if *requeue => (S::Pending, format!("{how}; requeued"), *exit_code, None),
                 S::Scheduled | S::Running if *exit_code == Some(0) => (S::Succeeded, how, *exit_code, None),
                 S::Scheduled | S::Running => (S::Failed, how.clone(), *exit_code, Some(how)),
                 S::Preempting => (S::Pending, format!("preempted, {how}; requeued"), *exit_code, None),
@@ -225,7 +236,11 @@ pub async fn apply_agent_event(
             _ => return Ok(EventOutcome::Unchanged),
         },
     };
-    leave_node(tx, workload_id, to, exit_code, message.as_deref()).await?;
+    let requeued_because = match event {
+        AgentEvent::Exited { requeue: true, .. } => "requeued: its node's agent lost contact and stopped it",
+        _ => "requeued after preemption",
+    };
+    leave_node(tx, workload_id, to, exit_code, message.as_deref(), requeued_because).await?;
     record_event(tx, workload_id, w.tenant_id, Some(w.state), to, attempt, &detail).await?;
     Ok(EventOutcome::Applied)
 }
@@ -237,6 +252,7 @@ async fn leave_node(
     to: WorkloadState,
     exit_code: Option<i32>,
     message: Option<&str>,
+    requeued_because: &str,
 ) -> sqlx::Result<()> {
     sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1").bind(workload_id).execute(&mut **tx).await?;
     let terminal = to.is_terminal();
@@ -246,7 +262,7 @@ async fn leave_node(
              message = COALESCE($5, message), \
              finished_at = CASE WHEN $3 THEN now() END, \
              started_at = CASE WHEN $3 THEN started_at END, \
-             pending_reason = CASE WHEN $3 THEN NULL ELSE 'requeued after preemption' END \
+             pending_reason = CASE WHEN $3 THEN NULL ELSE $6 END \
          WHERE id = $1",
     )
     .bind(workload_id)
@@ -254,6 +270,7 @@ async fn leave_node(
     .bind(terminal)
     .bind(exit_code)
     .bind(message)
+    .bind(requeued_because)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -1,0 +1,93 @@
+//! Fencing: an agent that cannot reach the control plane for longer than its node's lease stops
+//! its work (SIGTERM, then SIGKILL after the grace period) and reports it for requeueing; the work
+//! runs again once the control plane answers — and never twice at once. Real control plane, agent
+//! and PostgreSQL; the control plane is killed for the outage.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use airtime_tests::{ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use serde_json::json;
+
+/// `(what, attempt, unix seconds)` lines the workload wrote.
+fn journal(path: &std::path::Path) -> Vec<(String, u32, f64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            Some((parts.next()?.to_owned(), parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_loses_the_control_plane_past_its_lease_stops_its_work_and_it_runs_again_once() {
+    let db = TestDb::create().await.unwrap();
+    let lease = ["--node-fence-after-ms", "4000"];
+    let first = ControlPlane::start(&db, &lease).await.unwrap();
+    let api = first.api();
+    let mut settings = api.ok("/api/v1/settings/priorities").await.unwrap();
+    settings["grace_period_s"] = json!(2);
+    assert_eq!(api.put("/api/v1/settings/priorities", &settings).await.unwrap().status, 200);
+    let _agent = NodeAgent::start(&first, "edge-1", &["--no-nvml"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("journal");
+    let script = "echo \"start $AIRTIME_ATTEMPT $(date +%s.%N)\" >> \"$JOURNAL\"; \
+                  trap 'echo \"stop $AIRTIME_ATTEMPT $(date +%s.%N)\" >> \"$JOURNAL\"; exit 0' TERM; \
+                  while true; do sleep 0.1; done";
+    let w = api
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "writer", "class": "training", "command": ["sh", "-c", script],
+                    "env": {"JOURNAL": log.display().to_string()}, "resources": {"cpu_millis": 100}}),
+        )
+        .await
+        .unwrap();
+    let id = w["id"].as_str().unwrap().to_owned();
+    workload_reaches(&api, &id, "running", Duration::from_secs(30)).await.unwrap();
+
+    // The control plane goes away: within its lease the work runs on; past it, it is stopped.
+    let address = first.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    first.stop().await;
+    let gone = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!journal(&log).iter().any(|(what, ..)| what == "stop"), "stopped within the lease: {:?}", journal(&log));
+    eventually("the agent to fence its work", Duration::from_secs(20), || {
+        let log = log.clone();
+        async move { Ok(journal(&log).iter().any(|(what, a, _)| what == "stop" && *a == 1).then_some(())) }
+    })
+    .await
+    .unwrap();
+    assert!(gone.elapsed() >= Duration::from_secs(3), "fenced after {:?}, before its 4 s lease", gone.elapsed());
+
+    // The control plane is back: the stopped attempt is requeued, not failed, and runs again.
+    let second = ControlPlane::start(&db, &["--listen", &address, lease[0], lease[1]]).await.unwrap();
+    let api = second.api();
+    eventually("the work to run again", Duration::from_secs(40), || {
+        let (api, path) = (api.clone(), format!("/api/v1/workloads/{id}"));
+        async move {
+            let w = api.ok(&path).await?;
+            Ok((w["state"] == "running" && w["attempt"] == 2).then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    eventually("the second attempt's start", Duration::from_secs(20), || {
+        let log = log.clone();
+        async move { Ok(journal(&log).iter().any(|(what, a, _)| what == "start" && *a == 2).then_some(())) }
+    })
+    .await
+    .unwrap();
+    let lines = journal(&log);
+    let at = |what: &str, attempt: u32| lines.iter().find(|(w, a, _)| w == what && *a == attempt).map(|l| l.2).unwrap();
+    assert!(at("start", 2) > at("stop", 1), "the two attempts overlapped: {lines:?}");
+    let detail = api.ok(&format!("/api/v1/workloads/{id}")).await.unwrap();
+    let history = detail["history"].to_string();
+    assert!(history.contains("fenced") && history.contains("requeued"), "{history}");
+    assert!(!history.contains("\"failed\""), "a fenced attempt is not a failure: {history}");
+    second.stop().await;
+}

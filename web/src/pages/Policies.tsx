@@ -1,0 +1,381 @@
+import { useRef, useState, type DragEvent, type FormEvent } from "react";
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import type { PageProps } from "../App";
+import { api } from "../api/client";
+import type { Policy, PolicyFailure, PolicyLog, ShadowResult, WhatIf } from "../api/types";
+import { Badge, ErrorNote, Loading, PageHeader, Section } from "../components/ui";
+import { ago, pct, time } from "../lib/format";
+import { usePolicies } from "../lib/queries";
+
+interface DryRun {
+  policy?: string;
+  elapsed_ms?: number;
+  decisions?: Record<string, unknown>[];
+  refused?: Record<string, unknown>[];
+  logs?: { level: string; message: string }[];
+  error?: string | null;
+}
+
+export function Policies({ can }: PageProps) {
+  const policies = usePolicies();
+  const [selected, setSelected] = useState<string | null>(null);
+  const list = policies.data ?? [];
+  const current = list.find((p) => p.id === selected) ?? null;
+  return (
+    <>
+      <PageHeader title="Policies" />
+      {can.managePolicies && <Upload onUploaded={(p) => setSelected(p.id)} />}
+      <Section title="Policies" id="policies">
+        <ErrorNote error={policies.error} />
+        {policies.isPending && <Loading what="policies" />}
+        <div className="table-scroll" tabIndex={0} role="region" aria-label="All policies">
+          <table data-testid="policies">
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Scope</th>
+                <th scope="col">Active</th>
+                <th scope="col">Shadow</th>
+                <th scope="col">Versions</th>
+                <th scope="col">Failures</th>
+                <th scope="col">
+                  <span className="sr-only">Open</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {list.map((p) => (
+                <tr key={p.id} data-policy={p.name} className={p.id === selected ? "selected" : undefined}>
+                  <td>
+                    {p.name} {p.builtin && <Badge>built in</Badge>} {p.suspended_reason && <Badge kind="bad">suspended</Badge>}
+                  </td>
+                  <td>{p.tenant ?? "platform"}</td>
+                  <td data-col="active">{p.active_version == null ? "—" : `v${p.active_version}`}</td>
+                  <td>{p.shadow_version == null ? "—" : `v${p.shadow_version}`}</td>
+                  <td>{p.versions.length}</td>
+                  <td>{p.consecutive_failures}</td>
+                  <td>
+                    <button type="button" className="small" onClick={() => setSelected(p.id)} aria-label={`Open ${p.name}`}>
+                      Open
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </Section>
+      {current && <PolicyDetail key={current.id} policy={current} can={can} />}
+    </>
+  );
+}
+
+function Upload({ onUploaded }: { onUploaded: (p: Policy) => void }) {
+  const client = useQueryClient();
+  const [name, setName] = useState("");
+  const [file, setFile] = useState<File | null>(null);
+  const [over, setOver] = useState(false);
+  const input = useRef<HTMLInputElement>(null);
+  const upload = useMutation({
+    mutationFn: async () => {
+      if (!file) throw new Error("Choose a .wasm module first.");
+      const bytes = await file.arrayBuffer();
+      return api<Policy>(`/api/v1/policies?name=${encodeURIComponent(name || file.name.replace(/\.wasm$/, ""))}`, {
+        method: "POST",
+        raw: bytes,
+        contentType: "application/wasm",
+      });
+    },
+    onSuccess: (p) => {
+      client.invalidateQueries({ queryKey: ["policies"] });
+      setFile(null);
+      onUploaded(p);
+    },
+  });
+  const drop = (e: DragEvent) => {
+    e.preventDefault();
+    setOver(false);
+    const f = e.dataTransfer.files[0];
+    if (f) setFile(f);
+  };
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    upload.mutate();
+  };
+  return (
+    <Section title="Upload a policy" id="upload">
+      <form className="upload" onSubmit={submit}>
+        <label>
+          Name
+          <input name="policy-name" value={name} placeholder="my-policy" onChange={(e) => setName(e.target.value)} />
+        </label>
+        <div
+          className={`dropzone ${over ? "over" : ""}`}
+          data-testid="dropzone"
+          onDragOver={(e) => {
+            e.preventDefault();
+            setOver(true);
+          }}
+          onDragLeave={() => setOver(false)}
+          onDrop={drop}
+        >
+          <p>{file ? `${file.name} · ${(file.size / 1024).toFixed(0)} KiB` : "Drop a .wasm module here, or"}</p>
+          <button type="button" onClick={() => input.current?.click()}>
+            Choose a file
+          </button>
+          <input ref={input} className="sr-only" type="file" accept=".wasm,application/wasm" aria-label="Policy module (.wasm)" data-testid="wasm-input" onChange={(e) => setFile(e.target.files?.[0] ?? null)} />
+        </div>
+        <button type="submit" className="primary" disabled={!file || upload.isPending}>
+          {upload.isPending ? "Compiling and trying it…" : "Upload"}
+        </button>
+        <ErrorNote error={upload.error} />
+      </form>
+    </Section>
+  );
+}
+
+function PolicyDetail({ policy, can }: { policy: Policy; can: PageProps["can"] }) {
+  const client = useQueryClient();
+  const latest = policy.versions.reduce((m, v) => Math.max(m, v.version), 0);
+  const [version, setVersion] = useState<number>(policy.active_version ?? latest);
+  const [params, setParams] = useState(JSON.stringify(policy.active_params ?? {}, null, 0));
+  const [paramsError, setParamsError] = useState("");
+  const [dry, setDry] = useState<DryRun | null>(null);
+  const [whatIfId, setWhatIfId] = useState<string | null>(null);
+  const mayManage = can.managePolicies && (policy.tenant == null ? can.platformAdmin : true);
+  const refresh = () => client.invalidateQueries({ queryKey: ["policies"] });
+  const parsed = (): Record<string, unknown> | null => {
+    try {
+      const p: unknown = JSON.parse(params || "{}");
+      if (typeof p !== "object" || p === null || Array.isArray(p)) throw new Error("not an object");
+      setParamsError("");
+      return p as Record<string, unknown>;
+    } catch {
+      setParamsError("Parameters must be a JSON object.");
+      return null;
+    }
+  };
+  const action = useMutation({
+    mutationFn: async (what: "activate" | "dry-run" | "rollback" | "deactivate" | "shadow" | "unshadow" | "what-if") => {
+      const base = `/api/v1/policies/${policy.id}`;
+      const p = what === "activate" || what === "dry-run" || what === "shadow" || what === "what-if" ? parsed() : {};
+      if (p === null) throw new Error("Parameters must be a JSON object.");
+      switch (what) {
+        case "activate":
+          return api(`${base}/activate`, { method: "POST", body: { version, params: p } });
+        case "dry-run":
+          setDry(await api<DryRun>(`${base}/dry-run`, { method: "POST", body: { version, params: p } }));
+          return null;
+        case "rollback":
+          return api(`${base}/rollback`, { method: "POST" });
+        case "deactivate":
+          return api(`${base}/deactivate`, { method: "POST" });
+        case "shadow":
+          return api(`${base}/shadow`, { method: "PUT", body: { version, params: p } });
+        case "unshadow":
+          return api(`${base}/shadow`, { method: "DELETE" });
+        case "what-if": {
+          const run = await api<WhatIf>(`${base}/what-if`, { method: "POST", body: { version, params: p, hours: 24 } });
+          setWhatIfId(run.id);
+          return run;
+        }
+      }
+    },
+    onSettled: refresh,
+  });
+  const failures = useQuery({ queryKey: ["policy", policy.id, "failures"], queryFn: () => api<PolicyFailure[]>(`/api/v1/policies/${policy.id}/failures`), refetchInterval: 10_000 });
+  const logs = useQuery({ queryKey: ["policy", policy.id, "logs"], queryFn: () => api<PolicyLog[]>(`/api/v1/policies/${policy.id}/logs`), refetchInterval: 10_000 });
+  const shadow = useQuery({
+    queryKey: ["policy", policy.id, "shadow"],
+    queryFn: () => api<ShadowResult[]>(`/api/v1/policies/${policy.id}/shadow-results`),
+    refetchInterval: 10_000,
+  });
+  return (
+    <Section title={`${policy.name}${policy.active_version != null ? ` · active v${policy.active_version}` : ""}`} id="policy-detail">
+      <table className="compact" data-testid="versions">
+        <caption className="sr-only">Versions</caption>
+        <thead>
+          <tr>
+            <th scope="col">Version</th>
+            <th scope="col">Uploaded</th>
+            <th scope="col">Size</th>
+            <th scope="col">SHA-256</th>
+            <th scope="col">Params</th>
+            <th scope="col">Status</th>
+          </tr>
+        </thead>
+        <tbody>
+          {[...policy.versions]
+            .sort((a, b) => b.version - a.version)
+            .map((v) => (
+              <tr key={v.id}>
+                <td>v{v.version}</td>
+                <td>{time(v.uploaded_at)}</td>
+                <td>{(v.size_bytes / 1024).toFixed(0)} KiB</td>
+                <td>
+                  <code>{v.sha256.slice(0, 12)}</code>
+                </td>
+                <td>
+                  <code>{JSON.stringify(v.params)}</code>
+                </td>
+                <td>
+                  {v.active && <Badge kind="good">active</Badge>} {v.shadow && <Badge>shadow</Badge>}
+                </td>
+              </tr>
+            ))}
+        </tbody>
+      </table>
+      {policy.suspended_reason && <p className="error">Suspended: {policy.suspended_reason}</p>}
+      {mayManage && (
+        <div className="form-grid" data-testid="policy-actions">
+          <label>
+            Version
+            <select value={version} onChange={(e) => setVersion(Number(e.target.value))}>
+              {policy.versions.map((v) => (
+                <option key={v.id} value={v.version}>
+                  v{v.version}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label className="wide">
+            Parameters (JSON)
+            <textarea rows={2} value={params} onChange={(e) => setParams(e.target.value)} aria-invalid={paramsError ? true : undefined} />
+          </label>
+          {paramsError && <p className="error wide">{paramsError}</p>}
+          <div className="wide row">
+            {can.dryRun && (
+              <button type="button" onClick={() => action.mutate("dry-run")} disabled={action.isPending}>
+                Dry-run
+              </button>
+            )}
+            <button type="button" className="primary" onClick={() => action.mutate("activate")} disabled={action.isPending}>
+              Activate
+            </button>
+            <button type="button" onClick={() => action.mutate("rollback")} disabled={action.isPending}>
+              Roll back
+            </button>
+            {policy.active_version != null && (
+              <button type="button" onClick={() => action.mutate("deactivate")} disabled={action.isPending}>
+                Deactivate
+              </button>
+            )}
+            {policy.shadow_version == null ? (
+              <button type="button" onClick={() => action.mutate("shadow")} disabled={action.isPending}>
+                Shadow
+              </button>
+            ) : (
+              <button type="button" onClick={() => action.mutate("unshadow")} disabled={action.isPending}>
+                Stop shadowing
+              </button>
+            )}
+            <button type="button" onClick={() => action.mutate("what-if")} disabled={action.isPending}>
+              What if (last 24 h)
+            </button>
+          </div>
+          <ErrorNote error={action.error} />
+        </div>
+      )}
+      {dry && <DryRunResult dry={dry} />}
+      {whatIfId && <WhatIfRun id={whatIfId} />}
+      <div className="grid2">
+        <div>
+          <h3>Shadow results</h3>
+          {(shadow.data ?? []).length === 0 ? (
+            <p className="muted small">Not shadowed yet.</p>
+          ) : (
+            <ul className="plain small">
+              {(shadow.data ?? []).slice(0, 10).map((s) => (
+                <li key={s.id}>
+                  {ago(s.at)}: agreed {s.agreed}, differed {s.differed} with {s.active_policy_name}
+                  {s.error ? ` — ${s.error}` : ""}
+                </li>
+              ))}
+            </ul>
+          )}
+          <h3>Failures</h3>
+          {(failures.data ?? []).length === 0 ? (
+            <p className="muted small">None.</p>
+          ) : (
+            <ul className="plain small">
+              {(failures.data ?? []).slice(0, 10).map((f) => (
+                <li key={f.id}>
+                  {ago(f.at)} v{f.version} {f.kind}: {f.message}
+                </li>
+              ))}
+            </ul>
+          )}
+        </div>
+        <div>
+          <h3>Logs</h3>
+          <pre className="logs small" tabIndex={0} aria-label="Policy logs">
+            {(logs.data ?? [])
+              .slice(0, 50)
+              .map((l) => `${time(l.at)} v${l.version} ${l.level}: ${l.message}`)
+              .join("\n") || "No logs."}
+          </pre>
+          <h3>Limits</h3>
+          <p className="small">
+            <code>{JSON.stringify(policy.limits)}</code>
+          </p>
+        </div>
+      </div>
+    </Section>
+  );
+}
+
+function describe(d: Record<string, unknown>): string {
+  const parts = ["kind", "action", "workload_name", "workload", "workload_id", "node_name", "node", "reason"]
+    .map((k) => d[k])
+    .filter((v) => typeof v === "string" || typeof v === "number");
+  return parts.length ? parts.join(" · ") : JSON.stringify(d);
+}
+
+function DryRunResult({ dry }: { dry: DryRun }) {
+  return (
+    <div className="dry-run" data-testid="dry-run" role="status">
+      <h3>Dry run: {dry.policy}</h3>
+      <p className="small">
+        {dry.decisions?.length ?? 0} decisions, {dry.refused?.length ?? 0} refused, in {dry.elapsed_ms?.toFixed(1)} ms{dry.error ? ` — error: ${dry.error}` : ""}. Nothing was applied.
+      </p>
+      <ul className="plain small">
+        {(dry.decisions ?? []).slice(0, 20).map((d, i) => (
+          <li key={i}>{describe(d)}</li>
+        ))}
+        {(dry.refused ?? []).slice(0, 20).map((d, i) => (
+          <li key={`r${i}`} className="error">
+            refused: {describe(d)}
+          </li>
+        ))}
+        {(dry.logs ?? []).map((l, i) => (
+          <li key={`l${i}`} className="muted">
+            {l.level}: {l.message}
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+function WhatIfRun({ id }: { id: string }) {
+  const run = useQuery({
+    queryKey: ["what-if", id],
+    queryFn: () => api<WhatIf>(`/api/v1/what-if/${id}`),
+    refetchInterval: (q) => (q.state.data && ["done", "failed", "succeeded"].includes(q.state.data.state) ? false : 1500),
+  });
+  const r = run.data;
+  const result = r?.result as { active?: { busy_share?: number }; candidate?: { busy_share?: number } } | null | undefined;
+  return (
+    <div className="dry-run" role="status" data-testid="what-if">
+      <h3>What if, last {r?.hours ?? 24} h</h3>
+      <ErrorNote error={run.error} />
+      {r && (
+        <p className="small">
+          {r.state} · {pct(r.progress)}
+          {result?.active && result.candidate && ` · busy share: active ${pct(result.active.busy_share)}, this one ${pct(result.candidate.busy_share)}`}
+          {r.error ? ` — ${r.error}` : ""}
+        </p>
+      )}
+    </div>
+  );
+}
