@@ -6,6 +6,7 @@ import { can, type Can } from "./lib/roles";
 import { Link, navigate, usePath } from "./lib/router";
 import { setTheme, useTheme } from "./lib/theme";
 import { useMe } from "./lib/queries";
+import { useLive, useLiveFeed } from "./lib/live";
 import { words } from "./lib/format";
 import { Overview } from "./pages/Overview";
 import { Fleet } from "./pages/Fleet";
@@ -142,6 +143,8 @@ function Login() {
 function Shell({ theme }: { theme: string }) {
   const me = useMe();
   const path = usePath();
+  useLiveFeed();
+  const live = useLive();
   if (me.isPending) return <p className="muted center">Loading…</p>;
   if (me.isError || !me.data) {
     return (
@@ -177,6 +180,9 @@ function Shell({ theme }: { theme: string }) {
           </ul>
         </nav>
         <div className="who" data-testid="who">
+          <span className={live ? "badge live" : "badge"} data-testid="live" title={live ? "Changes arrive as they happen" : "Refreshing every few seconds"}>
+            {live ? "● Live" : "○ Polling"}
+          </span>
           <span>{me.data.email}</span>
           <span className="badge role">{words(me.data.role)}{me.data.tenant ? ` · ${me.data.tenant}` : ""}</span>
           <ThemeToggle theme={theme} floating={false} />

@@ -1,22 +1,23 @@
 // The data the pages share, cached by TanStack Query and refetched while the tab is open.
 import { useQuery } from "@tanstack/react-query";
 import { api, optional } from "../api/client";
+import { pollEvery } from "./live";
 import type { Decision, GpuView, HeldIdle, Me, NodeView, Policy, PrioritySettings, Tenant, TenantStanding, UsageReport, Workload } from "../api/types";
 
 /** Live data: a few seconds old at most. */
 export const LIVE_MS = 2000;
 
 export const useMe = () => useQuery({ queryKey: ["me"], queryFn: () => api<Me>("/api/v1/auth/me"), staleTime: 60_000 });
-export const useNodes = () => useQuery({ queryKey: ["nodes"], queryFn: () => api<NodeView[]>("/api/v1/nodes"), refetchInterval: LIVE_MS });
-export const useGpus = () => useQuery({ queryKey: ["gpus"], queryFn: () => api<GpuView[]>("/api/v1/gpus"), refetchInterval: LIVE_MS });
+export const useNodes = () => useQuery({ queryKey: ["nodes"], queryFn: () => api<NodeView[]>("/api/v1/nodes"), refetchInterval: pollEvery(LIVE_MS) });
+export const useGpus = () => useQuery({ queryKey: ["gpus"], queryFn: () => api<GpuView[]>("/api/v1/gpus"), refetchInterval: pollEvery(LIVE_MS) });
 export const useWorkloads = (limit = 500) =>
-  useQuery({ queryKey: ["workloads", limit], queryFn: () => api<Workload[]>(`/api/v1/workloads?limit=${limit}`), refetchInterval: LIVE_MS });
+  useQuery({ queryKey: ["workloads", limit], queryFn: () => api<Workload[]>(`/api/v1/workloads?limit=${limit}`), refetchInterval: pollEvery(LIVE_MS) });
 export const useTenantSummary = () =>
-  useQuery({ queryKey: ["tenants", "summary"], queryFn: () => api<TenantStanding[]>("/api/v1/tenants/summary"), refetchInterval: 5000 });
+  useQuery({ queryKey: ["tenants", "summary"], queryFn: () => api<TenantStanding[]>("/api/v1/tenants/summary"), refetchInterval: pollEvery(5000) });
 export const useTenants = () => useQuery({ queryKey: ["tenants"], queryFn: () => api<Tenant[]>("/api/v1/tenants"), staleTime: 30_000 });
 export const useDecisions = (limit = 500) =>
-  useQuery({ queryKey: ["decisions", limit], queryFn: () => api<Decision[]>(`/api/v1/decisions?limit=${limit}`), refetchInterval: 5000 });
-export const usePolicies = () => useQuery({ queryKey: ["policies"], queryFn: () => api<Policy[]>("/api/v1/policies"), refetchInterval: 5000 });
+  useQuery({ queryKey: ["decisions", limit], queryFn: () => api<Decision[]>(`/api/v1/decisions?limit=${limit}`), refetchInterval: pollEvery(5000) });
+export const usePolicies = () => useQuery({ queryKey: ["policies"], queryFn: () => api<Policy[]>("/api/v1/policies"), refetchInterval: pollEvery(5000) });
 export const usePriorities = () =>
   useQuery({ queryKey: ["priorities"], queryFn: () => api<PrioritySettings>("/api/v1/settings/priorities") });
 
@@ -31,4 +32,4 @@ export const useUsage = (params: { from: string; to: string; step_s: number; gro
 
 /** GET /api/v1/fleet/held-idle: null until it exists. */
 export const useHeldIdle = () =>
-  useQuery({ queryKey: ["held-idle"], queryFn: () => optional<HeldIdle[]>("/api/v1/fleet/held-idle"), refetchInterval: 10_000 });
+  useQuery({ queryKey: ["held-idle"], queryFn: () => optional<HeldIdle[]>("/api/v1/fleet/held-idle"), refetchInterval: pollEvery(10_000) });

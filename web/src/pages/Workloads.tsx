@@ -1,3 +1,4 @@
+import { pollEvery } from "../lib/live";
 import { useState, type FormEvent } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { createColumnHelper, type ColumnDef } from "@tanstack/react-table";
@@ -234,7 +235,7 @@ export function WorkloadPage({ id, can }: PageProps & { id: string }) {
   const detail = useQuery({
     queryKey: ["workload", id],
     queryFn: () => api<WorkloadDetail>(`/api/v1/workloads/${id}`),
-    refetchInterval: LIVE_MS,
+    refetchInterval: pollEvery(LIVE_MS),
   });
   const active = detail.data ? ACTIVE_STATES.includes(detail.data.state) : true;
   const logs = useQuery({
