@@ -82,7 +82,8 @@ fn test_image() -> &'static str {
     IMAGE
 }
 
-/// An agent with Podman as its container engine.
+/// An agent with Podman as its container engine. The stories run at once against one engine, and an
+/// agent ends what an earlier agent *of its node name* left, so each story names its node uniquely.
 async fn container_agent(cp: &ControlPlane, name: &str, extra: &[&str]) -> NodeAgent {
     test_image();
     let conf = containers_conf();
@@ -192,7 +193,7 @@ async fn cancel_stops_the_container_within_its_grace_period() {
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
-    let _engine = container_agent(&cp, "podman-node", &[]).await;
+    let _engine = container_agent(&cp, "cancel-node", &[]).await;
     nodes_ready(&api, 1).await.unwrap();
 
     // The container's main process saves its work on SIGTERM and exits.
@@ -225,7 +226,7 @@ async fn a_killed_agents_container_is_found_by_label_and_ended_when_it_restarts(
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
-    let agent = container_agent(&cp, "podman-node", &[]).await;
+    let agent = container_agent(&cp, "crash-node", &[]).await;
     nodes_ready(&api, 1).await.unwrap();
 
     let id = submit_container(
@@ -249,7 +250,7 @@ async fn a_killed_agents_container_is_found_by_label_and_ended_when_it_restarts(
     assert_eq!(containers_of(&id), [format!("airtime-{id}-1")], "the container outlived its agent");
 
     // The restarted agent ends what the dead one left, and the workload runs again, once.
-    let _agent = container_agent(&cp, "podman-node", &[]).await;
+    let _agent = container_agent(&cp, "crash-node", &[]).await;
     logs_with(&api, &id, "attempt 2").await;
     let running = containers_of(&id);
     assert_eq!(running, [format!("airtime-{id}-2")], "only the new attempt's container runs");
@@ -267,7 +268,7 @@ async fn a_100_mb_log_flood_from_a_container_is_capped_and_the_api_stays_respons
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &["--log-bytes-per-workload", "1048576"]).await.unwrap();
     let api = cp.api();
-    let _engine = container_agent(&cp, "podman-node", &[]).await;
+    let _engine = container_agent(&cp, "flood-node", &[]).await;
     nodes_ready(&api, 1).await.unwrap();
 
     let id = submit_container(
