@@ -123,6 +123,15 @@ try {
   await page.locator("[data-gpu='sim-dash-1/0'] .tip", { hasText: "GiB" }).waitFor({ state: "visible" });
   await capture("fleet");
 
+  // A GPU: click its tile for its telemetry over time, then back to the fleet.
+  await page.locator("[data-gpu='sim-dash-1/0'] .tile-link").click();
+  await page.getByRole("heading", { name: "sim-dash-1 · GPU 0" }).waitFor();
+  await page.locator("[data-testid=gpu-charts] [data-section=gpu-util] canvas").waitFor();
+  await page.locator("[data-testid=gpu-charts] [data-section=gpu-power] canvas").waitFor();
+  await capture("gpu");
+  await page.getByRole("link", { name: "← Fleet" }).click();
+  await page.locator("[data-gpu='sim-dash-1/1']").waitFor();
+
   // Workloads: submit one; it waits (the hog holds both GPUs) with its reason, shown live.
   await nav("Workloads");
   await page.getByTestId("submit-toggle").click();

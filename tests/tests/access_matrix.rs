@@ -305,7 +305,7 @@ impl World {
                 (self.spare_credentials.lock().unwrap().pop().expect("enough spare node credentials"), false)
             }
             ("/api/v1/nodes/{id}", "id") => (self.node_x.clone(), false),
-            ("/api/v1/gpus/{id}", "id") => (self.gpu_x.clone(), false),
+            ("/api/v1/gpus/{id}" | "/api/v1/gpus/{id}/history", "id") => (self.gpu_x.clone(), false),
             (_, "node_id") => (self.node_x.clone(), false),
             (_, "workload_id") => (self.workload_on_x().await, false),
             _ => panic!("no fixture for the path parameter {{{param}}} of {path}: add one to access_matrix.rs"),

@@ -193,3 +193,72 @@ async fn a_workload_holding_gpus_it_does_not_use_is_listed_with_what_it_costs() 
     let stranger = api.with_token(&cp.user("tenant-b", "b@b.test", "tenant_member").await.unwrap());
     assert_eq!(stranger.ok("/api/v1/fleet/held-idle").await.unwrap(), json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_opens_a_gpus_history_and_sees_its_telemetry_bucketed_by_the_step_asked_for() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let _agent = NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "1:H100:81920"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let (gpu_id,): (uuid::Uuid,) = sqlx::query_as("SELECT id FROM gpus").fetch_one(&pool).await.unwrap();
+
+    // Two hours ago, on a minute boundary: a sample every 2 s for two minutes — the first minute
+    // 20 % busy at 60 °C using 1000 MB, the second 80 % at 70 °C using up to 3000 MB.
+    let t0 = Utc::now().duration_trunc(TimeDelta::minutes(1)).unwrap() - TimeDelta::hours(2);
+    sqlx::query(
+        "INSERT INTO gpu_telemetry (gpu_id, at, util, memory_used_mb, temperature_c, power_w) \
+         SELECT $1, $2 + make_interval(secs => k * 2), \
+                CASE WHEN k < 30 THEN 0.2 ELSE 0.8 END, CASE WHEN k < 30 THEN 1000 ELSE 2000 + k END, \
+                CASE WHEN k < 30 THEN 60 ELSE 70 END, 300 \
+         FROM generate_series(0, 59) AS k",
+    )
+    .bind(gpu_id)
+    .bind(t0)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let range = |from: chrono::DateTime<Utc>, to: chrono::DateTime<Utc>| {
+        format!(
+            "from={}&to={}",
+            from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            to.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        )
+        .replace('+', "%2B")
+    };
+    let path = format!(
+        "/api/v1/gpus/{gpu_id}/history?{}&step_s=60",
+        range(t0 - TimeDelta::minutes(1), t0 + TimeDelta::minutes(3))
+    );
+    let history = api.ok(&path).await.unwrap();
+    assert_eq!(history["step_s"], 60);
+    let points = history["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "one point per minute that has samples: {history}");
+    for (p, util, temp, memory) in [(&points[0], 0.2, 60.0, 1000), (&points[1], 0.8, 70.0, 2059)] {
+        assert_eq!(p["samples"], 30, "{p}");
+        assert!((p["util"].as_f64().unwrap() - util).abs() < 1e-6, "{p}");
+        assert!((p["temperature_c"].as_f64().unwrap() - temp).abs() < 1e-6, "{p}");
+        assert_eq!(p["memory_used_mb"], memory, "the most memory used in the minute: {p}");
+        assert!((p["power_w"].as_f64().unwrap() - 300.0).abs() < 1e-6, "{p}");
+    }
+    let first = chrono::DateTime::parse_from_rfc3339(points[0]["at"].as_str().unwrap()).unwrap();
+    assert_eq!(first, t0, "a point is the start of its bucket");
+
+    // The live GPU's own samples arrive too, without asking for a range.
+    airtime_tests::eventually("the agent's telemetry in the last hour", Duration::from_secs(20), || {
+        let (api, path) = (api.clone(), format!("/api/v1/gpus/{gpu_id}/history"));
+        async move { Ok(api.ok(&path).await?["points"].as_array().is_some_and(|p| !p.is_empty()).then_some(())) }
+    })
+    .await
+    .unwrap();
+
+    // What cannot be answered is refused with a reason; an unknown GPU is not found.
+    let empty = api.get(&format!("/api/v1/gpus/{gpu_id}/history?{}", range(t0, t0))).await.unwrap();
+    assert_eq!(empty.status, 400, "{}", empty.body);
+    let fine = api.get(&format!("/api/v1/gpus/{gpu_id}/history?step_s=1")).await.unwrap();
+    assert_eq!(fine.status, 400, "{}", fine.body);
+    assert!(fine.body["error"]["message"].as_str().unwrap_or_default().contains("widen step_s"), "{}", fine.body);
+    let unknown = api.get(&format!("/api/v1/gpus/{}/history", uuid::Uuid::nil())).await.unwrap();
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+}

@@ -10,6 +10,7 @@ import { useLive, useLiveFeed } from "./lib/live";
 import { words } from "./lib/format";
 import { Overview } from "./pages/Overview";
 import { Fleet } from "./pages/Fleet";
+import { GpuPage } from "./pages/Gpu";
 import { Workloads, WorkloadPage } from "./pages/Workloads";
 import { Priorities } from "./pages/Priorities";
 import { Policies } from "./pages/Policies";
@@ -208,6 +209,8 @@ function Shell({ theme }: { theme: string }) {
 function Route({ path, props }: { path: string; props: PageProps }) {
   const workload = /^\/workloads\/([^/]+)$/.exec(path);
   if (workload) return <WorkloadPage id={decodeURIComponent(workload[1]!)} {...props} />;
+  const gpu = /^\/fleet\/gpus\/([^/]+)$/.exec(path);
+  if (gpu) return <GpuPage id={decodeURIComponent(gpu[1]!)} {...props} />;
   switch (path) {
     case "/":
       return <Overview {...props} />;

@@ -3,15 +3,17 @@
 //! other tenants appear in aggregate, as held GPUs.
 
 use axum::extract::State;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use crate::api::extract::Path;
+use crate::api::extract::{Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::fleet::{self, GpuView, NodeView};
+use crate::fleet::{self, GpuHistory, GpuView, HistoryRange, NodeView};
 use crate::state::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -20,6 +22,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_node))
         .routes(routes!(list_gpus))
         .routes(routes!(get_gpu))
+        .routes(routes!(gpu_history))
         .routes(routes!(summary))
 }
 
@@ -114,4 +117,43 @@ async fn get_gpu(
     let mut gpu = fleet::get_gpu(&state.db, id).await?.ok_or(ApiError::NotFound("gpu"))?;
     gpu.redact_holder(|t| caller.can_read_tenant(t));
     Ok(axum::Json(gpu))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryParams {
+    /// Start of the range (RFC 3339); an hour before `to` when absent.
+    pub from: Option<DateTime<Utc>>,
+    /// End of the range (RFC 3339); now when absent (a later time is now).
+    pub to: Option<DateTime<Utc>>,
+    /// Width of each point, seconds (the range in 300 points by default; at most 1000 points).
+    pub step_s: Option<u32>,
+}
+
+/// One GPU's utilisation, memory, temperature and power over time, bucketed (mean, most memory),
+/// as long as telemetry is kept (`--telemetry-retention-hours`).
+#[utoipa::path(
+    get,
+    path = "/gpus/{id}/history",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "GPU id"), HistoryParams),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses(
+        (status = 200, description = "The GPU's telemetry over time", body = GpuHistory),
+        (status = 400, description = "A range or step that cannot be answered", body = ErrorResponse),
+        (status = 404, body = ErrorResponse)
+    )
+)]
+async fn gpu_history(
+    _caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Query(p): Query<HistoryParams>,
+) -> ApiResult<axum::Json<GpuHistory>> {
+    let range = HistoryRange::parse(p.from, p.to, p.step_s, Utc::now())
+        .map_err(|m| ApiError::bad_request("invalid_query", m))?;
+    let history = fleet::gpu_history(&state.db, id, range).await?.ok_or(ApiError::NotFound("gpu"))?;
+    Ok(axum::Json(history))
 }

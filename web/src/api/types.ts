@@ -82,3 +82,20 @@ export const WORKLOAD_CLASSES: WorkloadClass[] = [
   "evaluation",
 ];
 export const ACTIVE_STATES = ["pending", "scheduled", "running", "preempting", "cancelling"];
+
+/** GET /api/v1/gpus/{id}/history (until the generated schema names it). */
+export interface GpuHistoryPoint {
+  at: string;
+  util?: number | null;
+  memory_used_mb?: number | null;
+  temperature_c?: number | null;
+  power_w?: number | null;
+  samples: number;
+}
+export interface GpuHistory {
+  gpu_id: string;
+  from: string;
+  to: string;
+  step_s: number;
+  points: GpuHistoryPoint[];
+}

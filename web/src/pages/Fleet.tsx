@@ -4,6 +4,7 @@ import { Badge, ErrorNote, Loading, PageHeader, StateBadge } from "../components
 import { gib, money, pct, words } from "../lib/format";
 import { heatColor, segments, STOPS, textOn } from "../lib/heat";
 import { useGpus, useNodes, useWorkloads } from "../lib/queries";
+import { Link } from "../lib/router";
 import { fleetNow } from "../lib/usage";
 
 export function Fleet(_: PageProps) {
@@ -90,12 +91,11 @@ function GpuTile({ gpu: g, names }: { gpu: GpuView; names: Map<string, string> }
     <li
       className={`tile ${g.held ? "held" : "free"}`}
       style={{ background: heatColor(util), color: textOn(util) }}
-      tabIndex={0}
-      aria-label={label}
       data-gpu={`${g.node_name}/${g.device_index}`}
       data-util={util ?? ""}
       data-held={who}
     >
+      <Link to={`/fleet/gpus/${g.id}`} className="tile-link" aria-label={`${label}. Open its telemetry`} />
       <span className="tile-top">
         <span className="tile-index">#{g.device_index}</span>
         {g.simulated && (
