@@ -23,6 +23,7 @@ pub mod settings;
 pub mod signals;
 pub mod state;
 pub mod tenancy;
+pub mod time_range;
 pub mod usage;
 pub mod web;
 pub mod what_if;

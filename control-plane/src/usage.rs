@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::time_range::{RangeRules, TimeRange};
+
 /// How usage is grouped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -110,6 +112,10 @@ pub struct UsageQuery {
 /// The most steps one answer has.
 pub const MAX_STEPS: i64 = 1000;
 
+/// A day by default, in hourly steps; steps of a minute at least.
+const RULES: RangeRules =
+    RangeRules { default_span: TimeDelta::days(1), default_step: |_| 3600, min_step_s: 60, max_steps: MAX_STEPS };
+
 impl UsageQuery {
     /// Parses a request's range and step: `from` defaults to a day before `to`, `to` to now, the
     /// step to an hour; the step is at least a minute and the range at most [`MAX_STEPS`] steps.
@@ -121,22 +127,8 @@ impl UsageQuery {
         own_tenant: Option<Uuid>,
         now: DateTime<Utc>,
     ) -> Result<UsageQuery, String> {
-        let to = to.unwrap_or(now).min(now);
-        let from = from.unwrap_or(to - TimeDelta::days(1));
-        if from >= to {
-            return Err("from must be before to (and before now)".into());
-        }
-        let step_s = step_s.unwrap_or(3600);
-        if step_s < 60 {
-            return Err("step_s must be at least 60".into());
-        }
-        let step = TimeDelta::seconds(i64::from(step_s));
-        let seconds = (to - from).num_seconds();
-        let steps = (seconds + i64::from(step_s) - 1) / i64::from(step_s);
-        if steps > MAX_STEPS {
-            return Err(format!("the range holds {steps} steps of {step_s} s; at most {MAX_STEPS}: widen step_s"));
-        }
-        Ok(UsageQuery { from, to, step, group_by, own_tenant })
+        let r = TimeRange::parse(from, to, step_s, RULES, now)?;
+        Ok(UsageQuery { from: r.from, to: r.to, step: r.step(), group_by, own_tenant })
     }
 }
 

@@ -13,8 +13,9 @@ use crate::api::extract::{Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::fleet::{self, GpuHistory, GpuView, HistoryRange, NodeView};
+use crate::fleet::{self, GpuHistory, GpuView, HISTORY_RULES, NodeView};
 use crate::state::AppState;
+use crate::time_range::TimeRange;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -152,7 +153,7 @@ async fn gpu_history(
     Path(id): Path<Uuid>,
     Query(p): Query<HistoryParams>,
 ) -> ApiResult<axum::Json<GpuHistory>> {
-    let range = HistoryRange::parse(p.from, p.to, p.step_s, Utc::now())
+    let range = TimeRange::parse(p.from, p.to, p.step_s, HISTORY_RULES, Utc::now())
         .map_err(|m| ApiError::bad_request("invalid_query", m))?;
     let history = fleet::gpu_history(&state.db, id, range).await?.ok_or(ApiError::NotFound("gpu"))?;
     Ok(axum::Json(history))

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use airtime_protocol::container::{ContainerEngine, EngineKind};
 
 use crate::model::{GpuSharing, GpuSource, NodeState};
+use crate::time_range::{RangeRules, TimeRange};
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct NodeView {
@@ -385,51 +386,21 @@ pub struct GpuHistoryPoint {
     pub samples: i64,
 }
 
-/// A checked history range.
-#[derive(Debug, Clone, Copy)]
-pub struct HistoryRange {
-    pub from: DateTime<Utc>,
-    pub to: DateTime<Utc>,
-    pub step_s: u32,
-}
-
 /// The most points one history answer has.
 pub const MAX_HISTORY_POINTS: i64 = 1000;
 
-impl HistoryRange {
-    /// `to` defaults to now (and a later time is now), `from` to an hour before `to`; the step to
-    /// the range split in 300 points (at least 2 s, the agents' telemetry period); at most
-    /// [`MAX_HISTORY_POINTS`] points.
-    pub fn parse(
-        from: Option<DateTime<Utc>>,
-        to: Option<DateTime<Utc>>,
-        step_s: Option<u32>,
-        now: DateTime<Utc>,
-    ) -> Result<HistoryRange, String> {
-        let to = to.unwrap_or(now).min(now);
-        let from = from.unwrap_or(to - chrono::TimeDelta::hours(1));
-        if from >= to {
-            return Err("from must be before to (and before now)".into());
-        }
-        let seconds = (to - from).num_seconds().max(1);
-        let step_s = match step_s {
-            Some(0) => return Err("step_s must be at least 1".into()),
-            Some(s) => s,
-            None => u32::try_from((seconds / 300).max(2)).unwrap_or(u32::MAX),
-        };
-        let points = (seconds + i64::from(step_s) - 1) / i64::from(step_s);
-        if points > MAX_HISTORY_POINTS {
-            return Err(format!(
-                "the range holds {points} steps of {step_s} s; at most {MAX_HISTORY_POINTS}: widen step_s"
-            ));
-        }
-        Ok(HistoryRange { from, to, step_s })
-    }
-}
+/// An hour by default, in 300 points (at least 2 s, the agents' telemetry period); steps of a
+/// second at least.
+pub const HISTORY_RULES: RangeRules = RangeRules {
+    default_span: chrono::TimeDelta::hours(1),
+    default_step: |seconds| u32::try_from((seconds / 300).max(2)).unwrap_or(u32::MAX),
+    min_step_s: 1,
+    max_steps: MAX_HISTORY_POINTS,
+};
 
 /// A GPU's telemetry in `range`, bucketed by its step; `None` when there is no such GPU. Kept as
 /// long as `--telemetry-retention-hours`.
-pub async fn gpu_history(db: &PgPool, id: Uuid, range: HistoryRange) -> sqlx::Result<Option<GpuHistory>> {
+pub async fn gpu_history(db: &PgPool, id: Uuid, range: TimeRange) -> sqlx::Result<Option<GpuHistory>> {
     let exists: Option<(Uuid,)> =
         sqlx::query_as("SELECT id FROM gpus WHERE id = $1").bind(id).fetch_optional(db).await?;
     if exists.is_none() {
@@ -461,17 +432,20 @@ mod history_tests {
     #[test]
     fn a_history_range_has_defaults_and_refuses_what_it_cannot_answer() {
         let now = Utc.with_ymd_and_hms(2026, 12, 3, 12, 0, 0).unwrap();
-        let r = HistoryRange::parse(None, None, None, now).unwrap();
+        let r = TimeRange::parse(None, None, None, HISTORY_RULES, now).unwrap();
         assert_eq!((r.to - r.from).num_seconds(), 3600);
         assert_eq!(r.step_s, 12, "an hour in 300 points");
         assert_eq!(
-            HistoryRange::parse(None, None, Some(1), now).unwrap_err(),
+            TimeRange::parse(None, None, Some(1), HISTORY_RULES, now).unwrap_err(),
             "the range holds 3600 steps of 1 s; at most 1000: widen step_s"
         );
-        assert!(HistoryRange::parse(Some(now), None, None, now).is_err(), "an empty range");
-        assert!(HistoryRange::parse(None, None, Some(0), now).is_err());
+        assert!(TimeRange::parse(Some(now), None, None, HISTORY_RULES, now).is_err(), "an empty range");
+        assert!(TimeRange::parse(None, None, Some(0), HISTORY_RULES, now).is_err());
         let later = now + chrono::TimeDelta::days(1);
-        assert_eq!(HistoryRange::parse(None, Some(later), None, now).unwrap().to, now, "the future is now");
-        assert_eq!(HistoryRange::parse(Some(now - chrono::TimeDelta::minutes(5)), None, None, now).unwrap().step_s, 2);
+        assert_eq!(TimeRange::parse(None, Some(later), None, HISTORY_RULES, now).unwrap().to, now, "the future is now");
+        assert_eq!(
+            TimeRange::parse(Some(now - chrono::TimeDelta::minutes(5)), None, None, HISTORY_RULES, now).unwrap().step_s,
+            2
+        );
     }
 }
