@@ -86,6 +86,8 @@
 //! - [`guest`]: [`Policy`](guest::Policy), [`Context`](guest::Context), [`Failure`](guest::Failure),
 //!   [`export_policy!`].
 //! - [`plan`]: [`Plan`](plan::Plan), which keeps a cycle from taking a GPU twice.
+//! - [`fit`]: the placement toolkit, indexes that keep best-fit searches fast (free GPUs per node,
+//!   host room, each node's GPUs tightest first, a per-need memo).
 //! - [`params`]: the policy's JSON parameters, read without `serde`.
 //! - [`check`]: the ABI's rules for decisions against their snapshot (hosts and tests use it).
 //! - [`testing`]: [`SnapshotFixture`](testing::SnapshotFixture) and [`Outcome`](testing::Outcome).
@@ -96,6 +98,7 @@
 
 pub mod abi;
 pub mod check;
+pub mod fit;
 pub mod frag;
 pub mod guest;
 pub mod owned;

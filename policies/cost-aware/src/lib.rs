@@ -41,8 +41,9 @@
 //! Params: none.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
+use airtime_policy_sdk::fit::{FitMemo, NodeRoom, NodesByFree, RoomIndex, gpu_list};
 use airtime_policy_sdk::prelude::*;
 
 /// The policy. Stateless: everything it needs is in the snapshot.
@@ -125,21 +126,6 @@ struct Fit {
     gpus: Vec<u32>,
 }
 
-/// What one node's fit for a shape came to, as of a node version.
-#[derive(Clone, Copy, Default)]
-struct Memo {
-    /// 0: never looked at (versions start at 1).
-    version: u32,
-    /// The GPU memory a fit would leave over; `None`: it does not fit.
-    waste: Option<u64>,
-}
-
-/// Ready GPU nodes of one cost per GPU-hour, grouped by how many GPUs they have free.
-struct Tier {
-    /// `by_free[k]`: the nodes of this tier with exactly `k` free GPUs, ascending.
-    by_free: Vec<Vec<u32>>,
-}
-
 /// One cycle's state.
 struct Cycle<'p, 's> {
     snapshot: &'p Snapshot<'s>,
@@ -147,22 +133,23 @@ struct Cycle<'p, 's> {
     plan: Plan<'p, 's>,
     /// GPUs each tenant holds: by running work, plus this cycle's placements.
     tenant_gpus: Vec<u32>,
-    /// Ready GPU nodes by cost per GPU-hour, cheapest first, each tier indexed by free GPUs, so a
-    /// workload looks at the cheapest, tightest candidates first instead of at the whole fleet.
-    tiers: Vec<Tier>,
+    /// Ready GPU nodes by cost per GPU-hour, cheapest first, each tier indexed by free GPUs (with
+    /// a version per node), so a workload looks at the cheapest, tightest candidates first instead
+    /// of at the whole fleet.
+    tiers: Vec<NodesByFree>,
     /// The tier of each node (`usize::MAX`: not a ready GPU node).
     tier_of: Vec<usize>,
-    /// Per node, bumped whenever its free GPUs change.
-    version: Vec<u32>,
-    /// Per (GPU count, MiB, models), per node: the fit as of a node version. Nodes that did not
-    /// change are not looked at again.
-    memo: BTreeMap<(u32, u32, &'s str), Vec<Memo>>,
+    /// Per GPU need, per node: the fit as of the node's version. Nodes that did not change are not
+    /// looked at again.
+    memo: FitMemo<'s>,
     /// Why a GPU shape found no room, once it failed.
     no_fit: BTreeMap<Shape<'s>, String>,
     /// Ready CPU nodes by cost, then by the CPU and memory they have free.
     cpu_room: RoomIndex,
+    /// Some node is in `cpu_room`.
+    any_cpu_node: bool,
     /// Ready GPU nodes by cost per hour, then by their spare host CPU and memory (see
-    /// [`Cycle::spare_host`]), for CPU-only work when no CPU node has room.
+    /// [`spare_host`]), for CPU-only work when no CPU node has room.
     host_room: RoomIndex,
     /// Reused by fit searches, so looking at a node allocates nothing.
     scratch: Vec<(u32, u32)>,
@@ -187,56 +174,66 @@ impl<'p, 's> Cycle<'p, 's> {
 
         let mut by_gpu_cost = gpu_nodes.clone();
         by_gpu_cost.sort_by_key(|&node| (node_of(node).map_or(0, |n| cost_key(gpu_hour_cost(n))), node));
-        let mut tiers: Vec<Tier> = Vec::new();
+        let mut tier_nodes: Vec<Vec<(u32, u32)>> = Vec::new();
         let mut tier_of = vec![usize::MAX; snapshot.nodes.len()];
         let mut last_cost = None;
         for node in by_gpu_cost {
             let cost = node_of(node).map_or(0, |n| cost_key(gpu_hour_cost(n)));
             if last_cost != Some(cost) {
-                tiers.push(Tier { by_free: Vec::new() });
+                tier_nodes.push(Vec::new());
                 last_cost = Some(cost);
             }
-            let tier_index = tiers.len() - 1;
-            let free = plan.free_gpu_count(node) as usize;
-            if let Some(tier) = tiers.last_mut() {
-                if tier.by_free.len() <= free {
-                    tier.by_free.resize_with(free + 1, Vec::new);
-                }
-                tier.by_free[free].push(node);
+            if let Some(tier) = tier_nodes.last_mut() {
+                tier.push((node, plan.free_gpu_count(node)));
             }
-            tier_of[node as usize] = tier_index;
+            tier_of[node as usize] = tier_nodes.len() - 1;
         }
+        let tiers = tier_nodes.into_iter().map(|nodes| NodesByFree::new(snapshot.nodes.len(), nodes)).collect();
+        // By cost, then free CPU, then free memory.
+        let room = |node: u32, (cpu, memory): (u32, u32)| NodeRoom {
+            node,
+            tier: node_of(node).map_or(0, |n| cost_key(node_cost(n))),
+            cpu,
+            memory,
+            tie: u64::from(memory),
+        };
+        let cpu_rooms = cpu_nodes.iter().map(|&node| room(node, (plan.cpu_free(node), plan.memory_free(node))));
+        let cpu_room = RoomIndex::new(snapshot.nodes.len(), cpu_rooms);
+        let host_rooms = gpu_nodes.iter().map(|&node| room(node, spare_host(snapshot, &plan, node)));
+        let host_room = RoomIndex::new(snapshot.nodes.len(), host_rooms);
 
-        let mut cycle = Cycle {
+        Cycle {
             snapshot,
             settings,
             plan,
             tenant_gpus: snapshot.tenants.iter().map(|t| t.running_gpus).collect(),
             tiers,
             tier_of,
-            version: vec![1; snapshot.nodes.len()],
-            memo: BTreeMap::new(),
+            memo: FitMemo::new(snapshot.nodes.len()),
             no_fit: BTreeMap::new(),
-            cpu_room: RoomIndex::new(snapshot, &cpu_nodes),
-            host_room: RoomIndex::new(snapshot, &gpu_nodes),
+            any_cpu_node: !cpu_nodes.is_empty(),
+            cpu_room,
+            host_room,
             scratch: Vec::new(),
             on_host_cpu: Vec::new(),
             placed: 0,
             on_cpu_nodes: 0,
             gpu_cost_per_hour: 0.0,
             any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
-        };
-        for node in cpu_nodes.into_iter().chain(gpu_nodes) {
-            cycle.refresh_room(node);
         }
-        cycle
     }
 
     /// Files `node` (a ready node) in its room index after a change.
     fn refresh_room(&mut self, node: u32) {
         match self.node(node) {
-            Some(n) if n.is_ready() && n.has_gpus() => self.host_room.set(node, self.spare_host(node)),
-            Some(n) if n.is_ready() => self.cpu_room.set(node, (self.plan.cpu_free(node), self.plan.memory_free(node))),
+            Some(n) if n.is_ready() && n.has_gpus() => {
+                let (cpu, memory) = spare_host(self.snapshot, &self.plan, node);
+                self.host_room.set(node, cpu, memory, u64::from(memory));
+            }
+            Some(n) if n.is_ready() => {
+                let (cpu, memory) = (self.plan.cpu_free(node), self.plan.memory_free(node));
+                self.cpu_room.set(node, cpu, memory, u64::from(memory));
+            }
             _ => {}
         }
     }
@@ -278,7 +275,7 @@ impl<'p, 's> Cycle<'p, 's> {
                 let reason = format!("placed on {} at {}{instead}", self.name(node), dollars(n_cost));
                 return self.place_on_cpu(index, node, reason);
             }
-            if !self.cpu_room.tiers.is_empty() {
+            if self.any_cpu_node {
                 prefix = format!("no CPU node has room for {} mCPU and {} MiB; ", w.cpu_millis, w.memory_mb);
             }
         }
@@ -329,7 +326,7 @@ impl<'p, 's> Cycle<'p, 's> {
             "{prefix}cheapest fit on {} at {} per GPU{for_all}: {} ({model}), {left} left free there",
             self.name(fit.node),
             dollars(per_gpu),
-            devices(self.snapshot, &fit.gpus)
+            gpu_list(self.snapshot, &fit.gpus)
         );
         let before = self.plan.free_gpu_count(fit.node);
         self.plan.place(index, fit.node, fit.gpus, reason)?;
@@ -419,27 +416,13 @@ impl<'p, 's> Cycle<'p, 's> {
 
     /// The cheapest CPU node with room for `w`; among equally cheap ones, the least CPU left over.
     fn cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
-        self.cpu_room.cheapest(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
+        self.cpu_room.best(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
     }
 
-    /// The cheapest GPU node whose spare host CPU and memory (see [`Cycle::spare_host`]) have room
+    /// The cheapest GPU node whose spare host CPU and memory (see [`spare_host`]) have room
     /// for CPU-only `w`.
     fn host_cpu_node(&self, w: &Workload<'_>) -> Option<u32> {
-        self.host_room.cheapest(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
-    }
-
-    /// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of
-    /// its free GPUs, so CPU-only work never leaves GPUs that could be placed without the host
-    /// resources to run them.
-    fn spare_host(&self, node: u32) -> (u32, u32) {
-        let Some(n) = self.node(node) else { return (0, 0) };
-        let free = u64::from(self.plan.free_gpu_count(node));
-        let gpus = u64::from(n.gpu_count.max(1));
-        let keep = |total: u32| (u64::from(total) * free / gpus).min(u64::from(u32::MAX)) as u32;
-        (
-            self.plan.cpu_free(node).saturating_sub(keep(n.cpu_millis)),
-            self.plan.memory_free(node).saturating_sub(keep(n.memory_mb)),
-        )
+        self.host_room.best(w.cpu_millis, w.memory_mb, |node| can_run(self.snapshot, w, node))
     }
 
     /// The cheapest fit for `w`: the cheapest cost tier with a node that fits, and in it the fewest
@@ -448,30 +431,18 @@ impl<'p, 's> Cycle<'p, 's> {
         if need.count == 0 {
             return None;
         }
-        let key = (need.count, need.memory_mb, w.gpu_models);
-        let mut memo = self.memo.remove(&key).unwrap_or_else(|| vec![Memo::default(); self.snapshot.nodes.len()]);
+        let mut memo = std::mem::take(&mut self.memo);
+        let id = memo.id(w);
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut best: Option<(u64, u32)> = None;
         'tiers: for tier in &self.tiers {
-            for group in tier.by_free.iter().skip(need.count as usize) {
+            for group in tier.at_least(need.count) {
                 for &node in group {
                     if !can_run(self.snapshot, w, node) {
                         continue;
                     }
-                    let version = self.version[node as usize];
-                    let waste = match memo.get(node as usize) {
-                        // Free GPUs only dwindle in a cycle: a node that did not fit never will.
-                        Some(seen) if seen.version == version || (seen.version != 0 && seen.waste.is_none()) => {
-                            seen.waste
-                        }
-                        _ => {
-                            let waste = self.fitting(node, need, &mut scratch);
-                            if let Some(seen) = memo.get_mut(node as usize) {
-                                *seen = Memo { version, waste };
-                            }
-                            waste
-                        }
-                    };
+                    // Free GPUs only dwindle in a cycle: a node that did not fit never will.
+                    let waste = memo.waste(id, node, tier.version(node), || self.fitting(node, need, &mut scratch));
                     if waste.is_some() && !self.has_host_room(node, w) {
                         continue;
                     }
@@ -489,7 +460,7 @@ impl<'p, 's> Cycle<'p, 's> {
                 }
             }
         }
-        self.memo.insert(key, memo);
+        self.memo = memo;
         let fit = best.and_then(|(_, node)| {
             self.fitting(node, need, &mut scratch)?;
             let mut gpus: Vec<u32> = scratch.iter().map(|&(_, g)| g).collect();
@@ -520,22 +491,8 @@ impl<'p, 's> Cycle<'p, 's> {
 
     /// `node` went from `before` to `after` free GPUs.
     fn moved(&mut self, node: u32, before: u32, after: u32) {
-        if before == after {
-            return;
-        }
-        if let Some(version) = self.version.get_mut(node as usize) {
-            *version += 1;
-        }
-        let Some(tier) = self.tier_of.get(node as usize).and_then(|&t| self.tiers.get_mut(t)) else { return };
-        if let Some(group) = tier.by_free.get_mut(before as usize)
-            && let Ok(at) = group.binary_search(&node)
-        {
-            group.remove(at);
-        }
-        if let Some(group) = tier.by_free.get_mut(after as usize)
-            && let Err(at) = group.binary_search(&node)
-        {
-            group.insert(at, node);
+        if let Some(tier) = self.tier_of.get(node as usize).and_then(|&t| self.tiers.get_mut(t)) {
+            tier.moved(node, before, after);
         }
     }
 
@@ -560,12 +517,7 @@ impl<'p, 's> Cycle<'p, 's> {
         }
         let fitting = |node: u32| self.plan.free_gpus(node).filter(|(_, g)| need.fits(g)).count() as u32;
         let nodes = || {
-            self.tiers
-                .iter()
-                .flat_map(|t| t.by_free.iter().skip(1))
-                .flatten()
-                .copied()
-                .filter(|&node| can_run(snapshot, w, node))
+            self.tiers.iter().flat_map(|t| t.at_least(1)).flatten().copied().filter(|&node| can_run(snapshot, w, node))
         };
         if nodes().any(|node| fitting(node) >= need.count) {
             let nodes = if w.container { "the ready nodes that run containers" } else { "the ready nodes" };
@@ -585,57 +537,15 @@ impl<'p, 's> Cycle<'p, 's> {
     }
 }
 
-/// Nodes by cost per hour, cheapest first, and within one cost by the host CPU and memory they have
-/// room for: the cheapest node with room, the tightest fit among equals, is a range lookup per cost
-/// instead of a scan of the fleet.
-struct RoomIndex {
-    /// One per cost, cheapest first: (free mCPU, free MiB, node).
-    tiers: Vec<BTreeSet<(u32, u32, u32)>>,
-    /// Per node, its tier (`usize::MAX`: not indexed) and its entry there.
-    tier_of: Vec<usize>,
-    room: Vec<Option<(u32, u32)>>,
-}
-
-impl RoomIndex {
-    fn new(snapshot: &Snapshot<'_>, nodes: &[u32]) -> Self {
-        let cost = |node: u32| snapshot.node(node).map_or(0, |n| cost_key(node_cost(n)));
-        let mut costs: Vec<u64> = nodes.iter().map(|&node| cost(node)).collect();
-        costs.sort_unstable();
-        costs.dedup();
-        let mut tier_of = vec![usize::MAX; snapshot.nodes.len()];
-        for &node in nodes {
-            if let (Ok(tier), Some(slot)) = (costs.binary_search(&cost(node)), tier_of.get_mut(node as usize)) {
-                *slot = tier;
-            }
-        }
-        RoomIndex { tiers: vec![BTreeSet::new(); costs.len()], tier_of, room: vec![None; snapshot.nodes.len()] }
-    }
-
-    /// `node` has room for `cpu` mCPU and `memory` MiB.
-    fn set(&mut self, node: u32, (cpu, memory): (u32, u32)) {
-        let (Some(&tier), Some(slot)) = (self.tier_of.get(node as usize), self.room.get_mut(node as usize)) else {
-            return;
-        };
-        let Some(set) = self.tiers.get_mut(tier) else { return };
-        if let Some((old_cpu, old_memory)) = slot.replace((cpu, memory)) {
-            set.remove(&(old_cpu, old_memory, node));
-        }
-        set.insert((cpu, memory, node));
-    }
-
-    /// The cheapest node with room for `cpu` and `memory` that `can_run` the workload; of equally
-    /// cheap ones, the least left over (CPU, then memory, then the node order).
-    fn cheapest(&self, cpu: u32, memory: u32, can_run: impl Fn(u32) -> bool) -> Option<u32> {
-        self.tiers.iter().find_map(|set| {
-            set.range((cpu, 0, 0)..).find(|&&(_, m, node)| m >= memory && can_run(node)).map(|&(.., node)| node)
-        })
-    }
-}
-
-/// "GPUs [0,1]": device indexes on their node.
-fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
-    let list: Vec<String> = gpus.iter().filter_map(|&g| snapshot.gpu(g)).map(|g| g.device_index.to_string()).collect();
-    format!("GPU{} [{}]", if gpus.len() == 1 { "" } else { "s" }, list.join(","))
+/// A GPU node's free host CPU and memory beyond a per-GPU share of its totals kept for each of its
+/// free GPUs, so CPU-only work never leaves GPUs that could be placed without the host resources to
+/// run them.
+fn spare_host(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, node: u32) -> (u32, u32) {
+    let Some(n) = snapshot.node(node) else { return (0, 0) };
+    let free = u64::from(plan.free_gpu_count(node));
+    let gpus = u64::from(n.gpu_count.max(1));
+    let keep = |total: u32| (u64::from(total) * free / gpus).min(u64::from(u32::MAX)) as u32;
+    (plan.cpu_free(node).saturating_sub(keep(n.cpu_millis)), plan.memory_free(node).saturating_sub(keep(n.memory_mb)))
 }
 
 #[cfg(test)]

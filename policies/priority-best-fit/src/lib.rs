@@ -30,6 +30,7 @@
 
 use std::collections::BTreeMap;
 
+use airtime_policy_sdk::fit::{Candidate, FitMemo, NodeRoom, NodesByFree, RoomIndex, TightestGpus, push_number};
 use airtime_policy_sdk::prelude::*;
 
 /// The policy. Stateless: everything it needs is in the snapshot.
@@ -145,29 +146,26 @@ impl Policy for PriorityBestFit {
     }
 }
 
-/// One cycle's state: the plan, and the ready nodes indexed by what they have free, so each
-/// workload looks at the tightest candidates first instead of at the whole fleet.
+/// One cycle's state: the plan, and the ready nodes indexed by what they have free (the SDK's
+/// placement toolkit, `airtime_policy_sdk::fit`), so each workload looks at the tightest candidates
+/// first instead of at the whole fleet.
 struct Cycle<'p, 's> {
     snapshot: &'p Snapshot<'s>,
     plan: Plan<'p, 's>,
-    gpus: FreeGpuIndex,
-    cpus: FreeCpuIndex,
+    /// Ready nodes by free GPUs, with a version per node for the memo.
+    gpus: NodesByFree,
+    /// Ready nodes in CPU best-fit order: CPU-only nodes first (GPU nodes keep their CPU for GPU
+    /// work), then the least free CPU, then the least free memory, then the node index.
+    cpus: RoomIndex,
     placed: u32,
-    /// Per node, bumped when a placement takes its GPUs.
-    versions: Vec<u32>,
-    /// Per GPU need, per node: the memory a fit would leave over (or `None`: it does not fit), as
-    /// of a node version. Nodes that did not change are not looked at again, which keeps a cycle
-    /// of 10,000 workloads on 1,000 nodes in milliseconds. `memo_ids` numbers the needs.
-    memo: Vec<NeedMemo>,
-    memo_ids: BTreeMap<MemoKey<'s>, usize>,
-    /// The fleet's GPU models, trimmed, one entry per model ignoring ASCII case; a candidate
-    /// names its model by position here, so a need checks each model once, not each GPU.
-    models: Vec<&'s str>,
-    /// Every node's GPUs, tightest first (least free memory, then device order), node after node;
-    /// `order_at[node]` is where a node's run starts. Sorted once per cycle, since a GPU's free
-    /// memory does not change within one; placements only take GPUs out, which [`fit`] skips.
-    order: Vec<Candidate>,
-    order_at: Vec<usize>,
+    /// Per GPU need, per node: the memory a fit would leave over, as of the node's version. Nodes
+    /// that did not change are not looked at again, which keeps a cycle of 10,000 workloads on
+    /// 1,000 nodes in milliseconds.
+    memo: FitMemo<'s>,
+    /// Per need of the memo, which GPU kinds (model, MIG profile) it may run on.
+    allowed: Vec<Vec<bool>>,
+    /// Every node's GPUs, tightest first, sorted once per cycle.
+    tightest: TightestGpus<'s>,
     /// The fitting GPUs of the node being looked at, reused from node to node.
     scratch: Vec<Candidate>,
     /// Some ready node has a container engine (ABI 1.4): container work can run somewhere.
@@ -177,70 +175,37 @@ struct Cycle<'p, 's> {
 /// Why a container workload waits when no ready node has a container engine.
 const NO_ENGINE: &str = "no ready node runs containers";
 
-/// (GPU count, MiB per GPU, allowed models as the workload wrote them).
-type MemoKey<'s> = (u32, u32, &'s str);
-
-/// One GPU need's view of the fleet.
-struct NeedMemo {
-    /// Per model of [`Cycle::models`], whether the need allows it.
-    allowed: Vec<bool>,
-    /// Per node.
-    nodes: Vec<Memo>,
-}
-
-#[derive(Clone, Copy, Default)]
-struct Memo {
-    /// 0: never looked at (versions start at 1).
-    version: u32,
-    waste: Option<u64>,
+/// A node's entry in the CPU index: CPU-only nodes in the first tier, ties on free memory.
+fn cpu_room(plan: &Plan<'_, '_>, node: u32, has_gpus: bool) -> NodeRoom {
+    let (cpu, memory) = (plan.cpu_free(node), plan.memory_free(node));
+    NodeRoom { node, tier: u64::from(has_gpus), cpu, memory, tie: u64::from(memory) }
 }
 
 impl<'p, 's> Cycle<'p, 's> {
     fn new(snapshot: &'p Snapshot<'s>) -> Self {
         let plan = Plan::new(snapshot);
-        let gpus = FreeGpuIndex::new(snapshot, &plan);
-        let cpus = FreeCpuIndex::new(snapshot, &plan);
-        let versions = vec![1; snapshot.nodes.len()];
-        let mut models: Vec<&'s str> = Vec::new();
-        let mut model_of = |model: &'s str| {
-            let model = model.trim();
-            let at = models.iter().position(|m| m.eq_ignore_ascii_case(model)).unwrap_or_else(|| {
-                models.push(model);
-                models.len() - 1
-            });
-            at as u32
-        };
-        let mut order = Vec::with_capacity(snapshot.gpus.len());
-        let mut order_at = Vec::with_capacity(snapshot.nodes.len() + 1);
-        for (node, _) in snapshot.nodes_indexed() {
-            let start = order.len();
-            order_at.push(start);
-            order.extend(snapshot.node_gpus(node).map(|(gpu, g)| Candidate {
-                memory_free_mb: g.memory_free_mb(),
-                device_index: g.device_index,
-                gpu,
-                nvlink_group: g.nvlink_group,
-                model: model_of(g.model),
-            }));
-            // GPU indexes are distinct, so the order is total.
-            order[start..].sort_unstable_by_key(|c| (c.memory_free_mb, c.device_index, c.gpu));
-        }
-        order_at.push(order.len());
+        let gpus = NodesByFree::of_ready_nodes(snapshot, &plan);
+        let rooms = snapshot.ready_nodes().map(|(n, node)| cpu_room(&plan, n, node.has_gpus()));
+        let cpus = RoomIndex::new(snapshot.nodes.len(), rooms);
         Cycle {
             snapshot,
             plan,
             gpus,
             cpus,
             placed: 0,
-            versions,
-            memo: Vec::new(),
-            memo_ids: BTreeMap::new(),
-            models,
-            order,
-            order_at,
+            memo: FitMemo::new(snapshot.nodes.len()),
+            allowed: Vec::new(),
+            tightest: TightestGpus::new(snapshot),
             scratch: Vec::new(),
             any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
         }
+    }
+
+    /// Files `node` in the CPU index again after a placement took its CPU and memory.
+    fn refresh_cpu(&mut self, node: u32) {
+        let has_gpus = self.snapshot.node(node).is_some_and(Node::has_gpus);
+        let room = cpu_room(&self.plan, node, has_gpus);
+        self.cpus.set(node, room.cpu, room.memory, room.tie);
     }
 
     fn place_on_gpus(&mut self, index: u32, need: &GpuNeed<'_>, mut fit: GpuFit<'s>) -> Result<(), Failure> {
@@ -266,15 +231,10 @@ impl<'p, 's> Cycle<'p, 's> {
         reason.push_str("), ");
         push_number(&mut reason, left);
         reason.push_str(if left == 1 { " GPU left free there" } else { " GPUs left free there" });
-        let host_before = (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node));
         self.plan.place(index, fit.node, fit.gpus, reason)?;
         self.placed += 1;
         self.gpus.moved(fit.node, free_before, self.plan.free_gpu_count(fit.node));
-        let after = (self.plan.cpu_free(fit.node), self.plan.memory_free(fit.node));
-        self.cpus.moved(fit.node, true, host_before, after);
-        if let Some(version) = self.versions.get_mut(fit.node as usize) {
-            *version += 1;
-        }
+        self.refresh_cpu(fit.node);
         Ok(())
     }
 
@@ -287,15 +247,10 @@ impl<'p, 's> Cycle<'p, 's> {
             workload.gpu_milli, workload.gpu_memory_mb
         );
         let free_before = self.plan.free_gpu_count(node);
-        let host_before = (self.plan.cpu_free(node), self.plan.memory_free(node));
         self.plan.place(index, node, vec![gpu], reason)?;
         self.placed += 1;
         self.gpus.moved(node, free_before, self.plan.free_gpu_count(node));
-        let after = (self.plan.cpu_free(node), self.plan.memory_free(node));
-        self.cpus.moved(node, true, host_before, after);
-        if let Some(version) = self.versions.get_mut(node as usize) {
-            *version += 1;
-        }
+        self.refresh_cpu(node);
         Ok(())
     }
 
@@ -327,8 +282,7 @@ impl<'p, 's> Cycle<'p, 's> {
         reason.push_str(" mCPU left free there");
         self.plan.place(index, node, Vec::new(), reason)?;
         self.placed += 1;
-        let has_gpus = self.snapshot.node(node).is_some_and(Node::has_gpus);
-        self.cpus.moved(node, has_gpus, before, (self.plan.cpu_free(node), self.plan.memory_free(node)));
+        self.refresh_cpu(node);
         Ok(true)
     }
 
@@ -347,23 +301,13 @@ impl<'p, 's> Cycle<'p, 's> {
     /// memory left over on the chosen GPUs, then the lowest node index. `None` when no ready node has
     /// enough free GPUs that fit and the host CPU and memory.
     fn best_gpu_fit(&mut self, workload: &Workload<'s>, need: &GpuNeed<'s>, prefer_nvlink: bool) -> Option<GpuFit<'s>> {
-        let key = (need.count, need.memory_mb, workload.gpu_models);
-        let id = match self.memo_ids.get(&key) {
-            Some(&id) => id,
-            None => {
-                let allowed = self.models.iter().map(|m| need.allows_model(m)).collect();
-                self.memo.push(NeedMemo { allowed, nodes: vec![Memo::default(); self.snapshot.nodes.len()] });
-                self.memo_ids.insert(key, self.memo.len() - 1);
-                self.memo.len() - 1
-            }
-        };
+        let id = self.memo.id(workload);
+        if id == self.allowed.len() {
+            self.allowed.push(self.tightest.kinds_allowed(need));
+        }
         let snapshot = self.snapshot;
-        let Cycle { plan, gpus, versions, memo, order, order_at, scratch, .. } = self;
-        let gpus_of = |node: u32| {
-            let node = node as usize;
-            order_at.get(node).zip(order_at.get(node + 1)).and_then(|(&a, &b)| order.get(a..b)).unwrap_or(&[])
-        };
-        let NeedMemo { allowed, nodes: memo } = &mut memo[id];
+        let Cycle { plan, gpus, memo, allowed, tightest, scratch, .. } = self;
+        let allowed = allowed.get(id).map_or(&[][..], Vec::as_slice);
         let mut best: Option<(u64, u32)> = None;
         // Groups are visited tightest first; the first group with a fitting node holds the best
         // fit, and within it the least memory left over wins (the first such node, as groups are
@@ -376,16 +320,9 @@ impl<'p, 's> Cycle<'p, 's> {
                 if workload.container && !snapshot.node(node).is_some_and(|n| n.can_run(workload)) {
                     continue;
                 }
-                let version = versions.get(node as usize).copied().unwrap_or(0);
-                let waste = match memo.get_mut(node as usize) {
-                    Some(seen) if seen.version == version => seen.waste,
-                    Some(seen) => {
-                        let waste = fit(plan, gpus_of(node), need, allowed, prefer_nvlink, scratch).map(|(_, w)| w);
-                        *seen = Memo { version, waste };
-                        waste
-                    }
-                    None => None,
-                };
+                let waste = memo.waste(id, node, gpus.version(node), || {
+                    tightest.fit(plan, node, need, allowed, prefer_nvlink, scratch).map(|fit| fit.waste)
+                });
                 if let Some(waste) = waste
                     && best.is_none_or(|(least, _)| waste < least)
                 {
@@ -400,14 +337,9 @@ impl<'p, 's> Cycle<'p, 's> {
             }
         }
         let (_, node) = best?;
-        let (domain, _) = fit(plan, gpus_of(node), need, allowed, prefer_nvlink, scratch)?;
-        let chosen = || scratch.iter().filter(|c| domain.is_none_or(|d| c.nvlink_group == Some(d)));
-        let gpus: Vec<u32> = chosen().take(need.count as usize).map(|c| c.gpu).collect();
-        let first_group = scratch.first().and_then(|c| c.nvlink_group);
-        let one_nvlink_domain = domain.is_some()
-            || (first_group.is_some() && chosen().take(need.count as usize).all(|c| c.nvlink_group == first_group));
-        let model = gpus.first().and_then(|&i| self.snapshot.gpu(i)).map_or("", |g| g.model);
-        Some(GpuFit { node, gpus, model, one_nvlink_domain })
+        let taken = tightest.take(plan, node, need, allowed, prefer_nvlink, scratch)?;
+        let model = taken.gpus.first().and_then(|&i| snapshot.gpu(i)).map_or("", |g| g.model);
+        Some(GpuFit { node, gpus: taken.gpus, model, one_nvlink_domain: taken.one_nvlink_domain })
     }
 
     /// "no ready node has 4 free GPUs with ≥ 40960 MiB (H100); the most on one node is 2 (n7)", or,
@@ -465,177 +397,9 @@ struct GpuFit<'a> {
     one_nvlink_domain: bool,
 }
 
-/// Ready nodes grouped by how many GPUs they have free in the plan, each group in node order.
-struct FreeGpuIndex {
-    /// `by_free[f]`: the ready nodes with exactly `f` free GPUs, ascending.
-    by_free: Vec<Vec<u32>>,
-}
-
-impl FreeGpuIndex {
-    fn new(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>) -> Self {
-        let mut by_free: Vec<Vec<u32>> = Vec::new();
-        for (node, _) in snapshot.ready_nodes() {
-            let free = plan.free_gpu_count(node) as usize;
-            if by_free.len() <= free {
-                by_free.resize_with(free + 1, Vec::new);
-            }
-            by_free[free].push(node);
-        }
-        FreeGpuIndex { by_free }
-    }
-
-    /// `node` went from `before` to `after` free GPUs.
-    fn moved(&mut self, node: u32, before: u32, after: u32) {
-        if let Some(group) = self.by_free.get_mut(before as usize)
-            && let Ok(at) = group.binary_search(&node)
-        {
-            group.remove(at);
-        }
-        if let Some(group) = self.by_free.get_mut(after as usize)
-            && let Err(at) = group.binary_search(&node)
-        {
-            group.insert(at, node);
-        }
-    }
-
-    /// The groups of nodes with at least `count` free GPUs, tightest first.
-    fn at_least(&self, count: u32) -> impl Iterator<Item = &[u32]> {
-        self.by_free.iter().skip(count as usize).map(Vec::as_slice)
-    }
-}
-
-/// Ready nodes in CPU best-fit order: CPU-only nodes first (GPU nodes keep their CPU for GPU work),
-/// then the least free CPU, then the least free memory, then the node index. The first node in this
-/// order with room is the one with the least left over.
-struct FreeCpuIndex {
-    /// `(has GPUs, free mCPU, free MiB, node)`, sorted.
-    nodes: Vec<(bool, u32, u32, u32)>,
-}
-
-impl FreeCpuIndex {
-    fn new(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>) -> Self {
-        let mut nodes: Vec<_> = snapshot
-            .ready_nodes()
-            .map(|(n, node)| (node.has_gpus(), plan.cpu_free(n), plan.memory_free(n), n))
-            .collect();
-        nodes.sort_unstable();
-        FreeCpuIndex { nodes }
-    }
-
-    /// The node with room for `cpu` and `memory` that `can_run` the workload, the least left over.
-    fn best(&self, cpu: u32, memory: u32, can_run: impl Fn(u32) -> bool) -> Option<u32> {
-        [false, true].into_iter().find_map(|has_gpus| {
-            let start = self.nodes.partition_point(|&(g, c, _, _)| (g, c) < (has_gpus, cpu));
-            self.nodes
-                .get(start..)?
-                .iter()
-                .take_while(|&&(g, ..)| g == has_gpus)
-                .find(|&&(_, _, m, node)| m >= memory && can_run(node))
-                .map(|&(.., node)| node)
-        })
-    }
-
-    /// `node` (with GPUs or not) had `before` free (CPU, memory) and has `after` now.
-    fn moved(&mut self, node: u32, has_gpus: bool, before: (u32, u32), after: (u32, u32)) {
-        let Ok(at) = self.nodes.binary_search(&(has_gpus, before.0, before.1, node)) else { return };
-        let entry = (has_gpus, after.0, after.1, node);
-        let to = self.nodes.partition_point(|e| *e < entry);
-        // Free CPU and memory only go down in a cycle, so the entry moves towards the front.
-        if to <= at {
-            self.nodes[to..=at].rotate_right(1);
-            self.nodes[to] = entry;
-        } else {
-            self.nodes.remove(at);
-            self.nodes.insert(to - 1, entry);
-        }
-    }
-}
-
-/// A free GPU that fits the need, as [`fit`] sorts them.
-#[derive(Clone, Copy)]
-struct Candidate {
-    memory_free_mb: u32,
-    device_index: u32,
-    gpu: u32,
-    nvlink_group: Option<u32>,
-    /// Position in [`Cycle::models`].
-    model: u32,
-}
-
-/// Which GPUs `need` would take from `candidates` (one node's GPUs, tightest first: least free
-/// memory, then device order) whose model `allowed` says the need allows, and the memory they would leave over; `None` if too few of its free
-/// GPUs fit. Fills `scratch` with the free GPUs that fit, in that order. The GPUs taken are the
-/// first `need.count` of them, or with `prefer_nvlink` and more than one GPU, the first
-/// `need.count` of one NVLink domain when a domain has enough: the domain with the fewest fitting
-/// GPUs that still has enough (keeping big domains whole), then the lowest domain number. Returns
-/// that domain (`None`: the tightest GPUs, whatever their domains) and the memory left over.
-///
-/// No allocation and no sorting: this runs for every node a workload looks at whose GPUs changed.
-fn fit(
-    plan: &Plan<'_, '_>,
-    candidates: &[Candidate],
-    need: &GpuNeed<'_>,
-    allowed: &[bool],
-    prefer_nvlink: bool,
-    scratch: &mut Vec<Candidate>,
-) -> Option<(Option<u32>, u64)> {
-    let count = need.count as usize;
-    scratch.clear();
-    scratch.extend(candidates.iter().filter(|c| {
-        c.memory_free_mb >= need.memory_mb
-            && plan.is_gpu_free(c.gpu)
-            && allowed.get(c.model as usize).copied().unwrap_or(false)
-    }));
-    if scratch.len() < count {
-        return None;
-    }
-    let mut domain = None;
-    if prefer_nvlink && count > 1 {
-        // (fitting GPUs, domain) of the best domain with enough, each domain counted once.
-        let mut best: Option<(usize, u32)> = None;
-        for (at, candidate) in scratch.iter().enumerate() {
-            let Some(group) = candidate.nvlink_group else { continue };
-            if scratch[..at].iter().any(|c| c.nvlink_group == Some(group)) {
-                continue;
-            }
-            let size = scratch[at..].iter().filter(|c| c.nvlink_group == Some(group)).count();
-            if size >= count && best.is_none_or(|b| (size, group) < b) {
-                best = Some((size, group));
-            }
-        }
-        domain = best.map(|(_, group)| group);
-    }
-    let waste = scratch
-        .iter()
-        .filter(|c| domain.is_none_or(|d| c.nvlink_group == Some(d)))
-        .take(count)
-        .map(|c| u64::from(c.memory_free_mb - need.memory_mb))
-        .sum();
-    Some((domain, waste))
-}
-
 fn no_cpu_reason(workload: &Workload<'_>) -> String {
     let no_node = if workload.container { "no ready node that runs containers" } else { "no ready node" };
     format!("{no_node} has {} mCPU and {} MiB free", workload.cpu_millis, workload.memory_mb)
-}
-
-/// Appends `n` in decimal. The reasons written for every placement are built with this and
-/// `push_str` rather than `format!`, whose dynamic dispatch costs, in Wasm, as much as the rest
-/// of a placement.
-fn push_number(text: &mut String, mut n: u32) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &digit in &digits[at..] {
-        text.push(char::from(digit));
-    }
 }
 
 #[cfg(test)]

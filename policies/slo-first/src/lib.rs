@@ -36,6 +36,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use airtime_policy_sdk::fit::{NodeRoom, NodesByFree, RoomIndex, gpu_list};
 use airtime_policy_sdk::prelude::*;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -131,6 +132,7 @@ impl Policy for SloFirst {
         let unreserved = vec![false; snapshot.gpus.len()];
         let any_stopping = snapshot.workloads.iter().any(|w| w.state == WorkloadState::Stopping);
         let any_engine = snapshot.ready_nodes().any(|(_, n)| n.containers);
+        let mut fleet = FleetIndex::new(snapshot, &plan);
 
         for (index, w) in order {
             if w.container && !any_engine {
@@ -139,7 +141,7 @@ impl Policy for SloFirst {
             }
             // CPU-only work, and CPU-capable work while a CPU node has room.
             if !w.needs_gpu() || w.cpu_capable {
-                if let Some(node) = cpu_node(snapshot, &plan, w) {
+                if let Some(node) = fleet.cpu_node(snapshot, w) {
                     let n = &snapshot.nodes[node as usize];
                     let reason = if w.needs_gpu() {
                         format!(
@@ -149,7 +151,7 @@ impl Policy for SloFirst {
                     } else {
                         format!("placed on {} ({} mCPU free)", n.name, plan.cpu_free(node))
                     };
-                    plan.place(index, node, Vec::new(), reason)?;
+                    fleet.place(&mut plan, index, node, Vec::new(), reason)?;
                     continue;
                 }
                 if !w.needs_gpu() {
@@ -223,7 +225,7 @@ impl Policy for SloFirst {
                         snapshot.effective_priority(w)
                     );
                     tenant_gpus[t as usize] += demand;
-                    plan.place(index, node, vec![gpu], reason)?;
+                    fleet.place(&mut plan, index, node, vec![gpu], reason)?;
                     continue;
                 }
             }
@@ -232,10 +234,14 @@ impl Policy for SloFirst {
             let host = (w.cpu_millis, w.memory_mb);
             // `no_fit` remembers GPU shapes that found no GPUs at all; host CPU and memory vary per
             // workload, so a failure for want of them is not remembered.
-            let fit = if no_fit.contains(&shape) { None } else { best_fit(snapshot, &plan, w, &need, host, &reserved) };
+            let fit = if no_fit.contains(&shape) {
+                None
+            } else {
+                best_fit(snapshot, &plan, &fleet, w, &need, host, &reserved)
+            };
             if fit.is_none()
                 && !no_fit.contains(&shape)
-                && best_fit(snapshot, &plan, w, &need, (0, 0), &reserved).is_none()
+                && best_fit(snapshot, &plan, &fleet, w, &need, (0, 0), &reserved).is_none()
             {
                 no_fit.insert(shape);
             }
@@ -244,7 +250,7 @@ impl Policy for SloFirst {
                 let mut reason = format!(
                     "best fit on {}: {} (leaves {left} free there); {} priority {}",
                     n.name,
-                    devices(snapshot, &gpus),
+                    gpu_list(snapshot, &gpus),
                     w.class.as_str(),
                     snapshot.effective_priority(w)
                 );
@@ -262,7 +268,7 @@ impl Policy for SloFirst {
                     need.count * WHOLE_GPU_MILLI
                 };
                 tenant_gpus[t as usize] += held;
-                plan.place(index, node, gpus, reason)?;
+                fleet.place(&mut plan, index, node, gpus, reason)?;
                 continue;
             }
 
@@ -270,7 +276,7 @@ impl Policy for SloFirst {
             let only_reserved = head.is_some()
                 && *reserved_only
                     .entry(shape)
-                    .or_insert_with(|| best_fit(snapshot, &plan, w, &need, host, &unreserved).is_some());
+                    .or_insert_with(|| best_fit(snapshot, &plan, &fleet, w, &need, host, &unreserved).is_some());
             if let Some(owner) = head.filter(|_| only_reserved) {
                 plan.keep_pending(
                     index,
@@ -438,40 +444,83 @@ fn no_node(w: &Workload<'_>) -> &'static str {
     if w.container { "no ready node that runs containers" } else { "no ready node" }
 }
 
-fn devices(snapshot: &Snapshot<'_>, gpus: &[u32]) -> String {
-    let list: Vec<String> = gpus.iter().map(|&g| snapshot.gpus[g as usize].device_index.to_string()).collect();
-    format!("GPU{} [{}]", if gpus.len() == 1 { "" } else { "s" }, list.join(","))
+/// The ready nodes indexed by what they have free (the SDK's placement toolkit), kept current as
+/// the cycle places work, so a placement looks at the tightest candidates instead of the fleet.
+struct FleetIndex {
+    /// Ready nodes by free GPUs.
+    free: NodesByFree,
+    /// Ready CPU-only nodes, the least free CPU first, then the cheapest.
+    cpu_only: RoomIndex,
+    /// Every ready node, the least free CPU first.
+    every: RoomIndex,
 }
 
-/// A ready CPU-only node that can run the workload with room for its CPU and memory, tightest CPU
-/// fit first.
-fn cpu_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>) -> Option<u32> {
-    let fits = |node: u32| plan.cpu_free(node) >= w.cpu_millis && plan.memory_free(node) >= w.memory_mb;
-    let cpu_only = snapshot.ready_nodes().filter(|(node, n)| n.gpu_count == 0 && n.can_run(w) && fits(*node));
-    let chosen =
-        cpu_only.min_by_key(|(node, n)| (plan.cpu_free(*node) - w.cpu_millis, (n.cost_per_hour * 100.0) as u32));
-    if let Some((node, _)) = chosen {
-        return Some(node);
+impl FleetIndex {
+    fn new(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>) -> Self {
+        let room = |node: u32, tie: u64| NodeRoom {
+            node,
+            tier: 0,
+            cpu: plan.cpu_free(node),
+            memory: plan.memory_free(node),
+            tie,
+        };
+        let cpu_only = snapshot.ready_nodes().filter(|(_, n)| n.gpu_count == 0).map(|(node, n)| room(node, cents(n)));
+        FleetIndex {
+            free: NodesByFree::of_ready_nodes(snapshot, plan),
+            cpu_only: RoomIndex::new(snapshot.nodes.len(), cpu_only),
+            every: RoomIndex::new(snapshot.nodes.len(), snapshot.ready_nodes().map(|(node, _)| room(node, 0))),
+        }
     }
-    // CPU-only work may also use the CPU of GPU nodes.
-    if w.needs_gpu() {
-        return None;
+
+    /// Places `workload` through the plan and files what the placement took.
+    fn place<'a>(
+        &mut self,
+        plan: &mut Plan<'_, 'a>,
+        workload: u32,
+        node: u32,
+        gpus: Vec<u32>,
+        reason: String,
+    ) -> Result<(), Failure> {
+        let before = plan.free_gpu_count(node);
+        plan.place(workload, node, gpus, reason)?;
+        self.free.moved(node, before, plan.free_gpu_count(node));
+        let (cpu, memory) = (plan.cpu_free(node), plan.memory_free(node));
+        let tie = plan.snapshot().node(node).map_or(0, cents);
+        self.cpu_only.set(node, cpu, memory, tie);
+        self.every.set(node, cpu, memory, 0);
+        Ok(())
     }
-    snapshot
-        .ready_nodes()
-        .filter(|(node, n)| n.can_run(w) && fits(*node))
-        .min_by_key(|(node, _)| plan.cpu_free(*node))
-        .map(|(n, _)| n)
+
+    /// A ready CPU-only node that can run the workload with room for its CPU and memory, tightest
+    /// CPU fit first (then the cheapest); for CPU-only work, failing that, any ready node with the
+    /// room, tightest first.
+    fn cpu_node(&self, snapshot: &Snapshot<'_>, w: &Workload<'_>) -> Option<u32> {
+        let can_run = |node: u32| snapshot.node(node).is_some_and(|n| n.can_run(w));
+        if let Some(node) = self.cpu_only.best(w.cpu_millis, w.memory_mb, can_run) {
+            return Some(node);
+        }
+        // CPU-only work may also use the CPU of GPU nodes.
+        if w.needs_gpu() {
+            return None;
+        }
+        self.every.best(w.cpu_millis, w.memory_mb, can_run)
+    }
+}
+
+/// A node's cost per hour in cents, the tie-break between CPU nodes of equal free CPU.
+fn cents(n: &Node<'_>) -> u64 {
+    u64::from((n.cost_per_hour * 100.0) as u32)
 }
 
 /// The node that can run `w` whose fitting free GPUs (not reserved) hold the gang with the fewest
 /// left over.
 ///
-/// Nodes are first ranked by their free-GPU count alone (a counter the plan keeps), so the GPU lists
-/// are only built for the best candidates: this runs once per placement over 1,000 nodes.
+/// Nodes are visited by their free-GPU count (the fleet index's groups, tightest first), so the GPU
+/// lists are only built for the best candidates: this runs once per placement over 1,000 nodes.
 fn best_fit(
     snapshot: &Snapshot<'_>,
     plan: &Plan<'_, '_>,
+    fleet: &FleetIndex,
     w: &Workload<'_>,
     need: &GpuNeed<'_>,
     (cpu_millis, memory_mb): (u32, u32),
@@ -480,31 +529,28 @@ fn best_fit(
     if need.count == 0 {
         return None;
     }
-    let mut candidates: Vec<(u32, u32)> = snapshot
-        .ready_nodes()
-        .filter(|(node, n)| {
-            plan.free_gpu_count(*node) >= need.count
-                && n.can_run(w)
-                // The node must also have the host CPU and memory the workload asks for.
-                && plan.cpu_free(*node) >= cpu_millis
-                && plan.memory_free(*node) >= memory_mb
-        })
-        .map(|(node, _)| (plan.free_gpu_count(node) - need.count, node))
-        .collect();
-    candidates.sort_unstable();
-    for (left, node) in candidates {
-        let mut fitting: Vec<(u32, u32)> = plan
-            .free_gpus(node)
-            .filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize])
-            .map(|(g, gpu)| (gpu.memory_free_mb(), g))
-            .collect();
-        if (fitting.len() as u32) < need.count {
-            continue;
+    let mut fitting: Vec<(u32, u32)> = Vec::new();
+    for group in fleet.free.at_least(need.count) {
+        for &node in group {
+            let runs = snapshot.node(node).is_some_and(|n| n.can_run(w));
+            // The node must also have the host CPU and memory the workload asks for.
+            if !runs || plan.cpu_free(node) < cpu_millis || plan.memory_free(node) < memory_mb {
+                continue;
+            }
+            fitting.clear();
+            fitting.extend(
+                plan.free_gpus(node)
+                    .filter(|(g, gpu)| need.fits(gpu) && !reserved[*g as usize])
+                    .map(|(g, gpu)| (gpu.memory_free_mb(), g)),
+            );
+            if (fitting.len() as u32) < need.count {
+                continue;
+            }
+            // The tightest GPUs by free memory, keeping roomy ones for bigger work.
+            fitting.sort_unstable();
+            let gpus: Vec<u32> = fitting.iter().take(need.count as usize).map(|(_, g)| *g).collect();
+            return Some((node, gpus, plan.free_gpu_count(node) - need.count));
         }
-        // The tightest GPUs by free memory, keeping roomy ones for bigger work.
-        fitting.sort_unstable();
-        let gpus: Vec<u32> = fitting.iter().take(need.count as usize).map(|(_, g)| *g).collect();
-        return Some((node, gpus, left));
     }
     None
 }

@@ -5,6 +5,13 @@
 //! node with enough free GPUs that fit it; everything else waits with a reason. It reads one
 //! parameter, `max_placements`, and logs a summary line.
 //!
+//! First fit looks at every ready node for every workload, which is fine for a few hundred nodes.
+//! For best fit at fleet scale (1,000 nodes, 10,000 pending, in milliseconds), use the SDK's
+//! placement toolkit, [`airtime_policy_sdk::fit`]: nodes grouped by free GPUs (`NodesByFree`), host
+//! room (`RoomIndex`), each node's GPUs tightest first with NVLink domains (`TightestGpus`) and a
+//! per-need memo (`FitMemo`) — the structures `priority-best-fit`, `cost-aware`, `fair-share` and
+//! `slo-first` are built on. The module docs of `fit` show the loop.
+//!
 //! Build: `cargo build --release --target wasm32-unknown-unknown -p airtime-policy-template`
 //! (the module is `target/wasm32-unknown-unknown/release/airtime_policy_template.wasm`).
 //! Test: `cargo test -p airtime-policy-template`. Try it on a snapshot:
