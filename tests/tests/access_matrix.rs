@@ -304,7 +304,7 @@ impl World {
             ("/api/v1/node-credentials/{id}", "id") => {
                 (self.spare_credentials.lock().unwrap().pop().expect("enough spare node credentials"), false)
             }
-            ("/api/v1/nodes/{id}", "id") => (self.node_x.clone(), false),
+            ("/api/v1/nodes/{id}" | "/api/v1/nodes/{id}/history", "id") => (self.node_x.clone(), false),
             ("/api/v1/gpus/{id}" | "/api/v1/gpus/{id}/history", "id") => (self.gpu_x.clone(), false),
             (_, "node_id") => (self.node_x.clone(), false),
             (_, "workload_id") => (self.workload_on_x().await, false),

@@ -262,3 +262,108 @@ async fn an_operator_opens_a_gpus_history_and_sees_its_telemetry_bucketed_by_the
     let unknown = api.get(&format!("/api/v1/gpus/{}/history", uuid::Uuid::nil())).await.unwrap();
     assert_eq!(unknown.status, 404, "{}", unknown.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_opens_a_nodes_history_and_sees_its_cpu_and_memory_bucketed_by_the_step_asked_for() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let _agent = NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "2:H100:81920"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let (node_id, cpu_millis, memory_mb): (uuid::Uuid, i32, i64) =
+        sqlx::query_as("SELECT id, cpu_millis, memory_mb FROM nodes").fetch_one(&pool).await.unwrap();
+
+    // Two hours ago, on a minute boundary: a sample every 2 s for two minutes — the first minute
+    // at 10 % CPU using 4000 MB, the second at 10 % .. 39 % (k - 20 %) using 8000 + k MB.
+    let t0 = Utc::now().duration_trunc(TimeDelta::minutes(1)).unwrap() - TimeDelta::hours(2);
+    sqlx::query(
+        "INSERT INTO node_telemetry (node_id, at, cpu_util, memory_used_mb) \
+         SELECT $1, $2 + make_interval(secs => k * 2), \
+                CASE WHEN k < 30 THEN 0.1 ELSE (k - 20) / 100.0 END, CASE WHEN k < 30 THEN 4000 ELSE 8000 + k END \
+         FROM generate_series(0, 59) AS k",
+    )
+    .bind(node_id)
+    .bind(t0)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let range = |from: chrono::DateTime<Utc>, to: chrono::DateTime<Utc>| {
+        format!(
+            "from={}&to={}",
+            from.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            to.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        )
+        .replace('+', "%2B")
+    };
+    let path = format!(
+        "/api/v1/nodes/{node_id}/history?{}&step_s=60",
+        range(t0 - TimeDelta::minutes(1), t0 + TimeDelta::minutes(3))
+    );
+    // A tenant's member reads the fleet's telemetry as every fleet read allows.
+    let member = api.with_token(&cp.user("tenant-b", "b@b.test", "tenant_member").await.unwrap());
+    let history = member.ok(&path).await.unwrap();
+    assert_eq!(history["step_s"], 60);
+    assert_eq!(history["cpu_millis"], cpu_millis);
+    assert_eq!(history["memory_mb"], memory_mb);
+    let points = history["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "one point per minute that has samples: {history}");
+    // By hand: minute two's CPU is the mean of (k - 20) % for k = 30..59, (10 + 39) / 2 = 24.5 %;
+    // its memory peaks at 8059 MB and averages 8000 + 44.5.
+    for (p, cpu, peak, mean) in [(&points[0], 0.1, 4000, 4000.0), (&points[1], 0.245, 8059, 8044.5)] {
+        assert_eq!(p["samples"], 30, "{p}");
+        assert!((p["cpu_util"].as_f64().unwrap() - cpu).abs() < 1e-6, "{p}");
+        assert_eq!(p["memory_used_mb"], peak, "the most memory used in the minute: {p}");
+        assert!((p["memory_used_mean_mb"].as_f64().unwrap() - mean).abs() < 1e-6, "{p}");
+    }
+    let first = chrono::DateTime::parse_from_rfc3339(points[0]["at"].as_str().unwrap()).unwrap();
+    assert_eq!(first, t0, "a point is the start of its bucket");
+    // The live node's own samples arrive too, without asking for a range.
+    airtime_tests::eventually("the agent's node telemetry in the last hour", Duration::from_secs(20), || {
+        let (api, path) = (api.clone(), format!("/api/v1/nodes/{node_id}/history"));
+        async move { Ok(api.ok(&path).await?["points"].as_array().is_some_and(|p| !p.is_empty()).then_some(())) }
+    })
+    .await
+    .unwrap();
+
+    // The node's GPUs come with the node alone, not with the whole fleet.
+    let node = api.ok(&format!("/api/v1/nodes/{node_id}")).await.unwrap();
+    assert_eq!(node["gpus"].as_array().unwrap().len(), 2, "{node}");
+
+    // What cannot be answered is refused with a reason; an unknown node is not found.
+    let empty = api.get(&format!("/api/v1/nodes/{node_id}/history?{}", range(t0, t0))).await.unwrap();
+    assert_eq!(empty.status, 400, "{}", empty.body);
+    let fine = api.get(&format!("/api/v1/nodes/{node_id}/history?step_s=1")).await.unwrap();
+    assert_eq!(fine.status, 400, "{}", fine.body);
+    assert!(fine.body["error"]["message"].as_str().unwrap_or_default().contains("widen step_s"), "{}", fine.body);
+    let junk = api.get(&format!("/api/v1/nodes/{node_id}/history?step_s=ten")).await.unwrap();
+    assert_eq!(junk.status, 400, "{}", junk.body);
+    let unknown = api.get(&format!("/api/v1/nodes/{}/history", uuid::Uuid::nil())).await.unwrap();
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_summary_counts_as_allocated_only_the_gpus_a_workload_holds() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    // Two GPUs at 8 USD an hour for the node: 4 USD each.
+    let _agent =
+        NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "2:H100:81920", "--cost-per-hour", "8"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let idle = api.ok("/api/v1/fleet/summary").await.unwrap();
+    assert_eq!((idle["gpus"].as_i64(), idle["gpus_held"].as_i64()), (Some(2), Some(0)), "{idle}");
+    assert_eq!(idle["gpus_allocated"], 0.0, "nothing holds a GPU: {idle}");
+    usd(&idle["unallocated_cost_per_hour"], 8.0, "both GPUs unheld");
+
+    // One workload holds one of them.
+    let job = json!({"name": "one", "class": "training", "command": ["sleep", "600"], "resources": {"gpu_count": 1}});
+    let id = api.created("/api/v1/workloads", &job).await.unwrap()["id"].as_str().unwrap().to_owned();
+    airtime_tests::workload_reaches(&api, &id, "running", Duration::from_secs(30)).await.unwrap();
+    let held = api.ok("/api/v1/fleet/summary").await.unwrap();
+    assert_eq!(held["gpus_held"], 1, "{held}");
+    assert_eq!(held["gpus_allocated"], 1.0, "{held}");
+    usd(&held["unallocated_cost_per_hour"], 4.0, "one GPU unheld");
+    usd(&held["cost_per_hour"], 8.0, "the node");
+    api.created(&format!("/api/v1/workloads/{id}/cancel"), &Value::Null).await.unwrap();
+}

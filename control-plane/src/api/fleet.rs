@@ -13,6 +13,7 @@ use crate::api::extract::{Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::fleet::node_history::NodeHistory;
 use crate::fleet::{self, GpuHistory, GpuView, HISTORY_RULES, NodeView};
 use crate::state::AppState;
 use crate::time_range::TimeRange;
@@ -21,6 +22,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_nodes))
         .routes(routes!(get_node))
+        .routes(routes!(node_history))
         .routes(routes!(list_gpus))
         .routes(routes!(get_gpu))
         .routes(routes!(gpu_history))
@@ -156,5 +158,32 @@ async fn gpu_history(
     let range = TimeRange::parse(p.from, p.to, p.step_s, HISTORY_RULES, Utc::now())
         .map_err(|m| ApiError::bad_request("invalid_query", m))?;
     let history = fleet::gpu_history(&state.db, id, range).await?.ok_or(ApiError::NotFound("gpu"))?;
+    Ok(axum::Json(history))
+}
+
+/// One node's CPU utilisation and memory over time, bucketed (mean CPU, most and mean memory), as
+/// long as telemetry is kept (`--telemetry-retention-hours`). Its GPUs are `GET /nodes/{id}`'s.
+#[utoipa::path(
+    get,
+    path = "/nodes/{id}/history",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "Node id"), HistoryParams),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("viewer"))),
+    responses(
+        (status = 200, description = "The node's telemetry over time", body = NodeHistory),
+        (status = 400, description = "A range or step that cannot be answered", body = ErrorResponse),
+        (status = 404, body = ErrorResponse)
+    )
+)]
+async fn node_history(
+    _caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Query(p): Query<HistoryParams>,
+) -> ApiResult<axum::Json<NodeHistory>> {
+    let range = TimeRange::parse(p.from, p.to, p.step_s, HISTORY_RULES, Utc::now())
+        .map_err(|m| ApiError::bad_request("invalid_query", m))?;
+    let history = fleet::node_history::node_history(&state.db, id, range).await?.ok_or(ApiError::NotFound("node"))?;
     Ok(axum::Json(history))
 }

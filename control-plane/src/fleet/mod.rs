@@ -2,6 +2,7 @@
 //! API reads it.
 
 pub mod liveness;
+pub mod node_history;
 pub mod registry;
 
 use chrono::{DateTime, Utc};
@@ -321,7 +322,7 @@ pub async fn summary(db: &PgPool, tenant: Option<Uuid>) -> sqlx::Result<FleetSum
                           (SELECT sum(milli) FROM gpu_grants gr WHERE gr.gpu_id = g.id) AS held_milli \
                     FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.present AND n.state <> 'lost') \
          SELECT count(*), count(*) FILTER (WHERE simulated), count(held_milli), \
-                COALESCE(sum(LEAST(held_milli, 1000)), 0)::float8 / 1000.0, COALESCE(avg(util), 0)::float8, \
+                COALESCE(sum(LEAST(held_milli, 1000)) FILTER (WHERE held_milli IS NOT NULL), 0)::float8 / 1000.0, COALESCE(avg(util), 0)::float8, \
                 COALESCE(sum(gpu_cost) FILTER (WHERE held_milli IS NULL), 0)::float8 FROM g",
     )
     .fetch_one(db)
