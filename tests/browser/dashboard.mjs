@@ -5,7 +5,8 @@
 //
 // Environment: AIRTIME_URL, ADMIN_EMAIL, ADMIN_PASSWORD, MEMBER_EMAIL, MEMBER_PASSWORD,
 // HIDDEN_WORKLOAD (a workload of another tenant the member must never see), HOG_WORKLOAD (holds
-// every GPU until the story cancels it), POLICY_WASM (a module to upload), SCREENSHOT_DIR, WEB_DIR
+// every GPU until the story cancels it), SERVICE (an inference service of the admin's tenant that
+// scaled once), POLICY_WASM (a module to upload), SCREENSHOT_DIR, WEB_DIR
 // (where web/node_modules is), CHROMIUM (default /usr/bin/chromium).
 import { createRequire } from "node:module";
 import { mkdirSync, readFileSync } from "node:fs";
@@ -132,6 +133,27 @@ try {
   await page.getByRole("link", { name: "← Fleet" }).click();
   await page.locator("[data-gpu='sim-dash-1/1']").waitFor();
 
+  // A node: click its name for its state, its GPUs (read for that node alone) and its CPU and
+  // memory over time.
+  const fleetReads = [];
+  const onRequest = (r) => {
+    if (/\/api\/v1\/(gpus|nodes)(\?|$)/.test(new globalThis.URL(r.url()).pathname)) fleetReads.push(r.url());
+  };
+  page.on("request", onRequest);
+  await page.locator("[data-node-link=sim-dash-1]").click();
+  await page.getByRole("heading", { level: 1, name: "sim-dash-1" }).waitFor();
+  await page.locator("[data-testid=node-tiles] [data-gpu]").nth(1).waitFor();
+  const nodeTiles = await page.locator("[data-testid=node-tiles] [data-gpu]").count();
+  if (nodeTiles !== 2) problems.push(`the node page shows ${nodeTiles} GPU tiles, not 2`);
+  await page.locator("[data-testid=node-charts] [data-section=node-cpu] canvas").waitFor();
+  await page.locator("[data-testid=node-charts] [data-section=node-memory] canvas").waitFor();
+  await page.locator("[data-testid=node-cpu] dd").first().waitFor();
+  await capture("node");
+  page.off("request", onRequest);
+  if (fleetReads.length) problems.push(`the node page read the whole fleet: ${fleetReads.join(", ")}`);
+  await page.getByRole("link", { name: "← Fleet" }).click();
+  await page.locator("[data-gpu='sim-dash-1/1']").waitFor();
+
   // Workloads: submit one; it waits (the hog holds both GPUs) with its reason, shown live.
   await nav("Workloads");
   await page.getByTestId("submit-toggle").click();
@@ -210,8 +232,54 @@ try {
   await page.getByRole("button", { name: "Dry-run" }).click();
   await page.locator("[data-testid=dry-run]", { hasText: "Nothing was applied" }).waitFor();
   await capture("policies");
+
+  // Shadow it beside the active policy: each cycle's comparison opens to the decisions that differed.
+  await page.getByRole("button", { name: "Shadow", exact: true }).click();
+  const firstShadow = page.locator("[data-testid=shadow-results] li button").first();
+  await firstShadow.waitFor({ timeout: 60_000 });
+  await firstShadow.click();
+  await page.locator("[data-testid=shadow-diff]", { hasText: "Nothing the shadow decided was applied" }).waitFor();
+  await capture("policy-shadow");
+  await page.getByRole("button", { name: "Stop shadowing" }).click();
+  await page.getByRole("button", { name: "Shadow", exact: true }).waitFor();
+
+  // What if it had run the recorded history: both score sets side by side.
+  await page.getByRole("button", { name: /^What if/ }).click();
+  await page.locator("[data-testid=what-if-scores] tr[data-score=busy_share]").waitFor({ timeout: 120_000 });
+  const scoreCells = await page.locator("[data-testid=what-if-scores] tr[data-score=busy_share] td").allTextContents();
+  if (scoreCells.length !== 3 || !scoreCells[0].endsWith("%") || !scoreCells[1].endsWith("%")) problems.push(`what-if scores: ${scoreCells}`);
+  await capture("policy-what-if");
   await page.getByRole("button", { name: "Activate" }).click();
   await policyRow.locator("td[data-col=active]", { hasText: "v1" }).waitFor();
+
+  // Services: the one the story created, then its replicas against demand and its scale decisions.
+  await nav("Services");
+  const service = env("SERVICE");
+  const serviceRow = page.locator("[data-testid=services] tbody tr", { hasText: service });
+  await serviceRow.waitFor();
+  await capture("services");
+  await serviceRow.getByRole("link", { name: service }).click();
+  await page.getByRole("heading", { level: 1, name: service }).waitFor();
+  await page.locator("[data-testid=scale-events] tbody tr td[data-col=reason]").first().waitFor();
+  await page.locator("[data-section=service-replicas] canvas").waitFor();
+  await page.locator("[data-testid=service-wanted] dd", { hasText: /^3$/ }).first().waitFor();
+  await capture("service");
+
+  // Tokens: create one (shown once), see it listed, revoke it.
+  await nav("Tokens", "API tokens");
+  await page.fill("input[name=token-name]", "browser-token");
+  await page.locator("[data-testid=create-token] button[type=submit]").click();
+  await page.locator("[data-testid=new-token]", { hasText: "at_" }).waitFor();
+  const tokenRow = page.locator("[data-testid=tokens] tbody tr", { hasText: "browser-token" });
+  await tokenRow.waitFor();
+  await capture("tokens");
+  await tokenRow.getByRole("button", { name: "Revoke browser-token" }).click();
+  await tokenRow.waitFor({ state: "detached" });
+
+  // Users: every user for a platform admin, the other tenant's member among them.
+  await nav("Users");
+  await page.locator("[data-testid=users] tbody tr", { hasText: env("MEMBER_EMAIL") }).waitFor();
+  await capture("users");
 
   for (const [label, heading] of [["Tenants", "Tenants and quotas"], ["Decisions"], ["Audit log"]]) {
     await nav(label, heading);
@@ -227,6 +295,15 @@ try {
   await signIn(env("MEMBER_EMAIL"), env("MEMBER_PASSWORD"));
   const navs = await page.locator("nav[aria-label=Main] a").allTextContents();
   if (navs.includes("Audit log")) problems.push("a tenant member sees the audit log in the navigation");
+  if (navs.includes("Users")) problems.push("a tenant member sees the users page in the navigation");
+  if (!navs.includes("Tokens")) problems.push("a tenant member cannot reach their own tokens");
+  await nav("Services");
+  await page.waitForTimeout(1000);
+  if ((await page.locator("main").textContent()).includes(env("SERVICE"))) problems.push("a tenant member sees another tenant's service");
+  await nav("Tokens", "API tokens");
+  await page.locator("[data-testid=tokens]").waitFor();
+  if ((await page.locator("[data-testid=tokens]").textContent()).includes("browser-token")) problems.push("a tenant member sees the admin's tokens");
+  await capture("member-tokens");
   await nav("Workloads");
   await page.getByTestId("submit-toggle").waitFor(); // members may submit
   const hidden = env("HIDDEN_WORKLOAD");

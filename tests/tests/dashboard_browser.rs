@@ -3,8 +3,12 @@
 //! agent with two simulated GPUs and PostgreSQL started here. The story: sign in (and a wrong
 //! password refused); the fleet's GPU tiles; a submitted workload waits with its reason, then runs
 //! once the workload holding the GPUs is cancelled from the page, without a reload; its state
-//! history and output; a priority setting changed and saved; a policy module dropped on the page,
-//! uploaded, dry-run and activated; and a member of another tenant who sees none of that work.
+//! history and output; a node's page with its GPUs and CPU/memory history; a priority setting
+//! changed and saved; a policy module dropped on the page, uploaded, dry-run, shadowed (a
+//! comparison opened to its differences), replayed in a what-if run (both score sets side by side)
+//! and activated; an inference service's replicas against demand; an API token created and
+//! revoked; the users; and a member of another tenant who sees none of that work, nor the users
+//! page.
 //! Every page passes axe-core (no serious or critical violation) in light and dark and is saved
 //! under target/screenshots/.
 //!
@@ -70,6 +74,34 @@ async fn the_dashboard_runs_the_fleet_in_a_real_browser() {
         .unwrap();
     workload_reaches(&api, hog["id"].as_str().unwrap(), "running", SHOWN).await.unwrap();
 
+    // An inference service of CPU replicas that scaled up once for reported load (3 replicas'
+    // worth, at most 3), for the services pages.
+    let service = api
+        .created(
+            "/api/v1/services",
+            &json!({"name": "dash-chat", "class": "realtime_inference", "capacity": 10.0,
+                    "min_replicas": 1, "max_replicas": 3,
+                    "behavior": {"scale_up_window_s": 0, "scale_down_window_s": 600, "stale_after_s": 600},
+                    "replica": {"command": ["sleep", "600"], "resources": {"gpu_count": 0, "cpu_millis": 10}}}),
+        )
+        .await
+        .unwrap();
+    let service_id = service["id"].as_str().unwrap().to_owned();
+    let load =
+        api.post(&format!("/api/v1/services/{service_id}/load"), &json!({"requests_per_s": 25.0})).await.unwrap();
+    assert!(load.status < 300, "{} {}", load.status, load.body);
+    airtime_tests::eventually("the service scaled to 3 replicas", SHOWN, || {
+        let (api, path) = (api.clone(), format!("/api/v1/services/{service_id}"));
+        async move {
+            let s = api.ok(&path).await?;
+            let wanted =
+                s["desired_gpu_replicas"].as_i64().unwrap_or(0) + s["desired_cpu_replicas"].as_i64().unwrap_or(0);
+            Ok((wanted == 3).then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+
     let dir = tempfile::tempdir().unwrap();
     let wasm = dir.path().join("browser-policy.wasm");
     std::fs::write(&wasm, airtime_builtin_policies::TEMPLATE).unwrap();
@@ -86,6 +118,7 @@ async fn the_dashboard_runs_the_fleet_in_a_real_browser() {
         .env("MEMBER_PASSWORD", format!("{member_email} long password"))
         .env("HIDDEN_WORKLOAD", "team-a-secret-training")
         .env("HOG_WORKLOAD", "dash-gpu-hog")
+        .env("SERVICE", "dash-chat")
         .env("POLICY_WASM", &wasm)
         .env("SCREENSHOT_DIR", &shots)
         .env("WEB_DIR", &web)
@@ -119,6 +152,8 @@ async fn the_dashboard_runs_the_fleet_in_a_real_browser() {
         let id = w["id"].as_str().unwrap();
         api.created(&format!("/api/v1/workloads/{id}/cancel"), &Value::Null).await.unwrap();
     }
+    // Deleted: its replicas drain.
+    assert_eq!(api.delete(&format!("/api/v1/services/{service_id}")).await.unwrap().status, 202);
     agent.kill().await;
     cp.stop().await;
 }

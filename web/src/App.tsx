@@ -11,12 +11,16 @@ import { words } from "./lib/format";
 import { Overview } from "./pages/Overview";
 import { Fleet } from "./pages/Fleet";
 import { GpuPage } from "./pages/Gpu";
+import { NodePage } from "./pages/Node";
 import { Workloads, WorkloadPage } from "./pages/Workloads";
 import { Priorities } from "./pages/Priorities";
 import { Policies } from "./pages/Policies";
 import { Tenants } from "./pages/Tenants";
 import { Decisions } from "./pages/Decisions";
 import { Audit } from "./pages/Audit";
+import { ServicePage, Services } from "./pages/Services";
+import { Tokens } from "./pages/Tokens";
+import { Users } from "./pages/Users";
 
 export interface PageProps {
   me: Me;
@@ -32,11 +36,14 @@ const NAV: NavItem[] = [
   { to: "/", label: "Overview", show: () => true },
   { to: "/fleet", label: "Fleet", show: () => true },
   { to: "/workloads", label: "Workloads", show: () => true },
+  { to: "/services", label: "Services", show: () => true },
   { to: "/priorities", label: "Priorities", show: () => true },
   { to: "/policies", label: "Policies", show: () => true },
   { to: "/tenants", label: "Tenants", show: () => true },
   { to: "/decisions", label: "Decisions", show: () => true },
   { to: "/audit", label: "Audit log", show: (c) => c.readAudit },
+  { to: "/tokens", label: "Tokens", show: () => true },
+  { to: "/users", label: "Users", show: (c) => c.readUsers },
 ];
 
 function useSignedIn(): boolean {
@@ -211,6 +218,10 @@ function Route({ path, props }: { path: string; props: PageProps }) {
   if (workload) return <WorkloadPage id={decodeURIComponent(workload[1]!)} {...props} />;
   const gpu = /^\/fleet\/gpus\/([^/]+)$/.exec(path);
   if (gpu) return <GpuPage id={decodeURIComponent(gpu[1]!)} {...props} />;
+  const service = /^\/services\/([^/]+)$/.exec(path);
+  if (service) return <ServicePage id={decodeURIComponent(service[1]!)} {...props} />;
+  const node = /^\/fleet\/nodes\/([^/]+)$/.exec(path);
+  if (node) return <NodePage id={decodeURIComponent(node[1]!)} {...props} />;
   switch (path) {
     case "/":
       return <Overview {...props} />;
@@ -226,6 +237,12 @@ function Route({ path, props }: { path: string; props: PageProps }) {
       return <Tenants {...props} />;
     case "/decisions":
       return <Decisions {...props} />;
+    case "/services":
+      return <Services {...props} />;
+    case "/tokens":
+      return <Tokens {...props} />;
+    case "/users":
+      return props.can.readUsers ? <Users {...props} /> : <NotFound />;
     case "/audit":
       return props.can.readAudit ? <Audit {...props} /> : <NotFound />;
     default:

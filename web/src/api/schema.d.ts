@@ -284,6 +284,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/events/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Live changes as Server-Sent Events (`text/event-stream`): `workload` (a state change: from, to,
+         *     why), `decision` (a scheduling decision with its reason), `node` (a node's state: every node
+         *     once at the start, then each change) and `policy_failure`. Each event's `id` is a cursor to
+         *     resume from. Filtered exactly as the REST reads are: a tenant member sees their tenant's
+         *     workloads, decisions and own policies' failures, and every node; platform admins everything.
+         */
+        get: operations["stream"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/fleet/held-idle": {
         parameters: {
             query?: never;
@@ -297,6 +320,28 @@ export interface paths {
          *     what their grants have cost so far. A tenant member sees their own tenant's.
          */
         get: operations["held_idle"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/fleet/summary": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The fleet at a glance: nodes by state, GPUs held and allocated, mean utilisation, what the fleet
+         *     and its unheld GPUs cost an hour, workloads by state and the commonest reasons work waits (the
+         *     caller's tenant's workloads; every tenant's for platform admins). A few hundred bytes whatever
+         *     the fleet's size.
+         */
+        get: operations["summary"];
         put?: never;
         post?: never;
         delete?: never;
@@ -331,6 +376,26 @@ export interface paths {
         };
         /** One GPU. */
         get: operations["get_gpu"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/gpus/{id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One GPU's utilisation, memory, temperature and power over time, bucketed (mean, most memory),
+         *     as long as telemetry is kept (`--telemetry-retention-hours`).
+         */
+        get: operations["gpu_history"];
         put?: never;
         post?: never;
         delete?: never;
@@ -398,6 +463,26 @@ export interface paths {
         };
         /** One node with its GPUs and latest telemetry. */
         get: operations["get_node"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/nodes/{id}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One node's CPU utilisation and memory over time, bucketed (mean CPU, most and mean memory), as
+         *     long as telemetry is kept (`--telemetry-retention-hours`). Its GPUs are `GET /nodes/{id}`'s.
+         */
+        get: operations["node_history"];
         put?: never;
         post?: never;
         delete?: never;
@@ -814,6 +899,28 @@ export interface paths {
         /** Replace the priority settings (platform admins; audited). */
         put: operations["write"];
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/settings/priorities/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What candidate settings would change, before they are saved: the active platform policy is
+         *     evaluated on the live fleet and queue with the current settings and with the candidate, both
+         *     checked like real decisions, and every workload whose outcome differs (placed, preempted, kept
+         *     pending — with where and why) is listed. Nothing is applied or stored (platform admins).
+         */
+        post: operations["preview"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1507,6 +1614,11 @@ export interface components {
             /** Format: int32 */
             pid?: number | null;
             /**
+             * @description The agent ended it for the node's sake, not the workload's (it lost contact with the
+             *     control plane past its lease and fenced its work): requeue it, do not count it failed.
+             */
+            requeue?: boolean;
+            /**
              * Format: int32
              * @description The signal number that ended the process (15 = SIGTERM, 9 = SIGKILL).
              */
@@ -1523,6 +1635,96 @@ export interface components {
             message: string;
             /** Format: int32 */
             version: number;
+        };
+        /**
+         * @description The fleet at a glance, a few hundred bytes whatever its size (`GET /fleet/summary`): what a
+         *     dashboard's headline needs without downloading every GPU.
+         */
+        FleetSummary: {
+            /**
+             * Format: double
+             * @description What the live nodes cost an hour, USD.
+             */
+            cost_per_hour: number;
+            /**
+             * Format: double
+             * @description Mean live utilisation of those GPUs, 0..1.
+             */
+            gpu_util: number;
+            /**
+             * Format: int64
+             * @description GPUs (MIG instances counted one each) on nodes that are not lost.
+             */
+            gpus: number;
+            /**
+             * Format: double
+             * @description GPUs held, counting shares as fractions.
+             */
+            gpus_allocated: number;
+            /**
+             * Format: int64
+             * @description GPUs any workload holds a share of.
+             */
+            gpus_held: number;
+            /** Format: int64 */
+            gpus_simulated: number;
+            /** Format: int64 */
+            nodes_draining: number;
+            /** Format: int64 */
+            nodes_lost: number;
+            /** Format: int64 */
+            nodes_ready: number;
+            /** @description The commonest reasons pending work waits, most first (at most ten). */
+            pending_by_reason: components["schemas"]["ReasonCount"][];
+            /**
+             * Format: double
+             * @description What their GPUs nobody holds cost an hour, USD (each node's cost shared by its GPUs).
+             */
+            unallocated_cost_per_hour: number;
+            /** @description Workloads by state. */
+            workloads: {
+                [key: string]: number;
+            };
+        };
+        /** @description One GPU's telemetry over time (`GET /gpus/{id}/history`), for the dashboard's GPU page. */
+        GpuHistory: {
+            /** Format: date-time */
+            from: string;
+            /** Format: uuid */
+            gpu_id: string;
+            /** @description One point per bucket that holds a sample, in time order (gaps: no telemetry then). */
+            points: components["schemas"]["GpuHistoryPoint"][];
+            /**
+             * Format: int32
+             * @description Width of each point's bucket, seconds.
+             */
+            step_s: number;
+            /** Format: date-time */
+            to: string;
+        };
+        /** @description A bucket of samples: mean utilisation, temperature and power, the most memory used. */
+        GpuHistoryPoint: {
+            /**
+             * Format: date-time
+             * @description Start of the bucket.
+             */
+            at: string;
+            /** Format: int64 */
+            memory_used_mb?: number | null;
+            /** Format: double */
+            power_w?: number | null;
+            /**
+             * Format: int64
+             * @description Samples in the bucket.
+             */
+            samples: number;
+            /** Format: double */
+            temperature_c?: number | null;
+            /**
+             * Format: double
+             * @description Mean utilisation, 0..1.
+             */
+            util?: number | null;
         };
         GpuInventory: {
             /** Format: int32 */
@@ -1907,6 +2109,56 @@ export interface components {
             /** Format: date-time */
             revoked_at?: string | null;
         };
+        NodeHistory: {
+            /**
+             * Format: int32
+             * @description The node's CPU, millicores, and memory, MB (what utilisation and memory are shares of).
+             */
+            cpu_millis: number;
+            /** Format: date-time */
+            from: string;
+            /** Format: int64 */
+            memory_mb: number;
+            /** Format: uuid */
+            node_id: string;
+            /** @description One point per bucket that holds a sample, in time order (gaps: no telemetry then). */
+            points: components["schemas"]["NodeHistoryPoint"][];
+            /**
+             * Format: int32
+             * @description Width of each point's bucket, seconds.
+             */
+            step_s: number;
+            /** Format: date-time */
+            to: string;
+        };
+        /** @description A bucket of samples: mean CPU utilisation, the most memory used and its mean. */
+        NodeHistoryPoint: {
+            /**
+             * Format: date-time
+             * @description Start of the bucket.
+             */
+            at: string;
+            /**
+             * Format: double
+             * @description Mean CPU utilisation, 0..1.
+             */
+            cpu_util: number;
+            /**
+             * Format: int64
+             * @description The most memory used in the bucket, MB.
+             */
+            memory_used_mb: number;
+            /**
+             * Format: double
+             * @description Mean memory used in the bucket, MB.
+             */
+            memory_used_mean_mb: number;
+            /**
+             * Format: int64
+             * @description Samples in the bucket.
+             */
+            samples: number;
+        };
         /** @enum {string} */
         NodeState: "ready" | "draining" | "lost";
         NodeTelemetry: {
@@ -1963,6 +2215,40 @@ export interface components {
             tenant?: string | null;
             versions: components["schemas"]["VersionView"][];
         };
+        /**
+         * @description `POST /settings/priorities/preview`: the active platform policy's decisions on the live fleet and
+         *     queue under the current settings and under the candidate ones, and what would differ. Nothing is
+         *     applied or stored.
+         */
+        Preview: {
+            candidate_settings: Record<string, never>;
+            changes: components["schemas"]["PreviewChange"][];
+            current_settings: Record<string, never>;
+            /** @description Why a run could not be compared (the policy failed on one of them). */
+            error?: string | null;
+            placed_now: number;
+            placed_with_candidate: number;
+            policy: string;
+            preempted_now: number;
+            preempted_with_candidate: number;
+        };
+        /** @description A workload whose decision would differ under the candidate settings. */
+        PreviewChange: {
+            candidate: components["schemas"]["PreviewOutcome"];
+            current: components["schemas"]["PreviewOutcome"];
+            name: string;
+            tenant: string;
+            /** Format: uuid */
+            workload_id: string;
+        };
+        /** @description What one workload would get, in a preview. */
+        PreviewOutcome: {
+            /** @description `place`, `preempt`, `keep_pending`, or `none` (no decision: a running workload kept). */
+            action: string;
+            /** @description Where it would be placed, or where it runs when preempted. */
+            node?: string | null;
+            reason: string;
+        };
         PrioritySettings: {
             /**
              * Format: int32
@@ -2002,10 +2288,22 @@ export interface components {
             /** @description Customer-facing inference outranks internal training. */
             realtime_first: boolean;
         };
+        ReasonCount: {
+            /** Format: int64 */
+            count: number;
+            reason: string;
+        };
         /** @description Answer to a registration. */
         Registered: {
             /** Format: int64 */
             heartbeat_interval_ms: number;
+            /**
+             * Format: int64
+             * @description The node's lease: after this long without a delivered heartbeat the control plane counts
+             *     the node lost, and the agent stops its workloads (fencing) unless told to keep them. Absent
+             *     from control planes before fencing; the agent then uses its own `--lease-ms`.
+             */
+            lease_ms?: number | null;
             /** Format: uuid */
             node_id: string;
         };
@@ -2634,6 +2932,12 @@ export interface components {
             preemptible: boolean;
             /** Format: int32 */
             priority: number;
+            /**
+             * Format: int64
+             * @description Its place in the queue of pending work that competes for the same resources (the same
+             *     GPU models, or CPU only), ordered by priority and then submission: 1 is next. Pending only.
+             */
+            queue_position?: number | null;
             replica_variant?: components["schemas"]["ReplicaVariant"] | null;
             resources: components["schemas"]["ResourcesRow"];
             /**
@@ -2641,6 +2945,11 @@ export interface components {
              * @description The service this workload is a replica of (`None` for a job).
              */
             service_id?: string | null;
+            /**
+             * @description What it is short of against the fleet at the last scheduling cycle ("needs 4 free GPUs of
+             *     H100 on one node; the best ready node (n7) has 2"); absent when a node had room for it.
+             */
+            shortfall?: string | null;
             /**
              * Format: int32
              * @description Target latency, ms (real-time inference).
@@ -3866,6 +4175,76 @@ export interface operations {
             };
         };
     };
+    stream: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Continue after this cursor (an event's `id`); the `Last-Event-ID` header does the same, and
+                 *     without either the stream starts from now.
+                 */
+                after?: string;
+                /**
+                 * @description Seconds to stay open (at most `--log-follow-max-s`; `--log-follow-default-s` when absent).
+                 *     Clients reconnect with the last id, as `EventSource` does by itself.
+                 */
+                wait_s?: number;
+            };
+            header?: {
+                /** @description Resume after this event id */
+                "Last-Event-ID"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description A cursor that is not one */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
     held_idle: {
         parameters: {
             query?: never;
@@ -3882,6 +4261,62 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HeldIdle"][];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    summary: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The summary */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetSummary"];
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
@@ -4000,6 +4435,80 @@ export interface operations {
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    gpu_history: {
+        parameters: {
+            query?: {
+                /** @description Start of the range (RFC 3339); an hour before `to` when absent. */
+                from?: string;
+                /** @description End of the range (RFC 3339); now when absent (a later time is now). */
+                to?: string;
+                /** @description Width of each point, seconds (the range in 300 points by default; at most 1000 points). */
+                step_s?: number;
+            };
+            header?: never;
+            path: {
+                /** @description GPU id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The GPU's telemetry over time */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GpuHistory"];
+                };
+            };
+            /** @description A range or step that cannot be answered */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4246,6 +4755,80 @@ export interface operations {
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    node_history: {
+        parameters: {
+            query?: {
+                /** @description Start of the range (RFC 3339); an hour before `to` when absent. */
+                from?: string;
+                /** @description End of the range (RFC 3339); now when absent (a later time is now). */
+                to?: string;
+                /** @description Width of each point, seconds (the range in 300 points by default; at most 1000 points). */
+                step_s?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Node id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The node's telemetry over time */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeHistory"];
+                };
+            };
+            /** @description A range or step that cannot be answered */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6388,6 +6971,87 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["PrioritySettings"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    preview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "burst_reserve_gpus": 2,
+                 *       "checkpointable_only": false,
+                 *       "grace_period_s": 30,
+                 *       "max_preemptions_per_hour": 4,
+                 *       "min_runtime_s": 0,
+                 *       "night_end_hour": 6,
+                 *       "night_start_hour": 22,
+                 *       "night_training_bonus": 0,
+                 *       "realtime_first": true
+                 *     }
+                 */
+                "application/json": components["schemas"]["PrioritySettings"];
+            };
+        };
+        responses: {
+            /** @description What would differ */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Preview"];
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */

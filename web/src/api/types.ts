@@ -83,19 +83,20 @@ export const WORKLOAD_CLASSES: WorkloadClass[] = [
 ];
 export const ACTIVE_STATES = ["pending", "scheduled", "running", "preempting", "cancelling"];
 
-/** GET /api/v1/gpus/{id}/history (until the generated schema names it). */
-export interface GpuHistoryPoint {
-  at: string;
-  util?: number | null;
-  memory_used_mb?: number | null;
-  temperature_c?: number | null;
-  power_w?: number | null;
-  samples: number;
-}
-export interface GpuHistory {
-  gpu_id: string;
-  from: string;
-  to: string;
-  step_s: number;
-  points: GpuHistoryPoint[];
-}
+/** GET /api/v1/gpus/{id}/history. */
+export type GpuHistory = S["GpuHistory"];
+export type GpuHistoryPoint = S["GpuHistoryPoint"];
+
+/** GET /api/v1/fleet/summary. */
+export type FleetSummary = S["FleetSummary"];
+
+/** GET /api/v1/nodes/{id}/history. */
+export type NodeHistory = S["NodeHistory"];
+export type NodeHistoryPoint = S["NodeHistoryPoint"];
+
+export type Service = S["ServiceView"];
+export type ServiceDetail = S["ServiceDetail"];
+export type ScaleEvent = S["ScaleEvent"];
+export type ApiToken = S["ApiTokenView"];
+export type CreatedToken = S["CreatedToken"];
+export type User = S["UserView"];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { historyRange, historySeries } from "./history";
+import { historyRange, historySeries, nodeSeries } from "./history";
 
 describe("a GPU's history", () => {
   it("asks for the last minutes, ending on the next 10 s, in about 240 points", () => {
@@ -24,5 +24,30 @@ describe("a GPU's history", () => {
       ["2026-12-03T10:04:00Z", 100],
     ]);
     expect(s.memoryGib[0]).toEqual(["2026-12-03T10:00:00Z", 2]);
+  });
+});
+
+describe("a node's history", () => {
+  it("turns buckets into CPU percent and GiB, with a gap where no sample arrived", () => {
+    const point = (at: string, cpu_util: number, memory_used_mb: number) => ({ at, cpu_util, memory_used_mb, memory_used_mean_mb: memory_used_mb, samples: 30 });
+    const s = nodeSeries({
+      node_id: "n",
+      from: "2026-12-03T10:00:00Z",
+      to: "2026-12-03T10:05:00Z",
+      step_s: 60,
+      cpu_millis: 8000,
+      memory_mb: 65536,
+      points: [point("2026-12-03T10:00:00Z", 0.125, 4096), point("2026-12-03T10:03:00Z", 0.5, 3072)],
+    });
+    expect(s.cpu).toEqual([
+      ["2026-12-03T10:00:00Z", 12.5],
+      ["2026-12-03T10:01:00.000Z", null],
+      ["2026-12-03T10:03:00Z", 50],
+    ]);
+    expect(s.memoryGib).toEqual([
+      ["2026-12-03T10:00:00Z", 4],
+      ["2026-12-03T10:01:00.000Z", null],
+      ["2026-12-03T10:03:00Z", 3],
+    ]);
   });
 });

@@ -18,7 +18,7 @@ describe("the live feed's parser", () => {
   });
 
   it("makes stale what each kind of change affects", () => {
-    expect(staleKeys("node")).toEqual([["nodes"], ["gpus"]]);
+    expect(staleKeys("node")).toEqual([["nodes"], ["gpus"], ["node"], ["fleet-summary"]]);
     expect(staleKeys("workload")).toContainEqual(["workloads"]);
     expect(staleKeys("something-new")).toEqual([]);
   });

@@ -46,11 +46,11 @@ export function parseSse(buffer: string): { events: FeedEvent[]; rest: string } 
 export function staleKeys(event: string): string[][] {
   switch (event) {
     case "workload":
-      return [["workloads"], ["workload"], ["tenants", "summary"], ["held-idle"], ["gpus"], ["nodes"]];
+      return [["workloads"], ["workload"], ["tenants", "summary"], ["held-idle"], ["gpus"], ["nodes"], ["node"], ["fleet-summary"]];
     case "decision":
       return [["decisions"], ["workload"]];
     case "node":
-      return [["nodes"], ["gpus"]];
+      return [["nodes"], ["gpus"], ["node"], ["fleet-summary"]];
     case "policy_failure":
       return [["policies"]];
     default:

@@ -2,13 +2,15 @@
 import { useQuery } from "@tanstack/react-query";
 import { api, optional } from "../api/client";
 import { pollEvery } from "./live";
-import type { Decision, GpuView, HeldIdle, Me, NodeView, Policy, PrioritySettings, Tenant, TenantStanding, UsageReport, Workload } from "../api/types";
+import type { Decision, FleetSummary, GpuView, HeldIdle, Me, NodeView, Policy, PrioritySettings, Tenant, TenantStanding, UsageReport, Workload } from "../api/types";
 
 /** Live data: a few seconds old at most. */
 export const LIVE_MS = 2000;
 
 export const useMe = () => useQuery({ queryKey: ["me"], queryFn: () => api<Me>("/api/v1/auth/me"), staleTime: 60_000 });
 export const useNodes = () => useQuery({ queryKey: ["nodes"], queryFn: () => api<NodeView[]>("/api/v1/nodes"), refetchInterval: pollEvery(LIVE_MS) });
+export const useFleetSummary = () =>
+  useQuery({ queryKey: ["fleet-summary"], queryFn: () => api<FleetSummary>("/api/v1/fleet/summary"), refetchInterval: pollEvery(LIVE_MS) });
 export const useGpus = () => useQuery({ queryKey: ["gpus"], queryFn: () => api<GpuView[]>("/api/v1/gpus"), refetchInterval: pollEvery(LIVE_MS) });
 export const useWorkloads = (limit = 500) =>
   useQuery({ queryKey: ["workloads", limit], queryFn: () => api<Workload[]>(`/api/v1/workloads?limit=${limit}`), refetchInterval: pollEvery(LIVE_MS) });

@@ -14,6 +14,8 @@ export interface Can {
   dryRun: boolean;
   readAudit: boolean;
   manageTenants: boolean;
+  /** The users page: a tenant admin's members, every user for a platform admin. */
+  readUsers: boolean;
 }
 
 export function can(me: Pick<Me, "role"> | null | undefined): Can {
@@ -30,5 +32,16 @@ export function can(me: Pick<Me, "role"> | null | undefined): Can {
     dryRun: platformAdmin,
     readAudit: r >= RANK.tenant_admin,
     manageTenants: platformAdmin,
+    readUsers: r >= RANK.tenant_admin,
   };
+}
+
+/**
+ * The roles a new API token may have: at most the caller's, a tenant role when it acts in a
+ * tenant and `platform_admin` only for a platform token (no tenant), as POST /tokens checks.
+ */
+export function rolesUpTo(role: Role, inTenant: boolean): Role[] {
+  if (!inTenant) return role === "platform_admin" ? ["platform_admin"] : [];
+  const ceiling = Math.min(RANK[role], RANK.tenant_admin);
+  return (["viewer", "tenant_member", "tenant_admin"] as Role[]).filter((r) => RANK[r] <= ceiling);
 }

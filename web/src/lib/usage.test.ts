@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { GpuView, NodeView, UsageReport, Workload } from "../api/types";
-import { fleetNow, pendingByReason, range, seriesByStep, shares, topByIdleCost } from "./usage";
+import type { FleetSummary, GpuView, NodeView, UsageReport, Workload } from "../api/types";
+import { fleetNow, summaryNow, pendingByReason, range, seriesByStep, shares, topByIdleCost } from "./usage";
 
 const n = (id: string, state: NodeView["state"], cost: number | null, gpus: number) =>
   ({ id, state, cost_per_hour: cost, gpus: Array.from({ length: gpus }, () => ({})) }) as unknown as NodeView;
@@ -28,6 +28,33 @@ describe("fleetNow", () => {
     expect(f.utilisation).toBeCloseTo(0.5);
     expect(f.nodesReady).toBe(1);
     expect(f.simulatedGpus).toBe(2);
+  });
+});
+
+describe("summaryNow", () => {
+  it("reads the same headline from GET /fleet/summary as fleetNow computes from every GPU", () => {
+    const summary = {
+      nodes_ready: 1,
+      nodes_draining: 1,
+      nodes_lost: 1,
+      gpus: 3,
+      gpus_simulated: 2,
+      gpus_held: 2,
+      gpus_allocated: 1.25,
+      gpu_util: 0.5,
+      cost_per_hour: 8,
+      unallocated_cost_per_hour: 3,
+      workloads: {},
+      pending_by_reason: [],
+    } as FleetSummary;
+    const nodes = [n("a", "ready", 8, 2), n("b", "lost", 100, 1), n("c", "draining", null, 1)];
+    const gpus = [g("a", 1000, 0.9), g("a", 250, 0.1), g("b", 1000, 1), g("c", 0, null, false)];
+    const fromGpus = fleetNow(nodes, gpus);
+    const fromSummary = summaryNow(summary);
+    expect(fromSummary).toEqual({ ...fromGpus, allocated: 1.25, idleCostPerHour: 3, utilisation: 0.5 });
+    expect(fromSummary.idleCostPerHour).toBeCloseTo(fromGpus.idleCostPerHour);
+    expect(fromSummary.allocated).toBeCloseTo(fromGpus.allocated);
+    expect(summaryNow({ ...summary, gpus: 0 }).utilisation).toBeNull();
   });
 });
 

@@ -1,7 +1,7 @@
 // Aggregations the dashboard computes from what the API returns.
-import type { GpuView, NodeView, UsageNumbers, UsageReport, Workload } from "../api/types";
+import type { FleetSummary, GpuView, NodeView, UsageNumbers, UsageReport, Workload } from "../api/types";
 
-/** The fleet right now, from /nodes and /gpus: what it costs per hour and what idles. */
+/** The fleet right now (from GET /fleet/summary, or from /nodes where the page has them anyway): what it costs per hour and what idles. */
 export interface FleetNow {
   nodes: number;
   nodesReady: number;
@@ -31,6 +31,20 @@ export function fleetNow(nodes: NodeView[], gpus: GpuView[]): FleetNow {
     utilisation: utils.length ? utils.reduce((a, b) => a + b, 0) / utils.length : null,
     costPerHour: live.reduce((s, n) => s + (n.cost_per_hour ?? 0), 0),
     idleCostPerHour: liveGpus.reduce((s, g) => s + (1 - heldShare(g)) * (perGpu.get(g.node_id) ?? 0), 0),
+  };
+}
+
+/** The same numbers from GET /fleet/summary: a few hundred bytes, whatever the fleet's size. */
+export function summaryNow(s: FleetSummary): FleetNow {
+  return {
+    nodes: s.nodes_ready + s.nodes_draining + s.nodes_lost,
+    nodesReady: s.nodes_ready,
+    gpus: s.gpus,
+    simulatedGpus: s.gpus_simulated,
+    allocated: s.gpus_allocated,
+    utilisation: s.gpus ? s.gpu_util : null,
+    costPerHour: s.cost_per_hour,
+    idleCostPerHour: s.unallocated_cost_per_hour,
   };
 }
 

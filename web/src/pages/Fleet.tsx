@@ -3,18 +3,16 @@ import type { GpuView, NodeView, Workload } from "../api/types";
 import { Badge, ErrorNote, Loading, PageHeader, StateBadge } from "../components/ui";
 import { gib, money, pct, words } from "../lib/format";
 import { heatColor, segments, STOPS, textOn } from "../lib/heat";
-import { useGpus, useNodes, useWorkloads } from "../lib/queries";
+import { useNodes, useWorkloads } from "../lib/queries";
 import { Link } from "../lib/router";
 import { fleetNow } from "../lib/usage";
 
 export function Fleet(_: PageProps) {
+  // GET /nodes carries each node's GPUs: one read of the fleet, not a second one of every GPU.
   const nodes = useNodes();
-  const gpuQ = useGpus();
   const workloads = useWorkloads();
   const names = new Map((workloads.data ?? []).map((w: Workload) => [w.id, w.name]));
-  const byNode = new Map<string, GpuView[]>();
-  for (const g of gpuQ.data ?? []) byNode.set(g.node_id, [...(byNode.get(g.node_id) ?? []), g]);
-  const now = fleetNow(nodes.data ?? [], gpuQ.data ?? []);
+  const now = fleetNow(nodes.data ?? [], (nodes.data ?? []).flatMap((n) => n.gpus));
   return (
     <>
       <PageHeader title="Fleet">
@@ -23,11 +21,11 @@ export function Fleet(_: PageProps) {
         </p>
       </PageHeader>
       <Legend />
-      <ErrorNote error={nodes.error ?? gpuQ.error} />
+      <ErrorNote error={nodes.error} />
       {nodes.isPending && <Loading what="the fleet" />}
       <div className="nodes" data-testid="fleet">
         {(nodes.data ?? []).map((n) => (
-          <NodeCard key={n.id} node={n} gpus={(byNode.get(n.id) ?? []).sort((a, b) => a.device_index - b.device_index)} names={names} />
+          <NodeCard key={n.id} node={n} gpus={[...n.gpus].sort((a, b) => a.device_index - b.device_index)} names={names} />
         ))}
         {nodes.data?.length === 0 && <p className="muted">No node has registered yet.</p>}
       </div>
@@ -35,7 +33,7 @@ export function Fleet(_: PageProps) {
   );
 }
 
-function Legend() {
+export function Legend() {
   const gradient = `linear-gradient(to right, ${STOPS.map((s) => `${heatColor(s.at)} ${s.at * 100}%`).join(", ")})`;
   return (
     <div className="legend" aria-label="Colour scale: GPU utilisation from 0% (blue) to 100% (red)" role="img">
@@ -48,18 +46,30 @@ function Legend() {
   );
 }
 
+export function NodeSummaryLine({ node, gpus }: { node: NodeView; gpus: number }) {
+  return (
+    <>
+      {gpus} GPUs · {(node.cpu_millis / 1000).toFixed(0)} cores at {pct(node.telemetry.cpu_util)} · {gib(node.telemetry.memory_used_mb)} / {gib(node.memory_mb)} GiB ·{" "}
+      {node.cost_per_hour == null ? "no cost set" : `${money(node.cost_per_hour)} / h`}
+    </>
+  );
+}
+
 function NodeCard({ node, gpus, names }: { node: NodeView; gpus: GpuView[]; names: Map<string, string> }) {
   return (
     <section className={`card node node-${node.state}`} aria-labelledby={`node-${node.id}`} data-node={node.name}>
       <div className="card-head">
-        <h2 id={`node-${node.id}`}>{node.name}</h2>
+        <h2 id={`node-${node.id}`}>
+          <Link to={`/fleet/nodes/${node.id}`} data-node-link={node.name}>
+            {node.name}
+          </Link>
+        </h2>
         <StateBadge state={node.state} />
         {node.simulated && <Badge kind="simulated">simulated GPUs</Badge>}
         {node.container_engine && <Badge>{node.container_engine.kind}</Badge>}
       </div>
       <p className="muted small">
-        {gpus.length} GPUs · {(node.cpu_millis / 1000).toFixed(0)} cores at {pct(node.telemetry.cpu_util)} · {gib(node.telemetry.memory_used_mb)} /{" "}
-        {gib(node.memory_mb)} GiB · {node.cost_per_hour == null ? "no cost set" : `${money(node.cost_per_hour)} / h`}
+        <NodeSummaryLine node={node} gpus={gpus.length} />
       </p>
       {gpus.length === 0 ? (
         <p className="muted small">CPU only.</p>
@@ -81,7 +91,7 @@ function holder(g: GpuView, names: Map<string, string>): string {
   return g.shares.map((s) => `${label(s.workload_id)} ${s.milli / 10}%`).join(", ");
 }
 
-function GpuTile({ gpu: g, names }: { gpu: GpuView; names: Map<string, string> }) {
+export function GpuTile({ gpu: g, names }: { gpu: GpuView; names: Map<string, string> }) {
   const util = g.telemetry.util;
   const shared = g.sharing !== "none" && g.shares.length > 0;
   const memory = `${gib(g.telemetry.memory_used_mb)} / ${gib(g.memory_mb)} GiB`;

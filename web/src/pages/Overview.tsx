@@ -5,9 +5,9 @@ import { Chart } from "../components/Chart";
 import { DataTable } from "../components/DataTable";
 import { ErrorNote, Loading, PageHeader, Section, Stat } from "../components/ui";
 import { duration, gpuHours, gpus, money, pct, words } from "../lib/format";
-import { useGpus, useHeldIdle, useNodes, useTenantSummary, useUsage, useWorkloads } from "../lib/queries";
+import { useFleetSummary, useHeldIdle, useTenantSummary, useUsage, useWorkloads } from "../lib/queries";
 import { Link } from "../lib/router";
-import { fleetNow, pendingByReason, range, seriesByStep, shares, topByIdleCost } from "../lib/usage";
+import { pendingByReason, summaryNow, range, seriesByStep, shares, topByIdleCost } from "../lib/usage";
 import type { HeldIdle, TenantStanding } from "../api/types";
 import { createColumnHelper } from "@tanstack/react-table";
 
@@ -17,13 +17,16 @@ const RANGES = [
   { hours: 24 * 7, label: "This week (7 d)" },
 ];
 
+const EMPTY = { nodes: 0, nodesReady: 0, gpus: 0, simulatedGpus: 0, allocated: 0, utilisation: null, costPerHour: 0, idleCostPerHour: 0 };
+
 export function Overview(_: PageProps) {
-  const nodes = useNodes();
-  const gpuQ = useGpus();
+  // The headline from GET /fleet/summary: its cost does not grow with the fleet (the fleet page
+  // is the one that draws every GPU).
+  const summary = useFleetSummary();
   const workloads = useWorkloads();
   const tenants = useTenantSummary();
   const [hours, setHours] = useState(24);
-  const now = fleetNow(nodes.data ?? [], gpuQ.data ?? []);
+  const now = summary.data ? summaryNow(summary.data) : EMPTY;
   const pending = pendingByReason(workloads.data ?? []);
 
   return (
@@ -40,7 +43,7 @@ export function Overview(_: PageProps) {
           </select>
         </label>
       </PageHeader>
-      <ErrorNote error={nodes.error ?? gpuQ.error} />
+      <ErrorNote error={summary.error} />
       <dl className="stats" data-testid="fleet-now">
         <Stat label="Fleet utilisation now" value={pct(now.utilisation)} hint="mean measured GPU utilisation" testId="stat-utilisation" />
         <Stat

@@ -4,7 +4,9 @@ import type { PageProps } from "../App";
 import { api } from "../api/client";
 import type { Policy, PolicyFailure, PolicyLog, ShadowResult, WhatIf } from "../api/types";
 import { Badge, ErrorNote, Loading, PageHeader, Section } from "../components/ui";
-import { ago, pct, time } from "../lib/format";
+import { ago, gpuHours, money, pct, time, words } from "../lib/format";
+import { scoreRows, shadowDiffRows, type ScoreRow } from "../lib/compare";
+import { Link } from "../lib/router";
 import { usePolicies } from "../lib/queries";
 
 interface DryRun {
@@ -142,6 +144,7 @@ function PolicyDetail({ policy, can }: { policy: Policy; can: PageProps["can"] }
   const [paramsError, setParamsError] = useState("");
   const [dry, setDry] = useState<DryRun | null>(null);
   const [whatIfId, setWhatIfId] = useState<string | null>(null);
+  const [shadowId, setShadowId] = useState<number | null>(null);
   const mayManage = can.managePolicies && (policy.tenant == null ? can.platformAdmin : true);
   const refresh = () => client.invalidateQueries({ queryKey: ["policies"] });
   const parsed = (): Record<string, unknown> | null => {
@@ -278,16 +281,25 @@ function PolicyDetail({ policy, can }: { policy: Policy; can: PageProps["can"] }
       )}
       {dry && <DryRunResult dry={dry} />}
       {whatIfId && <WhatIfRun id={whatIfId} />}
+      {shadowId != null && (shadow.data ?? []).some((r) => r.id === shadowId) && <ShadowDiff result={(shadow.data ?? []).find((r) => r.id === shadowId)!} />}
       <div className="grid2">
         <div>
           <h3>Shadow results</h3>
           {(shadow.data ?? []).length === 0 ? (
             <p className="muted small">Not shadowed yet.</p>
           ) : (
-            <ul className="plain small">
+            <ul className="plain small" data-testid="shadow-results">
               {(shadow.data ?? []).slice(0, 10).map((s) => (
                 <li key={s.id}>
-                  {ago(s.at)}: agreed {s.agreed}, differed {s.differed} with {s.active_policy_name}
+                  <button
+                    type="button"
+                    className="link"
+                    aria-pressed={shadowId === s.id}
+                    title="Show the decisions that differed"
+                    onClick={() => setShadowId(shadowId === s.id ? null : s.id)}
+                  >
+                    {ago(s.at)}: v{s.version} agreed {s.agreed}, differed {s.differed} with {s.active_policy_name}
+                  </button>
                   {s.error ? ` — ${s.error}` : ""}
                 </li>
               ))}
@@ -357,6 +369,67 @@ function DryRunResult({ dry }: { dry: DryRun }) {
   );
 }
 
+function ShadowDiff({ result }: { result: ShadowResult }) {
+  const rows = shadowDiffRows(result.diff);
+  const decision = (d: { decision: string; reason: string } | null) =>
+    d ? (
+      <>
+        <strong>{words(d.decision)}</strong>
+        <br />
+        <span className="muted">{d.reason}</span>
+      </>
+    ) : (
+      <span className="muted">nothing</span>
+    );
+  return (
+    <div className="dry-run" data-testid="shadow-diff">
+      <h3>
+        Shadow v{result.version} against {result.active_policy_name}, cycle {result.cycle_id} ({time(result.at)})
+      </h3>
+      <p className="small">
+        Agreed on {result.agreed} decision{result.agreed === 1 ? "" : "s"}, differed on {result.differed}. Nothing the shadow decided was applied.
+        {result.error ? ` Error: ${result.error}` : ""}
+      </p>
+      {rows.length > 0 && (
+        <table className="compact">
+          <caption className="sr-only">Decisions that differed</caption>
+          <thead>
+            <tr>
+              <th scope="col">Workload</th>
+              <th scope="col">Active policy</th>
+              <th scope="col">Shadow v{result.version}</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((r, i) => (
+              <tr key={i}>
+                <td>{r.workload_id ? <Link to={`/workloads/${r.workload_id}`}>{r.workload_name ?? r.workload_id.slice(0, 8)}</Link> : "—"}</td>
+                <td>{decision(r.active)}</td>
+                <td>{r.refused ? <span className="error">refused by the host: {r.refused}</span> : decision(r.shadow)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </div>
+  );
+}
+
+function scoreValue(r: ScoreRow, v: number): string {
+  switch (r.kind) {
+    case "share":
+      return pct(v);
+    case "hours":
+      return gpuHours(v);
+    case "usd":
+      return money(v);
+    case "index":
+      return v.toFixed(3);
+    default:
+      return String(v);
+  }
+}
+
 function WhatIfRun({ id }: { id: string }) {
   const run = useQuery({
     queryKey: ["what-if", id],
@@ -364,7 +437,8 @@ function WhatIfRun({ id }: { id: string }) {
     refetchInterval: (q) => (q.state.data && ["done", "failed", "succeeded"].includes(q.state.data.state) ? false : 1500),
   });
   const r = run.data;
-  const result = r?.result as { active?: { busy_share?: number }; candidate?: { busy_share?: number } } | null | undefined;
+  const result = r?.result as { active?: Record<string, unknown>; candidate?: Record<string, unknown>; workloads?: number } | null | undefined;
+  const rows = scoreRows(result?.active, result?.candidate);
   return (
     <div className="dry-run" role="status" data-testid="what-if">
       <h3>What if, last {r?.hours ?? 24} h</h3>
@@ -372,9 +446,37 @@ function WhatIfRun({ id }: { id: string }) {
       {r && (
         <p className="small">
           {r.state} · {pct(r.progress)}
-          {result?.active && result.candidate && ` · busy share: active ${pct(result.active.busy_share)}, this one ${pct(result.candidate.busy_share)}`}
+          {typeof result?.workloads === "number" ? ` · ${result.workloads} workloads replayed` : ""}
           {r.error ? ` — ${r.error}` : ""}
         </p>
+      )}
+      {rows.length > 0 && (
+        <table className="compact" data-testid="what-if-scores">
+          <caption className="sr-only">The active policies' scores beside this version's</caption>
+          <thead>
+            <tr>
+              <th scope="col">Score</th>
+              <th scope="col">Active policies</th>
+              <th scope="col">This version</th>
+              <th scope="col">Better</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((row) => {
+              const [a, c] = [scoreValue(row, row.active), scoreValue(row, row.candidate)];
+              // A difference too small to show is no difference to the reader.
+              const verdict = a === c ? "same" : row.verdict;
+              return (
+                <tr key={row.key} data-score={row.key}>
+                  <th scope="row">{row.label}</th>
+                  <td>{a}</td>
+                  <td>{c}</td>
+                  <td>{verdict === "same" ? "same" : verdict === "candidate" ? <Badge kind="good">this version</Badge> : <Badge kind="bad">active</Badge>}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
       )}
     </div>
   );
