@@ -143,4 +143,19 @@ impl From<anyhow::Error> for ApiError {
     }
 }
 
+impl From<crate::domain::Error> for ApiError {
+    fn from(err: crate::domain::Error) -> Self {
+        use crate::domain::Error as E;
+        match err {
+            E::NotFound(what) => Self::NotFound(what),
+            E::Invalid { code, message } => Self::Unprocessable { code, message },
+            E::BadQuery { code, message } => Self::BadRequest { code, message },
+            E::Conflict { code, message } => Self::Conflict { code, message },
+            E::Forbidden(message) => Self::Forbidden(message),
+            E::Database(err) => Self::from(err),
+            E::Internal(err) => Self::Internal(err),
+        }
+    }
+}
+
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -5,15 +5,19 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult};
+use crate::domain;
+use crate::domain::Scope;
 
 /// The tenant a caller's new workload or service goes into: the caller's own when none is named
 /// (the `default` tenant for a platform admin), a named one only if the caller may see it —
 /// another tenant's name is refused exactly like a name that does not exist.
-pub async fn resolve_for_write(conn: &mut sqlx::PgConnection, caller: &Caller, name: Option<&str>) -> ApiResult<Uuid> {
+pub async fn resolve_for_write(
+    conn: &mut sqlx::PgConnection,
+    scope: &Scope,
+    name: Option<&str>,
+) -> domain::Result<Uuid> {
     let tenant_name = name.unwrap_or("default");
-    let tenant: Option<(Uuid,)> = match (name, caller.tenant_filter()) {
+    let tenant: Option<(Uuid,)> = match (name, scope.tenant_filter()) {
         (None, Some(own)) => Some((own,)),
         (_, scope) => {
             sqlx::query_as("SELECT id FROM tenants WHERE name = $1 AND ($2::uuid IS NULL OR id = $2)")
@@ -24,7 +28,7 @@ pub async fn resolve_for_write(conn: &mut sqlx::PgConnection, caller: &Caller, n
         }
     };
     let Some((tenant_id,)) = tenant else {
-        return Err(ApiError::unprocessable("unknown_tenant", format!("no tenant named {tenant_name:?}")));
+        return Err(domain::Error::invalid("unknown_tenant", format!("no tenant named {tenant_name:?}")));
     };
     Ok(tenant_id)
 }

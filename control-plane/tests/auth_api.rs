@@ -57,6 +57,8 @@ fn app(auth: Arc<AuthContext>) -> Router {
     }
     Router::new()
         .nest("/api/v1", Router::from(airtime_control_plane::api::auth::routes()))
+        .nest("/api/v1", Router::from(airtime_control_plane::api::users::routes()))
+        .nest("/api/v1", Router::from(airtime_control_plane::api::enrolment::routes()))
         .nest("/api/v1", Router::from(airtime_control_plane::api::invitations::routes()))
         .route("/probe", get(whoami).post(whoami))
         .route("/node-probe", post(node_probe))

@@ -233,6 +233,12 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     // Captured output goes to the control plane too (inherited output is the agent's own).
     let (log_sink, log_source) = LogSink::new();
     let runner = if output == OutputMode::Log { runner.with_logs(log_sink) } else { runner };
+    // Work dies with its agent unless it is meant to outlive lost contact (`--on-lost-contact
+    // keep`); an agent run as a library (tests) without its binary cannot tether.
+    let runner = match (&config.on_lost_contact, config.tether_binary.clone()) {
+        (OnLostContact::Stop, Some(binary)) => runner.with_tether(binary),
+        _ => runner,
+    };
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
 

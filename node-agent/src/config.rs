@@ -246,6 +246,9 @@ pub struct Config {
     /// The lease when the control plane does not give one.
     pub lease: Duration,
     pub on_lost_contact: OnLostContact,
+    /// The agent's own binary, to run workloads tethered to the agent (`crate::tether`); set by
+    /// the binary's `main` (its path is not configuration). `None`: workloads are untethered.
+    pub tether_binary: Option<PathBuf>,
 }
 
 /// What the agent does with its work when its lease runs out (`--on-lost-contact`).
@@ -343,6 +346,7 @@ impl Config {
             mps,
             lease: Duration::from_millis(cli.lease_ms),
             on_lost_contact: cli.on_lost_contact,
+            tether_binary: None,
             containers: ContainerConfig {
                 choice: cli.container_engine,
                 program: cli.container_engine_path,

@@ -14,11 +14,14 @@
 //! - [`procfs`]: a process's parent and group, read from `/proc`;
 //! - [`containers`]: the node's container engine (Podman or Docker): detection, `run`, stop and
 //!   remove by name, and the containers an earlier agent left, found by label;
+//! - [`tether`]: the agent binary's `__tether` mode, which each workload runs under so its work
+//!   dies with the agent (parent-death signal, then SIGTERM and SIGKILL after the grace period);
 //! - [`agent`]: the loops (register, heartbeat, long-poll, reconcile, deliver events).
 //!
 //! Invariants: only `client` speaks HTTP; only `runner` (and the engine commands of `containers`
-//! it runs) creates or signals processes; the reconciler never awaits the network, so stops and
-//! starts do not wait on the control plane.
+//! it runs) creates or signals processes in the agent (the `tether`, a process of its own, signals
+//! only its workload's group); the reconciler never awaits the network, so stops and starts do not
+//! wait on the control plane.
 
 #![forbid(unsafe_code)]
 
@@ -33,6 +36,7 @@ pub mod procfs;
 pub mod protocol;
 pub mod runner;
 pub mod telemetry;
+pub mod tether;
 
 pub use agent::run;
 pub use config::Config;

@@ -11,10 +11,17 @@ use tracing_subscriber::EnvFilter;
 use airtime_node_agent::config::{Cli, Config, LogFormat};
 
 fn main() -> anyhow::Result<()> {
+    // A workload's tether (see `airtime_node_agent::tether`) is this binary in another mode.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|first| first == airtime_node_agent::tether::TETHER_ARG) {
+        airtime_node_agent::tether::main(args.collect());
+    }
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let hostname = sysinfo::System::host_name().ok();
-    let config = Config::resolve(cli, hostname).context("invalid configuration")?;
+    let mut config = Config::resolve(cli, hostname).context("invalid configuration")?;
+    // Workloads run under this binary's tether mode, so they die with this process.
+    config.tether_binary = Some(std::env::current_exe().context("cannot find the agent's own binary")?);
 
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;

@@ -146,6 +146,25 @@ fn agent_owned(name: &str) -> bool {
 /// node runs a daemon, and for a share below a whole GPU `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
 /// (⌈milli / 10⌉, at least 1) and, with a memory slice, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
 /// (`<ordinal>=<MiB>M` per MPS GPU, ordinals counted in `CUDA_VISIBLE_DEVICES`).
+/// `command` run by a tether (the agent binary's `__tether` mode) that stops its process group
+/// with `grace` when this agent dies; its environment changes and directory carried over.
+fn tethered(agent_binary: &std::path::Path, command: &Command, grace: Duration) -> Command {
+    let inner = command.as_std();
+    let argv = std::iter::once(inner.get_program().to_owned()).chain(inner.get_args().map(ToOwned::to_owned));
+    let mut wrapped = Command::new(agent_binary);
+    wrapped.args(crate::tether::arguments(std::process::id(), grace, argv));
+    for (name, value) in inner.get_envs() {
+        match value {
+            Some(value) => wrapped.env(name, value),
+            None => wrapped.env_remove(name),
+        };
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
 pub fn gpu_environment(spec: &WorkloadSpec, slots: &GpuSlots) -> Result<Vec<(&'static str, String)>, SpawnError> {
     let mut cuda_ids = Vec::with_capacity(spec.gpu_indices.len());
     let mut modes = Vec::with_capacity(spec.gpu_indices.len());
@@ -299,6 +318,9 @@ pub struct Runner {
     logs: Option<LogSink>,
     /// The node's container engine, for container workloads; `None`: the node runs none.
     engine: Option<Arc<Engine>>,
+    /// The agent's own binary, which runs each workload tethered (`crate::tether`): its work dies
+    /// with the agent. `None`: workloads outlive a dead agent (`--on-lost-contact keep`, tests).
+    tether: Option<PathBuf>,
 }
 
 impl Runner {
@@ -322,6 +344,7 @@ impl Runner {
             holders,
             logs: None,
             engine: None,
+            tether: None,
         };
         (runner, exits_rx)
     }
@@ -336,6 +359,14 @@ impl Runner {
     /// Container workloads run with `engine`.
     pub fn with_engine(mut self, engine: Arc<Engine>) -> Self {
         self.engine = Some(engine);
+        self
+    }
+
+    /// Every workload runs under a tether, the agent binary at `agent_binary` (see
+    /// [`crate::tether`]): when this process dies, its workloads are stopped with their grace
+    /// period instead of running on unsupervised.
+    pub fn with_tether(mut self, agent_binary: PathBuf) -> Self {
+        self.tether = Some(agent_binary);
         self
     }
 
@@ -411,6 +442,9 @@ impl Runner {
                 (command, format!("{} run {}", handle.engine.kind.as_str(), image.image), Some(handle))
             }
         };
+        if let Some(agent_binary) = &self.tether {
+            command = tethered(agent_binary, &command, spec.grace_period);
+        }
         // The GPUs a workload sees, and its share of them, are the agent's to decide: no MPS
         // setting of the agent's own environment reaches it, and the assignment's env cannot set
         // what the agent sets.

@@ -218,8 +218,10 @@ fn waits_for_the_control_plane_and_stops_on_sigterm() -> TestResult {
     Ok(())
 }
 
-/// An agent killed with SIGKILL cannot stop its workloads; the next agent for the node ends them,
-/// reports them exited, and does not start the same attempt a second time.
+/// An agent whose work may outlive it (`--on-lost-contact keep`: untethered) killed with SIGKILL
+/// cannot stop its workloads; the next agent for the node ends them, reports them exited, and
+/// does not start the same attempt a second time. (A tethered workload ends with its agent:
+/// `tests/tests/fencing.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
     let (cp, url) = start_fake().await?;
@@ -228,7 +230,7 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
     let spawn_agent = || {
         let mut command = tokio::process::Command::from(agent());
         command
-            .args(["--control-plane", &url, "--name", &name, "--no-nvml"])
+            .args(["--control-plane", &url, "--name", &name, "--no-nvml", "--on-lost-contact", "keep"])
             .args(["--enrolment-token", support::ENROLMENT_TOKEN])
             .arg("--state-dir")
             .arg(work_dir.path().join("state"))

@@ -54,10 +54,12 @@
 //!   [`PolicyRuntime::compatibility_hash`], and must never deserialize bytes it did not write.
 
 mod error;
+mod lanes;
 mod limits;
 mod runtime;
 
 pub use error::PolicyError;
+pub use lanes::{Lane, LaneSlots};
 pub use limits::{PolicyLimits, RuntimeConfig};
 pub use runtime::{
     CompiledPolicy, Evaluation, EvaluationPhases, EvaluationRecord, ParamsVerdict, PolicyLog, PolicyRuntime,

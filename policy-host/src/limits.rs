@@ -117,9 +117,12 @@ pub struct RuntimeConfig {
     /// costs more than the policy's own work. Default 16 MiB; the price is up to this much resident
     /// memory per slot that has been used.
     pub memory_keep_resident: usize,
-    /// Instances alive at once: the pool's slots. An evaluation beyond it fails with
-    /// [`PolicyError::Capacity`]; bound concurrent evaluations (a semaphore) below it. Default 64.
+    /// Instances alive at once: the pool's slots. Default 64.
     pub max_concurrent_instances: u32,
+    /// Evaluations at once in each lane (see [`crate::Lane`]): every evaluation takes a slot in
+    /// its lane before it instantiates, waiting at most its deadline for one. Together they must
+    /// fit in [`Self::max_concurrent_instances`]. Default: as many as the machine has cores, each.
+    pub lanes: crate::LaneSlots,
     /// Compiled policies kept, keyed by the module's sha256; the least recently used is evicted.
     /// Default 128.
     pub cache_capacity: usize,
@@ -144,6 +147,7 @@ impl Default for RuntimeConfig {
             max_memory_bytes: 1 << 30,
             memory_keep_resident: 16 << 20,
             max_concurrent_instances: 64,
+            lanes: crate::LaneSlots::default(),
             cache_capacity: 128,
             max_module_bytes: 16 << 20,
             max_functions: 20_000,

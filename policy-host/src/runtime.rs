@@ -18,6 +18,7 @@ use wasmtime::{
     OptLevel, PoolConcurrencyLimitError, PoolingAllocationConfig, ResourceLimiter, Store, Trap, ValType,
 };
 
+use crate::lanes::{Lane, Lanes};
 use crate::{PolicyError, PolicyLimits, RuntimeConfig};
 
 /// Longest `airtime.fail` message kept, in bytes; the rest is cut (a panic message with a long
@@ -52,6 +53,8 @@ struct RuntimeInner {
     /// Tells compiled policies of different runtimes apart (instantiating across engines panics).
     id: u64,
     cache: Mutex<PolicyCache>,
+    /// Admission to the instance pool: nothing instantiates without a slot (see `lanes`).
+    lanes: Lanes,
     /// Declared last so it stops after everything else is dropped.
     _ticker: EpochTicker,
 }
@@ -167,6 +170,7 @@ impl PolicyRuntime {
             return Err(PolicyError::Internal { message: "epoch_tick must be more than zero".to_owned() });
         }
         config.probe_limits.validate()?;
+        config.lanes.validate(config.max_concurrent_instances)?;
 
         let instances = config.max_concurrent_instances;
         let mut pool = PoolingAllocationConfig::new();
@@ -216,6 +220,7 @@ impl PolicyRuntime {
                 engine,
                 linker,
                 cache: Mutex::new(PolicyCache::new(config.cache_capacity)),
+                lanes: Lanes::new(config.lanes, config.max_concurrent_instances),
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 config,
                 _ticker: ticker,
@@ -305,6 +310,7 @@ impl PolicyRuntime {
     /// Instantiates once and asks for the ABI version.
     fn probe(&self, policy: &CompiledPolicy) -> Result<(), PolicyError> {
         let limits = self.inner.config.probe_limits;
+        let _slot = self.inner.lanes.admit_probe(limits.deadline())?;
         let mut store = self.store(&limits);
         let instance =
             policy.inner.pre.instantiate(&mut store).map_err(|e| self.classify(e, &store, Phase::Instantiate))?;
@@ -352,6 +358,8 @@ impl PolicyRuntime {
             return Ok(ParamsVerdict::NotChecked);
         }
         limits.validate()?;
+        // A parameter check is something a tenant causes: it runs in the tenants' lane.
+        let _slot = self.inner.lanes.admit(Lane::Tenant, limits.deadline())?;
         let mut store = self.store(limits);
         let abi_error = |message: String| PolicyError::AbiViolation { message };
         let internal = |what: &str, e: wasmtime::Error| PolicyError::Internal { message: format!("{what}: {e:#}") };
@@ -419,6 +427,30 @@ impl PolicyRuntime {
         snapshot_bytes: &[u8],
         limits: &PolicyLimits,
     ) -> (EvaluationRecord, EvaluationPhases) {
+        self.evaluate_timed_in(Lane::Tenant, policy, snapshot_bytes, limits)
+    }
+
+    /// As [`evaluate_recorded`](Self::evaluate_recorded), in `lane`.
+    pub fn evaluate_recorded_in(
+        &self,
+        lane: Lane,
+        policy: &CompiledPolicy,
+        snapshot_bytes: &[u8],
+        limits: &PolicyLimits,
+    ) -> EvaluationRecord {
+        self.evaluate_timed_in(lane, policy, snapshot_bytes, limits).0
+    }
+
+    /// The one way a policy is evaluated: a slot in `lane` (waiting at most the deadline for
+    /// one), a fresh instance, the call, the teardown. The methods without a lane run in the
+    /// tenants' lane, the restricted one.
+    pub fn evaluate_timed_in(
+        &self,
+        lane: Lane,
+        policy: &CompiledPolicy,
+        snapshot_bytes: &[u8],
+        limits: &PolicyLimits,
+    ) -> (EvaluationRecord, EvaluationPhases) {
         let started = Instant::now();
         let mut phases = EvaluationPhases::default();
         let failed_early = |error| EvaluationRecord {
@@ -436,6 +468,10 @@ impl PolicyRuntime {
         if let Err(error) = limits.validate() {
             return (failed_early(error), phases);
         }
+        let _slot = match self.inner.lanes.admit(lane, limits.deadline()) {
+            Ok(slot) => slot,
+            Err(error) => return (failed_early(error), phases),
+        };
         let mut store = self.store(limits);
         let result = self.run(policy, &mut store, snapshot_bytes, limits, &mut phases);
         let memory_bytes = store.data().memory_bytes;

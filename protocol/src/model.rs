@@ -3,6 +3,25 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+/// A name type's `Display` (the name) and a `Deserialize` that parses it with the type's `parse`,
+/// so a request holding a bad name is refused where it is read.
+macro_rules! parsed_name {
+    ($name:ident) => {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(deserializer)?;
+                $name::parse(&name).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 /// Longest GPU model name, in bytes.
 pub const MAX_GPU_MODEL_BYTES: usize = 128;
 
@@ -44,18 +63,62 @@ impl GpuModel {
     }
 }
 
-impl std::fmt::Display for GpuModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+parsed_name!(GpuModel);
+
+/// Longest node name, in bytes (a DNS name's bound).
+pub const MAX_NODE_NAME_BYTES: usize = 253;
+
+/// A node's name (`"gpu-node-7"`), as an enrolment token is bound to it and its agent enrols and
+/// registers with it: 1 to 253 bytes without control characters, kept exactly (a node's name is
+/// its identity: no trimming, no case folding).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(transparent)]
+pub struct NodeName(String);
+
+impl NodeName {
+    pub fn parse(name: &str) -> Result<NodeName, String> {
+        if name.is_empty() || name.len() > MAX_NODE_NAME_BYTES || name.chars().any(char::is_control) {
+            return Err(format!("a node name must be 1 to {MAX_NODE_NAME_BYTES} printable characters"));
+        }
+        Ok(NodeName(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
-impl<'de> Deserialize<'de> for GpuModel {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        GpuModel::parse(&name).map_err(serde::de::Error::custom)
+parsed_name!(NodeName);
+
+/// Longest tenant name, in bytes (a DNS label's bound, so it can name a namespace or a host).
+pub const MAX_TENANT_NAME_BYTES: usize = 63;
+
+/// A tenant's name (`"team-a"`): 1 to 63 lowercase ASCII letters, digits or `-`, not starting
+/// with `-`. Tenants are created with one; elsewhere a name that does not parse names no tenant.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(transparent)]
+pub struct TenantName(String);
+
+impl TenantName {
+    pub fn parse(name: &str) -> Result<TenantName, String> {
+        let valid = !name.is_empty()
+            && name.len() <= MAX_TENANT_NAME_BYTES
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !name.starts_with('-');
+        if !valid {
+            return Err(format!("name must be 1 to {MAX_TENANT_NAME_BYTES} lowercase letters, digits or '-'"));
+        }
+        Ok(TenantName(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
+
+parsed_name!(TenantName);
 
 #[cfg(test)]
 mod tests {
@@ -71,5 +134,19 @@ mod tests {
         let parsed: Vec<GpuModel> = serde_json::from_str(r#"[" A100 "]"#).unwrap();
         assert_eq!(parsed[0].as_str(), "A100");
         assert!(serde_json::from_str::<Vec<GpuModel>>(r#"["a,b"]"#).is_err());
+    }
+
+    #[test]
+    fn node_and_tenant_names_are_parsed_once() {
+        assert_eq!(NodeName::parse("gpu-node-7").unwrap().as_str(), "gpu-node-7");
+        assert_eq!(NodeName::parse(" Spaced Node ").unwrap().as_str(), " Spaced Node ", "kept exactly");
+        assert!(NodeName::parse("").is_err());
+        assert!(NodeName::parse("a\nb").is_err());
+        assert!(NodeName::parse(&"n".repeat(254)).is_err());
+        assert_eq!(TenantName::parse("team-a").unwrap().as_str(), "team-a");
+        for bad in ["", "-team", "Team", "team a", "team_a", &"t".repeat(64)] {
+            assert!(TenantName::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(serde_json::from_str::<TenantName>(r#""Team-A""#).is_err());
     }
 }

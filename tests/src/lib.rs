@@ -315,8 +315,10 @@ impl NodeAgent {
         self.logs.as_ref().map(|l| l.lock().unwrap_or_else(PoisonError::into_inner).clone()).unwrap_or_default()
     }
 
-    /// Kills the agent at once (SIGKILL), as a crash or a lost host would: its workloads keep
-    /// running, for a restarted agent of the same name to find and end (`runner::orphans`).
+    /// Kills the agent at once (SIGKILL), as a crash or a lost host would: its workloads' tethers
+    /// stop them with their grace period (`airtime_node_agent::tether`); an agent started with
+    /// `--on-lost-contact keep` leaves them running, for a restarted agent of the same name to
+    /// find and end (`runner::orphans`).
     pub async fn kill(mut self) {
         self.crashed = true;
         let _ = self.child.kill().await;

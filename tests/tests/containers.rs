@@ -226,7 +226,9 @@ async fn a_killed_agents_container_is_found_by_label_and_ended_when_it_restarts(
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
-    let agent = container_agent(&cp, "crash-node", &[]).await;
+    // Untethered (`--on-lost-contact keep`): this story is the container that outlives its
+    // agent and its engine client, which a tether would have stopped with the agent.
+    let agent = container_agent(&cp, "crash-node", &["--on-lost-contact", "keep"]).await;
     nodes_ready(&api, 1).await.unwrap();
 
     let id = submit_container(

@@ -1,7 +1,8 @@
 //! Fencing: an agent that cannot reach the control plane for longer than its node's lease stops
 //! its work (SIGTERM, then SIGKILL after the grace period) and reports it for requeueing; the work
-//! runs again once the control plane answers — and never twice at once. Real control plane, agent
-//! and PostgreSQL; the control plane is killed for the outage.
+//! runs again once the control plane answers — and never twice at once. And an agent that dies
+//! takes its work with it: each workload's tether stops its whole process group with the grace
+//! period. Real control plane, agent and PostgreSQL; the control plane is killed for the outage.
 
 #![allow(clippy::unwrap_used)]
 
@@ -90,4 +91,69 @@ async fn an_agent_that_loses_the_control_plane_past_its_lease_stops_its_work_and
     assert!(history.contains("fenced") && history.contains("requeued"), "{history}");
     assert!(!history.contains("\"failed\""), "a fenced attempt is not a failure: {history}");
     second.stop().await;
+}
+
+/// The pids of live processes whose environment names workload `id` (its process, its tether,
+/// and everything they started), from `/proc`.
+fn processes_of(id: &str) -> Vec<u32> {
+    let wanted = format!("AIRTIME_WORKLOAD_ID={id}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // A zombie has ended; only its parent's wait is missing.
+            let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            !zombie && environ.split(|b| *b == 0).any(|var| var == wanted.as_bytes())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_with_sigkill_takes_its_work_with_it_after_the_grace_period() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let mut settings = api.ok("/api/v1/settings/priorities").await.unwrap();
+    settings["grace_period_s"] = json!(3);
+    assert_eq!(api.put("/api/v1/settings/priorities", &settings).await.unwrap().status, 200);
+    let agent = NodeAgent::start(&cp, "doomed", &["--no-nvml"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+
+    // A job that ignores SIGTERM (only SIGKILL ends it), with a child of its own.
+    let script = "trap '' TERM; sh -c 'sleep 600' & while true; do sleep 0.2; done";
+    let w = api
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "outlives-nothing", "class": "training", "command": ["sh", "-c", script],
+                    "resources": {"cpu_millis": 100}}),
+        )
+        .await
+        .unwrap();
+    let id = w["id"].as_str().unwrap().to_owned();
+    workload_reaches(&api, &id, "running", Duration::from_secs(30)).await.unwrap();
+    let running = eventually("the job, its tether and its children", Duration::from_secs(10), || {
+        let id = id.clone();
+        async move { Ok(Some(processes_of(&id)).filter(|p| p.len() >= 3)) }
+    })
+    .await
+    .unwrap();
+
+    agent.kill().await;
+    let killed = Instant::now();
+    // Within the grace period the job that ignores SIGTERM still runs: the tether waits for it,
+    // then kills the whole group, as the agent itself would have.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!processes_of(&id).is_empty(), "everything ended before the grace period: was {running:?}");
+    eventually("every process of the workload to end", Duration::from_secs(15), || {
+        let id = id.clone();
+        async move { Ok(processes_of(&id).is_empty().then_some(())) }
+    })
+    .await
+    .unwrap();
+    let ended = killed.elapsed();
+    assert!(ended >= Duration::from_millis(2500), "ended {ended:?} after the agent, before its 3 s grace");
+    cp.stop().await;
 }

@@ -272,3 +272,58 @@ fn the_policy_abi_changes_only_with_its_document() {
 fn the_agent_protocol_changes_only_with_its_document() {
     contract_changes_with_its_document(&files(&root().join("protocol/src"), ".rs"), "docs/agent-protocol.md");
 }
+
+/// The domain modules of the control plane: what they may not name (HTTP and the API's caller).
+const DOMAIN_MODULES: [&str; 7] = [
+    "control-plane/src/workloads",
+    "control-plane/src/services",
+    "control-plane/src/policies",
+    "control-plane/src/what_if",
+    "control-plane/src/tenancy.rs",
+    "control-plane/src/users.rs",
+    "control-plane/src/domain.rs",
+];
+const HTTP_WORDS: [&str; 5] = ["ApiError", "ApiResult", "Caller", "axum", "StatusCode"];
+
+/// The lines of `source` (code, not comments or strings) that name HTTP or the API's caller.
+fn http_in(source: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in source.lines().enumerate() {
+        let code = without_strings(line.trim_start());
+        if code.starts_with("//") {
+            continue;
+        }
+        if code.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| HTTP_WORDS.contains(&w)) {
+            found.push((n + 1, line.trim().to_owned()));
+        }
+    }
+    found
+}
+
+#[test]
+fn domain_code_returns_domain_errors_and_takes_a_scope_only_api_knows_http() {
+    let mut broken = Vec::new();
+    for module in DOMAIN_MODULES {
+        let path = root().join(module);
+        let sources = if path.is_dir() { files(&path, ".rs") } else { vec![path] };
+        assert!(!sources.is_empty(), "{module}: no sources (a domain module moved? update DOMAIN_MODULES)");
+        for file in sources {
+            for (line, text) in http_in(&read(&file)) {
+                broken.push(format!("{}:{line}: {text}", relative(&file)));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "domain modules return domain::Error and take a domain::Scope; only api/ knows HTTP and the Caller:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_http_scan_finds_a_planted_api_error_and_ignores_words_in_comments_and_strings() {
+    let planted = "// ApiError in a comment\nlet m = \"Caller\";\nreturn Err(ApiError::NotFound(\"x\"));\n";
+    assert_eq!(http_in(planted), vec![(3, "return Err(ApiError::NotFound(\"x\"));".to_owned())]);
+    assert_eq!(http_in("fn f(caller: &Caller) {}"), vec![(1, "fn f(caller: &Caller) {}".to_owned())]);
+    assert!(http_in("fn f(scope: &Scope) -> domain::Result<()> {}").is_empty());
+}

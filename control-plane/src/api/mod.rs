@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod auth;
 pub mod decisions;
+pub mod enrolment;
 pub mod extract;
 pub mod fleet;
 pub mod health;
@@ -16,6 +17,7 @@ pub mod snapshot;
 pub mod stream;
 pub mod tenants;
 pub mod usage;
+pub mod users;
 pub mod what_if;
 pub mod workloads;
 
@@ -42,6 +44,8 @@ pub fn router(config: &Config) -> OpenApiRouter<AppState> {
         .merge(usage::routes())
         .merge(stream::routes())
         .merge(auth::routes())
+        .merge(users::routes())
+        .merge(enrolment::routes())
         .merge(invitations::routes())
         .nest("/agent", agent::routes())
         .routes(routes!(openapi::openapi_json));

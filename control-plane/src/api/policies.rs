@@ -336,7 +336,7 @@ async fn what_if(
     Json(req): Json<crate::what_if::WhatIfRequest>,
 ) -> ApiResult<(StatusCode, [(header::HeaderName, String); 1], axum::Json<crate::what_if::WhatIfView>)> {
     let owner = authorize(&state, &caller, id, Need::Manage).await?;
-    let run = crate::what_if::create(&state.db, id, owner, &req, &caller).await?;
+    let run = crate::what_if::create(&state.db, id, owner, &req, &caller.scope()).await?;
     let location = format!("/api/v1/what-if/{}", run.id);
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(run)))
 }

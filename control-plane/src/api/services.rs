@@ -52,7 +52,7 @@ async fn create(
     State(state): State<AppState>,
     Json(req): Json<CreateService>,
 ) -> ApiResult<(StatusCode, axum::Json<ServiceView>)> {
-    let view = services::create(&state.db, &req, &caller, &state.config.container_mount_prefixes).await?;
+    let view = services::create(&state.db, &req, &caller.scope(), &state.config.container_mount_prefixes).await?;
     state.wake.wake();
     Ok((StatusCode::CREATED, axum::Json(view)))
 }
@@ -68,7 +68,7 @@ async fn create(
     responses((status = 200, description = "Services", body = [ServiceView]))
 )]
 async fn list(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<Vec<ServiceView>>> {
-    Ok(axum::Json(services::list(&state.db, &caller).await?))
+    Ok(axum::Json(services::list(&state.db, &caller.scope()).await?))
 }
 
 /// A service with its replicas, demand and latest scale decisions.
@@ -86,7 +86,7 @@ async fn detail(
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<ServiceDetail>> {
-    Ok(axum::Json(services::detail(&state.db, id, &caller).await?))
+    Ok(axum::Json(services::detail(&state.db, id, &caller.scope()).await?))
 }
 
 /// Change a service's scale bounds, capacity, behaviour or templates. New replicas run a new
@@ -112,7 +112,7 @@ async fn update(
     Path(id): Path<Uuid>,
     Json(req): Json<UpdateService>,
 ) -> ApiResult<axum::Json<ServiceView>> {
-    let view = services::update(&state.db, id, &req, &caller, &state.config.container_mount_prefixes).await?;
+    let view = services::update(&state.db, id, &req, &caller.scope(), &state.config.container_mount_prefixes).await?;
     state.wake.wake();
     Ok(axum::Json(view))
 }
@@ -137,7 +137,7 @@ async fn delete(
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<(StatusCode, axum::Json<ServiceView>)> {
-    let view = services::delete(&state.db, id, &caller).await?;
+    let view = services::delete(&state.db, id, &caller.scope()).await?;
     state.wake.wake();
     Ok((StatusCode::ACCEPTED, axum::Json(view)))
 }
@@ -165,7 +165,7 @@ async fn report_load(
     Path(id): Path<Uuid>,
     Json(report): Json<LoadReport>,
 ) -> ApiResult<(StatusCode, axum::Json<LoadAccepted>)> {
-    let accepted = services::report_load(&state.db, id, &report, &reporter).await?;
+    let accepted = services::report_load(&state.db, id, &report, &reporter.reporter()).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(accepted)))
 }
 
@@ -190,7 +190,7 @@ async fn create_token(
     Path(id): Path<Uuid>,
     Json(req): Json<CreateServiceToken>,
 ) -> ApiResult<(StatusCode, axum::Json<ServiceTokenView>)> {
-    Ok((StatusCode::CREATED, axum::Json(services::create_token(&state.db, id, &req, &caller).await?)))
+    Ok((StatusCode::CREATED, axum::Json(services::create_token(&state.db, id, &req, &caller.scope()).await?)))
 }
 
 /// Revoke one of a service's tokens.
@@ -208,5 +208,5 @@ async fn revoke_token(
     State(state): State<AppState>,
     Path((id, token_id)): Path<(Uuid, Uuid)>,
 ) -> ApiResult<axum::Json<ServiceTokenView>> {
-    Ok(axum::Json(services::revoke_token(&state.db, id, token_id, &caller).await?))
+    Ok(axum::Json(services::revoke_token(&state.db, id, token_id, &caller.scope()).await?))
 }

@@ -9,6 +9,8 @@ use uuid::Uuid;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use airtime_protocol::model::TenantName;
+
 use crate::api::extract::Json;
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
@@ -110,13 +112,7 @@ async fn create(
     Json(req): Json<CreateTenant>,
 ) -> ApiResult<(StatusCode, axum::Json<TenantView>)> {
     caller.require_platform_admin()?;
-    let valid = !req.name.is_empty()
-        && req.name.len() <= 63
-        && req.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !req.name.starts_with('-');
-    if !valid {
-        return Err(ApiError::unprocessable("invalid_tenant", "name must be 1 to 63 lowercase letters, digits or '-'"));
-    }
+    let name = TenantName::parse(&req.name).map_err(|m| ApiError::unprocessable("invalid_tenant", m))?;
     if req.guaranteed_gpus > 100_000 || req.weight == 0 || req.weight > 10_000 || !(-1000..=1000).contains(&req.tier) {
         return Err(ApiError::unprocessable(
             "invalid_tenant",
@@ -130,7 +126,7 @@ async fn create(
          RETURNING id, name, guaranteed_gpus, weight, tier, may_borrow, created_at",
     )
     .bind(Uuid::now_v7())
-    .bind(&req.name)
+    .bind(name.as_str())
     .bind(req.guaranteed_gpus as i32)
     .bind(req.weight as i32)
     .bind(req.tier)

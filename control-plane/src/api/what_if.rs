@@ -34,7 +34,7 @@ async fn get_run(
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<WhatIfView>> {
-    Ok(axum::Json(what_if::get(&state.db, id, &caller).await?))
+    Ok(axum::Json(what_if::get(&state.db, id, &caller.scope()).await?))
 }
 
 /// What a run replayed — the fleet file, the trace as JSON Lines and the replay's settings — so
@@ -53,5 +53,5 @@ async fn get_inputs(
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<serde_json::Value>> {
-    Ok(axum::Json(what_if::inputs(&state.db, id, &caller).await?))
+    Ok(axum::Json(what_if::inputs(&state.db, id, &caller.scope()).await?))
 }

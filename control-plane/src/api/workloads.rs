@@ -57,7 +57,8 @@ async fn submit(
         ),
     };
     let (view, replayed) =
-        workloads::submit(&state.db, &req, &caller, key.as_ref(), &state.config.container_mount_prefixes).await?;
+        workloads::submit(&state.db, &req, &caller.scope(), key.as_ref(), &state.config.container_mount_prefixes)
+            .await?;
     let mut answer_headers = axum::http::HeaderMap::new();
     if replayed {
         answer_headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
@@ -101,7 +102,7 @@ async fn detail(
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<WorkloadDetail>> {
-    Ok(axum::Json(workloads::detail(&state.db, id, &caller).await?))
+    Ok(axum::Json(workloads::detail(&state.db, id, &caller.scope()).await?))
 }
 
 /// Cancel a workload: a pending one at once, a running one through its agent (SIGTERM, then
@@ -124,7 +125,7 @@ async fn cancel(
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<(StatusCode, axum::Json<WorkloadView>)> {
-    let (view, node_changed) = workloads::cancel(&state.db, id, &caller).await?;
+    let (view, node_changed) = workloads::cancel(&state.db, id, &caller.scope()).await?;
     if node_changed {
         state.desired.announce();
     }
@@ -157,7 +158,7 @@ async fn logs(
     Query(query): Query<LogQuery>,
 ) -> ApiResult<axum::response::Response> {
     use axum::response::IntoResponse;
-    let (dropped, _) = workload_logs::visible(&state.db, id, &caller).await?;
+    let (dropped, _) = workload_logs::visible(&state.db, id, &caller.scope()).await?;
     let first = workload_logs::read(&state.db, id, &query, dropped).await?;
     if !query.follow {
         return Ok(axum::Json(first).into_response());

@@ -15,9 +15,11 @@ use axum::http::request::Parts;
 use axum::http::{Method, header};
 use uuid::Uuid;
 
+use crate::auth::audit::AuditActor;
 use crate::auth::jwt::JwtError;
 use crate::auth::tokens::{self, TokenKind};
 use crate::auth::{AuthContext, Role};
+use crate::domain::Scope;
 use crate::error::{ApiError, ApiResult};
 
 const MISSING: &str = "authentication required: send Authorization: Bearer <token>";
@@ -50,6 +52,17 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The tenant scope this caller acts in: what the domain modules take. The access rules live
+    /// there, once; the methods below are the API's view of them.
+    pub fn scope(&self) -> Scope {
+        Scope { role: self.role, tenant: self.tenant, user_id: self.user_id, actor: AuditActor::from(self) }
+    }
+
+    fn rules(&self) -> Scope {
+        // The rules read only the role and the tenant; the actor's name is not needed for them.
+        Scope { role: self.role, tenant: self.tenant, user_id: self.user_id, actor: AuditActor::system("") }
+    }
+
     pub fn is_platform_admin(&self) -> bool {
         self.role == Role::PlatformAdmin
     }
@@ -57,54 +70,48 @@ impl Caller {
     /// 403 unless the caller is a platform admin. For platform routes (fleet changes, tenants,
     /// quotas, the platform policy): their existence is no secret.
     pub fn require_platform_admin(&self) -> ApiResult<()> {
-        if self.is_platform_admin() { Ok(()) } else { Err(ApiError::forbidden("this needs a platform admin")) }
+        Ok(self.rules().require_platform_admin()?)
     }
 
     /// 403 unless the caller's role is at least `min` (in its own tenant).
     pub fn require_role(&self, min: Role) -> ApiResult<()> {
-        if self.role >= min {
-            Ok(())
-        } else {
-            Err(ApiError::forbidden(format!("this needs the {min} role; you have {}", self.role)))
-        }
+        Ok(self.rules().require_role(min)?)
     }
 
     /// The tenant every query must be restricted to: `None` means all tenants (platform admins).
     pub fn tenant_filter(&self) -> Option<Uuid> {
-        if self.is_platform_admin() { None } else { self.tenant }
+        self.rules().tenant_filter()
     }
 
     /// Whether the caller may see the data of `tenant`.
     pub fn can_read_tenant(&self, tenant: Uuid) -> bool {
-        self.is_platform_admin() || self.tenant == Some(tenant)
+        self.rules().can_read_tenant(tenant)
     }
 
     /// Whether the caller may submit and cancel work in `tenant`.
     pub fn can_write_tenant(&self, tenant: Uuid) -> bool {
-        self.can_read_tenant(tenant) && self.role >= Role::TenantMember
+        self.rules().can_write_tenant(tenant)
     }
 
     /// Whether the caller may manage `tenant`'s policies, members and tokens.
     pub fn can_admin_tenant(&self, tenant: Uuid) -> bool {
-        self.can_read_tenant(tenant) && self.role >= Role::TenantAdmin
+        self.rules().can_admin_tenant(tenant)
     }
 
     /// 404 (`what` not found) unless the caller may see `tenant`'s data: another tenant's
     /// resource is indistinguishable from one that does not exist.
     pub fn ensure_visible(&self, tenant: Uuid, what: &'static str) -> ApiResult<()> {
-        if self.can_read_tenant(tenant) { Ok(()) } else { Err(ApiError::NotFound(what)) }
+        Ok(self.rules().ensure_visible(tenant, what)?)
     }
 
     /// 404 for another tenant's resource, 403 when the caller sees it but may not change it.
     pub fn ensure_can_write(&self, tenant: Uuid, what: &'static str) -> ApiResult<()> {
-        self.ensure_visible(tenant, what)?;
-        self.require_role(Role::TenantMember)
+        Ok(self.rules().ensure_can_write(tenant, what)?)
     }
 
     /// 404 for another tenant's resource, 403 when the caller sees it but is not its admin.
     pub fn ensure_can_admin(&self, tenant: Uuid, what: &'static str) -> ApiResult<()> {
-        self.ensure_visible(tenant, what)?;
-        self.require_role(Role::TenantAdmin)
+        Ok(self.rules().ensure_can_admin(tenant, what)?)
     }
 
     /// True for a session (a person who logged in), false for an API token.
@@ -515,13 +522,13 @@ pub enum LoadReporter {
 }
 
 impl LoadReporter {
-    /// `404 service` unless a service token is this service's: it cannot learn whether another
-    /// service exists.
-    pub fn ensure_service(&self, service_id: Uuid, tenant_id: Uuid) -> ApiResult<()> {
+    /// Who reports, as the domain checks it ([`crate::domain::Reporter::ensure_service`]).
+    pub fn reporter(&self) -> crate::domain::Reporter {
         match self {
-            LoadReporter::Service { service_id: own, .. } if *own == service_id => Ok(()),
-            LoadReporter::Service { .. } => Err(ApiError::NotFound("service")),
-            LoadReporter::Caller(caller) => caller.ensure_can_write(tenant_id, "service"),
+            LoadReporter::Service { service_id, .. } => {
+                crate::domain::Reporter::ServiceToken { service_id: *service_id }
+            }
+            LoadReporter::Caller(caller) => crate::domain::Reporter::Scope(caller.scope()),
         }
     }
 }

@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::audit::{self, AuditActor, Change};
+use crate::auth::audit::{self, Change};
 use crate::auth::tokens::{self, TokenKind};
-use crate::auth::{Caller, LoadReporter, Role, SecretString};
-use crate::error::{ApiError, ApiResult};
+use crate::auth::{Role, SecretString};
+use crate::domain;
+use crate::domain::Scope;
 use crate::model::{LoadMetric, WorkloadClass};
 use crate::workloads::{ResourceProfile, Slo, SubmitWorkload};
 
@@ -314,19 +315,19 @@ pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<ServiceView>> {
 }
 
 /// The caller's tenant's live services (every tenant's for platform admins), by name.
-pub async fn list(db: &PgPool, caller: &Caller) -> sqlx::Result<Vec<ServiceView>> {
+pub async fn list(db: &PgPool, scope: &Scope) -> sqlx::Result<Vec<ServiceView>> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "{SERVICE_SELECT} WHERE s.state <> 'deleted' AND ($1::uuid IS NULL OR s.tenant_id = $1) ORDER BY t.name, s.name"
     )))
-    .bind(caller.tenant_filter())
+    .bind(scope.tenant_filter())
     .fetch_all(db)
     .await
 }
 
 /// A service the caller may see, with its latest scale decisions; another tenant's is not found.
-pub async fn detail(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<ServiceDetail> {
-    let service = get(db, id).await?.ok_or(ApiError::NotFound("service"))?;
-    caller.ensure_visible(service.tenant_id, "service")?;
+pub async fn detail(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<ServiceDetail> {
+    let service = get(db, id).await?.ok_or(domain::Error::NotFound("service"))?;
+    scope.ensure_visible(service.tenant_id, "service")?;
     let scale_events = sqlx::query_as(
         "SELECT at, from_gpu, from_cpu, to_gpu, to_cpu, started, drained, demand, reason FROM service_scale_events \
          WHERE service_id = $1 ORDER BY at DESC, id DESC LIMIT 50",
@@ -342,10 +343,10 @@ pub async fn detail(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<Service
 pub async fn create(
     db: &PgPool,
     req: &CreateService,
-    caller: &Caller,
+    scope: &Scope,
     allowed_mounts: &[String],
-) -> ApiResult<ServiceView> {
-    caller.require_role(Role::TenantMember)?;
+) -> domain::Result<ServiceView> {
+    scope.require_role(Role::TenantMember)?;
     let shape = Shape {
         name: &req.name,
         class: req.class,
@@ -357,9 +358,9 @@ pub async fn create(
         max_replicas: req.max_replicas,
         behavior: req.behavior,
     };
-    shape.check(allowed_mounts).map_err(|m| ApiError::unprocessable("invalid_service", m))?;
+    shape.check(allowed_mounts).map_err(|m| domain::Error::invalid("invalid_service", m))?;
     let mut tx = db.begin().await?;
-    let tenant_id = crate::tenancy::resolve_for_write(&mut tx, caller, req.tenant.as_deref()).await?;
+    let tenant_id = crate::tenancy::resolve_for_write(&mut tx, scope, req.tenant.as_deref()).await?;
     let id = Uuid::now_v7();
     let b = req.behavior;
     sqlx::query(
@@ -385,13 +386,13 @@ pub async fn create(
     .await
     .map_err(|err| match &err {
         sqlx::Error::Database(e) if e.is_unique_violation() => {
-            ApiError::conflict("service_exists", format!("the tenant already has a service named {:?}", req.name))
+            domain::Error::conflict("service_exists", format!("the tenant already has a service named {:?}", req.name))
         }
-        _ => ApiError::from(err),
+        _ => domain::Error::from(err),
     })?;
     audit::record(
         &mut tx,
-        &AuditActor::from(caller),
+        &scope.actor,
         Change::new("service.create", "service", id).tenant(Some(tenant_id)).detail(serde_json::json!({
             "name": req.name, "class": req.class, "min_replicas": req.min_replicas,
             "max_replicas": req.max_replicas, "cpu_variant": req.cpu_variant.is_some(),
@@ -399,7 +400,7 @@ pub async fn create(
     )
     .await?;
     tx.commit().await?;
-    get(db, id).await?.ok_or(ApiError::NotFound("service"))
+    get(db, id).await?.ok_or(domain::Error::NotFound("service"))
 }
 
 /// The stored definition of a live service, locked for a change.
@@ -420,7 +421,7 @@ struct StoredShape {
     state: String,
 }
 
-async fn lock_live(tx: &mut sqlx::PgConnection, id: Uuid, caller: &Caller) -> ApiResult<StoredShape> {
+async fn lock_live(tx: &mut sqlx::PgConnection, id: Uuid, scope: &Scope) -> domain::Result<StoredShape> {
     let stored: StoredShape = sqlx::query_as(
         "SELECT tenant_id, name, class, template, cpu_variant, capacity, latency_target_ms, min_replicas, \
                 max_replicas, scale_up_window_s, scale_down_window_s, stale_after_s, state \
@@ -429,10 +430,10 @@ async fn lock_live(tx: &mut sqlx::PgConnection, id: Uuid, caller: &Caller) -> Ap
     .bind(id)
     .fetch_optional(&mut *tx)
     .await?
-    .ok_or(ApiError::NotFound("service"))?;
-    caller.ensure_can_write(stored.tenant_id, "service")?;
+    .ok_or(domain::Error::NotFound("service"))?;
+    scope.ensure_can_write(stored.tenant_id, "service")?;
     if stored.state != "active" {
-        return Err(ApiError::conflict("service_deleted", format!("the service was deleted ({})", stored.state)));
+        return Err(domain::Error::conflict("service_deleted", format!("the service was deleted ({})", stored.state)));
     }
     Ok(stored)
 }
@@ -442,16 +443,16 @@ pub async fn update(
     db: &PgPool,
     id: Uuid,
     req: &UpdateService,
-    caller: &Caller,
+    scope: &Scope,
     allowed_mounts: &[String],
-) -> ApiResult<ServiceView> {
+) -> domain::Result<ServiceView> {
     let mut tx = db.begin().await?;
-    let stored = lock_live(&mut tx, id, caller).await?;
+    let stored = lock_live(&mut tx, id, scope).await?;
     let replica = req.replica.clone().unwrap_or(stored.template.0);
     let cpu_variant =
         if req.remove_cpu_variant { None } else { req.cpu_variant.clone().or(stored.cpu_variant.map(|c| c.0)) };
     if req.remove_cpu_variant && req.cpu_variant.is_some() {
-        return Err(ApiError::unprocessable("invalid_service", "give cpu_variant or remove_cpu_variant, not both"));
+        return Err(domain::Error::invalid("invalid_service", "give cpu_variant or remove_cpu_variant, not both"));
     }
     let behavior = req.behavior.unwrap_or(ScaleBehavior {
         scale_up_window_s: stored.scale_up_window_s.max(0) as u32,
@@ -469,7 +470,7 @@ pub async fn update(
         max_replicas: req.max_replicas.unwrap_or(stored.max_replicas.max(0) as u32),
         behavior,
     };
-    shape.check(allowed_mounts).map_err(|m| ApiError::unprocessable("invalid_service", m))?;
+    shape.check(allowed_mounts).map_err(|m| domain::Error::invalid("invalid_service", m))?;
     sqlx::query(
         "UPDATE services SET template = $2, cpu_variant = $3, capacity = $4, latency_target_ms = $5, \
              min_replicas = $6, max_replicas = $7, scale_up_window_s = $8, scale_down_window_s = $9, \
@@ -489,7 +490,7 @@ pub async fn update(
     .await?;
     audit::record(
         &mut tx,
-        &AuditActor::from(caller),
+        &scope.actor,
         Change::new("service.update", "service", id).tenant(Some(stored.tenant_id)).detail(serde_json::json!({
             "min_replicas": shape.min_replicas, "max_replicas": shape.max_replicas, "capacity": shape.capacity,
             "replica_changed": req.replica.is_some(),
@@ -498,14 +499,14 @@ pub async fn update(
     )
     .await?;
     tx.commit().await?;
-    get(db, id).await?.ok_or(ApiError::NotFound("service"))
+    get(db, id).await?.ok_or(domain::Error::NotFound("service"))
 }
 
 /// Deletes a service: it drains (each replica stops with the grace period) and is gone when the
 /// last one has stopped. Its tokens stop working at once.
-pub async fn delete(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<ServiceView> {
+pub async fn delete(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<ServiceView> {
     let mut tx = db.begin().await?;
-    let stored = lock_live(&mut tx, id, caller).await?;
+    let stored = lock_live(&mut tx, id, scope).await?;
     sqlx::query("UPDATE services SET state = 'draining', updated_at = now() WHERE id = $1")
         .bind(id)
         .execute(&mut *tx)
@@ -516,14 +517,14 @@ pub async fn delete(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<Service
         .await?;
     audit::record(
         &mut tx,
-        &AuditActor::from(caller),
+        &scope.actor,
         Change::new("service.delete", "service", id)
             .tenant(Some(stored.tenant_id))
             .detail(serde_json::json!({"name": stored.name})),
     )
     .await?;
     tx.commit().await?;
-    get(db, id).await?.ok_or(ApiError::NotFound("service"))
+    get(db, id).await?.ok_or(domain::Error::NotFound("service"))
 }
 
 /// A load report.
@@ -560,21 +561,21 @@ pub async fn report_load(
     db: &PgPool,
     id: Uuid,
     report: &LoadReport,
-    reporter: &LoadReporter,
-) -> ApiResult<LoadAccepted> {
+    reporter: &domain::Reporter,
+) -> domain::Result<LoadAccepted> {
     let row: Option<(Uuid, LoadMetric, String)> =
         sqlx::query_as("SELECT tenant_id, metric, state FROM services WHERE id = $1")
             .bind(id)
             .fetch_optional(db)
             .await?;
-    let Some((tenant_id, metric, state)) = row else { return Err(ApiError::NotFound("service")) };
+    let Some((tenant_id, metric, state)) = row else { return Err(domain::Error::NotFound("service")) };
     reporter.ensure_service(id, tenant_id)?;
     if state == "deleted" {
-        return Err(ApiError::NotFound("service"));
+        return Err(domain::Error::NotFound("service"));
     }
     let valid = |v: Option<f64>, field: &str| match v {
         Some(x) if !x.is_finite() || !(0.0..=1e9).contains(&x) => {
-            Err(ApiError::unprocessable("invalid_load", format!("{field} must be between 0 and 1e9")))
+            Err(domain::Error::invalid("invalid_load", format!("{field} must be between 0 and 1e9")))
         }
         other => Ok(other),
     };
@@ -587,7 +588,7 @@ pub async fn report_load(
     }
     .ok_or_else(|| {
         let field = if metric == LoadMetric::RequestsPerSecond { "requests_per_s" } else { "concurrent_requests" };
-        ApiError::unprocessable("invalid_load", format!("this service scales on {}: send {field}", metric.as_str()))
+        domain::Error::invalid("invalid_load", format!("this service scales on {}: send {field}", metric.as_str()))
     })?;
     let (at,): (DateTime<Utc>,) = sqlx::query_as(
         "INSERT INTO service_loads (service_id, value, requests_per_s, concurrent_requests, queue_depth, p95_latency_ms) \
@@ -633,14 +634,14 @@ pub async fn create_token(
     db: &PgPool,
     id: Uuid,
     req: &CreateServiceToken,
-    caller: &Caller,
-) -> ApiResult<ServiceTokenView> {
+    scope: &Scope,
+) -> domain::Result<ServiceTokenView> {
     if req.name.trim().is_empty() || req.name.len() > 100 || req.name.chars().any(char::is_control) {
-        return Err(ApiError::unprocessable("invalid_token", "name must be 1 to 100 printable characters"));
+        return Err(domain::Error::invalid("invalid_token", "name must be 1 to 100 printable characters"));
     }
     let mut tx = db.begin().await?;
-    let stored = lock_live(&mut tx, id, caller).await?;
-    let secret = tokens::generate(TokenKind::Service).map_err(ApiError::Internal)?;
+    let stored = lock_live(&mut tx, id, scope).await?;
+    let secret = tokens::generate(TokenKind::Service).map_err(domain::Error::Internal)?;
     let token_id = Uuid::now_v7();
     let mut view: ServiceTokenView = sqlx::query_as(
         "INSERT INTO service_tokens (id, service_id, tenant_id, name, sha256, prefix, created_by) \
@@ -653,12 +654,12 @@ pub async fn create_token(
     .bind(&req.name)
     .bind(&secret.sha256)
     .bind(&secret.prefix)
-    .bind(caller.user_id)
+    .bind(scope.user_id)
     .fetch_one(&mut *tx)
     .await?;
     audit::record(
         &mut tx,
-        &AuditActor::from(caller),
+        &scope.actor,
         Change::new("service_token.create", "service_token", token_id)
             .tenant(Some(stored.tenant_id))
             .detail(serde_json::json!({"service_id": id, "name": req.name, "prefix": secret.prefix})),
@@ -670,9 +671,9 @@ pub async fn create_token(
 }
 
 /// Revokes one of a service's tokens.
-pub async fn revoke_token(db: &PgPool, id: Uuid, token_id: Uuid, caller: &Caller) -> ApiResult<ServiceTokenView> {
+pub async fn revoke_token(db: &PgPool, id: Uuid, token_id: Uuid, scope: &Scope) -> domain::Result<ServiceTokenView> {
     let mut tx = db.begin().await?;
-    let stored = lock_live(&mut tx, id, caller).await?;
+    let stored = lock_live(&mut tx, id, scope).await?;
     let view: ServiceTokenView = sqlx::query_as(
         "UPDATE service_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 AND service_id = $2 \
          RETURNING id, service_id, name, prefix, created_at, last_used_at, revoked_at",
@@ -681,10 +682,10 @@ pub async fn revoke_token(db: &PgPool, id: Uuid, token_id: Uuid, caller: &Caller
     .bind(id)
     .fetch_optional(&mut *tx)
     .await?
-    .ok_or(ApiError::NotFound("service token"))?;
+    .ok_or(domain::Error::NotFound("service token"))?;
     audit::record(
         &mut tx,
-        &AuditActor::from(caller),
+        &scope.actor,
         Change::new("service_token.revoke", "service_token", token_id).tenant(Some(stored.tenant_id)),
     )
     .await?;

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::Caller;
-use crate::auth::audit::{self, AuditActor, Change};
-use crate::error::{ApiError, ApiResult};
+use crate::auth::audit::{self, Change};
+use crate::domain;
+use crate::domain::Scope;
 
 /// Ask for a what-if replay.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -73,14 +73,14 @@ pub async fn create(
     policy: Uuid,
     owner: Option<Uuid>,
     req: &WhatIfRequest,
-    caller: &Caller,
-) -> ApiResult<WhatIfView> {
+    scope: &Scope,
+) -> domain::Result<WhatIfView> {
     if !(1..=168).contains(&req.hours) {
-        return Err(ApiError::unprocessable("invalid_what_if", "hours must be between 1 and 168"));
+        return Err(domain::Error::invalid("invalid_what_if", "hours must be between 1 and 168"));
     }
     let params = req.params.clone().unwrap_or_else(|| serde_json::json!({}));
     if !params.is_object() {
-        return Err(ApiError::unprocessable("invalid_params", "params must be a JSON object"));
+        return Err(domain::Error::invalid("invalid_params", "params must be a JSON object"));
     }
     let mut tx = db.begin().await?;
     let version: Option<(Uuid,)> = sqlx::query_as(
@@ -92,15 +92,15 @@ pub async fn create(
     .bind(req.version)
     .fetch_optional(&mut *tx)
     .await?;
-    let (version,) = version.ok_or(ApiError::NotFound("policy version"))?;
+    let (version,) = version.ok_or(domain::Error::NotFound("policy version"))?;
     let id = Uuid::now_v7();
-    let viewer = if caller.is_platform_admin() { None } else { caller.tenant };
+    let viewer = if scope.is_platform_admin() { None } else { scope.tenant };
     let view: WhatIfView = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO what_if_runs (id, requested_by, viewer_tenant_id, policy_id, policy_version_id, scope_tenant_id, \
              params, hours) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {VIEW_COLUMNS}"
     )))
     .bind(id)
-    .bind(caller.actor_name())
+    .bind(&scope.actor.name)
     .bind(viewer)
     .bind(policy)
     .bind(version)
@@ -112,20 +112,20 @@ pub async fn create(
     let change = Change::new("policy.what_if", "policy", policy)
         .tenant(owner)
         .detail(serde_json::json!({"what_if": id, "hours": req.hours, "version": version}));
-    audit::record(&mut tx, &AuditActor::from(caller), change).await?;
+    audit::record(&mut tx, &scope.actor, change).await?;
     tx.commit().await?;
     Ok(view)
 }
 
 /// A run, if the caller may see it: platform admins see every run, anyone else the runs asked for
 /// in their own tenant's view.
-pub async fn get(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<WhatIfView> {
+pub async fn get(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<WhatIfView> {
     let row: Option<(Option<Uuid>,)> =
         sqlx::query_as("SELECT viewer_tenant_id FROM what_if_runs WHERE id = $1").bind(id).fetch_optional(db).await?;
-    let Some((viewer,)) = row else { return Err(ApiError::NotFound("what-if run")) };
+    let Some((viewer,)) = row else { return Err(domain::Error::NotFound("what-if run")) };
     match viewer {
-        None => caller.require_platform_admin().map_err(|_| ApiError::NotFound("what-if run"))?,
-        Some(tenant) => caller.ensure_visible(tenant, "what-if run")?,
+        None => scope.require_platform_admin().map_err(|_| domain::Error::NotFound("what-if run"))?,
+        Some(tenant) => scope.ensure_visible(tenant, "what-if run")?,
     }
     let view: WhatIfView =
         sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {VIEW_COLUMNS} FROM what_if_runs WHERE id = $1")))
@@ -137,13 +137,13 @@ pub async fn get(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<WhatIfView
 
 /// What a run replayed: the fleet file, the trace (JSON Lines) and the replay's settings, so
 /// `airtime-sim run` reproduces it. Platform admins only (the trace holds every tenant's work).
-pub async fn inputs(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<serde_json::Value> {
-    caller.require_platform_admin()?;
+pub async fn inputs(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<serde_json::Value> {
+    scope.require_platform_admin()?;
     let row: Option<(Option<serde_json::Value>,)> =
         sqlx::query_as("SELECT inputs FROM what_if_runs WHERE id = $1").bind(id).fetch_optional(db).await?;
     match row {
-        None => Err(ApiError::NotFound("what-if run")),
-        Some((None,)) => Err(ApiError::conflict("not_ready", "the run has not read its history yet")),
+        None => Err(domain::Error::NotFound("what-if run")),
+        Some((None,)) => Err(domain::Error::conflict("not_ready", "the run has not read its history yet")),
         Some((Some(inputs),)) => Ok(inputs),
     }
 }

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult};
+use crate::domain;
+use crate::domain::Scope;
 
 /// How much output is kept.
 #[derive(Debug, Clone, Copy)]
@@ -240,11 +240,11 @@ pub const MAX_LINES: usize = 10_000;
 
 /// A workload's output bytes dropped by retention and whether it has ended, if the caller may
 /// see it.
-pub async fn visible(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(i64, bool)> {
+pub async fn visible(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<(i64, bool)> {
     let Some((tenant, dropped, ended)) = output_state(db, id).await? else {
-        return Err(ApiError::NotFound("workload"));
+        return Err(domain::Error::NotFound("workload"));
     };
-    caller.ensure_visible(tenant, "workload")?;
+    scope.ensure_visible(tenant, "workload")?;
     Ok((dropped, ended))
 }
 
@@ -259,12 +259,12 @@ pub async fn output_state(db: &PgPool, id: Uuid) -> sqlx::Result<Option<(Uuid, i
 }
 
 /// Reads output of a workload the caller may see (checked with [`visible`]).
-pub async fn read(db: &PgPool, id: Uuid, q: &LogQuery, dropped_bytes: i64) -> ApiResult<Logs> {
+pub async fn read(db: &PgPool, id: Uuid, q: &LogQuery, dropped_bytes: i64) -> domain::Result<Logs> {
     if q.wait_s.is_some_and(|w| w > 3600) {
-        return Err(ApiError::bad_request("invalid_query", "wait_s is at most 3600 seconds"));
+        return Err(domain::Error::bad_query("invalid_query", "wait_s is at most 3600 seconds"));
     }
     if q.tail.is_some_and(|t| t as usize > MAX_LINES) {
-        return Err(ApiError::bad_request("invalid_query", format!("tail is at most {MAX_LINES} lines")));
+        return Err(domain::Error::bad_query("invalid_query", format!("tail is at most {MAX_LINES} lines")));
     }
     let rows: Vec<(i64, i32, LogStream, DateTime<Utc>, String, i64)> = sqlx::query_as(
         "SELECT id, attempt, stream, at, text, dropped_lines FROM workload_logs \

@@ -14,9 +14,9 @@ use sha2::Digest as _;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::auth::Caller;
-use crate::auth::audit::{self, AuditActor, Change};
-use crate::error::{ApiError, ApiResult};
+use crate::auth::audit::{self, Change};
+use crate::domain;
+use crate::domain::Scope;
 use crate::model::{MigProfile, ReplicaVariant, WHOLE_GPU_MILLI, WorkloadClass, WorkloadState};
 
 /// A submission. Unknown fields are refused so a typo ("gpu_cout") is an error, not a default.
@@ -303,13 +303,13 @@ pub const IDEMPOTENCY_WINDOW_HOURS: i32 = 24;
 pub async fn submit(
     db: &PgPool,
     req: &SubmitWorkload,
-    caller: &Caller,
+    scope: &Scope,
     key: Option<&IdempotencyKey>,
     allowed_mounts: &[String],
-) -> ApiResult<(WorkloadView, bool)> {
-    match submit_once(db, req, caller, key, allowed_mounts).await {
+) -> domain::Result<(WorkloadView, bool)> {
+    match submit_once(db, req, scope, key, allowed_mounts).await {
         // Two retries raced and the other committed first: answer with its workload.
-        Err(ApiError::Conflict { code: RACED, .. }) => submit_once(db, req, caller, key, allowed_mounts).await,
+        Err(domain::Error::Conflict { code: RACED, .. }) => submit_once(db, req, scope, key, allowed_mounts).await,
         other => other,
     }
 }
@@ -317,14 +317,14 @@ pub async fn submit(
 async fn submit_once(
     db: &PgPool,
     req: &SubmitWorkload,
-    caller: &Caller,
+    scope: &Scope,
     key: Option<&IdempotencyKey>,
     allowed_mounts: &[String],
-) -> ApiResult<(WorkloadView, bool)> {
-    caller.require_role(crate::auth::Role::TenantMember)?;
-    req.check(allowed_mounts).map_err(|m| ApiError::unprocessable("invalid_workload", m))?;
+) -> domain::Result<(WorkloadView, bool)> {
+    scope.require_role(crate::auth::Role::TenantMember)?;
+    req.check(allowed_mounts).map_err(|m| domain::Error::invalid("invalid_workload", m))?;
     let mut tx = db.begin().await?;
-    let tenant_id = crate::tenancy::resolve_for_write(&mut tx, caller, req.tenant.as_deref()).await?;
+    let tenant_id = crate::tenancy::resolve_for_write(&mut tx, scope, req.tenant.as_deref()).await?;
     // The request as parsed, not its bytes: a retry that reorders fields is the same request.
     let digest = key.map(|_| hex::encode(sha2::Sha256::digest(format!("{req:?}").as_bytes())));
     if let Some(IdempotencyKey(key)) = key {
@@ -346,13 +346,13 @@ async fn submit_once(
         .await?;
         if let Some((first_id, first_digest)) = first {
             if first_digest != digest {
-                return Err(ApiError::unprocessable(
+                return Err(domain::Error::invalid(
                     "idempotency_key_reused",
                     "this Idempotency-Key was used for a different request in the last day",
                 ));
             }
             tx.commit().await?;
-            let view = get(db, first_id).await?.ok_or(ApiError::NotFound("workload"))?;
+            let view = get(db, first_id).await?.ok_or(domain::Error::NotFound("workload"))?;
             return Ok((view, true));
         }
     }
@@ -367,14 +367,14 @@ async fn submit_once(
     };
     insert(&mut tx, &row).await.map_err(|err| match &err {
         sqlx::Error::Database(e) if key.is_some() && e.is_unique_violation() => {
-            ApiError::conflict(RACED, "a retry with the same Idempotency-Key committed first")
+            domain::Error::conflict(RACED, "a retry with the same Idempotency-Key committed first")
         }
-        _ => ApiError::from(err),
+        _ => domain::Error::from(err),
     })?;
     transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;
     audit::record(
         &mut tx,
-        &AuditActor::from(caller),
+        &scope.actor,
         Change::new("workload.submit", "workload", id).tenant(Some(tenant_id)).detail(serde_json::json!({
             "name": req.name, "class": req.class, "priority": req.priority, "gpu_count": req.resources.gpu_count,
             "image": req.container.as_ref().map(|c| &c.image),
@@ -382,7 +382,7 @@ async fn submit_once(
     )
     .await?;
     tx.commit().await?;
-    Ok((get(db, id).await?.ok_or(ApiError::NotFound("workload"))?, false))
+    Ok((get(db, id).await?.ok_or(domain::Error::NotFound("workload"))?, false))
 }
 
 /// A workload row to write: a submission's, or a service replica the autoscaler starts.
@@ -480,9 +480,9 @@ pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadV
 }
 
 /// A workload with its history and decisions; another tenant's is not found.
-pub async fn detail(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<WorkloadDetail> {
-    let workload = get(db, id).await?.ok_or(ApiError::NotFound("workload"))?;
-    caller.ensure_visible(workload.tenant_id, "workload")?;
+pub async fn detail(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<WorkloadDetail> {
+    let workload = get(db, id).await?.ok_or(domain::Error::NotFound("workload"))?;
+    scope.ensure_visible(workload.tenant_id, "workload")?;
     let history = sqlx::query_as(
         "SELECT at, from_state, to_state, attempt, detail FROM workload_events WHERE workload_id = $1 ORDER BY id",
     )
@@ -508,7 +508,7 @@ const LAST_OUTPUT_LINES: usize = 20;
 /// Cancels a workload: a pending one at once, one on a node through its agent (SIGTERM, then
 /// SIGKILL after the grace period). Returns whether a node's desired state changed. Another
 /// tenant's workload is not found; the change is audited in the same transaction.
-pub async fn cancel(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(WorkloadView, bool)> {
+pub async fn cancel(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<(WorkloadView, bool)> {
     let mut tx = db.begin().await?;
     let row: Option<(Uuid, WorkloadState, i32, Option<Uuid>)> =
         sqlx::query_as("SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE")
@@ -516,9 +516,9 @@ pub async fn cancel(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(Worklo
             .fetch_optional(&mut *tx)
             .await?;
     let Some((tenant_id, state, attempt, node_id)) = row else {
-        return Err(ApiError::NotFound("workload"));
+        return Err(domain::Error::NotFound("workload"));
     };
-    caller.ensure_can_write(tenant_id, "workload")?;
+    scope.ensure_can_write(tenant_id, "workload")?;
     let node_changed = match state {
         WorkloadState::Pending => {
             transitions::cancel_pending(&mut tx, id, tenant_id, attempt, "cancelled").await?;
@@ -539,14 +539,14 @@ pub async fn cancel(db: &PgPool, id: Uuid, caller: &Caller) -> ApiResult<(Worklo
         }
         WorkloadState::Cancelling => false,
         WorkloadState::Succeeded | WorkloadState::Failed | WorkloadState::Cancelled => {
-            return Err(ApiError::conflict(
+            return Err(domain::Error::conflict(
                 "already_finished",
                 format!("workload already finished ({})", state.as_str()),
             ));
         }
     };
     tx.commit().await?;
-    let view = get(db, id).await?.ok_or(ApiError::NotFound("workload"))?;
+    let view = get(db, id).await?.ok_or(domain::Error::NotFound("workload"))?;
     Ok((view, node_changed))
 }
 

@@ -5,7 +5,10 @@
 //! A workload process is recognised by the variables the runner gives it: `AIRTIME_NODE_NAME`
 //! (this node's name), `AIRTIME_AGENT_PID` (the agent that started it), `AIRTIME_WORKLOAD_ID` and
 //! `AIRTIME_ATTEMPT`. It is an orphan when it still leads its own process group (it is the main
-//! process, not something it started) and its parent is no longer the agent that started it.
+//! process — its tether, or the command itself when untethered — not something it started) and
+//! its parent is no longer the agent that started it; or, when its group's leader is gone, when
+//! the agent that started it is gone too (what a leader that died first left behind). An orphan
+//! is named by its process group, once per group.
 //! Workloads of a live agent, and of other nodes' agents on the same host, are never touched.
 //! Linux only: it reads `/proc`.
 
@@ -23,9 +26,10 @@ use crate::procfs::parent_and_group;
 /// How long an orphan gets to exit after SIGTERM before SIGKILL. Its own grace period is unknown.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 
-/// A workload process found running without its agent.
+/// A workload's process group found running without its agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {
+    /// The process group (its leader's pid, even when the leader is gone).
     pub pid: u32,
     pub workload_id: Uuid,
     pub attempt: u32,
@@ -42,7 +46,12 @@ pub fn find(node_name: &str) -> Vec<Orphan> {
         .filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| orphan(pid, node_name))
-        .collect()
+        .fold(Vec::new(), |mut found: Vec<Orphan>, o| {
+            if !found.iter().any(|f| f.pid == o.pid) {
+                found.push(o);
+            }
+            found
+        })
 }
 
 fn orphan(pid: u32, node_name: &str) -> Option<Orphan> {
@@ -63,9 +72,8 @@ fn orphan(pid: u32, node_name: &str) -> Option<Orphan> {
     let attempt = text("AIRTIME_ATTEMPT")?.parse().ok()?;
     let agent_pid: u32 = text("AIRTIME_AGENT_PID")?.parse().ok()?;
     let (parent, group) = parent_and_group(pid)?;
-    let leads_its_group = group == pid;
-    let agent_gone = parent != agent_pid;
-    (leads_its_group && agent_gone).then_some(Orphan { pid, workload_id, attempt, agent_pid })
+    let orphaned = if group == pid { parent != agent_pid } else { !running(group) && !running(agent_pid) };
+    orphaned.then_some(Orphan { pid: group, workload_id, attempt, agent_pid })
 }
 
 fn running(pid: u32) -> bool {
@@ -89,7 +97,9 @@ pub async fn end(orphans: &[Orphan], grace: Duration) {
         signal_group(group(orphan), Signal::SIGTERM);
     }
     let deadline = Instant::now() + grace;
-    while orphans.iter().any(|o| running(o.pid)) && Instant::now() < deadline {
+    // Signal 0 to a group: does any process of it remain?
+    let group_alive = |o: &Orphan| nix::sys::signal::killpg(group(o), None).is_ok();
+    while orphans.iter().any(group_alive) && Instant::now() < deadline {
         sleep(Duration::from_millis(50)).await;
     }
     for orphan in orphans {

@@ -3,10 +3,10 @@
 
 use std::collections::HashSet;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airtime_builtin_policies::PRIORITY_BEST_FIT;
-use airtime_policy_host::{PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{Lane, LaneSlots, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
 use airtime_policy_sdk::testing::SnapshotFixture;
 use sha2::{Digest, Sha256};
 
@@ -90,23 +90,52 @@ fn evaluations_run_concurrently_on_one_runtime() {
 }
 
 #[test]
-fn a_full_pool_answers_capacity_not_a_crash() {
-    let runtime =
-        PolicyRuntime::new(RuntimeConfig { max_concurrent_instances: 1, ..RuntimeConfig::default() }).expect("starts");
+fn a_full_lane_answers_capacity_after_the_deadline_and_never_takes_the_platforms_slot() {
+    // One slot per lane (and one instance for compile probes): the pool can never run out under
+    // an evaluation, whatever path asks.
+    let runtime = PolicyRuntime::new(RuntimeConfig {
+        max_concurrent_instances: 3,
+        lanes: LaneSlots { platform: 1, tenant: 1 },
+        ..RuntimeConfig::default()
+    })
+    .expect("starts");
     let looping = runtime.compile(&wat("infinite_loop")).expect("compiles");
     let good = runtime.compile(PRIORITY_BEST_FIT).expect("compiles");
     let bytes = small_fleet().encode();
     thread::scope(|scope| {
+        // A tenant's looping policy holds the tenants' only slot for 600 ms.
         let busy = scope.spawn(|| {
             runtime.evaluate(&looping, &bytes, &PolicyLimits { deadline_ms: 600, ..PolicyLimits::default() })
         });
-        thread::sleep(Duration::from_millis(200));
-        let error = runtime.evaluate(&good, &bytes, &PolicyLimits::default()).expect_err("the only slot is busy");
+        thread::sleep(Duration::from_millis(150));
+        // Another tenant evaluation waits for a slot at most its own deadline, then says so.
+        let started = Instant::now();
+        let error = runtime
+            .evaluate(&good, &bytes, &PolicyLimits { deadline_ms: 100, ..PolicyLimits::default() })
+            .expect_err("the tenants' only slot is busy");
+        assert!(started.elapsed() >= Duration::from_millis(100), "it waited for a slot");
         assert_eq!(error.kind(), "capacity", "{error}");
         assert!(!error.is_policy_fault());
+        // The platform's lane is its own: the looping tenant cannot keep it from an instance.
+        runtime
+            .evaluate_recorded_in(Lane::Platform, &good, &bytes, &PolicyLimits::default())
+            .into_result()
+            .expect("the platform's slot is free");
         assert_eq!(busy.join().expect("no panic").expect_err("loops").kind(), "deadline_exceeded");
     });
     runtime.evaluate(&good, &bytes, &PolicyLimits::default()).expect("the slot is free again");
+}
+
+#[test]
+fn lanes_that_do_not_fit_the_pool_are_refused_at_start() {
+    let Err(error) = PolicyRuntime::new(RuntimeConfig {
+        max_concurrent_instances: 2,
+        lanes: LaneSlots { platform: 1, tenant: 1 },
+        ..RuntimeConfig::default()
+    }) else {
+        panic!("lanes leaving no instance for compile probes were accepted");
+    };
+    assert_eq!(error.kind(), "invalid_limits", "{error}");
 }
 
 #[test]

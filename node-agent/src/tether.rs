@@ -1,0 +1,174 @@
+//! The tether: a workload's work dies with its agent.
+//!
+//! The agent does not start a workload's command itself but `airtime-node-agent __tether <agent
+//! pid> <grace ms> -- <command…>`: this small process, the leader of the workload's process group,
+//! asks the kernel for a signal when its parent dies (`PR_SET_PDEATHSIG`, set in this process
+//! after it started — no code between fork and exec, so no `unsafe`), then starts the command in
+//! its own group and waits. When the agent dies — killed with SIGKILL, crashed, OOM-killed — the
+//! tether stops the whole group as the agent would have: SIGTERM (the checkpoint signal), then
+//! SIGKILL after the grace period. Before, such a workload ran on, re-parented to init, until an
+//! agent of the node started again; and its requeued copy ran elsewhere at the same time.
+//!
+//! Otherwise the tether is transparent: the agent's SIGTERM and SIGKILL to the group reach the
+//! command as before (the tether ignores SIGTERM and dies with SIGKILL), the command's exit code
+//! becomes the tether's, and a command killed by a signal makes the tether die by the same signal,
+//! so the agent reports exactly what it reported without one.
+//!
+//! The parent-death signal fires when the *thread* that forked exits: the agent starts workloads
+//! from its async runtime's worker threads, which live as long as the agent. A node whose work
+//! should outlive its agent (`--on-lost-contact keep`) runs it untethered.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, raise, sigprocmask};
+use nix::unistd::{Pid, alarm, getpgrp, getppid};
+
+/// The first argument that makes the agent's binary a tether.
+pub const TETHER_ARG: &str = "__tether";
+
+/// The arguments that run `command` tethered to the agent `agent_pid`.
+pub fn arguments(agent_pid: u32, grace: Duration, command: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut args: Vec<OsString> =
+        vec![TETHER_ARG.into(), agent_pid.to_string().into(), grace.as_millis().to_string().into()];
+    args.push("--".into());
+    args.extend(command);
+    args
+}
+
+/// Why a tether could not run its command.
+#[derive(Debug, thiserror::Error)]
+pub enum TetherError {
+    #[error("usage: {TETHER_ARG} <agent pid> <grace ms> -- <command> [args…]")]
+    Usage,
+    #[error("the node agent (pid {0}) was gone before the workload started")]
+    AgentGone(i32),
+    #[error("{what}: {source}")]
+    Os { what: &'static str, source: nix::Error },
+    #[error("cannot start {program:?}: {source}")]
+    Spawn { program: OsString, source: std::io::Error },
+}
+
+fn os(what: &'static str) -> impl FnOnce(nix::Error) -> TetherError {
+    move |source| TetherError::Os { what, source }
+}
+
+/// Runs the tether (`args` after [`TETHER_ARG`]) and never returns: the process ends as its
+/// command did. A tether that cannot start its command exits with 127, as a shell does.
+pub fn main(args: Vec<OsString>) -> ! {
+    match run(args) {
+        Ok(status) => end_as(status),
+        Err(error) => {
+            say(&format!("airtime tether: {error}"));
+            std::process::exit(127)
+        }
+    }
+}
+
+fn run(args: Vec<OsString>) -> Result<std::process::ExitStatus, TetherError> {
+    let mut args = args.into_iter();
+    let agent: i32 = args.next().and_then(|a| a.to_str()?.parse().ok()).ok_or(TetherError::Usage)?;
+    let grace_ms: u64 = args.next().and_then(|a| a.to_str()?.parse().ok()).ok_or(TetherError::Usage)?;
+    if args.next().as_deref() != Some("--".as_ref()) {
+        return Err(TetherError::Usage);
+    }
+    let program = args.next().ok_or(TetherError::Usage)?;
+    let rest: Vec<OsString> = args.collect();
+
+    // The signals this process waits for, blocked so they queue for `wait` (the command starts
+    // with an empty mask: the standard library resets it in the child).
+    let mut waited = SigSet::empty();
+    for signal in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD, Signal::SIGALRM] {
+        waited.add(signal);
+    }
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&waited), None).map_err(os("blocking signals"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGHUP).map_err(os("asking for the parent-death signal"))?;
+    // The agent may have died between starting this process and the line above.
+    if getppid() != Pid::from_raw(agent) {
+        return Err(TetherError::AgentGone(agent));
+    }
+
+    let mut child = Command::new(&program)
+        .args(&rest)
+        .spawn()
+        .map_err(|source| TetherError::Spawn { program: program.clone(), source })?;
+    let mut fencing = false;
+    loop {
+        if let Some(status) =
+            child.try_wait().map_err(|e| TetherError::Spawn { program: program.clone(), source: e })?
+        {
+            if fencing {
+                // The command ended within its grace period; end whatever it left in the group.
+                let _ = killpg(getpgrp(), Signal::SIGKILL);
+            }
+            return Ok(status);
+        }
+        match waited.wait().map_err(os("waiting for signals"))? {
+            Signal::SIGHUP if !fencing && getppid() != Pid::from_raw(agent) => {
+                fencing = true;
+                say(&format!(
+                    "airtime tether: the node agent (pid {agent}) is gone; stopping the workload \
+                     (SIGTERM, SIGKILL after {grace_ms} ms)"
+                ));
+                killpg(getpgrp(), Signal::SIGTERM).map_err(os("signalling the workload's group"))?;
+                // Whole seconds, rounded up, and at least one.
+                alarm::set(grace_ms.div_ceil(1000).max(1) as u32);
+            }
+            Signal::SIGALRM if fencing => {
+                // The grace period is over: the group, this process included, ends now.
+                killpg(getpgrp(), Signal::SIGKILL).map_err(os("killing the workload's group"))?;
+            }
+            // SIGCHLD: look again. SIGTERM/SIGINT: the agent stopping the group (the command got
+            // it too). A stray SIGHUP while the agent lives: nothing to do.
+            _ => {}
+        }
+    }
+}
+
+/// One line on stderr, if anyone still reads it: the agent that read the workload's output is
+/// usually the one that just died, and a write to its pipe fails (`eprintln!` would panic).
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Ends this process as `status` ended its command: the same exit code, or the same signal.
+fn end_as(status: std::process::ExitStatus) -> ! {
+    if let Some(code) = status.code() {
+        std::process::exit(code);
+    }
+    if let Some(signal) = status.signal().and_then(|s| Signal::try_from(s).ok()) {
+        // Raised while blocked (if it is one of ours) it waits; unblocked, it takes its default
+        // action, which for the signals that end a process is to end it.
+        let _ = raise(signal);
+        let mut only = SigSet::empty();
+        only.add(signal);
+        let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&only), None);
+        // A signal whose default is not to end a process (none ends a command this way, but the
+        // type allows it): exit as a shell reports it.
+        std::process::exit(128 + signal as i32);
+    }
+    std::process::exit(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arguments_name_the_agent_the_grace_and_the_command() {
+        let args = arguments(42, Duration::from_millis(1500), ["sh".into(), "-c".into(), "exit 3".into()]);
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(args, [TETHER_ARG, "42", "1500", "--", "sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn bad_arguments_are_a_usage_error() {
+        for args in [vec![], vec!["x"], vec!["1", "2", "sh"], vec!["1", "2", "--"]] {
+            let args = args.into_iter().map(OsString::from).collect();
+            assert!(matches!(run(args), Err(TetherError::Usage)));
+        }
+    }
+}
