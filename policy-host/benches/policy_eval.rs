@@ -20,6 +20,12 @@
 //!   plane does every cycle.
 //! - **where the time goes** in the Wasm evaluation at that size (`PolicyRuntime::evaluate_timed`).
 //!
+//! It starts by printing what the sandbox runs with on this machine and what the kernel and CPU give
+//! it — the pool's settings, how a slot's memory is reset (whether `PAGEMAP_SCAN` takes effect), the
+//! kernel, transparent huge pages, the CPU features Cranelift's native detection enables — since the
+//! Wasm/native ratio moves with them from machine to machine, and each comparison row counts the
+//! page faults of one Wasm and one native run.
+//!
 //! Variants compared with each other run interleaved (one of each per round), so a machine busy
 //! with other work slows both alike; every row reports the median wall-clock time and the median
 //! CPU time of this thread (which leaves out time the thread spent descheduled: on a shared
@@ -70,6 +76,7 @@ fn main() {
 
     println!("# Policy evaluation benchmark (airtime-policy-host)\n");
     println!("{}\n", machine());
+    println!("{}\n", detected(&runtime));
     println!(
         "Medians over interleaved runs. wall: wall-clock time; cpu: this thread's CPU time. ratio: Wasm / native.\n"
     );
@@ -116,9 +123,9 @@ fn main() {
             ms(best_fit_compile)
         );
         println!(
-            "| nodes × GPUs | pending | snapshot | decisions | guest memory | Wasm wall | native wall | ratio | Wasm cpu | native cpu | ratio | runs |"
+            "| nodes × GPUs | pending | snapshot | decisions | guest memory | Wasm wall | native wall | ratio | Wasm cpu | native cpu | ratio | page faults Wasm / native | runs |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for nodes in [10, 100, 1_000] {
             for pending in [100, 1_000, 10_000] {
                 let row = bench.compare(&best_fit, &PriorityBestFit, nodes, pending);
@@ -139,9 +146,9 @@ fn main() {
     if selected("slo-first") {
         println!("## slo-first (the default platform policy), Wasm against native\n");
         println!(
-            "| nodes × GPUs | pending | snapshot | decisions | guest memory | Wasm wall | native wall | ratio | Wasm cpu | native cpu | ratio | runs |"
+            "| nodes × GPUs | pending | snapshot | decisions | guest memory | Wasm wall | native wall | ratio | Wasm cpu | native cpu | ratio | page faults Wasm / native | runs |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let row = bench.compare(&slo_first, &SloFirst, 1_000, 10_000);
         println!("{}\n", row.markdown(1_000, 10_000));
         verdicts.push(verdict(
@@ -225,6 +232,8 @@ struct Row {
     snapshot_bytes: usize,
     decisions: usize,
     memory_bytes: u64,
+    /// Minor page faults of one Wasm evaluation and one native run, after the timed ones.
+    faults: (u64, u64),
 }
 
 impl Row {
@@ -238,7 +247,7 @@ impl Row {
 
     fn markdown(&self, nodes: u32, pending: u32) -> String {
         format!(
-            "| {nodes} × {GPUS_PER_NODE} | {pending} | {} KB | {} | {:.1} MiB | {} | {} | **{:.2}×** | {} | {} | {:.2}× | {} |",
+            "| {nodes} × {GPUS_PER_NODE} | {pending} | {} KB | {} | {:.1} MiB | {} | {} | **{:.2}×** | {} | {} | {:.2}× | {} / {} | {} |",
             self.snapshot_bytes / 1000,
             self.decisions,
             self.memory_bytes as f64 / f64::from(1 << 20),
@@ -248,6 +257,8 @@ impl Row {
             ms(self.wasm.cpu),
             ms(self.native.cpu),
             self.cpu_ratio(),
+            self.faults.0,
+            self.faults.1,
             self.wasm.runs
         )
     }
@@ -315,12 +326,17 @@ impl Bench<'_> {
                 drop(evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap())
             }],
         );
+        let faults = (
+            minor_faults_of(|| drop(self.runtime.evaluate(compiled, &bytes, self.limits).unwrap())),
+            minor_faults_of(|| drop(evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap())),
+        );
         Row {
             wasm,
             native: native_stats,
             snapshot_bytes: bytes.len(),
             decisions: evaluation.decisions().unwrap().len(),
             memory_bytes: evaluation.memory_bytes,
+            faults,
         }
     }
 
@@ -377,6 +393,94 @@ impl Bench<'_> {
         };
         (phases, native_stats.wall)
     }
+}
+
+/// Minor page faults this thread took while running `work` (from `/proc/thread-self/stat`; 0
+/// where there is none).
+fn minor_faults_of(work: impl FnOnce()) -> u64 {
+    fn minor_faults() -> u64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+        // After the command name in parentheses: state, ppid, pgrp, session, tty, tpgid, flags, minflt.
+        let fields = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        fields.split_whitespace().nth(7).and_then(|f| f.parse().ok()).unwrap_or(0)
+    }
+    let before = minor_faults();
+    work();
+    minor_faults().saturating_sub(before)
+}
+
+/// What the sandbox runs with here and what this machine gives it, one line each: the settings the
+/// Wasm/native ratio moves with between machines of the same kind.
+fn detected(runtime: &PolicyRuntime) -> String {
+    let config = runtime.config();
+    let mib = |bytes: usize| bytes >> 20;
+    let read =
+        |path: &str| std::fs::read_to_string(path).map_or_else(|_| "unknown".to_owned(), |s| s.trim().to_owned());
+    let pagemap = wasmtime::PoolingAllocationConfig::is_pagemap_scan_available();
+    let reset = if pagemap {
+        format!(
+            "PAGEMAP_SCAN available: after each evaluation only the pages the instance wrote are zeroed, within the first {} MiB of the slot kept resident; pages past it are released (madvise) and fault in again",
+            mib(config.memory_keep_resident)
+        )
+    } else {
+        format!(
+            "PAGEMAP_SCAN **not** available (Linux before 6.7, or refused): after each evaluation the first {} MiB of the slot (or all its memory, if less) are zeroed whole with memset, written or not; pages past it are released (madvise) and fault in again",
+            mib(config.memory_keep_resident)
+        )
+    };
+    let mut lines = vec![
+        format!(
+            "Kernel {}; transparent huge pages {} (defrag {}); clock source {}.",
+            read("/proc/sys/kernel/osrelease"),
+            read("/sys/kernel/mm/transparent_hugepage/enabled"),
+            read("/sys/kernel/mm/transparent_hugepage/defrag"),
+            read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        ),
+        format!(
+            "Pool: {} slots of up to {} MiB of linear memory each, {} MiB kept resident per slot; memory initialised copy-on-write from the module's image; epoch interruption every {} ms; Wasm stack {} KiB.",
+            config.max_concurrent_instances,
+            mib(config.max_memory_bytes),
+            mib(config.memory_keep_resident),
+            config.epoch_tick.as_millis(),
+            config.max_wasm_stack >> 10
+        ),
+        format!("Memory reset: {reset}."),
+    ];
+    lines.push(cranelift_features());
+    lines.iter().map(|line| format!("- {line}")).collect::<Vec<_>>().join("\n")
+}
+
+/// The x86-64 features Cranelift's native detection (`cranelift-native`) looks for, as this CPU
+/// reports them: code compiled here uses those it has.
+#[cfg(target_arch = "x86_64")]
+fn cranelift_features() -> String {
+    let features = [
+        ("sse3", std::is_x86_feature_detected!("sse3")),
+        ("ssse3", std::is_x86_feature_detected!("ssse3")),
+        ("sse4.1", std::is_x86_feature_detected!("sse4.1")),
+        ("sse4.2", std::is_x86_feature_detected!("sse4.2")),
+        ("popcnt", std::is_x86_feature_detected!("popcnt")),
+        ("avx", std::is_x86_feature_detected!("avx")),
+        ("avx2", std::is_x86_feature_detected!("avx2")),
+        ("fma", std::is_x86_feature_detected!("fma")),
+        ("bmi1", std::is_x86_feature_detected!("bmi1")),
+        ("bmi2", std::is_x86_feature_detected!("bmi2")),
+        ("lzcnt", std::is_x86_feature_detected!("lzcnt")),
+        ("avx512f", std::is_x86_feature_detected!("avx512f")),
+        ("avx512vl", std::is_x86_feature_detected!("avx512vl")),
+        ("avx512dq", std::is_x86_feature_detected!("avx512dq")),
+        ("avx512bitalg", std::is_x86_feature_detected!("avx512bitalg")),
+        ("avx512vbmi", std::is_x86_feature_detected!("avx512vbmi")),
+    ];
+    let has: Vec<&str> = features.iter().filter(|(_, on)| *on).map(|(name, _)| *name).collect();
+    let lacks: Vec<&str> = features.iter().filter(|(_, on)| !*on).map(|(name, _)| *name).collect();
+    let lacks = if lacks.is_empty() { "none".to_owned() } else { lacks.join(" ") };
+    format!("Cranelift (native detection) uses: {}; lacks: {lacks}.", has.join(" "))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cranelift_features() -> String {
+    format!("Cranelift compiles for {} with the features its native detection finds.", std::env::consts::ARCH)
 }
 
 /// This thread's CPU time.

@@ -476,10 +476,38 @@ impl<'s> FitMemo<'s> {
         self.seen.len()
     }
 
-    /// The waste of need `id` on `node` at `version`: remembered if the node was looked at in this
-    /// version, or did not fit before; else `fit()`, remembered. `None`: it does not fit.
+    /// The waste of need `id` on `node` at `version`: see [`NeedMemo::waste`]. In a loop over
+    /// nodes, take [`need`](Self::need) once instead.
     pub fn waste(&mut self, id: usize, node: u32, version: u32, fit: impl FnOnce() -> Option<u64>) -> Option<u64> {
-        let Some(seen) = self.seen.get_mut(id).and_then(|nodes| nodes.get_mut(node as usize)) else { return fit() };
+        self.need(id).waste(node, version, fit)
+    }
+
+    /// Need `id`'s memo, for a loop over nodes (an unknown id remembers nothing).
+    pub fn need(&mut self, id: usize) -> NeedMemo<'_> {
+        NeedMemo { nodes: self.seen.get_mut(id).map_or(&mut [][..], Vec::as_mut_slice) }
+    }
+}
+
+/// One need's memo, per node (from [`FitMemo::need`]).
+#[derive(Debug)]
+pub struct NeedMemo<'m> {
+    nodes: &'m mut [Seen],
+}
+
+impl NeedMemo<'_> {
+    /// The need was looked at on `node` and did not fit: it never will this cycle (free GPUs only
+    /// dwindle), so a search may skip the node before any other check.
+    #[inline]
+    pub fn never_fits(&self, node: u32) -> bool {
+        self.nodes.get(node as usize).is_some_and(|seen| seen.version != 0 && seen.waste.is_none())
+    }
+
+    /// The waste of the need on `node` at `version`: remembered if the node was looked at in this
+    /// version, or did not fit before; else `fit()`, remembered (not for a node out of range).
+    /// `None`: it does not fit.
+    #[inline]
+    pub fn waste(&mut self, node: u32, version: u32, fit: impl FnOnce() -> Option<u64>) -> Option<u64> {
+        let Some(seen) = self.nodes.get_mut(node as usize) else { return fit() };
         if seen.version == version || (seen.version != 0 && seen.waste.is_none()) {
             return seen.waste;
         }

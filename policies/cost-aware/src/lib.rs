@@ -435,6 +435,7 @@ impl<'p, 's> Cycle<'p, 's> {
         let id = memo.id(w);
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut best: Option<(u64, u32)> = None;
+        let mut seen = memo.need(id);
         'tiers: for tier in &self.tiers {
             for group in tier.at_least(need.count) {
                 for &node in group {
@@ -442,7 +443,7 @@ impl<'p, 's> Cycle<'p, 's> {
                         continue;
                     }
                     // Free GPUs only dwindle in a cycle: a node that did not fit never will.
-                    let waste = memo.waste(id, node, tier.version(node), || self.fitting(node, need, &mut scratch));
+                    let waste = seen.waste(node, tier.version(node), || self.fitting(node, need, &mut scratch));
                     if waste.is_some() && !self.has_host_room(node, w) {
                         continue;
                     }

@@ -130,6 +130,7 @@ impl<'p, 's> Fleet<'p, 's> {
         let id = memo.id(w);
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut best: Option<(u64, u32)> = None;
+        let mut seen = memo.need(id);
         // Groups are visited tightest first; the first group with a fitting node holds the best fit.
         for group in self.by_open.at_least(need.count) {
             for &node in group {
@@ -138,7 +139,7 @@ impl<'p, 's> Fleet<'p, 's> {
                 }
                 // Open GPUs only dwindle in a cycle: a node that did not fit never will.
                 let version = self.by_open.version(node);
-                let waste = memo.waste(id, node, version, || self.fitting(node, need, &mut scratch));
+                let waste = seen.waste(node, version, || self.fitting(node, need, &mut scratch));
                 if waste.is_some() && !self.has_host_room(node, w) {
                     continue;
                 }

@@ -308,19 +308,24 @@ impl<'p, 's> Cycle<'p, 's> {
         let snapshot = self.snapshot;
         let Cycle { plan, gpus, memo, allowed, tightest, scratch, .. } = self;
         let allowed = allowed.get(id).map_or(&[][..], Vec::as_slice);
+        let mut seen = memo.need(id);
         let mut best: Option<(u64, u32)> = None;
         // Groups are visited tightest first; the first group with a fitting node holds the best
         // fit, and within it the least memory left over wins (the first such node, as groups are
         // in node order).
         for nodes in gpus.at_least(need.count) {
             for &node in nodes {
+                // Most nodes a need has seen once and not fitted: skipped with one load.
+                if seen.never_fits(node) {
+                    continue;
+                }
                 if plan.cpu_free(node) < workload.cpu_millis || plan.memory_free(node) < workload.memory_mb {
                     continue;
                 }
                 if workload.container && !snapshot.node(node).is_some_and(|n| n.can_run(workload)) {
                     continue;
                 }
-                let waste = memo.waste(id, node, gpus.version(node), || {
+                let waste = seen.waste(node, gpus.version(node), || {
                     tightest.fit(plan, node, need, allowed, prefer_nvlink, scratch).map(|fit| fit.waste)
                 });
                 if let Some(waste) = waste

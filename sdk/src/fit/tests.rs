@@ -218,6 +218,9 @@ fn fit_memo_remembers_per_need_and_version_and_never_retries_a_miss() {
     assert_eq!(look(&mut memo, 2, 1, None), None);
     assert_eq!(look(&mut memo, 2, 2, Some(1)), None, "a miss stays a miss");
     assert_eq!(calls, 3);
+    assert!(memo.need(2).never_fits(0));
+    assert!(!memo.need(0).never_fits(0), "it fitted");
+    assert!(!memo.need(1).never_fits(0), "never looked at");
     // A node or need out of range is never remembered.
     assert_eq!(memo.waste(0, 7, 1, || Some(3)), Some(3));
     assert_eq!(memo.waste(9, 0, 1, || Some(4)), Some(4));
