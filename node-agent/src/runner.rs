@@ -24,6 +24,7 @@ pub mod mps;
 pub mod orphans;
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -443,6 +444,10 @@ impl Runner {
             }
         };
         if let Some(agent_binary) = &self.tether {
+            // What the command will search: the assignment's PATH, else the agent's.
+            let search_path = spec.env.get("PATH").map(OsString::from).or_else(|| std::env::var_os("PATH"));
+            crate::tether::check_program(command.as_std().get_program(), search_path.as_deref(), &self.work_dir)
+                .map_err(|source| SpawnError::Io { program: program.clone(), source })?;
             command = tethered(agent_binary, &command, spec.grace_period);
         }
         // The GPUs a workload sees, and its share of them, are the agent's to decide: no MPS

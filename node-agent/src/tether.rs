@@ -18,8 +18,9 @@
 //! from its async runtime's worker threads, which live as long as the agent. A node whose work
 //! should outlive its agent (`--on-lost-contact keep`) runs it untethered.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::process::ExitStatusExt as _;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -36,6 +37,37 @@ pub fn arguments(agent_pid: u32, grace: Duration, command: impl IntoIterator<Ite
     args.push("--".into());
     args.extend(command);
     args
+}
+
+/// Whether `program` would start, as `execvp` would find it: a name with a `/` must be an
+/// executable file (relative to `work_dir`, where the command runs), a bare name one in a
+/// directory of `search_path`. The runner checks this before it starts a tether, so a command that
+/// cannot start still fails to start, with the error exec would give, instead of becoming a tether
+/// that exits 127.
+pub fn check_program(program: &OsStr, search_path: Option<&OsStr>, work_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &Path| -> std::io::Result<()> {
+        let meta = std::fs::metadata(path)?;
+        if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(nix::errno::Errno::EACCES as i32))
+        }
+    };
+    if program.as_bytes().contains(&b'/') {
+        return executable(&work_dir.join(program));
+    }
+    let not_found = || std::io::Error::from_raw_os_error(nix::errno::Errno::ENOENT as i32);
+    let mut denied = None;
+    for dir in std::env::split_paths(search_path.ok_or_else(not_found)?) {
+        match executable(&work_dir.join(dir).join(program)) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => denied = Some(e),
+            Err(_) => {}
+        }
+    }
+    Err(denied.unwrap_or_else(not_found))
 }
 
 /// Why a tether could not run its command.
@@ -162,6 +194,21 @@ mod tests {
         let args = arguments(42, Duration::from_millis(1500), ["sh".into(), "-c".into(), "exit 3".into()]);
         let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(args, [TETHER_ARG, "42", "1500", "--", "sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_is_found_out_before_the_tether_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Some(OsStr::new("/usr/bin:/bin"));
+        assert!(check_program(OsStr::new("sh"), path, dir.path()).is_ok());
+        assert!(check_program(OsStr::new("/bin/sh"), None, dir.path()).is_ok());
+        let missing = check_program(OsStr::new("/no/such/program"), path, dir.path()).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        let missing = check_program(OsStr::new("no-such-program-anywhere"), path, dir.path()).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        std::fs::write(dir.path().join("data.txt"), "not a program").unwrap();
+        let denied = check_program(OsStr::new("./data.txt"), path, dir.path()).unwrap_err();
+        assert_eq!(denied.kind(), std::io::ErrorKind::PermissionDenied);
     }
 
     #[test]

@@ -72,6 +72,9 @@ async function capture(name) {
     await setTheme(t);
     await page.waitForTimeout(250); // charts redraw in the new theme
     await axe(`${name} (${t})`);
+    // A full-page capture of a page scrolled down draws the sticky header where the viewport
+    // was, over the middle of the page: capture from the top.
+    await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: path.join(SHOTS, `${name}-${t}.png`), fullPage: true });
   }
   await setTheme("light");
