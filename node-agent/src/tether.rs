@@ -2,9 +2,10 @@
 //!
 //! The agent does not start a workload's command itself but `airtime-node-agent __tether <agent
 //! pid> <grace ms> -- <command…>`: this small process, the leader of the workload's process group,
-//! asks the kernel for a signal when its parent dies (`PR_SET_PDEATHSIG`, set in this process
-//! after it started — no code between fork and exec, so no `unsafe`), then starts the command in
-//! its own group and waits. When the agent dies — killed with SIGKILL, crashed, OOM-killed — the
+//! starts the command in its group (before it blocks any signal: a child inherits the mask), asks
+//! the kernel for a signal when its parent dies (`PR_SET_PDEATHSIG`, set in this process after it
+//! started — no code between fork and exec, so no `unsafe`), checks that the agent is still its
+//! parent, and waits. When the agent dies — killed with SIGKILL, crashed, OOM-killed — the
 //! tether stops the whole group as the agent would have: SIGTERM (the checkpoint signal), then
 //! SIGKILL after the grace period. Before, such a workload ran on, re-parented to init, until an
 //! agent of the node started again; and its requeued copy ran elsewhere at the same time.
@@ -75,8 +76,6 @@ pub fn check_program(program: &OsStr, search_path: Option<&OsStr>, work_dir: &Pa
 pub enum TetherError {
     #[error("usage: {TETHER_ARG} <agent pid> <grace ms> -- <command> [args…]")]
     Usage,
-    #[error("the node agent (pid {0}) was gone before the workload started")]
-    AgentGone(i32),
     #[error("{what}: {source}")]
     Os { what: &'static str, source: nix::Error },
     #[error("cannot start {program:?}: {source}")]
@@ -109,24 +108,26 @@ fn run(args: Vec<OsString>) -> Result<std::process::ExitStatus, TetherError> {
     let program = args.next().ok_or(TetherError::Usage)?;
     let rest: Vec<OsString> = args.collect();
 
-    // The signals this process waits for, blocked so they queue for `wait` (the command starts
-    // with an empty mask: the standard library resets it in the child).
+    // The command first, while this process blocks nothing: a child inherits the signal mask, and
+    // a command that starts with SIGTERM blocked could only be ended by SIGKILL.
+    let mut child = Command::new(&program)
+        .args(&rest)
+        .spawn()
+        .map_err(|source| TetherError::Spawn { program: program.clone(), source })?;
+    // Then the signals this process waits for, blocked so they queue for `wait`. (Until here a
+    // SIGTERM to the group ends this process by its default action, as it ends the command.)
     let mut waited = SigSet::empty();
     for signal in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD, Signal::SIGALRM] {
         waited.add(signal);
     }
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&waited), None).map_err(os("blocking signals"))?;
     nix::sys::prctl::set_pdeathsig(Signal::SIGHUP).map_err(os("asking for the parent-death signal"))?;
-    // The agent may have died between starting this process and the line above.
-    if getppid() != Pid::from_raw(agent) {
-        return Err(TetherError::AgentGone(agent));
-    }
-
-    let mut child = Command::new(&program)
-        .args(&rest)
-        .spawn()
-        .map_err(|source| TetherError::Spawn { program: program.clone(), source })?;
     let mut fencing = false;
+    // The agent may have died before the line above: then no signal will come.
+    if getppid() != Pid::from_raw(agent) {
+        fencing = true;
+        fence(agent, grace_ms)?;
+    }
     loop {
         if let Some(status) =
             child.try_wait().map_err(|e| TetherError::Spawn { program: program.clone(), source: e })?
@@ -140,13 +141,7 @@ fn run(args: Vec<OsString>) -> Result<std::process::ExitStatus, TetherError> {
         match waited.wait().map_err(os("waiting for signals"))? {
             Signal::SIGHUP if !fencing && getppid() != Pid::from_raw(agent) => {
                 fencing = true;
-                say(&format!(
-                    "airtime tether: the node agent (pid {agent}) is gone; stopping the workload \
-                     (SIGTERM, SIGKILL after {grace_ms} ms)"
-                ));
-                killpg(getpgrp(), Signal::SIGTERM).map_err(os("signalling the workload's group"))?;
-                // Whole seconds, rounded up, and at least one.
-                alarm::set(grace_ms.div_ceil(1000).max(1) as u32);
+                fence(agent, grace_ms)?;
             }
             Signal::SIGALRM if fencing => {
                 // The grace period is over: the group, this process included, ends now.
@@ -164,6 +159,19 @@ fn run(args: Vec<OsString>) -> Result<std::process::ExitStatus, TetherError> {
 fn say(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// The agent is gone: SIGTERM to the workload's group now, and an alarm for the grace period,
+/// after which the loop kills the group.
+fn fence(agent: i32, grace_ms: u64) -> Result<(), TetherError> {
+    say(&format!(
+        "airtime tether: the node agent (pid {agent}) is gone; stopping the workload (SIGTERM, SIGKILL after \
+         {grace_ms} ms)"
+    ));
+    killpg(getpgrp(), Signal::SIGTERM).map_err(os("signalling the workload's group"))?;
+    // Whole seconds, rounded up, and at least one.
+    alarm::set(grace_ms.div_ceil(1000).max(1) as u32);
+    Ok(())
 }
 
 /// Ends this process as `status` ended its command: the same exit code, or the same signal.
