@@ -141,7 +141,7 @@ impl Policy for SloFirst {
             }
             // CPU-only work, and CPU-capable work while a CPU node has room.
             if !w.needs_gpu() || w.cpu_capable {
-                if let Some(node) = fleet.cpu_node(snapshot, w) {
+                if let Some(node) = fleet.cpu_node(snapshot, &plan, w) {
                     let n = &snapshot.nodes[node as usize];
                     let reason = if w.needs_gpu() {
                         format!(
@@ -446,30 +446,42 @@ fn no_node(w: &Workload<'_>) -> &'static str {
 
 /// The ready nodes indexed by what they have free (the SDK's placement toolkit), kept current as
 /// the cycle places work, so a placement looks at the tightest candidates instead of the fleet.
+/// The CPU indexes are built at the first CPU placement that asks, from the plan as it stands: a
+/// cycle with no CPU work (most cycles of a GPU cluster) sorts nothing for it.
 struct FleetIndex {
     /// Ready nodes by free GPUs.
     free: NodesByFree,
-    /// Ready CPU-only nodes, the least free CPU first, then the cheapest.
+    /// Ready CPU-only nodes, the least free CPU first, then the cheapest; and every ready node,
+    /// the least free CPU first.
+    cpu: Option<CpuRoom>,
+}
+
+struct CpuRoom {
     cpu_only: RoomIndex,
-    /// Every ready node, the least free CPU first.
     every: RoomIndex,
+}
+
+fn room(plan: &Plan<'_, '_>, node: u32, tie: u64) -> NodeRoom {
+    NodeRoom { node, tier: 0, cpu: plan.cpu_free(node), memory: plan.memory_free(node), tie }
 }
 
 impl FleetIndex {
     fn new(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>) -> Self {
-        let room = |node: u32, tie: u64| NodeRoom {
-            node,
-            tier: 0,
-            cpu: plan.cpu_free(node),
-            memory: plan.memory_free(node),
-            tie,
-        };
-        let cpu_only = snapshot.ready_nodes().filter(|(_, n)| n.gpu_count == 0).map(|(node, n)| room(node, cents(n)));
-        FleetIndex {
-            free: NodesByFree::of_ready_nodes(snapshot, plan),
-            cpu_only: RoomIndex::new(snapshot.nodes.len(), cpu_only),
-            every: RoomIndex::new(snapshot.nodes.len(), snapshot.ready_nodes().map(|(node, _)| room(node, 0))),
-        }
+        FleetIndex { free: NodesByFree::of_ready_nodes(snapshot, plan), cpu: None }
+    }
+
+    fn cpu_room(&mut self, snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>) -> &CpuRoom {
+        self.cpu.get_or_insert_with(|| {
+            let cpu_only =
+                snapshot.ready_nodes().filter(|(_, n)| n.gpu_count == 0).map(|(node, n)| room(plan, node, cents(n)));
+            CpuRoom {
+                cpu_only: RoomIndex::new(snapshot.nodes.len(), cpu_only),
+                every: RoomIndex::new(
+                    snapshot.nodes.len(),
+                    snapshot.ready_nodes().map(|(node, _)| room(plan, node, 0)),
+                ),
+            }
+        })
     }
 
     /// Places `workload` through the plan and files what the placement took.
@@ -484,26 +496,29 @@ impl FleetIndex {
         let before = plan.free_gpu_count(node);
         plan.place(workload, node, gpus, reason)?;
         self.free.moved(node, before, plan.free_gpu_count(node));
-        let (cpu, memory) = (plan.cpu_free(node), plan.memory_free(node));
-        let tie = plan.snapshot().node(node).map_or(0, cents);
-        self.cpu_only.set(node, cpu, memory, tie);
-        self.every.set(node, cpu, memory, 0);
+        if let Some(cpu) = self.cpu.as_mut() {
+            let (free_cpu, memory) = (plan.cpu_free(node), plan.memory_free(node));
+            let tie = plan.snapshot().node(node).map_or(0, cents);
+            cpu.cpu_only.set(node, free_cpu, memory, tie);
+            cpu.every.set(node, free_cpu, memory, 0);
+        }
         Ok(())
     }
 
     /// A ready CPU-only node that can run the workload with room for its CPU and memory, tightest
     /// CPU fit first (then the cheapest); for CPU-only work, failing that, any ready node with the
     /// room, tightest first.
-    fn cpu_node(&self, snapshot: &Snapshot<'_>, w: &Workload<'_>) -> Option<u32> {
+    fn cpu_node(&mut self, snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>) -> Option<u32> {
         let can_run = |node: u32| snapshot.node(node).is_some_and(|n| n.can_run(w));
-        if let Some(node) = self.cpu_only.best(w.cpu_millis, w.memory_mb, can_run) {
+        let cpu = self.cpu_room(snapshot, plan);
+        if let Some(node) = cpu.cpu_only.best(w.cpu_millis, w.memory_mb, can_run) {
             return Some(node);
         }
         // CPU-only work may also use the CPU of GPU nodes.
         if w.needs_gpu() {
             return None;
         }
-        self.every.best(w.cpu_millis, w.memory_mb, can_run)
+        cpu.every.best(w.cpu_millis, w.memory_mb, can_run)
     }
 }
 
