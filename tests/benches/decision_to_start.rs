@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use airtime_tests::{ControlPlane, NodeAgent, TestDb, nodes_ready, workload_reaches};
 use serde_json::json;
@@ -57,37 +57,53 @@ fn main() {
         let db = TestDb::create().await.unwrap();
         let cp = ControlPlane::start(&db, &[]).await.unwrap();
         let api = cp.api();
-        let _agent = NodeAgent::start(&cp, "bench", &["--simulate-gpus", "1:H100-SXM:81920"]).await.unwrap();
-        nodes_ready(&api, 1).await.unwrap();
-
-        let mut through_airtime = Vec::new();
-        let mut submit_to_start = Vec::new();
-        for i in 0..RUNS {
-            let out = dir.join(format!("run-{i}"));
-            let submitted = now_ns();
-            let w = api
-                .created(
-                    "/api/v1/workloads",
-                    &json!({"name": format!("bench-{i}"), "class": "evaluation", "resources": {"gpu_count": 1},
-                            "command": ["sh", "-c", format!("date +%s%N > {}", out.display())]}),
-                )
-                .await
-                .unwrap();
-            let id = w["id"].as_str().unwrap();
-            let done = workload_reaches(&api, id, "succeeded", Duration::from_secs(30)).await.unwrap();
-            let started: i64 = std::fs::read_to_string(&out).unwrap().trim().parse().unwrap();
-            let place = done["decisions"].as_array().unwrap().iter().find(|d| d["kind"] == "place").unwrap();
-            let decided = chrono::DateTime::parse_from_rfc3339(place["decided_at"].as_str().unwrap()).unwrap();
-            through_airtime.push((started - decided.timestamp_nanos_opt().unwrap()) as f64 / 1e6);
-            submit_to_start.push((started - submitted) as f64 / 1e6);
-        }
-        let clock = Instant::now();
-        println!("decision → process start (n={RUNS}, one agent, one simulated GPU)");
         let base = summary("baseline: spawn the command directly", baseline);
-        let airtime = summary("decision committed → process running", through_airtime);
-        summary("submit (HTTP) → process running", submit_to_start);
-        println!("ratio of medians (decision→start / direct spawn): {:.1}×", airtime / base);
-        let _ = clock;
+        // Tethered (the default: the workload dies with its agent), then untethered
+        // (`--on-lost-contact keep`): what the tether adds to a start, in the same run.
+        let mut medians = Vec::new();
+        // Each round's agent has a GPU model of its own, which its workloads ask for.
+        let mut agents = Vec::new();
+        for (round, (label, model, extra)) in
+            [("tethered", "H100-SXM", None), ("untethered (--on-lost-contact keep)", "A100-SXM", Some("keep"))]
+                .into_iter()
+                .enumerate()
+        {
+            let gpus = format!("1:{model}:81920");
+            let mut args = vec!["--simulate-gpus", gpus.as_str()];
+            if let Some(mode) = extra {
+                args.extend(["--on-lost-contact", mode]);
+            }
+            agents.push(NodeAgent::start(&cp, &format!("bench-{round}"), &args).await.unwrap());
+            nodes_ready(&api, round + 1).await.unwrap();
+            let mut through_airtime = Vec::new();
+            let mut submit_to_start = Vec::new();
+            for i in 0..RUNS {
+                let out = dir.join(format!("run-{round}-{i}"));
+                let submitted = now_ns();
+                let w = api
+                    .created(
+                        "/api/v1/workloads",
+                        &json!({"name": format!("bench-{round}-{i}"), "class": "evaluation",
+                                "resources": {"gpu_count": 1, "gpu_models": [model]},
+                                "command": ["sh", "-c", format!("date +%s%N > {}", out.display())]}),
+                    )
+                    .await
+                    .unwrap();
+                let id = w["id"].as_str().unwrap();
+                let done = workload_reaches(&api, id, "succeeded", Duration::from_secs(30)).await.unwrap();
+                let started: i64 = std::fs::read_to_string(&out).unwrap().trim().parse().unwrap();
+                let place = done["decisions"].as_array().unwrap().iter().find(|d| d["kind"] == "place").unwrap();
+                let decided = chrono::DateTime::parse_from_rfc3339(place["decided_at"].as_str().unwrap()).unwrap();
+                through_airtime.push((started - decided.timestamp_nanos_opt().unwrap()) as f64 / 1e6);
+                submit_to_start.push((started - submitted) as f64 / 1e6);
+            }
+            println!("decision → process start (n={RUNS}, one agent, one simulated GPU), {label}");
+            let airtime = summary("decision committed → process running", through_airtime);
+            summary("submit (HTTP) → process running", submit_to_start);
+            println!("ratio of medians (decision→start / direct spawn): {:.1}×", airtime / base);
+            medians.push(airtime);
+        }
+        println!("the tether adds {:.2} ms to the median start", medians[0] - medians[1]);
         cp.stop().await;
         let _ = std::fs::remove_dir_all(&dir);
     });
