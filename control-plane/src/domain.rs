@@ -52,20 +52,34 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Who acts, in which tenant and role: the tenant scope every domain read and change is checked
-/// against. One definition of the access rules, used for people, API tokens and the dashboard.
-///
-/// Invariant: `tenant` is `None` exactly when `role` is [`Role::PlatformAdmin`].
+/// against. Its rules are [`Access`]'s (reached through `Deref`).
 #[derive(Debug, Clone)]
 pub struct Scope {
-    pub role: Role,
-    pub tenant: Option<Uuid>,
+    pub access: Access,
     /// The person acting (the owner of an API token).
     pub user_id: Uuid,
     /// Who the audit log names.
     pub actor: AuditActor,
 }
 
-impl Scope {
+impl std::ops::Deref for Scope {
+    type Target = Access;
+    fn deref(&self) -> &Access {
+        &self.access
+    }
+}
+
+/// A role in a tenant, and the one definition of the access rules, for people, API tokens and the
+/// dashboard alike (the API's `Caller` asks the same).
+///
+/// Invariant: `tenant` is `None` exactly when `role` is [`Role::PlatformAdmin`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub role: Role,
+    pub tenant: Option<Uuid>,
+}
+
+impl Access {
     pub fn is_platform_admin(&self) -> bool {
         self.role == Role::PlatformAdmin
     }
@@ -151,7 +165,7 @@ mod tests {
     use super::*;
 
     fn scope(role: Role, tenant: Option<Uuid>) -> Scope {
-        Scope { role, tenant, user_id: Uuid::nil(), actor: AuditActor::system("test") }
+        Scope { access: Access { role, tenant }, user_id: Uuid::nil(), actor: AuditActor::system("test") }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::auth::audit::AuditActor;
 use crate::auth::jwt::JwtError;
 use crate::auth::tokens::{self, TokenKind};
 use crate::auth::{AuthContext, Role};
-use crate::domain::Scope;
+use crate::domain::{Access, Scope};
 use crate::error::{ApiError, ApiResult};
 
 const MISSING: &str = "authentication required: send Authorization: Bearer <token>";
@@ -55,12 +55,11 @@ impl Caller {
     /// The tenant scope this caller acts in: what the domain modules take. The access rules live
     /// there, once; the methods below are the API's view of them.
     pub fn scope(&self) -> Scope {
-        Scope { role: self.role, tenant: self.tenant, user_id: self.user_id, actor: AuditActor::from(self) }
+        Scope { access: self.rules(), user_id: self.user_id, actor: AuditActor::from(self) }
     }
 
-    fn rules(&self) -> Scope {
-        // The rules read only the role and the tenant; the actor's name is not needed for them.
-        Scope { role: self.role, tenant: self.tenant, user_id: self.user_id, actor: AuditActor::system("") }
+    fn rules(&self) -> Access {
+        Access { role: self.role, tenant: self.tenant }
     }
 
     pub fn is_platform_admin(&self) -> bool {
