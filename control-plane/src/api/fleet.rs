@@ -57,12 +57,17 @@ fn redact_node(caller: &Caller, node: &mut NodeView) {
     get,
     path = "/nodes",
     tag = "fleet",
+    params(fleet::FleetPage),
     security(("session" = []), ("api_token" = [])),
     extensions(("x-airtime-access" = json!("viewer"))),
     responses((status = 200, description = "The fleet", body = [NodeView]))
 )]
-async fn list_nodes(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<Vec<NodeView>>> {
-    let mut nodes = fleet::list_nodes(&state.db).await?;
+async fn list_nodes(
+    caller: Caller,
+    State(state): State<AppState>,
+    Query(page): Query<fleet::FleetPage>,
+) -> ApiResult<axum::Json<Vec<NodeView>>> {
+    let mut nodes = fleet::list_nodes(&state.db, &page).await?;
     nodes.iter_mut().for_each(|n| redact_node(&caller, n));
     Ok(axum::Json(nodes))
 }
@@ -92,12 +97,17 @@ async fn get_node(
     get,
     path = "/gpus",
     tag = "fleet",
+    params(fleet::GpuPage),
     security(("session" = []), ("api_token" = [])),
     extensions(("x-airtime-access" = json!("viewer"))),
     responses((status = 200, description = "The GPUs", body = [GpuView]))
 )]
-async fn list_gpus(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::Json<Vec<GpuView>>> {
-    let mut gpus = fleet::list_gpus(&state.db).await?;
+async fn list_gpus(
+    caller: Caller,
+    State(state): State<AppState>,
+    Query(page): Query<fleet::GpuPage>,
+) -> ApiResult<axum::Json<Vec<GpuView>>> {
+    let mut gpus = fleet::list_gpus(&state.db, &page).await?;
     gpus.iter_mut().for_each(|g| g.redact_holder(|t| caller.can_read_tenant(t)));
     Ok(axum::Json(gpus))
 }

@@ -4,6 +4,7 @@
 pub mod liveness;
 pub mod node_history;
 pub mod registry;
+pub mod telemetry;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -235,15 +236,54 @@ fn node_view(r: NodeRow, gpus: Vec<GpuView>) -> NodeView {
     }
 }
 
-pub async fn list_nodes(db: &PgPool) -> sqlx::Result<Vec<NodeView>> {
-    let nodes: Vec<NodeRow> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_SELECT} ORDER BY name"))).fetch_all(db).await?;
-    let mut gpus = list_gpus(db).await?;
+/// A page of a fleet list, in node-name order. Without a limit, the whole fleet (bounded by the
+/// hardware, and what a heat map draws); with one, `after` the last node of the previous page
+/// (keyset pagination: a page costs the same however deep it is).
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct FleetPage {
+    /// Only nodes (or GPUs of nodes) whose name sorts after this one.
+    pub after: Option<String>,
+    /// At most this many nodes (or GPUs), 1 to 1000; all when absent.
+    pub limit: Option<u32>,
+}
+
+impl FleetPage {
+    fn limit(&self) -> Option<i64> {
+        self.limit.map(|l| i64::from(l.clamp(1, 1000)))
+    }
+}
+
+pub async fn list_nodes(db: &PgPool, page: &FleetPage) -> sqlx::Result<Vec<NodeView>> {
+    let nodes: Vec<NodeRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{NODE_SELECT} WHERE ($1::text IS NULL OR name > $1) ORDER BY name LIMIT $2"
+    )))
+    .bind(&page.after)
+    .bind(page.limit())
+    .fetch_all(db)
+    .await?;
+    // The GPUs of exactly these nodes, grouped in one pass (both lists are in node-name order).
+    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
+        return Ok(Vec::new());
+    };
+    let rows: Vec<GpuRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{GPU_SELECT} AND n.name BETWEEN $1 AND $2 ORDER BY n.name, g.device_index"
+    )))
+    .bind(&first.name)
+    .bind(&last.name)
+    .fetch_all(db)
+    .await?;
+    let mut gpus = rows.into_iter().map(GpuView::from).peekable();
     Ok(nodes
         .into_iter()
         .map(|n| {
-            let (mine, rest): (Vec<_>, Vec<_>) = gpus.drain(..).partition(|g| g.node_id == n.id);
-            gpus = rest;
+            let mut mine = Vec::new();
+            while let Some(g) = gpus.next_if(|g| g.node_name <= n.name) {
+                if g.node_id == n.id {
+                    mine.push(g);
+                }
+            }
             node_view(n, mine)
         })
         .collect())
@@ -263,11 +303,28 @@ pub async fn get_node(db: &PgPool, id: Uuid) -> sqlx::Result<Option<NodeView>> {
     Ok(Some(node_view(node, gpus.into_iter().map(GpuView::from).collect())))
 }
 
-pub async fn list_gpus(db: &PgPool) -> sqlx::Result<Vec<GpuView>> {
-    let rows: Vec<GpuRow> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{GPU_SELECT} ORDER BY n.name, g.device_index")))
-            .fetch_all(db)
-            .await?;
+/// A page of the GPU list, in node-name and device order: all without a limit; with one, `after`
+/// the last GPU of the previous page (keyset pagination).
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct GpuPage {
+    /// Only GPUs after this one (the last GPU of the previous page).
+    pub after: Option<Uuid>,
+    /// At most this many GPUs, 1 to 1000; all when absent.
+    pub limit: Option<u32>,
+}
+
+pub async fn list_gpus(db: &PgPool, page: &GpuPage) -> sqlx::Result<Vec<GpuView>> {
+    let rows: Vec<GpuRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{GPU_SELECT} AND ($1::uuid IS NULL OR (n.name, g.device_index) > \
+             (SELECT cn.name, c.device_index FROM gpus c JOIN nodes cn ON cn.id = c.node_id WHERE c.id = $1)) \
+         ORDER BY n.name, g.device_index LIMIT $2"
+    )))
+    .bind(page.after)
+    .bind(page.limit.map(|l| i64::from(l.clamp(1, 1000))))
+    .fetch_all(db)
+    .await?;
     Ok(rows.into_iter().map(GpuView::from).collect())
 }
 

@@ -454,6 +454,9 @@ pub struct WorkloadFilter {
     pub node_id: Option<Uuid>,
     /// A service's replicas.
     pub service_id: Option<Uuid>,
+    /// The next page: only workloads submitted before this one (the last one of the previous
+    /// page; keyset pagination, so a page costs the same however deep it is).
+    pub before: Option<Uuid>,
     /// Most recent first; at most 1000, 100 by default.
     pub limit: Option<u32>,
     /// The caller's tenant scope (set by the handler, never from the query): `None` for all.
@@ -466,6 +469,9 @@ pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadV
         "{WORKLOAD_SELECT} WHERE ($1::text IS NULL OR w.state = $1) AND ($2::text IS NULL OR t.name = $2) \
          AND ($3::text IS NULL OR w.class = $3) AND ($4::uuid IS NULL OR w.node_id = $4) \
          AND ($6::uuid IS NULL OR w.tenant_id = $6) AND ($7::uuid IS NULL OR w.service_id = $7) \
+         AND ($8::uuid IS NULL OR (w.submitted_at, w.id) < \
+              (SELECT c.submitted_at, c.id FROM workloads c WHERE c.id = $8 \
+                AND ($6::uuid IS NULL OR c.tenant_id = $6))) \
          ORDER BY w.submitted_at DESC, w.id DESC LIMIT $5"
     )))
     .bind(f.state)
@@ -475,6 +481,7 @@ pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadV
     .bind(i64::from(f.limit.unwrap_or(100).clamp(1, 1000)))
     .bind(f.tenant_id)
     .bind(f.service_id)
+    .bind(f.before)
     .fetch_all(db)
     .await
 }
