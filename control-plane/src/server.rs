@@ -66,6 +66,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!(%addr, "listening");
 
+    let telemetry = state.telemetry.clone();
     let router = app(state);
     let signal = shutdown.clone();
     // Connect info gives handlers the peer address (login throttling, the audit log).
@@ -77,6 +78,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .context("serving HTTP")?;
     shutdown.cancel();
+    // Every request has been answered: write the telemetry still queued (none of it acknowledged).
+    telemetry.close().await;
     let _ = scheduler.await;
     let _ = watch.await;
     let _ = what_if.await;

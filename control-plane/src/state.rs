@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use crate::auth::AuthContext;
 use crate::config::Config;
 use crate::fleet::liveness::Liveness;
+use crate::fleet::telemetry::TelemetryWriter;
 use crate::metrics::Metrics;
 use crate::policies::PolicyCatalog;
 use crate::scheduler::Scheduler;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub auth: Arc<AuthContext>,
     /// This replica's claim to lead the scheduling loop.
     pub leadership: Arc<Leadership>,
+    /// Agents' telemetry, written in batches (group commit) by one flusher task.
+    pub telemetry: TelemetryWriter,
 }
 
 impl FromRef<AppState> for Arc<AuthContext> {
@@ -52,7 +55,11 @@ impl AppState {
         let config_lease = config.leader_lease();
         let outbox = Arc::new(Outbox::default());
         let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;
+        let telemetry = TelemetryWriter::start(db.clone(), config.telemetry_retention_hours)
+            .await
+            .context("making the telemetry history's partitions")?;
         Ok(Self {
+            telemetry,
             auth,
             db,
             config: Arc::new(config),

@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod agents;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -100,7 +100,8 @@ async fn telemetry(
     Json(report): Json<TelemetryReport>,
 ) -> ApiResult<StatusCode> {
     registry::check_telemetry(&report).map_err(|m| ApiError::unprocessable("invalid_telemetry", m))?;
-    if !registry::record_telemetry(&state.db, node_id, &report).await? {
+    // Written with whatever else arrived meanwhile, in one transaction; answered once committed.
+    if !state.telemetry.record(node_id, report).await? {
         return Err(node_not_found());
     }
     Ok(StatusCode::NO_CONTENT)
@@ -260,7 +261,9 @@ async fn event(
     let mut tx = state.db.begin().await?;
     // The node's row first, as telemetry, liveness and registration lock it (node, then GPUs and
     // grants): an exit event that released its grants before bumping the node's version could
-    // deadlock with the same agent's heartbeat, which updates the node and then those grants.
+    // deadlock with the same agent's heartbeat, which updates the node and then those grants. A
+    // telemetry flush locks all its nodes first, in id order (fleet::telemetry), then GPUs and
+    // grants: this one node lock keeps the same order.
     sqlx::query("SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE").bind(node_id).execute(&mut *tx).await?;
     let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, attempt, &event).await?;
     let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });

@@ -40,7 +40,8 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
     let period = (state.settings.node_lost_after / 4).max(Duration::from_millis(200));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut last_prune = tokio::time::Instant::now();
+    // The first pass prunes at once what passed its retention while no control plane ran.
+    let mut last_prune: Option<tokio::time::Instant> = None;
     // The first pass rolls up at once what closed while no control plane ran.
     let mut last_rollup: Option<tokio::time::Instant> = None;
     // When this process last began to hear the fleet without a break (the database's clock); None
@@ -91,8 +92,8 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 Err(err) => tracing::error!(error = %err, "rolling up GPU usage"),
             }
         }
-        if last_prune.elapsed() > Duration::from_secs(600) {
-            last_prune = tokio::time::Instant::now();
+        if last_prune.is_none_or(|at| at.elapsed() > Duration::from_secs(600)) {
+            last_prune = Some(tokio::time::Instant::now());
             if let Err(err) = prune_telemetry(&state).await {
                 tracing::error!(error = %err, "pruning telemetry history");
             }
@@ -171,16 +172,14 @@ pub async fn requeue_fenced(state: &Liveness, hearing_since: chrono::DateTime<ch
     Ok(fenced.len())
 }
 
-async fn prune_telemetry(state: &Liveness) -> sqlx::Result<()> {
+pub async fn prune_telemetry(state: &Liveness) -> sqlx::Result<()> {
     let hours = f64::from(state.settings.telemetry_retention_hours);
-    sqlx::query("DELETE FROM node_telemetry WHERE at < now() - make_interval(hours => $1::int)")
-        .bind(hours as i32)
-        .execute(&state.db)
-        .await?;
-    sqlx::query("DELETE FROM gpu_telemetry WHERE at < now() - make_interval(hours => $1::int)")
-        .bind(hours as i32)
-        .execute(&state.db)
-        .await?;
+    // Whole hours of history past the retention: their partitions are dropped, no row deleted.
+    let retention = Duration::from_secs(u64::from(state.settings.telemetry_retention_hours) * 3600);
+    let dropped = crate::fleet::telemetry::drop_old_partitions(&state.db, retention).await?;
+    if dropped > 0 {
+        tracing::info!(partitions = dropped, "telemetry history past its retention dropped");
+    }
     // Released grants are kept while the usage of their hours may still be computed from them.
     sqlx::query(
         "DELETE FROM gpu_grant_history WHERE released_at < LEAST(now() - make_interval(hours => $1::int), \

@@ -1,4 +1,5 @@
-//! What agents tell the control plane about their node: registration and telemetry.
+//! What agents tell the control plane about their node: registration, and the checks of their
+//! telemetry (written by [`super::telemetry`]).
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -70,79 +71,6 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     transitions::requeue_node(&mut tx, node_id, "its node agent restarted").await?;
     tx.commit().await?;
     Ok(node_id)
-}
-
-/// Records a telemetry report and counts it as the node's heartbeat. Returns false for an unknown
-/// node (the agent registers again).
-pub async fn record_telemetry(db: &PgPool, node_id: Uuid, t: &TelemetryReport) -> sqlx::Result<bool> {
-    let mut tx = db.begin().await?;
-    let updated = sqlx::query(
-        "UPDATE nodes SET last_seen_at = now(), cpu_util = $2, memory_used_mb = $3, \
-             state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END \
-         WHERE id = $1",
-    )
-    .bind(node_id)
-    .bind(t.cpu_util)
-    .bind(t.memory_used_mb as i64)
-    .execute(&mut *tx)
-    .await?;
-    if updated.rows_affected() == 0 {
-        return Ok(false);
-    }
-    sqlx::query("INSERT INTO node_telemetry (node_id, cpu_util, memory_used_mb) VALUES ($1, $2, $3)")
-        .bind(node_id)
-        .bind(t.cpu_util)
-        .bind(t.memory_used_mb as i64)
-        .execute(&mut *tx)
-        .await?;
-    if !t.gpus.is_empty() {
-        let index: Vec<i32> = t.gpus.iter().map(|g| g.index as i32).collect();
-        let util: Vec<Option<f32>> = t.gpus.iter().map(|g| g.util).collect();
-        let mem: Vec<Option<i64>> = t.gpus.iter().map(|g| g.memory_used_mb.map(|m| m as i64)).collect();
-        let temp: Vec<Option<f32>> = t.gpus.iter().map(|g| g.temperature_c).collect();
-        let power: Vec<Option<f32>> = t.gpus.iter().map(|g| g.power_w).collect();
-        let ecc: Vec<Option<i64>> = t.gpus.iter().map(|g| g.ecc_errors.map(|e| e as i64)).collect();
-        // One statement for all GPUs: latest values on the row, and one history sample each.
-        sqlx::query(
-            "WITH s AS (SELECT * FROM UNNEST($2::int[], $3::real[], $4::bigint[], $5::real[], $6::real[], $7::bigint[]) \
-                        AS s(idx, util, mem, temp, power, ecc)), \
-                  u AS (UPDATE gpus g SET util = s.util, memory_used_mb = s.mem, temperature_c = s.temp, \
-                            power_w = s.power, ecc_errors = s.ecc \
-                        FROM s WHERE g.node_id = $1 AND g.device_index = s.idx RETURNING g.id, s.*) \
-             INSERT INTO gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) \
-             SELECT id, util, mem, temp, power, ecc FROM u",
-        )
-        .bind(node_id)
-        .bind(&index)
-        .bind(&util)
-        .bind(&mem)
-        .bind(&temp)
-        .bind(&power)
-        .bind(&ecc)
-        .execute(&mut *tx)
-        .await?;
-    }
-    if !t.shares.is_empty() {
-        // What each workload's processes use of each GPU, kept on its grant (latest values).
-        let workloads: Vec<Uuid> = t.shares.iter().map(|s| s.workload_id).collect();
-        let index: Vec<i32> = t.shares.iter().map(|s| s.gpu_index as i32).collect();
-        let util: Vec<Option<f32>> = t.shares.iter().map(|s| s.util).collect();
-        let mem: Vec<Option<i64>> = t.shares.iter().map(|s| s.memory_used_mb.map(|m| m as i64)).collect();
-        sqlx::query(
-            "UPDATE gpu_grants gr SET util = s.util, memory_used_mb = s.mem \
-             FROM UNNEST($2::uuid[], $3::int[], $4::real[], $5::bigint[]) AS s(workload_id, idx, util, mem), gpus g \
-             WHERE g.node_id = $1 AND g.device_index = s.idx AND gr.gpu_id = g.id AND gr.workload_id = s.workload_id",
-        )
-        .bind(node_id)
-        .bind(&workloads)
-        .bind(&index)
-        .bind(&util)
-        .bind(&mem)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(true)
 }
 
 #[cfg(test)]
