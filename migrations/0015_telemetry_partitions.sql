@@ -13,6 +13,12 @@
 -- a primary key: nothing looks a sample up by id, and its B-tree was a third of the index work of
 -- every sample written; the history is read by (gpu_id, at) and (node_id, at), kept below.
 
+-- The latest values live on the nodes and gpus rows, rewritten at every report: room on each page
+-- lets those updates be HOT (no index entry per update, dead versions pruned in place). Measured at
+-- 200 nodes x 8 GPUs: without it 147 of 11,200 updates of the GPU rows were HOT.
+ALTER TABLE gpus SET (fillfactor = 50);
+ALTER TABLE nodes SET (fillfactor = 50);
+
 ALTER TABLE node_telemetry RENAME TO node_telemetry_unpartitioned;
 ALTER TABLE gpu_telemetry RENAME TO gpu_telemetry_unpartitioned;
 ALTER INDEX node_telemetry_node_at RENAME TO node_telemetry_unpartitioned_node_at;

@@ -18,11 +18,20 @@ pub struct EnrolledNode {
 impl EnrolledNode {
     /// Enrols `name` with a fresh enrolment token and registers it with `gpus` simulated H100s.
     pub async fn register(cp: &ControlPlane, name: &str, gpus: u32) -> anyhow::Result<EnrolledNode> {
-        let token = cp.enrolment_token(name).await?;
+        Self::register_at(&cp.url, &cp.admin_token, name, gpus).await
+    }
+
+    /// [`EnrolledNode::register`] with the control plane's address and an admin's token (for tasks
+    /// that cannot borrow the [`ControlPlane`]).
+    pub async fn register_at(url: &str, admin_token: &str, name: &str, gpus: u32) -> anyhow::Result<EnrolledNode> {
+        let anonymous = Api::new(url);
+        let made =
+            anonymous.with_token(admin_token).created("/api/v1/enrolment-tokens", &json!({"node_name": name})).await?;
+        let token = made["token"].as_str().context("no enrolment token")?;
         let enrolled =
-            cp.anonymous().created("/api/v1/agent/enrol", &json!({"enrolment_token": token, "name": name})).await?;
+            anonymous.created("/api/v1/agent/enrol", &json!({"enrolment_token": token, "name": name})).await?;
         let credential = enrolled["credential"].as_str().context("no node credential")?;
-        let agent = cp.api_as(credential);
+        let agent = anonymous.with_token(credential);
         let gpus: Vec<Value> = (0..gpus)
             .map(|i| json!({"index": i, "model": "H100-SXM", "memory_mb": 81920, "simulated": true}))
             .collect();

@@ -3,15 +3,17 @@
 //! means the report is durably written (its transaction committed), and an unknown node still gets
 //! `404 node_not_found`.
 //!
-//! One flusher task writes everything that arrived since its last flush in **one transaction of a
-//! few set-based statements**, whatever the number of reports, then starts the next flush at once
-//! with what arrived meanwhile. Batches are natural: an idle control plane writes a lone report at
-//! once (one transaction, as before), a loaded one writes hundreds per transaction (one commit, one
-//! WAL flush, a handful of statements instead of five per report). A batch holds at most
+//! A flusher writes everything that arrived since the last flush in **one transaction of a few
+//! set-based statements**, whatever the number of reports, then starts the next flush at once with
+//! what arrived meanwhile. Batches are natural: an idle control plane writes a lone report at once
+//! (one transaction, as before), a loaded one writes hundreds per transaction (one commit, one WAL
+//! flush, a handful of statements instead of five per report). [`FLUSHERS`] flushers pipeline: one
+//! takes a batch and locks its nodes, then the next may take the following batch while the first
+//! writes and commits (see [`run`] for why order is kept). A batch holds at most
 //! [`MAX_BATCH_REPORTS`] reports; the queue holds [`QUEUE_REPORTS`], past which handlers wait.
 //!
 //! The statements of a flush, in this order:
-//! 1. lock the batch's nodes `ORDER BY id` (`FOR NO KEY UPDATE`): every flusher (of every replica)
+//! 1. lock the batch's nodes `ORDER BY id` (`FOR NO KEY UPDATE`): every flush (of every replica)
 //!    takes node locks in the same order, and every other writer that touches a node's GPUs or
 //!    grants takes its node's row first (registration, agent events, liveness), so no two of them
 //!    can wait on each other in a cycle. A writer that locks several nodes in another order (the
@@ -42,7 +44,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
-use tokio::sync::{Notify, mpsc, oneshot};
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
@@ -51,6 +54,8 @@ use airtime_protocol::agent::{GpuSample, ShareSample};
 
 /// The most reports one flush writes (at 8 GPUs a report, about 16,000 GPU samples).
 pub const MAX_BATCH_REPORTS: usize = 2048;
+/// Flushes in flight at once (each on a connection of its own): while one commits, the next writes.
+pub const FLUSHERS: usize = 2;
 /// Reports waiting for a flush, past which the handlers wait for room (back-pressure).
 pub const QUEUE_REPORTS: usize = 8 * MAX_BATCH_REPORTS;
 /// How many times a flush is tried when PostgreSQL broke a deadlock by failing it, or when an hour
@@ -84,19 +89,40 @@ pub type NodeReport = (Uuid, TelemetryReport);
 #[derive(Clone)]
 pub struct TelemetryWriter {
     queue: mpsc::Sender<Pending>,
-    stop: Arc<Notify>,
-    flusher: Arc<Mutex<Option<JoinHandle<()>>>>,
+    stop: Arc<watch::Sender<bool>>,
+    flushers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+/// What the flushers share: the queue (one of them dequeues at a time) and when the partitions made
+/// ahead run out.
+struct Intake {
+    queue: mpsc::Receiver<Pending>,
+    closing: bool,
+    covered_until: Instant,
 }
 
 impl TelemetryWriter {
-    /// Makes the partitions for the retained hours and the coming ones, and starts the flusher.
+    /// Makes the partitions for the retained hours and the coming ones, and starts the flushers.
+    /// They have connections of their own (with `db`'s options): under load, hundreds of requests
+    /// wait for a pooled connection (to check their credential), and a flush queued behind them
+    /// would hold every one of its reports that much longer.
     pub async fn start(db: PgPool, retention_hours: u32) -> sqlx::Result<Self> {
+        let db = PgPoolOptions::new()
+            .max_connections(FLUSHERS as u32)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with((*db.connect_options()).clone());
         let retained = Duration::from_secs(u64::from(retention_hours) * 3600);
         let covered = ensure_partitions(&db, retained, PARTITIONS_AHEAD).await?;
         let (queue, rx) = mpsc::channel(QUEUE_REPORTS);
-        let stop = Arc::new(Notify::new());
-        let flusher = tokio::spawn(run(db, rx, stop.clone(), Instant::now() + covered));
-        Ok(Self { queue, stop, flusher: Arc::new(Mutex::new(Some(flusher))) })
+        let (stop, _) = watch::channel(false);
+        let stop = Arc::new(stop);
+        let intake = Arc::new(tokio::sync::Mutex::new(Intake {
+            queue: rx,
+            closing: false,
+            covered_until: Instant::now() + covered,
+        }));
+        let flushers = (0..FLUSHERS).map(|_| tokio::spawn(run(db.clone(), intake.clone(), stop.subscribe()))).collect();
+        Ok(Self { queue, stop, flushers: Arc::new(Mutex::new(flushers)) })
     }
 
     /// Writes `report` in the next flush and answers once it committed: `true` when written, `false`
@@ -107,41 +133,46 @@ impl TelemetryWriter {
         outcome.await.unwrap_or(Err(WriteError::Stopped))
     }
 
-    /// Takes no more reports, writes those queued and waits for the flusher to end. Called once the
+    /// Takes no more reports, writes those queued and waits for the flushers to end. Called once the
     /// HTTP server has answered its last request.
     pub async fn close(&self) {
-        self.stop.notify_one();
-        let flusher = self.flusher.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(flusher) = flusher {
+        self.stop.send_replace(true);
+        let flushers = std::mem::take(&mut *self.flushers.lock().unwrap_or_else(PoisonError::into_inner));
+        for flusher in flushers {
             let _ = flusher.await;
         }
     }
 }
 
-/// The flusher: one flush at a time, each with everything that arrived since the last.
-async fn run(db: PgPool, mut rx: mpsc::Receiver<Pending>, stop: Arc<Notify>, mut covered_until: Instant) {
+/// A flusher. [`FLUSHERS`] of them pipeline the flushes: one dequeues a batch and locks its nodes
+/// while holding the intake, then lets the next dequeue while it writes and commits. Dequeuing and
+/// locking in turn keeps arrival order: a node's later report can only be locked after its earlier
+/// one's flush holds the node, so it commits after it (the latest values win across flushes too),
+/// and no two flushes wait on each other in a cycle (each holds all its nodes before the next locks).
+async fn run(db: PgPool, intake: Arc<tokio::sync::Mutex<Intake>>, mut stop: watch::Receiver<bool>) {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH_REPORTS);
     let mut reports: Vec<NodeReport> = Vec::with_capacity(MAX_BATCH_REPORTS);
     let mut waiters = Vec::with_capacity(MAX_BATCH_REPORTS);
-    let mut closing = false;
     loop {
+        let mut held = intake.lock().await;
+        let taking = &mut *held;
         tokio::select! {
             biased;
-            _ = stop.notified(), if !closing => {
+            _ = stop.wait_for(|stop| *stop), if !taking.closing => {
                 // No new reports; those already queued are still received and written below.
-                rx.close();
-                closing = true;
+                taking.queue.close();
+                taking.closing = true;
                 continue;
             }
-            received = rx.recv_many(&mut batch, MAX_BATCH_REPORTS) => {
+            received = taking.queue.recv_many(&mut batch, MAX_BATCH_REPORTS) => {
                 if received == 0 {
                     return;
                 }
             }
         }
-        if covered_until.saturating_duration_since(Instant::now()) < PARTITIONS_RENEW_BELOW {
+        if taking.covered_until.saturating_duration_since(Instant::now()) < PARTITIONS_RENEW_BELOW {
             match ensure_partitions(&db, Duration::ZERO, PARTITIONS_AHEAD).await {
-                Ok(covered) => covered_until = Instant::now() + covered,
+                Ok(covered) => taking.covered_until = Instant::now() + covered,
                 Err(err) => tracing::error!(error = %err, "making the coming hours' telemetry partitions"),
             }
         }
@@ -150,7 +181,7 @@ async fn run(db: PgPool, mut rx: mpsc::Receiver<Pending>, stop: Arc<Notify>, mut
             waiters.push((node_id, done));
         }
         let started = Instant::now();
-        let outcome = write_batch(&db, &reports).await;
+        let outcome = write_in_turn(&db, &reports, Some(held)).await;
         match &outcome {
             Ok(_) => tracing::debug!(reports = reports.len(), elapsed = ?started.elapsed(), "telemetry flushed"),
             Err(err) => tracing::error!(error = %err, reports = reports.len(), "writing telemetry failed"),
@@ -200,9 +231,15 @@ pub async fn drop_old_partitions(db: &PgPool, retention: Duration) -> sqlx::Resu
 /// exist: their reports were written, the others' were not. A flush PostgreSQL failed to break a
 /// deadlock, or one that met an hour without its partition (made now), is tried again.
 pub async fn write_batch(db: &PgPool, batch: &[NodeReport]) -> Result<HashSet<Uuid>, WriteError> {
+    write_in_turn(db, batch, None::<()>).await
+}
+
+/// [`write_batch`], dropping `turn` (the intake a flusher holds) once the batch's nodes are locked,
+/// or when the first attempt fails.
+async fn write_in_turn<T>(db: &PgPool, batch: &[NodeReport], mut turn: Option<T>) -> Result<HashSet<Uuid>, WriteError> {
     let mut attempt = 1;
     loop {
-        let err = match write(db, batch).await {
+        let err = match write(db, batch, &mut turn).await {
             Ok(known) => return Ok(known),
             Err(err) => err,
         };
@@ -216,6 +253,7 @@ pub async fn write_batch(db: &PgPool, batch: &[NodeReport]) -> Result<HashSet<Uu
             }
             _ => false,
         };
+        drop(turn.take());
         if !retry || attempt >= ATTEMPTS {
             return Err(WriteError::Database(Arc::new(err)));
         }
@@ -225,7 +263,7 @@ pub async fn write_batch(db: &PgPool, batch: &[NodeReport]) -> Result<HashSet<Uu
 }
 
 /// One flush: one transaction, six statements whatever the batch holds.
-async fn write(db: &PgPool, batch: &[NodeReport]) -> sqlx::Result<HashSet<Uuid>> {
+async fn write<T>(db: &PgPool, batch: &[NodeReport], turn: &mut Option<T>) -> sqlx::Result<HashSet<Uuid>> {
     // The latest report of each node (a later report of a node replaces an earlier one).
     let mut latest: HashMap<Uuid, &TelemetryReport> = HashMap::with_capacity(batch.len());
     for (node_id, report) in batch {
@@ -240,6 +278,8 @@ async fn write(db: &PgPool, batch: &[NodeReport]) -> sqlx::Result<HashSet<Uuid>>
         .bind(&ids)
         .fetch_all(&mut *tx)
         .await?;
+    // The next flush may take its batch and lock its nodes now.
+    drop(turn.take());
     if known.is_empty() {
         tx.rollback().await?;
         return Ok(HashSet::new());

@@ -1,0 +1,320 @@
+//! Telemetry ingest through the API, in GPU samples per second, against a raw `COPY` of the same
+//! number of rows into the same table on the same machine (issue 10, item 8).
+//!
+//! A real control plane and PostgreSQL; N nodes × 8 GPUs enrolled and registered over the API as
+//! agents are; then many concurrent clients post telemetry reports through HTTP for a fixed window
+//! (each node has at most one report in flight, as an agent has; each client drives its own share
+//! of the nodes as fast as it is answered). Every 204 means the report committed. Then, in the same
+//! run and on the same database, the same number of `gpu_telemetry` rows is written with one raw
+//! `COPY … FROM STDIN`. Where the time goes: the control plane's and PostgreSQL's CPU over the
+//! window, and the same clients sending a report the API refuses right after authenticating it
+//! (`422`, nothing written): the cost of HTTP and the credential check alone.
+//!
+//! Knobs (environment): `TELEMETRY_NODES` (1000), `TELEMETRY_CLIENTS` (256), `TELEMETRY_SECONDS`
+//! (20). `TELEMETRY_BASELINE_BIN_DIR`: a directory with a control plane built from an older commit
+//! (the per-report path): its ingest is measured in the same run, by this bench run again as a
+//! child process with `AIRTIME_BIN_DIR` pointing there.
+//!
+//! ```sh
+//! cargo build --release -p airtime-control-plane --bins
+//! AIRTIME_BIN_DIR=$PWD/target/release cargo bench -p airtime-tests --bench telemetry_ingest
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use airtime_tests::agents::{EnrolledNode, telemetry_report};
+use airtime_tests::{ControlPlane, TestDb};
+
+const GPUS: u32 = 8;
+
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// CPU seconds (user + system) of the processes whose command line contains `needle`, or whose
+/// name is `name` (PostgreSQL's backends), from /proc.
+fn cpu_seconds(matches: impl Fn(&str, &str) -> bool) -> f64 {
+    let tick = 100.0; // USER_HZ on Linux
+    let mut total = 0.0;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return f64::NAN };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
+        let comm = head.split_once(" (").map(|(_, c)| c).unwrap_or("");
+        if !matches(&cmdline, comm) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split(' ').collect();
+        // utime and stime are the 14th and 15th fields of stat, the 12th and 13th after the name.
+        if let (Some(u), Some(s)) = (fields.get(11), fields.get(12)) {
+            total += u.parse::<f64>().unwrap_or(0.0) / tick + s.parse::<f64>().unwrap_or(0.0) / tick;
+        }
+    }
+    total
+}
+
+struct Load {
+    reports: u64,
+    latencies_ms: Vec<f64>,
+    other_statuses: Vec<u16>,
+}
+
+/// Every client posts the reports of its nodes, one node after another, until the window closes;
+/// answers inside the window count (after a warm-up of `warm_up`).
+/// The nodes, and the clients that drive them.
+struct Driver<'a> {
+    http: &'a reqwest::Client,
+    base: &'a str,
+    nodes: &'a [EnrolledNode],
+    clients: usize,
+}
+
+async fn drive(
+    Driver { http, base, nodes, clients }: &Driver<'_>,
+    body: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>,
+    warm_up: Duration,
+    window: Duration,
+    expect: u16,
+) -> Load {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let measure_from = start + warm_up;
+    let mut tasks = Vec::new();
+    let clients = *clients;
+    for c in 0..clients {
+        let mine: Vec<(String, String, Vec<u8>)> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % clients == c)
+            .map(|(i, n)| (format!("{base}{}", n.telemetry_path()), n.agent.token().unwrap().to_owned(), body(i)))
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let http = (*http).clone();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut load = Load { reports: 0, latencies_ms: Vec::new(), other_statuses: Vec::new() };
+            let mut k = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let (url, token, body) = &mine[k % mine.len()];
+                k += 1;
+                let sent = Instant::now();
+                let answer = http
+                    .post(url)
+                    .bearer_auth(token)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await;
+                let status = match answer {
+                    Ok(resp) => {
+                        let status = resp.status().as_u16();
+                        let _ = resp.bytes().await;
+                        status
+                    }
+                    Err(_) => 0,
+                };
+                if sent < measure_from || stop.load(Ordering::Relaxed) {
+                    continue;
+                }
+                if status == expect {
+                    load.reports += 1;
+                    load.latencies_ms.push(sent.elapsed().as_secs_f64() * 1e3);
+                } else {
+                    load.other_statuses.push(status);
+                }
+            }
+            load
+        }));
+    }
+    tokio::time::sleep_until((measure_from + window).into()).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Load { reports: 0, latencies_ms: Vec::new(), other_statuses: Vec::new() };
+    for task in tasks {
+        let load = task.await.unwrap();
+        all.reports += load.reports;
+        all.latencies_ms.extend(load.latencies_ms);
+        all.other_statuses.extend(load.other_statuses);
+    }
+    all.latencies_ms.sort_by(f64::total_cmp);
+    all
+}
+
+async fn enrol(cp: &ControlPlane, count: usize) -> Vec<EnrolledNode> {
+    let limit = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = Vec::new();
+    for n in 0..count {
+        let limit = limit.clone();
+        let cp_url = cp.url.clone();
+        let admin = cp.admin_token.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = limit.acquire_owned().await.unwrap();
+            EnrolledNode::register_at(&cp_url, &admin, &format!("bench-{n:04}"), GPUS).await.unwrap()
+        }));
+    }
+    let mut nodes = Vec::new();
+    for task in tasks {
+        nodes.push(task.await.unwrap());
+    }
+    nodes
+}
+
+fn report_body(i: usize) -> Vec<u8> {
+    let util: Vec<f64> = (0..GPUS as usize).map(|g| ((i * 13 + g * 7) % 100) as f64 / 100.0).collect();
+    serde_json::to_vec(&telemetry_report(0.25, &util)).unwrap()
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let nodes_n = knob("TELEMETRY_NODES", 1000) as usize;
+        let clients = knob("TELEMETRY_CLIENTS", 256) as usize;
+        let window = Duration::from_secs(knob("TELEMETRY_SECONDS", 20));
+        let warm_up = Duration::from_secs(3);
+        let child = std::env::var_os("TELEMETRY_BENCH_CHILD").is_some();
+        let label = if child { "per-report path (baseline binary)" } else { "group commit (this tree)" };
+
+        let db = TestDb::create().await.unwrap();
+        // Registration of a thousand nodes is a burst of admin mutations: no rate limit for the bench.
+        let cp = ControlPlane::start(&db, &["--mutations-per-minute", "10000000", "--mutation-burst", "1000000"])
+            .await
+            .unwrap();
+        let enrolling = Instant::now();
+        let nodes = enrol(&cp, nodes_n).await;
+        println!(
+            "[{label}] {nodes_n} nodes × {GPUS} GPUs enrolled and registered in {:.1} s; {clients} clients, {} s window",
+            enrolling.elapsed().as_secs_f64(),
+            window.as_secs()
+        );
+        let pool = db.pool().await.unwrap();
+        let samples_before: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM gpu_telemetry").fetch_one(&pool).await.unwrap();
+        let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
+        let db_name = db.name.clone();
+        let control_plane = move |cmd: &str, _: &str| cmd.contains("airtime-control-plane") && cmd.contains(&db_name);
+        let postgres = |_: &str, comm: &str| comm.starts_with("postgres");
+
+        // Through the API.
+        let (cp0, pg0, t0) = (cpu_seconds(&control_plane), cpu_seconds(postgres), Instant::now());
+        let driver = Driver { http: &http, base: &cp.url, nodes: &nodes, clients };
+        let load = drive(&driver, Arc::new(report_body), warm_up, window, 204).await;
+        let elapsed = t0.elapsed().as_secs_f64();
+        let (cp_cpu, pg_cpu) =
+            ((cpu_seconds(&control_plane) - cp0) / elapsed, (cpu_seconds(postgres) - pg0) / elapsed);
+        let reports_s = load.reports as f64 / window.as_secs_f64();
+        let ingest = reports_s * f64::from(GPUS);
+        println!(
+            "[{label}] through the API: {reports_s:.0} reports/s = {ingest:.0} GPU samples/s; report latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (n={}); other answers: {}",
+            percentile(&load.latencies_ms, 0.5),
+            percentile(&load.latencies_ms, 0.99),
+            percentile(&load.latencies_ms, 1.0),
+            load.reports,
+            load.other_statuses.len()
+        );
+        println!(
+            "[{label}] CPU over the run (cores busy, of 2): control plane {cp_cpu:.2}, PostgreSQL {pg_cpu:.2}, the rest (this driver, other work) {:.2}",
+            (2.0 - cp_cpu - pg_cpu).max(0.0)
+        );
+        // Nothing acknowledged is missing.
+        let samples_after: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM gpu_telemetry").fetch_one(&pool).await.unwrap();
+        let written = samples_after - samples_before;
+        assert!(
+            written >= (load.reports * u64::from(GPUS)) as i64,
+            "{written} samples written for {} acknowledged reports",
+            load.reports
+        );
+
+        // HTTP and the credential check alone: a report refused (422) after authentication.
+        let refused = |i: usize| {
+            let mut body: serde_json::Value = serde_json::from_slice(&report_body(i)).unwrap();
+            body["cpu_util"] = serde_json::json!(7.5);
+            serde_json::to_vec(&body).unwrap()
+        };
+        let auth = drive(&driver, Arc::new(refused), warm_up, window / 2, 422).await;
+        let auth_s = auth.reports as f64 / (window / 2).as_secs_f64();
+        println!(
+            "[{label}] authenticate and refuse (422, nothing written): {auth_s:.0} requests/s; p50 {:.1} ms, p99 {:.1} ms",
+            percentile(&auth.latencies_ms, 0.5),
+            percentile(&auth.latencies_ms, 0.99)
+        );
+        if child {
+            println!("[{label}] RESULT ingest_samples_per_s={ingest:.0}");
+            cp.stop().await;
+            return;
+        }
+
+        // A raw COPY of as many rows into the same table, same database, same machine.
+        let rows = written.max(1) as usize;
+        let gpus: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM gpus ORDER BY id").fetch_all(&pool).await.unwrap();
+        let mut text = String::with_capacity(rows * 64);
+        for r in 0..rows {
+            use std::fmt::Write as _;
+            let u = (r % 100) as f64 / 100.0;
+            let _ = writeln!(
+                text,
+                "{}\t{u}\t{}\t{}\t{}\t0",
+                gpus[r % gpus.len()],
+                (u * 80000.0) as u64,
+                40.0 + u * 40.0,
+                100.0 + u * 600.0
+            );
+        }
+        let mut conn = pool.acquire().await.unwrap();
+        let copying = Instant::now();
+        sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
+        let mut sink = conn
+            .copy_in_raw("COPY gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) FROM STDIN")
+            .await
+            .unwrap();
+        sink.send(text.into_bytes()).await.unwrap();
+        let copied = sink.finish().await.unwrap();
+        sqlx::query("COMMIT").execute(&mut *conn).await.unwrap();
+        let copy_s = copied as f64 / copying.elapsed().as_secs_f64();
+        println!("[raw COPY] {copied} rows into gpu_telemetry in {:.2} s = {copy_s:.0} rows/s", copying.elapsed().as_secs_f64());
+        println!("ratio, API ingest / raw COPY: {:.0} %", ingest / copy_s * 100.0);
+        drop(conn);
+        cp.stop().await;
+
+        // The per-report path, in the same run: this bench again against the baseline binary.
+        if let Some(dir) = std::env::var_os("TELEMETRY_BASELINE_BIN_DIR") {
+            let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+                .env("AIRTIME_BIN_DIR", dir)
+                .env("TELEMETRY_BENCH_CHILD", "1")
+                .arg("--bench")
+                .output()
+                .await
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            print!("{stdout}");
+            if let Some(before) = stdout
+                .lines()
+                .find_map(|l| l.split("RESULT ingest_samples_per_s=").nth(1))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+            {
+                println!(
+                    "group commit / per-report path: {:.1}× ({ingest:.0} against {before:.0} GPU samples/s); per-report / raw COPY: {:.0} %",
+                    ingest / before,
+                    before / copy_s * 100.0
+                );
+            } else {
+                println!("the baseline run gave no result: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+    });
+}
