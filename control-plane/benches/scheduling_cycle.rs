@@ -1,6 +1,7 @@
 //! One whole scheduling cycle at fleet scale, against a real PostgreSQL: read the fleet and queue,
-//! encode the snapshot, run the default policy (Wasm), check every decision, and commit them with
-//! their reasons. 1,000 nodes × 8 GPUs with 10,000 pending workloads.
+//! encode the snapshots, run the platform policy and every tenant's own policy (Wasm), check every
+//! decision, and commit them with their reasons. 1,000 nodes × 8 GPUs, 5,000 workloads running
+//! (one GPU each) and 10,000 pending, across 20 tenants each with its own policy.
 //!
 //! Baseline, measured in the same run: reading the fleet and queue alone (`fleet_view::load`), the
 //! floor any cycle pays. Run with `make bench`.
@@ -14,11 +15,21 @@ use airtime_control_plane::scheduler::{self, Scheduler, SchedulerSettings, fleet
 const NODES: usize = 1000;
 const GPUS_PER_NODE: usize = 8;
 const PENDING: usize = 10_000;
-const CYCLES: usize = 7;
+const RUNNING: usize = 5_000;
+const TENANTS: usize = 20;
+/// Steady-state cycles measured (`SCHEDULING_BENCH_CYCLES` changes it).
+const CYCLES: usize = 20;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The nearest-rank quantile.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
 fn main() {
@@ -43,17 +54,24 @@ fn main() {
         let state = Scheduler::standalone(db.clone(), settings).await.unwrap();
         assert!(state.leadership.try_acquire(&db).await.unwrap(), "the bench leads its own database");
         seed(&db).await;
+        if std::env::var("SCHEDULING_BENCH_TENANT_POLICIES").is_ok_and(|v| v == "0") {
+            // The platform's policy alone, for comparison.
+            sqlx::query("DELETE FROM policy_activations WHERE scope <> 'platform'").execute(&db).await.unwrap();
+            println!("  (tenant policies off: SCHEDULING_BENCH_TENANT_POLICIES=0)");
+        }
 
         let mut reads = Vec::new();
         let mut cycles = Vec::new();
         let mut first = None;
-        for i in 0..CYCLES {
+        let mut phases = Vec::new();
+        let rounds = std::env::var("SCHEDULING_BENCH_CYCLES").ok().and_then(|c| c.parse().ok()).unwrap_or(CYCLES);
+        for i in 0..=rounds {
             let clock = Instant::now();
             let mut conn = db.acquire().await.unwrap();
             let fleet = fleet_view::load(&mut conn).await.unwrap();
             drop(conn);
             reads.push(clock.elapsed().as_secs_f64() * 1000.0);
-            assert!(fleet.workloads.len() >= PENDING);
+            assert!(fleet.workloads.len() >= PENDING + RUNNING);
 
             let clock = Instant::now();
             let outcome = scheduler::run_cycle(&state, "bench").await.unwrap().unwrap();
@@ -62,28 +80,63 @@ fn main() {
                 first = Some((ms, outcome.placed, outcome.pending));
             } else {
                 cycles.push(ms);
+                phases.push(outcome.phases);
             }
         }
         let (first_ms, placed, pending) = first.unwrap();
-        println!("scheduling cycle, {NODES} nodes × {GPUS_PER_NODE} GPUs, {PENDING} pending (slo-first, Wasm)");
+        println!(
+            "scheduling cycle, {NODES} nodes × {GPUS_PER_NODE} GPUs, {RUNNING} running, {PENDING} pending, \
+             {TENANTS} tenants each with its own policy (slo-first for the platform, Wasm)"
+        );
         println!("  first cycle (places {placed}, records {pending} pending reasons): {first_ms:8.1} ms");
+        let p99 = quantile(&cycles, 0.99);
         let steady = median(cycles);
-        let read = median(reads);
-        println!("  steady-state cycle, median of {}:                     {steady:8.1} ms", CYCLES - 1);
+        let read = median(reads.clone());
+        println!("  steady-state cycle, median of {rounds}:                    {steady:8.1} ms");
+        println!("  steady-state cycle, p99:                               {p99:8.1} ms");
         println!("  baseline: read fleet and queue alone, median:          {read:8.1} ms");
         println!("  ratio (cycle / read):                                  {:8.2}×", steady / read);
+        println!("  where a steady-state cycle's time goes (medians):");
+        for (k, (name, _)) in phases[0].named().iter().enumerate() {
+            let ms = median(phases.iter().map(|p| p.named()[k].1.as_secs_f64() * 1000.0).collect());
+            println!("    {name:<28} {ms:8.1} ms");
+        }
 
         drop(state);
         db.close().await;
+        if std::env::var_os("SCHEDULING_BENCH_KEEP_DB").is_some() {
+            println!("  kept the database {name} (SCHEDULING_BENCH_KEEP_DB)");
+            return;
+        }
         let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
             .execute(&mut conn)
             .await;
     });
 }
 
-/// 1,000 ready nodes of 8 simulated GPUs (H100 and A100 alternating) and 10,000 pending workloads
-/// of mixed shapes, in bulk statements.
+/// 1,000 ready nodes of 8 simulated GPUs (H100 and A100 alternating); 20 tenants, each with its
+/// own policy (priority-best-fit and fair-share alternating, as tenant admins would pick); 5,000
+/// running workloads holding one GPU each; 10,000 pending workloads of mixed shapes — in bulk
+/// statements.
 async fn seed(db: &sqlx::PgPool) {
+    sqlx::query(
+        "INSERT INTO tenants (id, name, weight) \
+         SELECT gen_random_uuid(), 'team-' || lpad(t::text, 2, '0'), 1 + t % 3 FROM generate_series(1, $1 - 1) AS t",
+    )
+    .bind(TENANTS as i32)
+    .execute(db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO policy_activations (scope, policy_version_id) \
+         SELECT t.id::text, (SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
+                             WHERE p.name = CASE WHEN t.weight % 2 = 0 THEN 'fair-share' ELSE 'priority-best-fit' END \
+                             ORDER BY v.version DESC LIMIT 1) \
+         FROM tenants t",
+    )
+    .execute(db)
+    .await
+    .unwrap();
     sqlx::query(
         "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, gpu_source, agent_version, cost_per_hour) \
          SELECT gen_random_uuid(), 'node-' || lpad(n::text, 4, '0'), 'host-' || n, 'ready', 64000, 524288, 'simulated', 'bench', 25.0 \
@@ -102,17 +155,42 @@ async fn seed(db: &sqlx::PgPool) {
     .execute(db)
     .await
     .unwrap();
+    // Tenants by row number, so work spreads evenly over them.
     sqlx::query(
-        "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, cpu_millis, memory_mb, \
+        "WITH t AS (SELECT id, row_number() OVER (ORDER BY name) - 1 AS k FROM tenants) \
+         INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, cpu_millis, memory_mb, \
                                 preemptible, command, state, submitted_at) \
-         SELECT gen_random_uuid(), '00000000-0000-0000-0000-000000000001', 'w-' || i, \
+         SELECT gen_random_uuid(), t.id, 'w-' || i, \
                 (ARRAY['realtime_inference','batch_inference','training','fine_tuning','quantization','embeddings','evaluation'])[1 + i % 7], \
                 (i * 7919) % 100, (ARRAY[1, 1, 2, 4, 8])[1 + i % 5], 10000 + (i % 7) * 10000, 1000, 4096, i % 3 = 0, \
                 ARRAY['true'], 'pending', now() - make_interval(secs => $1 - i) \
-         FROM generate_series(1, $1) AS i",
+         FROM generate_series(1, $1) AS i JOIN t ON t.k = i % $2",
     )
     .bind(PENDING as i32)
+    .bind(TENANTS as i64)
     .execute(db)
     .await
     .unwrap();
+    // The running work: one GPU each, on the first 5,000 GPUs in node order, granted.
+    sqlx::query(
+        "WITH t AS (SELECT id, row_number() OVER (ORDER BY name) - 1 AS k FROM tenants), \
+              g AS (SELECT g.id AS gpu_id, g.node_id, row_number() OVER (ORDER BY n.name, g.device_index) AS i \
+                    FROM gpus g JOIN nodes n ON n.id = g.node_id), \
+              w AS (INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, cpu_millis, \
+                                           memory_mb, preemptible, command, state, node_id, last_node_id, attempt, \
+                                           submitted_at, started_at) \
+                    SELECT gen_random_uuid(), t.id, 'r-' || g.i, 'training', (g.i * 7919) % 100, 1, 40000, 1000, 4096, \
+                           g.i % 2 = 0, ARRAY['true'], 'running', g.node_id, g.node_id, 1, \
+                           now() - interval '2 hours', now() - interval '1 hour' \
+                    FROM g JOIN t ON t.k = g.i % $2 WHERE g.i <= $1 \
+                    RETURNING id, tenant_id, node_id, name) \
+         INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, granted_at) \
+         SELECT g.gpu_id, w.id, w.tenant_id, now() - interval '1 hour' FROM w JOIN g ON 'r-' || g.i = w.name",
+    )
+    .bind(RUNNING as i64)
+    .bind(TENANTS as i64)
+    .execute(db)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE").execute(db).await.unwrap();
 }

@@ -248,3 +248,37 @@ async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_in
 
     drop_database(db, &admin, &name).await;
 }
+
+#[tokio::test]
+async fn the_fleet_read_counts_each_running_workloads_preemptions_of_the_last_hour_only() {
+    let (db, admin, name) = database().await;
+    let (node, _) = node_with_gpus(&db, 1, "none").await;
+    let often = workload(&db, "preempted-often", "running", Some(node)).await;
+    let never = workload(&db, "never-preempted", "running", Some(node)).await;
+    let waiting = workload(&db, "waiting", "pending", None).await;
+    // Two preemptions of `often` in the last hour, one three hours ago; one of `waiting` (pending
+    // work counts none); an event into another state counts none.
+    for (workload, to_state, ago) in [
+        (often, "preempting", "10 minutes"),
+        (often, "preempting", "50 minutes"),
+        (often, "preempting", "3 hours"),
+        (often, "running", "5 minutes"),
+        (waiting, "preempting", "5 minutes"),
+    ] {
+        sqlx::query(
+            "INSERT INTO workload_events (workload_id, tenant_id, at, from_state, to_state, attempt, detail) \
+             VALUES ($1, $2, now() - $3::interval, 'running', $4, 1, 'test')",
+        )
+        .bind(workload)
+        .bind(TENANT)
+        .bind(ago)
+        .bind(to_state)
+        .execute(&db)
+        .await
+        .unwrap();
+    }
+    let fleet = fleet_view::load(&mut db.acquire().await.unwrap()).await.unwrap();
+    let count = |id: Uuid| fleet.workloads.iter().find(|w| w.id == id).unwrap().preemptions_last_hour;
+    assert_eq!((count(often), count(never), count(waiting)), (2, 0, 0));
+    drop_database(db, &admin, &name).await;
+}

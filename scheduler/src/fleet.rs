@@ -228,24 +228,37 @@ impl FleetView {
     /// tenant's work is visible to it), the GPUs the platform granted it this cycle plus those its
     /// running work holds, and the nodes those GPUs are on (or that it was given CPU placements on).
     pub fn tenant_view(&self, tenant: usize, granted_gpus: &[usize], granted_nodes: &[usize]) -> TenantView {
+        // Positions in the tenant's view by index in the full one (`usize::MAX`: not in it), so
+        // building a view is linear in the fleet, not in the fleet times the tenant's work.
+        const ABSENT: usize = usize::MAX;
         let workloads: Vec<usize> = (0..self.workloads.len()).filter(|&w| self.workloads[w].tenant == tenant).collect();
+        let mut workload_at = vec![ABSENT; self.workloads.len()];
+        for (i, &w) in workloads.iter().enumerate() {
+            workload_at[w] = i;
+        }
+        let holds = |g: &GpuEntry| g.holders.iter().any(|h| workload_at.get(h.workload).is_some_and(|&p| p != ABSENT));
         let gpu_set: std::collections::BTreeSet<usize> = granted_gpus
             .iter()
             .copied()
-            .chain(
-                (0..self.gpus.len()).filter(|&g| self.gpus[g].holders.iter().any(|h| workloads.contains(&h.workload))),
-            )
+            .filter(|&g| g < self.gpus.len())
+            .chain((0..self.gpus.len()).filter(|&g| holds(&self.gpus[g])))
             .collect();
         let node_set: std::collections::BTreeSet<usize> =
             gpu_set.iter().map(|&g| self.gpus[g].node).chain(granted_nodes.iter().copied()).collect();
         let nodes: Vec<usize> = node_set.into_iter().collect();
+        let mut node_at = vec![ABSENT; self.nodes.len()];
+        for (i, &n) in nodes.iter().enumerate() {
+            if let Some(slot) = node_at.get_mut(n) {
+                *slot = i;
+            }
+        }
         // GPUs grouped by node, in node order, so each node's GPUs stay one contiguous run.
-        let gpus: Vec<usize> =
-            nodes.iter().flat_map(|&n| gpu_set.iter().copied().filter(move |&g| self.gpus[g].node == n)).collect();
+        let mut gpus: Vec<usize> = gpu_set.into_iter().collect();
+        gpus.sort_by_key(|&g| (self.gpus[g].node, g));
         let services: Vec<usize> = (0..self.services.len()).filter(|&s| self.services[s].tenant == tenant).collect();
         let service_pos = |s: usize| services.iter().position(|&x| x == s);
-        let node_pos = |n: usize| nodes.iter().position(|&x| x == n);
-        let workload_pos = |w: usize| workloads.iter().position(|&x| x == w);
+        let node_pos = |n: usize| node_at.get(n).copied().filter(|&p| p != ABSENT);
+        let workload_pos = |w: usize| workload_at.get(w).copied().filter(|&p| p != ABSENT);
         let mut view = FleetView {
             now: self.now,
             settings: self.settings.clone(),

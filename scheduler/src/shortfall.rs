@@ -45,10 +45,17 @@ pub fn shortfall(fleet: &FleetView, workload: &WorkloadEntry) -> Option<String> 
         }
     }
     // GPU work: the most fitting GPUs one node has free, and whether its host room fits too.
-    let fitting = |node: usize| fleet.gpus.iter().filter(|g| g.node == node && gpu_fits(g, workload)).count() as u32;
+    // One pass over the GPUs (not one per node: at 1,000 nodes × 8 GPUs that was 8 million checks
+    // per workload shape, every cycle).
+    let mut fitting = vec![0u32; fleet.nodes.len()];
+    for gpu in fleet.gpus.iter().filter(|g| gpu_fits(g, workload)) {
+        if let Some(count) = fitting.get_mut(gpu.node) {
+            *count += 1;
+        }
+    }
     let mut best: Option<(u32, &NodeEntry)> = None;
     for &(i, n) in &candidates {
-        let count = fitting(i);
+        let count = fitting[i];
         if count >= workload.gpu_count && host_fits(n) {
             return None;
         }

@@ -90,10 +90,12 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
                 memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
                 started_at, node_id, pending_reason, gpu_milli, mig_profile, service_id, replica_variant, \
                 container IS NOT NULL AS container, \
-                CASE WHEN state = 'pending' THEN 0 ELSE \
-                  (SELECT count(*) FROM workload_events e WHERE e.workload_id = workloads.id \
-                     AND e.to_state = 'preempting' AND e.at > now() - interval '1 hour') END AS preemptions_last_hour \
-         FROM workloads WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling') \
+                CASE WHEN state = 'pending' THEN 0 ELSE COALESCE(p.preemptions, 0) END AS preemptions_last_hour \
+         FROM workloads \
+         LEFT JOIN (SELECT e.workload_id, count(*) AS preemptions FROM workload_events e \
+                    WHERE e.to_state = 'preempting' AND e.at > now() - interval '1 hour' \
+                    GROUP BY e.workload_id) p ON p.workload_id = workloads.id \
+         WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling') \
          ORDER BY submitted_at, id",
     )
     .fetch_all(&mut *conn)

@@ -229,13 +229,22 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     }
     let started_at = chrono::Utc::now();
     let clock = Instant::now();
+    let mut phases = record::Phases::default();
+    let mut lap = Instant::now();
+    let mut mark = |phase: &mut std::time::Duration| {
+        *phase = lap.elapsed();
+        lap = Instant::now();
+    };
     usage::accrue(&state.db, state.settings.usage_half_life_hours).await.context("accruing tenant usage")?;
+    mark(&mut phases.accrue);
     let fleet = {
         let mut conn = state.db.acquire().await?;
         fleet_view::load(&mut conn).await.context("reading the fleet and the queue")?
     };
+    mark(&mut phases.read);
     // Services first: their new replicas are placed, and their drained ones' room given, this cycle.
     let (fleet, scaled) = crate::services::scale::step(state, fleet).await.context("scaling the services")?;
+    mark(&mut phases.services);
     if scaled.nodes_changed {
         state.desired.announce();
     }
@@ -246,6 +255,7 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     }
 
     let levels = levels(state, &fleet).await?;
+    mark(&mut phases.levels);
     let evaluator = CatalogEvaluator::new(state);
     let mut decided = cycle::decide(&evaluator, &fleet, levels).await?;
 
@@ -264,6 +274,7 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     let shadow_baseline = shadow.as_ref().map(|_| decided.platform_accepted().to_vec());
 
     let composed = decided.compose(&fleet, &HashSet::new());
+    mark(&mut phases.decide);
     let first =
         apply(state, &fleet, &composed, &decided, started_at, trigger, decided.error(), record::Mode::Commit).await;
     let outcome = match first {
@@ -285,6 +296,8 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         }
     };
 
+    let mut outcome = outcome;
+    mark(&mut phases.apply);
     let active = decided.platform_decider().clone();
     record_notes(state, decided.notes, outcome.cycle_id).await;
     if let (Some((candidate, result)), Some(baseline)) = (shadow, shadow_baseline) {
@@ -294,6 +307,8 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         }
     }
 
+    mark(&mut phases.notes);
+    outcome.phases = phases;
     let elapsed = clock.elapsed();
     state.metrics.cycle_finished(elapsed);
     state.metrics.cycle_succeeded();

@@ -24,6 +24,42 @@ pub struct CycleOutcome {
     pub refused: usize,
     /// Nodes whose desired state changed: their agents must look again.
     pub nodes_changed: bool,
+    /// Where the cycle's time went.
+    pub phases: Phases,
+}
+
+/// Where a cycle's time went, phase by phase (wall time, in the order they run).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Phases {
+    /// Decaying and accruing the tenants' usage.
+    pub accrue: std::time::Duration,
+    /// Reading the fleet and the queue.
+    pub read: std::time::Duration,
+    /// Scaling the services.
+    pub services: std::time::Duration,
+    /// Loading the active policies of the scopes with pending work.
+    pub levels: std::time::Duration,
+    /// Encoding snapshots, evaluating every policy, checking and composing the decisions.
+    pub decide: std::time::Duration,
+    /// The cycle's transaction: placements, preemptions, reasons, the record.
+    pub apply: std::time::Duration,
+    /// The shadow policy and what each policy's evaluation left (failures, logs, successes).
+    pub notes: std::time::Duration,
+}
+
+impl Phases {
+    /// Each phase by name, in the order they run.
+    pub fn named(&self) -> [(&'static str, std::time::Duration); 7] {
+        [
+            ("accrue usage", self.accrue),
+            ("read fleet and queue", self.read),
+            ("scale services", self.services),
+            ("load policies", self.levels),
+            ("evaluate, check, compose", self.decide),
+            ("apply (one transaction)", self.apply),
+            ("shadow and policy notes", self.notes),
+        ]
+    }
 }
 
 /// Whether [`apply`] keeps what it wrote.
@@ -70,8 +106,15 @@ pub async fn apply(
     .fetch_one(&mut *tx)
     .await?;
 
-    let mut outcome =
-        CycleOutcome { cycle_id, placed: 0, preempted: 0, pending: 0, refused: refused.len(), nodes_changed: false };
+    let mut outcome = CycleOutcome {
+        cycle_id,
+        placed: 0,
+        preempted: 0,
+        pending: 0,
+        refused: refused.len(),
+        nodes_changed: false,
+        phases: Phases::default(),
+    };
     let mut late_refusals: Vec<(Refusal, &Decider)> = Vec::new();
     let mut pending_changes: Vec<(Uuid, Uuid, String, &Decider)> = Vec::new();
     let mut placements: Vec<Placement<'_>> = Vec::new();
