@@ -23,7 +23,7 @@
 //!    latest values, one row per node (of two reports of a node in one batch, the later wins);
 //! 3. `INSERT INTO node_telemetry … SELECT FROM UNNEST` — every report's sample, in arrival order;
 //! 4. `UPDATE gpus … FROM UNNEST … RETURNING` — each GPU's latest values, and the GPUs' ids;
-//! 5. `COPY gpu_telemetry FROM STDIN` — every GPU sample of every report;
+//! 5. `INSERT INTO gpu_telemetry … SELECT FROM UNNEST` — every GPU sample of every report;
 //! 6. `UPDATE gpu_grants … FROM UNNEST` — each share's latest values.
 //!
 //! The latest values stay on the `nodes`/`gpus`/`gpu_grants` rows, not in this process: with
@@ -39,7 +39,6 @@
 //! theirs ([`ensure_partitions`]) at start-up and whenever its cached coverage runs short.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -360,23 +359,41 @@ async fn write<T>(db: &PgPool, batch: &[NodeReport], turn: &mut Option<T>) -> sq
         }
     }
 
-    // 5. Every GPU sample of every report (of a GPU the node registered), by COPY.
-    let mut copy = String::new();
+    // 5. Every GPU sample of every report (of a GPU the node registered), in arrival order. One
+    // INSERT of arrays rather than COPY: sqlx ends a COPY with a separate 5-byte write, which
+    // Nagle's algorithm holds back until the server acknowledges the data (PostgreSQL delays its
+    // ACK): measured, flushes waited on `ClientRead` inside their COPY for tens of milliseconds.
+    let mut h_gpu: Vec<Uuid> = Vec::new();
+    let mut h_util: Vec<Option<f32>> = Vec::new();
+    let mut h_mem: Vec<Option<i64>> = Vec::new();
+    let mut h_temp: Vec<Option<f32>> = Vec::new();
+    let mut h_power: Vec<Option<f32>> = Vec::new();
+    let mut h_ecc: Vec<Option<i64>> = Vec::new();
     for (node_id, report) in &written {
         for g in &report.gpus {
             if let Some(id) = gpu_ids.get(&(*node_id, g.index)) {
-                copy_row(&mut copy, *id, g);
+                h_gpu.push(*id);
+                h_util.push(g.util);
+                h_mem.push(g.memory_used_mb.map(|m| m as i64));
+                h_temp.push(g.temperature_c);
+                h_power.push(g.power_w);
+                h_ecc.push(g.ecc_errors.map(|e| e as i64));
             }
         }
     }
-    if !copy.is_empty() {
-        let mut sink = tx
-            .copy_in_raw(
-                "COPY gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) FROM STDIN",
-            )
-            .await?;
-        sink.send(copy.into_bytes()).await?;
-        sink.finish().await?;
+    if !h_gpu.is_empty() {
+        sqlx::query(
+            "INSERT INTO gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) \
+             SELECT * FROM UNNEST($1::uuid[], $2::real[], $3::bigint[], $4::real[], $5::real[], $6::bigint[])",
+        )
+        .bind(&h_gpu)
+        .bind(&h_util)
+        .bind(&h_mem)
+        .bind(&h_temp)
+        .bind(&h_power)
+        .bind(&h_ecc)
+        .execute(&mut *tx)
+        .await?;
     }
 
     // 6. What each workload's processes use of each GPU, on its grant (latest values).
@@ -409,41 +426,4 @@ async fn write<T>(db: &PgPool, batch: &[NodeReport], turn: &mut Option<T>) -> sq
     }
     tx.commit().await?;
     Ok(known_set)
-}
-
-/// One row of `COPY … FROM STDIN` text format: tab-separated, `\N` for NULL. The values are
-/// checked finite and in range before they get here (`check_telemetry`).
-fn copy_row(out: &mut String, gpu_id: Uuid, g: &GpuSample) {
-    fn field<T: std::fmt::Display>(out: &mut String, v: Option<T>) {
-        out.push('\t');
-        match v {
-            Some(v) => {
-                let _ = write!(out, "{v}");
-            }
-            None => out.push_str("\\N"),
-        }
-    }
-    let _ = write!(out, "{gpu_id}");
-    field(out, g.util);
-    field(out, g.memory_used_mb);
-    field(out, g.temperature_c);
-    field(out, g.power_w);
-    field(out, g.ecc_errors);
-    out.push('\n');
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_copy_row_is_tab_separated_with_nulls_and_round_trip_floats() {
-        let g: GpuSample = serde_json::from_value(
-            serde_json::json!({"index": 3, "util": 0.1, "memory_used_mb": 2048, "power_w": 301.5}),
-        )
-        .expect("valid sample");
-        let mut out = String::new();
-        copy_row(&mut out, Uuid::nil(), &g);
-        assert_eq!(out, "00000000-0000-0000-0000-000000000000\t0.1\t2048\t\\N\t301.5\t\\N\n");
-    }
 }
