@@ -46,6 +46,7 @@ fn main() {
         // The loop's own handles: no signing key, no API (the control plane's defaults).
         let settings = SchedulerSettings {
             tick: Duration::from_millis(1000),
+            batch_window: Duration::from_millis(20),
             leader_lease: Duration::from_millis(10_000),
             cycle_budget: Duration::from_millis(1000),
             usage_half_life_hours: 24.0,

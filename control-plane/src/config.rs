@@ -27,6 +27,13 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_TICK_MS", default_value_t = 1000)]
     pub tick_ms: u64,
 
+    /// How long the loop gathers events after the first wakes it, in milliseconds, so a burst of
+    /// submissions is decided in one cycle, not one cycle each. The loop also waits as long as its
+    /// last cycle took, so under a steady stream it cycles at most half the time (see
+    /// ARCHITECTURE.md, "Wake-ups").
+    #[arg(long, env = "AIRTIME_CYCLE_BATCH_MS", default_value_t = 20)]
+    pub cycle_batch_ms: u64,
+
     /// How often node agents send telemetry (the heartbeat), in milliseconds.
     #[arg(long, env = "AIRTIME_HEARTBEAT_INTERVAL_MS", default_value_t = 2000)]
     pub heartbeat_interval_ms: u64,
@@ -207,6 +214,9 @@ impl Config {
         if !(self.usage_half_life_hours.is_finite() && self.usage_half_life_hours > 0.0) {
             return invalid("--usage-half-life-hours must be a positive number");
         }
+        if self.cycle_batch_ms >= self.tick_ms {
+            return invalid("--cycle-batch-ms must be less than --tick-ms");
+        }
         if self.leader_lease_ms <= 2 * self.tick_ms {
             return invalid("--leader-lease-ms must be more than twice --tick-ms");
         }
@@ -264,6 +274,7 @@ impl Config {
     pub fn scheduler_settings(&self) -> crate::scheduler::SchedulerSettings {
         crate::scheduler::SchedulerSettings {
             tick: self.tick(),
+            batch_window: Duration::from_millis(self.cycle_batch_ms),
             leader_lease: self.leader_lease(),
             cycle_budget: Duration::from_millis(self.cycle_budget_ms),
             usage_half_life_hours: self.usage_half_life_hours,

@@ -71,6 +71,13 @@ impl SchedulerWake {
     pub async fn woken(&self) {
         self.local.notified().await;
     }
+
+    /// Takes the wake stored since the last [`woken`](Self::woken), if any: the loop calls it just
+    /// before a cycle, whose read covers whatever those wakes announced.
+    pub fn absorb(&self) -> bool {
+        use futures::FutureExt as _;
+        self.local.notified().now_or_never().is_some()
+    }
 }
 
 /// Bumped after every commit that changes some node's desired state; agents' long-polls wait on it,

@@ -128,9 +128,12 @@ impl ControlPlane {
         // A restart on the same address passes its own --listen; otherwise any free port.
         let listen: &[&str] =
             if extra.iter().any(|a| a.starts_with("--listen")) { &[] } else { &["--listen", "127.0.0.1:0"] };
+        // A test that sets its own tick passes --tick-ms; otherwise a fast one.
+        let tick: &[&str] = if extra.iter().any(|a| a.starts_with("--tick-ms")) { &[] } else { &["--tick-ms", "200"] };
         let mut child = Command::new(bin("airtime-control-plane"))
             .args(listen)
-            .args(["--database-url", &db.url, "--tick-ms", "200"])
+            .args(tick)
+            .args(["--database-url", &db.url])
             .args(["--heartbeat-interval-ms", "500", "--node-lost-after-ms", "3000"])
             .args(secret)
             .args(extra)

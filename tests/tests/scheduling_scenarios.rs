@@ -358,3 +358,41 @@ async fn a_workload_protected_by_minimum_runtime_is_not_preempted_before_it() {
     assert!(ran.num_milliseconds() >= 4000, "preempted after {} ms, before its 4 s minimum", ran.num_milliseconds());
     println!("burst placed: {}", placed["started_at"]);
 }
+
+/// A burst of submissions is decided together: the loop gathers the events that follow the first
+/// for its batching window, so twenty-four submissions in under a second cost a cycle or two, not one
+/// each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_submissions_is_decided_in_a_cycle_or_two_not_one_each() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &["--tick-ms", "5000", "--leader-lease-ms", "15000", "--cycle-batch-ms", "900"])
+        .await
+        .unwrap();
+    let api = cp.api();
+    let _agent = NodeAgent::start(&cp, "cpu-1", &[]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+
+    // A first workload, so the policy is compiled and the loop warm before the stream.
+    let body = json!({"name": "warm-up", "class": "evaluation", "command": ["sleep", "300"],
+                      "resources": {"gpu_count": 0, "cpu_millis": 10, "memory_mb": 16}});
+    let first = api.created("/api/v1/workloads", &body).await.unwrap()["id"].as_str().unwrap().to_owned();
+    workload_reaches(&api, &first, "running", WAIT).await.unwrap();
+    let warm = api.ok("/api/v1/decisions?kind=place").await.unwrap()[0]["cycle_id"].as_i64().unwrap();
+
+    // One every 10 ms or so, as a pipeline submitting an evaluation sweep would: each is an event.
+    let mut ids = Vec::new();
+    for i in 0..24 {
+        let body = json!({"name": format!("eval-{i}"), "class": "evaluation", "command": ["sleep", "300"],
+                          "resources": {"gpu_count": 0, "cpu_millis": 10, "memory_mb": 16}});
+        ids.push(api.created("/api/v1/workloads", &body).await.unwrap()["id"].as_str().unwrap().to_owned());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for id in &ids {
+        workload_reaches(&api, id, "running", WAIT).await.unwrap();
+    }
+    let decisions = api.ok("/api/v1/decisions?kind=place&limit=1000").await.unwrap();
+    let cycles: std::collections::BTreeSet<i64> =
+        decisions.as_array().unwrap().iter().map(|d| d["cycle_id"].as_i64().unwrap()).filter(|&c| c > warm).collect();
+    assert_eq!(decisions.as_array().unwrap().len(), 25, "{decisions}");
+    assert!(cycles.len() <= 2, "24 submissions placed in {} cycles: {cycles:?}", cycles.len());
+}

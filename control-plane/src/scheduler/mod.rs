@@ -34,6 +34,8 @@ pub use airtime_scheduler::cycle::Decider;
 #[derive(Debug, Clone)]
 pub struct SchedulerSettings {
     pub tick: Duration,
+    /// How long events gather after the first wakes the loop (see [`gather`]).
+    pub batch_window: Duration,
     /// How long a leader's lease lasts unrenewed (see [`leader`]).
     pub leader_lease: Duration,
     /// How long tenant scopes' policies may take in one cycle.
@@ -85,6 +87,7 @@ pub async fn run_loop(state: Scheduler, shutdown: Shutdown) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let standby_poll = (state.settings.leader_lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
     let mut standing_by = false;
+    let mut last_cycle = Duration::ZERO;
     loop {
         if state.leadership.epoch().is_none() {
             match state.leadership.try_acquire(&state.db).await {
@@ -119,6 +122,18 @@ pub async fn run_loop(state: Scheduler, shutdown: Shutdown) {
             _ = ticker.tick() => "tick",
             _ = state.wake.woken() => "event",
         };
+        if trigger == "event" {
+            let wait = gather(state.settings.batch_window, last_cycle, state.settings.tick);
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    state.leadership.release(&state.db).await;
+                    return;
+                }
+                _ = tokio::time::sleep(wait) => {}
+            }
+            // The wakes that came meanwhile are this cycle's.
+            state.wake.absorb();
+        }
         if trigger == "tick" {
             match state.leadership.renew(&state.db).await {
                 Ok(()) => {}
@@ -131,7 +146,10 @@ pub async fn run_loop(state: Scheduler, shutdown: Shutdown) {
                 }
             }
         }
-        match run_cycle(&state, trigger).await {
+        let clock = Instant::now();
+        let result = run_cycle(&state, trigger).await;
+        last_cycle = clock.elapsed();
+        match result {
             Ok(Some(outcome)) if outcome.nodes_changed => state.desired.announce(),
             Ok(_) => {}
             Err(err)
@@ -147,6 +165,38 @@ pub async fn run_loop(state: Scheduler, shutdown: Shutdown) {
                 tracing::error!(error, "scheduling cycle failed; retrying next tick");
             }
         }
+    }
+}
+
+/// How long an event-woken loop waits before its cycle, gathering the events that follow: the
+/// batching window, or as long as the last cycle took if that was longer (under a steady stream of
+/// events the loop then cycles at most half the time, and the API keeps the rest), never more than
+/// the tick.
+pub fn gather(window: Duration, last_cycle: Duration, tick: Duration) -> Duration {
+    window.max(last_cycle).min(tick)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_waits_the_window_or_the_last_cycle_whichever_is_longer_never_past_the_tick() {
+        let ms = Duration::from_millis;
+        assert_eq!(gather(ms(20), ms(5), ms(1000)), ms(20), "fast cycles: the window");
+        assert_eq!(gather(ms(20), ms(450), ms(1000)), ms(450), "slow cycles: at most half the time cycling");
+        assert_eq!(gather(ms(20), ms(3000), ms(1000)), ms(1000), "never longer than the tick");
+    }
+
+    #[tokio::test]
+    async fn wakes_during_the_window_are_absorbed_into_one_cycle() {
+        let wake = crate::signals::SchedulerWake::new(Arc::default());
+        assert!(!wake.absorb(), "nothing stored");
+        for _ in 0..50 {
+            wake.wake_local();
+        }
+        assert!(wake.absorb(), "fifty wakes are one stored wake");
+        assert!(!wake.absorb(), "and it is taken once");
     }
 }
 
