@@ -187,3 +187,43 @@ async fn retention_drops_whole_old_partitions_and_keeps_recent_history() {
     assert!(hours >= 24, "{hours} hourly partitions of gpu_telemetry");
     cp.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_node_credential_is_refused_at_once_here_and_within_a_second_elsewhere() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let report = telemetry_report(0.5, &[0.5]);
+    let revoke_in_sql = |name: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("UPDATE node_credentials SET revoked_at = now() WHERE node_name = $1")
+                .bind(name)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+
+    // Revoked by another replica (straight in the database): this control plane took the
+    // credential a moment ago and may take it for at most a second more, never longer.
+    let elsewhere = EnrolledNode::register(&cp, "revoked-elsewhere", 1).await.unwrap();
+    assert_eq!(elsewhere.agent.post(&elsewhere.telemetry_path(), &report).await.unwrap().status, 204);
+    revoke_in_sql("revoked-elsewhere").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let refused = elsewhere.agent.post(&elsewhere.telemetry_path(), &report).await.unwrap();
+    assert_eq!(refused.status, 401, "{}", refused.body);
+
+    // Revoked through this control plane's API: refused at once.
+    let here = EnrolledNode::register(&cp, "revoked-here", 1).await.unwrap();
+    assert_eq!(here.agent.post(&here.telemetry_path(), &report).await.unwrap().status, 204);
+    let credentials = cp.api().ok("/api/v1/node-credentials").await.unwrap();
+    let id = credentials.as_array().unwrap().iter().find(|c| c["node_name"] == "revoked-here").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(cp.api().delete(&format!("/api/v1/node-credentials/{id}")).await.unwrap().status, 200);
+    let refused = here.agent.post(&here.telemetry_path(), &report).await.unwrap();
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    cp.stop().await;
+}

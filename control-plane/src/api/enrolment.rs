@@ -206,6 +206,8 @@ async fn revoke_node_credential(
     )
     .await?;
     tx.commit().await?;
+    // This replica refuses it from now on; another refuses it within NODE_CREDENTIAL_CACHE.
+    auth.node_credentials.forget_all();
     Ok(axum::Json(view))
 }
 
@@ -249,6 +251,8 @@ async fn enrol(
     )
     .await?;
     tx.commit().await?;
+    // The node's previous credential, if any, was revoked: refused here from now on.
+    auth.node_credentials.forget_all();
     tracing::info!(node = %name, credential = %view.prefix, "node enrolled");
     Ok((
         StatusCode::CREATED,

@@ -4,7 +4,10 @@
 //!
 //! Every check reads the database: a session of a user who was disabled, lost the membership or
 //! changed the password a second ago is refused now, not when the JWT expires; an API token acts
-//! with the lesser of its own role and its owner's current one.
+//! with the lesser of its own role and its owner's current one. One exception, for the rate of agent
+//! reports: a node credential verified in the last second is taken again without its row
+//! ([`NODE_CREDENTIAL_CACHE`]); revoked on this replica it is refused at once, on another within
+//! that second.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -379,16 +382,56 @@ async fn api_token_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -
     })
 }
 
+/// How long a verified node credential is taken without reading its row again. Revoking a node's
+/// credential refuses it at most this long after the revocation (every other credential is read at
+/// every request): an agent reports every heartbeat, and at a thousand nodes the credential's row
+/// was read a few thousand times a second (measured in `tests/benches/telemetry_ingest.rs`).
+pub const NODE_CREDENTIAL_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
+/// The most credentials kept; past it, those older than [`NODE_CREDENTIAL_CACHE`] are forgotten.
+const NODE_CREDENTIAL_CACHE_ENTRIES: usize = 100_000;
+
+/// Node credentials verified recently, by the SHA-256 of the secret (never the secret). Only a
+/// credential bound to a node is kept: one not yet registered is read until it is.
+#[derive(Default)]
+pub struct NodeCredentialCache(std::sync::Mutex<std::collections::HashMap<String, (Instant, Uuid, String, Uuid)>>);
+
+impl NodeCredentialCache {
+    fn get(&self, hash: &str, now: Instant) -> Option<(Uuid, String, Uuid)> {
+        let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (at, credential_id, node_name, node_id) = map.get(hash)?;
+        (now.duration_since(*at) < NODE_CREDENTIAL_CACHE).then(|| (*credential_id, node_name.clone(), *node_id))
+    }
+
+    /// Forgets every verified credential: called when this replica revokes one (rare), so it is
+    /// refused here at once.
+    pub fn forget_all(&self) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
+
+    fn put(&self, hash: String, now: Instant, credential_id: Uuid, node_name: String, node_id: Uuid) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= NODE_CREDENTIAL_CACHE_ENTRIES {
+            map.retain(|_, (at, ..)| now.duration_since(*at) < NODE_CREDENTIAL_CACHE);
+        }
+        map.insert(hash, (now, credential_id, node_name, node_id));
+    }
+}
+
 async fn node_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> ApiResult<NodeCaller> {
     if !tokens::well_formed(token, TokenKind::Node) {
         return Err(ApiError::Unauthorized(INVALID));
+    }
+    let hash = tokens::hash(token);
+    let now = Instant::now();
+    if let Some((credential_id, node_name, node_id)) = auth.node_credentials.get(&hash, now) {
+        return Ok(NodeCaller { credential_id, node_name, node_id: Some(node_id), source_ip: ip });
     }
     let row: Option<(Uuid, String, Option<Uuid>, bool, bool)> = sqlx::query_as(
         "SELECT id, node_name, node_id, revoked_at IS NOT NULL, \
                 (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds') \
          FROM node_credentials WHERE secret_sha256 = $1",
     )
-    .bind(tokens::hash(token))
+    .bind(&hash)
     .fetch_optional(&auth.db)
     .await?;
     let Some((credential_id, node_name, node_id, revoked, stale)) = row else {
@@ -396,6 +439,9 @@ async fn node_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -> Api
     };
     if revoked {
         return Err(ApiError::Unauthorized(INVALID));
+    }
+    if let Some(node_id) = node_id {
+        auth.node_credentials.put(hash, now, credential_id, node_name.clone(), node_id);
     }
     if stale {
         sqlx::query("UPDATE node_credentials SET last_used_at = now() WHERE id = $1")

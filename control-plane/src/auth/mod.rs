@@ -152,6 +152,9 @@ pub struct AuthContext {
     pub node_mutations: RateLimiter<String>,
     /// Failed-login bookkeeping per (user name, address); also failed enrolments per address.
     pub logins: LoginThrottle,
+    /// Node credentials verified in the last [`caller::NODE_CREDENTIAL_CACHE`] (at most a second):
+    /// an agent's reports skip the credential's row that long (see `caller::node_caller`).
+    pub node_credentials: caller::NodeCredentialCache,
 }
 
 impl AuthContext {
@@ -163,7 +166,15 @@ impl AuthContext {
             settings.mutation_burst.saturating_mul(10),
         );
         let logins = LoginThrottle::new(settings.login_max_failures);
-        Ok(Arc::new(Self { db, keys, settings, mutations, node_mutations, logins }))
+        Ok(Arc::new(Self {
+            db,
+            keys,
+            settings,
+            mutations,
+            node_mutations,
+            logins,
+            node_credentials: caller::NodeCredentialCache::default(),
+        }))
     }
 }
 
