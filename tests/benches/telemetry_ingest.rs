@@ -336,7 +336,7 @@ fn main() {
         cp.stop().await;
 
         // The per-report path, in the same run: this bench again against the baseline binary.
-        if let Some(dir) = std::env::var_os("TELEMETRY_BASELINE_BIN_DIR") {
+        if let Some(dir) = std::env::var_os("TELEMETRY_BASELINE_BIN_DIR").filter(|d| !d.is_empty()) {
             let out = tokio::process::Command::new(std::env::current_exe().unwrap())
                 .env("AIRTIME_BIN_DIR", dir)
                 .env("TELEMETRY_BENCH_CHILD", "1")
