@@ -12,6 +12,13 @@
 -- writes every report it holds in one transaction, with that transaction's now(). It is no longer
 -- a primary key: nothing looks a sample up by id, and its B-tree was a third of the index work of
 -- every sample written; the history is read by (gpu_id, at) and (node_id, at), kept below.
+--
+-- Nor do the history tables reference nodes and gpus any more: a foreign key checked (an index probe
+-- and a row lock on the GPU's row) every sample written, and tied every partition's creation and
+-- drop to a lock on gpus or nodes, which the telemetry writer updates all the time. Nothing deletes a
+-- node or a GPU (a GPU an agent stops advertising is kept, present = false), so the cascade it gave
+-- never ran; the writer only writes samples of the rows it has just updated, and retention drops
+-- whole hours.
 
 -- The latest values live on the nodes and gpus rows, rewritten at every report: room on each page
 -- lets those updates be HOT (no index entry per update, dead versions pruned in place). Measured at
@@ -25,8 +32,6 @@ ALTER INDEX node_telemetry_node_at RENAME TO node_telemetry_unpartitioned_node_a
 ALTER INDEX gpu_telemetry_gpu_at RENAME TO gpu_telemetry_unpartitioned_gpu_at;
 ALTER TABLE node_telemetry_unpartitioned RENAME CONSTRAINT node_telemetry_pkey TO node_telemetry_unpartitioned_pkey;
 ALTER TABLE gpu_telemetry_unpartitioned RENAME CONSTRAINT gpu_telemetry_pkey TO gpu_telemetry_unpartitioned_pkey;
-ALTER TABLE node_telemetry_unpartitioned RENAME CONSTRAINT node_telemetry_node_id_fkey TO node_telemetry_unpartitioned_node_id_fkey;
-ALTER TABLE gpu_telemetry_unpartitioned RENAME CONSTRAINT gpu_telemetry_gpu_id_fkey TO gpu_telemetry_unpartitioned_gpu_id_fkey;
 ALTER TABLE node_telemetry_unpartitioned ALTER COLUMN id DROP DEFAULT;
 ALTER TABLE gpu_telemetry_unpartitioned ALTER COLUMN id DROP DEFAULT;
 ALTER SEQUENCE node_telemetry_id_seq OWNED BY NONE;
@@ -34,7 +39,7 @@ ALTER SEQUENCE gpu_telemetry_id_seq OWNED BY NONE;
 
 CREATE TABLE node_telemetry (
     id              bigint NOT NULL DEFAULT nextval('node_telemetry_id_seq'),
-    node_id         uuid NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+    node_id         uuid NOT NULL,
     at              timestamptz NOT NULL DEFAULT now(),
     cpu_util        real NOT NULL,
     memory_used_mb  bigint NOT NULL
@@ -44,7 +49,7 @@ ALTER SEQUENCE node_telemetry_id_seq OWNED BY node_telemetry.id;
 
 CREATE TABLE gpu_telemetry (
     id              bigint NOT NULL DEFAULT nextval('gpu_telemetry_id_seq'),
-    gpu_id          uuid NOT NULL REFERENCES gpus (id) ON DELETE CASCADE,
+    gpu_id          uuid NOT NULL,
     at              timestamptz NOT NULL DEFAULT now(),
     util            real,
     memory_used_mb  bigint,
