@@ -12,6 +12,9 @@ fn main() {
     // A directory: cargo reruns this script when anything under it changes.
     println!("cargo:rerun-if-changed={}", dist.display());
     println!("cargo:rerun-if-changed=build.rs");
+    // `sqlx::migrate!` embeds the migrations at compile time; without this, a new migration file
+    // is left out of an incremental build.
+    println!("cargo:rerun-if-changed={}", manifest.join("../migrations").display());
     if !dist.join("index.html").is_file() {
         println!(
             "cargo:warning=web/dist is missing: run `make web` (needs Node.js 20 and npm) before building the control plane"

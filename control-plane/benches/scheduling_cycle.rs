@@ -54,7 +54,7 @@ fn main() {
         };
         let state = Scheduler::standalone(db.clone(), settings).await.unwrap();
         assert!(state.leadership.try_acquire(&db).await.unwrap(), "the bench leads its own database");
-        seed(&db).await;
+        seed(&db, RUNNING, PENDING).await;
         if std::env::var("SCHEDULING_BENCH_TENANT_POLICIES").is_ok_and(|v| v == "0") {
             // The platform's policy alone, for comparison.
             sqlx::query("DELETE FROM policy_activations WHERE scope <> 'platform'").execute(&db).await.unwrap();
@@ -105,6 +105,7 @@ fn main() {
 
         drop(state);
         db.close().await;
+        burst(&admin, &settings_for_burst()).await;
         if std::env::var_os("SCHEDULING_BENCH_KEEP_DB").is_some() {
             println!("  kept the database {name} (SCHEDULING_BENCH_KEEP_DB)");
             return;
@@ -115,11 +116,75 @@ fn main() {
     });
 }
 
+fn settings_for_burst() -> SchedulerSettings {
+    SchedulerSettings {
+        tick: Duration::from_millis(1000),
+        batch_window: Duration::from_millis(20),
+        leader_lease: Duration::from_millis(10_000),
+        cycle_budget: Duration::from_millis(1000),
+        usage_half_life_hours: 24.0,
+        policy_suspend_after: 3,
+    }
+}
+
+/// The burst: 2,500 workloads arrive at an idle fleet of 1,000 × 8 GPUs (20 tenants, each with
+/// its own policy) and one cycle places them all. Each round on a fresh database; the baseline is
+/// the same fleet's read, as above.
+async fn burst(admin: &str, settings: &SchedulerSettings) {
+    const BURST: usize = 2_500;
+    let rounds: usize = std::env::var("SCHEDULING_BENCH_BURST_ROUNDS").ok().and_then(|c| c.parse().ok()).unwrap_or(3);
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(admin).await.unwrap();
+    let (mut cycles, mut reads, mut phases) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let name = format!("airtime_bench_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+        let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+        let db = airtime_control_plane::db::connect(&url, 8).await.unwrap();
+        let state = Scheduler::standalone(db.clone(), settings.clone()).await.unwrap();
+        assert!(state.leadership.try_acquire(&db).await.unwrap());
+        seed(&db, 0, BURST).await;
+        // The policies compiled and the pool warm, as on a running control plane: each built-in
+        // is dry-run once on this fleet (nothing applied).
+        let builtins: Vec<(uuid::Uuid,)> = sqlx::query_as(
+            "SELECT DISTINCT ON (p.id) v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
+             WHERE p.builtin ORDER BY p.id, v.version DESC",
+        )
+        .fetch_all(&db)
+        .await
+        .unwrap();
+        for (version,) in builtins {
+            let selected = state.policies.version(&db, version, serde_json::json!({})).await.unwrap();
+            scheduler::dry_run(&state, &selected).await.unwrap();
+        }
+        let clock = Instant::now();
+        let fleet = fleet_view::load(&mut db.acquire().await.unwrap()).await.unwrap();
+        reads.push(clock.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(fleet.pending_count(), BURST);
+        let clock = Instant::now();
+        let outcome = scheduler::run_cycle(&state, "bench").await.unwrap().unwrap();
+        cycles.push(clock.elapsed().as_secs_f64() * 1000.0);
+        phases.push(outcome.phases);
+        println!("  burst round: placed {} of {BURST} in {:.1} ms", outcome.placed, cycles.last().unwrap());
+        drop(state);
+        db.close().await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&mut conn)
+            .await;
+    }
+    println!("the burst: {BURST} workloads arrive at an idle {NODES} × {GPUS_PER_NODE} fleet, one cycle");
+    println!("  cycle, median of {rounds}:                                {:8.1} ms", median(cycles));
+    println!("  baseline: read fleet and queue alone, median:          {:8.1} ms", median(reads));
+    for (k, (name, _)) in phases[0].named().iter().enumerate() {
+        let ms = median(phases.iter().map(|p| p.named()[k].1.as_secs_f64() * 1000.0).collect());
+        println!("    {name:<28} {ms:8.1} ms");
+    }
+}
+
 /// 1,000 ready nodes of 8 simulated GPUs (H100 and A100 alternating); 20 tenants, each with its
 /// own policy (priority-best-fit and fair-share alternating, as tenant admins would pick); 5,000
 /// running workloads holding one GPU each; 10,000 pending workloads of mixed shapes — in bulk
 /// statements.
-async fn seed(db: &sqlx::PgPool) {
+async fn seed(db: &sqlx::PgPool, running: usize, pending: usize) {
     sqlx::query(
         "INSERT INTO tenants (id, name, weight) \
          SELECT gen_random_uuid(), 'team-' || lpad(t::text, 2, '0'), 1 + t % 3 FROM generate_series(1, $1 - 1) AS t",
@@ -167,7 +232,7 @@ async fn seed(db: &sqlx::PgPool) {
                 ARRAY['true'], 'pending', now() - make_interval(secs => $1 - i) \
          FROM generate_series(1, $1) AS i JOIN t ON t.k = i % $2",
     )
-    .bind(PENDING as i32)
+    .bind(pending as i32)
     .bind(TENANTS as i64)
     .execute(db)
     .await
@@ -188,7 +253,7 @@ async fn seed(db: &sqlx::PgPool) {
          INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, granted_at) \
          SELECT g.gpu_id, w.id, w.tenant_id, now() - interval '1 hour' FROM w JOIN g ON 'r-' || g.i = w.name",
     )
-    .bind(RUNNING as i64)
+    .bind(running as i64)
     .bind(TENANTS as i64)
     .execute(db)
     .await
