@@ -330,10 +330,14 @@ async fn apply_placements<'a>(
         let set: std::collections::BTreeSet<Uuid> = placed.iter().map(|p| fleet.nodes[p.node].id).collect();
         set.into_iter().collect()
     };
-    sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = ANY($1)")
-        .bind(&nodes)
-        .execute(&mut *tx)
-        .await?;
+    // Nodes locked in id order, as the telemetry writer locks them, so the two never deadlock.
+    sqlx::query(
+        "WITH locked AS (SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE) \
+         UPDATE nodes n SET desired_version = n.desired_version + 1 FROM locked WHERE n.id = locked.id",
+    )
+    .bind(&nodes)
+    .execute(&mut *tx)
+    .await?;
 
     let mut events = Vec::with_capacity(placed.len());
     let (mut d_workloads, mut d_tenants, mut d_nodes, mut d_gpus, mut d_reasons, mut d_versions, mut d_names) =
