@@ -25,8 +25,9 @@ fn summary(name: &str, mut ms: Vec<f64>) -> f64 {
     ms.sort_by(f64::total_cmp);
     let median = percentile(&ms, 0.5);
     println!(
-        "{name:<40} median {median:7.2} ms   p90 {:7.2} ms   min {:7.2} ms   max {:7.2} ms   (n={})",
+        "{name:<40} median {median:7.2} ms   p90 {:7.2} ms   p99 {:7.2} ms   min {:7.2} ms   max {:7.2} ms   (n={})",
         percentile(&ms, 0.9),
+        percentile(&ms, 0.99),
         ms[0],
         ms[ms.len() - 1],
         ms.len()
@@ -57,23 +58,31 @@ fn main() {
         let db = TestDb::create().await.unwrap();
         let cp = ControlPlane::start(&db, &[]).await.unwrap();
         let api = cp.api();
+        // A second replica on the same database: it stands by (the first leads the scheduling
+        // loop) and serves agents; it hears the leader's placements through LISTEN/NOTIFY.
+        let standby = ControlPlane::start(&db, &[]).await.unwrap();
+        let replicas = [&cp, &standby];
         let base = summary("baseline: spawn the command directly", baseline);
         // Tethered (the default: the workload dies with its agent), then untethered
-        // (`--on-lost-contact keep`): what the tether adds to a start, in the same run.
+        // (`--on-lost-contact keep`): what the tether adds to a start, in the same run; then
+        // tethered with the agent on the standby replica: what a replica that does not lead adds.
         let mut medians = Vec::new();
         // Each round's agent has a GPU model of its own, which its workloads ask for.
         let mut agents = Vec::new();
-        for (round, (label, model, extra)) in
-            [("tethered", "H100-SXM", None), ("untethered (--on-lost-contact keep)", "A100-SXM", Some("keep"))]
-                .into_iter()
-                .enumerate()
+        for (round, (label, model, extra, replica)) in [
+            ("tethered, agent on the leader", "H100-SXM", None, 0),
+            ("untethered (--on-lost-contact keep), agent on the leader", "A100-SXM", Some("keep"), 0),
+            ("tethered, agent on a standby replica", "L40S", None, 1),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let gpus = format!("1:{model}:81920");
             let mut args = vec!["--simulate-gpus", gpus.as_str()];
             if let Some(mode) = extra {
                 args.extend(["--on-lost-contact", mode]);
             }
-            agents.push(NodeAgent::start(&cp, &format!("bench-{round}"), &args).await.unwrap());
+            agents.push(NodeAgent::start(replicas[replica], &format!("bench-{round}"), &args).await.unwrap());
             nodes_ready(&api, round + 1).await.unwrap();
             let mut through_airtime = Vec::new();
             let mut submit_to_start = Vec::new();
@@ -104,6 +113,8 @@ fn main() {
             medians.push(airtime);
         }
         println!("the tether adds {:.2} ms to the median start", medians[0] - medians[1]);
+        println!("an agent on the standby replica: {:+.2} ms against one on the leader", medians[2] - medians[0]);
+        standby.stop().await;
         cp.stop().await;
         let _ = std::fs::remove_dir_all(&dir);
     });
