@@ -16,8 +16,9 @@
 //! 1. lock the batch's nodes `ORDER BY id` (`FOR NO KEY UPDATE`): every flush (of every replica)
 //!    takes node locks in the same order, and every other writer that touches a node's GPUs or
 //!    grants takes its node's row first (registration, agent events, liveness), so no two of them
-//!    can wait on each other in a cycle. A writer that locks several nodes in another order (the
-//!    scheduler's record, the liveness sweep) may still meet a flush in a deadlock, which
+//!    can wait on each other in a cycle; a scheduling cycle locks the nodes it changes first, in id
+//!    order too (`scheduler::record::apply`). A writer that locks several nodes in another order
+//!    (the liveness sweep) may still meet a flush in a deadlock, which
 //!    PostgreSQL breaks by failing one side: a flush that loses is retried ([`ATTEMPTS`]);
 //! 2. `UPDATE nodes … FROM UNNEST` — the heartbeat (`last_seen_at`, `lost` back to `ready`) and the
 //!    latest values, one row per node (of two reports of a node in one batch, the later wins);

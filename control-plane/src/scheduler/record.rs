@@ -93,6 +93,26 @@ pub async fn apply(
     let mut tx = db.begin().await?;
     // First, and held to the commit: this replica still leads (see scheduler::leader).
     record.leadership.prove(&mut tx).await?;
+    // Every node this cycle changes, locked first and in id order — the order the telemetry
+    // writer locks nodes in — so a cycle and a flush never wait on each other in a cycle.
+    let mut touched: Vec<Uuid> = accepted
+        .iter()
+        .filter_map(|(proposal, _)| match proposal {
+            Proposal::Place { node, .. } => fleet.nodes.get(*node).map(|n| n.id),
+            Proposal::Preempt { .. } => {
+                fleet.workloads[proposal.workload()].node.and_then(|n| fleet.nodes.get(n)).map(|n| n.id)
+            }
+            Proposal::KeepPending { .. } => None,
+        })
+        .collect();
+    touched.sort_unstable();
+    touched.dedup();
+    if !touched.is_empty() {
+        sqlx::query("SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+            .bind(&touched)
+            .execute(&mut *tx)
+            .await?;
+    }
     let (cycle_id,): (i64,) = sqlx::query_as(
         "INSERT INTO scheduling_cycles (started_at, finished_at, trigger, policy_version_id, policy_name, \
              duration_us, placed, preempted, pending, rejected, error) \
@@ -330,7 +350,7 @@ async fn apply_placements<'a>(
         let set: std::collections::BTreeSet<Uuid> = placed.iter().map(|p| fleet.nodes[p.node].id).collect();
         set.into_iter().collect()
     };
-    // Nodes locked in id order, as the telemetry writer locks them, so the two never deadlock.
+    // Locked in id order (also locked at the transaction's start, see `apply`).
     sqlx::query(
         "WITH locked AS (SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE) \
          UPDATE nodes n SET desired_version = n.desired_version + 1 FROM locked WHERE n.id = locked.id",
