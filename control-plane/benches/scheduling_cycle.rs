@@ -43,16 +43,7 @@ fn main() {
         let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
 
         let db = airtime_control_plane::db::connect(&url, 8).await.unwrap();
-        // The loop's own handles: no signing key, no API (the control plane's defaults).
-        let settings = SchedulerSettings {
-            tick: Duration::from_millis(1000),
-            batch_window: Duration::from_millis(20),
-            leader_lease: Duration::from_millis(10_000),
-            cycle_budget: Duration::from_millis(1000),
-            usage_half_life_hours: 24.0,
-            policy_suspend_after: 3,
-        };
-        let state = Scheduler::standalone(db.clone(), settings).await.unwrap();
+        let state = Scheduler::standalone(db.clone(), settings()).await.unwrap();
         assert!(state.leadership.try_acquire(&db).await.unwrap(), "the bench leads its own database");
         seed(&db, RUNNING, PENDING).await;
         if std::env::var("SCHEDULING_BENCH_TENANT_POLICIES").is_ok_and(|v| v == "0") {
@@ -105,7 +96,7 @@ fn main() {
 
         drop(state);
         db.close().await;
-        burst(&admin, &settings_for_burst()).await;
+        burst(&admin, &settings()).await;
         if std::env::var_os("SCHEDULING_BENCH_KEEP_DB").is_some() {
             println!("  kept the database {name} (SCHEDULING_BENCH_KEEP_DB)");
             return;
@@ -116,7 +107,8 @@ fn main() {
     });
 }
 
-fn settings_for_burst() -> SchedulerSettings {
+/// The loop's own handles' settings: no signing key, no API (the control plane's defaults).
+fn settings() -> SchedulerSettings {
     SchedulerSettings {
         tick: Duration::from_millis(1000),
         batch_window: Duration::from_millis(20),

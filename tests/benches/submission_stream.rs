@@ -82,7 +82,7 @@ async fn stream(api: &Api, first: usize, window: Duration) -> Vec<f64> {
     latencies
 }
 
-/// The cycles that started in `[from, to)`: how many, and their durations' median and p99 (ms).
+/// The cycles that started since `from`: how many, and their durations' median and p99 (ms).
 async fn cycles(db: &sqlx::PgPool, from: chrono::DateTime<chrono::Utc>) -> (usize, f64, f64) {
     let mut ms: Vec<f64> = sqlx::query_scalar::<_, i64>(
         "SELECT duration_us FROM scheduling_cycles WHERE started_at >= $1 AND duration_us > 0",

@@ -263,28 +263,24 @@ pub async fn list_nodes(db: &PgPool, page: &FleetPage) -> sqlx::Result<Vec<NodeV
     .bind(page.limit())
     .fetch_all(db)
     .await?;
-    // The GPUs of exactly these nodes, grouped in one pass (both lists are in node-name order).
-    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
-        return Ok(Vec::new());
-    };
+    // The GPUs of exactly these nodes, grouped by node id (not by comparing names in Rust, whose
+    // order is not the database collation's).
+    let ids: Vec<Uuid> = nodes.iter().map(|n| n.id).collect();
     let rows: Vec<GpuRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{GPU_SELECT} AND n.name BETWEEN $1 AND $2 ORDER BY n.name, g.device_index"
+        "{GPU_SELECT} AND g.node_id = ANY($1) ORDER BY n.name, g.device_index"
     )))
-    .bind(&first.name)
-    .bind(&last.name)
+    .bind(&ids)
     .fetch_all(db)
     .await?;
-    let mut gpus = rows.into_iter().map(GpuView::from).peekable();
+    let mut by_node: std::collections::HashMap<Uuid, Vec<GpuView>> = std::collections::HashMap::new();
+    for gpu in rows.into_iter().map(GpuView::from) {
+        by_node.entry(gpu.node_id).or_default().push(gpu);
+    }
     Ok(nodes
         .into_iter()
         .map(|n| {
-            let mut mine = Vec::new();
-            while let Some(g) = gpus.next_if(|g| g.node_name <= n.name) {
-                if g.node_id == n.id {
-                    mine.push(g);
-                }
-            }
-            node_view(n, mine)
+            let gpus = by_node.remove(&n.id).unwrap_or_default();
+            node_view(n, gpus)
         })
         .collect())
 }

@@ -350,14 +350,11 @@ async fn apply_placements<'a>(
         let set: std::collections::BTreeSet<Uuid> = placed.iter().map(|p| fleet.nodes[p.node].id).collect();
         set.into_iter().collect()
     };
-    // Locked in id order (also locked at the transaction's start, see `apply`).
-    sqlx::query(
-        "WITH locked AS (SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE) \
-         UPDATE nodes n SET desired_version = n.desired_version + 1 FROM locked WHERE n.id = locked.id",
-    )
-    .bind(&nodes)
-    .execute(&mut *tx)
-    .await?;
+    // Already locked, in id order, at the transaction's start (see `apply`).
+    sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = ANY($1)")
+        .bind(&nodes)
+        .execute(&mut *tx)
+        .await?;
 
     let mut events = Vec::with_capacity(placed.len());
     let (mut d_workloads, mut d_tenants, mut d_nodes, mut d_gpus, mut d_reasons, mut d_versions, mut d_names) =
