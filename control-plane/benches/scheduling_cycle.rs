@@ -81,7 +81,13 @@ fn main() {
              {TENANTS} tenants each with its own policy (slo-first for the platform, Wasm)"
         );
         println!("  first cycle (places {placed}, records {pending} pending reasons): {first_ms:8.1} ms");
+        let each: Vec<String> = cycles.iter().map(|ms| format!("{ms:.0}")).collect();
+        println!("  every steady-state cycle, in order (ms): {}", each.join(" "));
         let p99 = quantile(&cycles, 0.99);
+        let slowest = (0..cycles.len()).max_by(|&a, &b| cycles[a].total_cmp(&cycles[b])).unwrap();
+        let slowest_phases: Vec<String> =
+            phases[slowest].named().iter().map(|(name, d)| format!("{name} {:.1}", d.as_secs_f64() * 1000.0)).collect();
+        println!("  the slowest's phases (ms): {}", slowest_phases.join(", "));
         let steady = median(cycles);
         let read = median(reads.clone());
         println!("  steady-state cycle, median of {rounds}:                    {steady:8.1} ms");

@@ -207,6 +207,11 @@ impl PolicyRuntime {
             .wasm_multi_memory(false)
             .cranelift_opt_level(OptLevel::Speed)
             .parallel_compilation(true);
+        // For profiling only: `AIRTIME_WASM_PERFMAP=1` writes /tmp/perf-<pid>.map so `perf report`
+        // names the policies' compiled functions (BENCHMARKS.md, "Profiling a policy").
+        if std::env::var_os("AIRTIME_WASM_PERFMAP").is_some() {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&wasm).map_err(|e| internal("building the wasm engine", e))?;
 
         let mut linker = Linker::new(&engine);

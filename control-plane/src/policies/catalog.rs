@@ -184,6 +184,28 @@ impl PolicyCatalog {
         }
     }
 
+    /// The active policies of several scopes, read at once (a cycle asks for every tenant with
+    /// pending work): by scope, for the scopes that have one.
+    pub async fn active_of(
+        &self,
+        db: &PgPool,
+        scopes: &[String],
+    ) -> anyhow::Result<std::collections::HashMap<String, Selected>> {
+        let rows: Vec<(String, Uuid, serde_json::Value, serde_json::Value)> = sqlx::query_as(
+            "SELECT a.scope, a.policy_version_id, a.params, p.limits FROM policy_activations a \
+             JOIN policy_versions v ON v.id = a.policy_version_id JOIN policies p ON p.id = v.policy_id \
+             WHERE a.scope = ANY($1) AND a.suspended_at IS NULL",
+        )
+        .bind(scopes)
+        .fetch_all(db)
+        .await?;
+        let mut active = std::collections::HashMap::with_capacity(rows.len());
+        for (scope, version_id, params, limits) in rows {
+            active.insert(scope, self.select(db, version_id, params, limits).await?);
+        }
+        Ok(active)
+    }
+
     /// The candidate evaluated in shadow for a scope, if any.
     pub async fn shadow(&self, db: &PgPool, scope: &str) -> anyhow::Result<Option<Selected>> {
         let row: Option<(Uuid, serde_json::Value, serde_json::Value)> = sqlx::query_as(

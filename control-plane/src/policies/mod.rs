@@ -15,7 +15,8 @@ pub mod store;
 
 pub use catalog::{Lane, LoadedPolicy, PolicyCatalog, Selected, VetError};
 pub use failures::{
-    FailureView, LogView, ShadowResultView, failures, logs, record_failure, record_logs, record_success, shadow_results,
+    FailureView, LogView, ShadowResultView, failures, logs, record_failure, record_logs, record_successes,
+    shadow_results,
 };
 pub use lifecycle::{activate, deactivate, delete, rollback, set_limits, start_shadow, stop_shadow};
 pub use store::{PolicyView, VersionView, get, list, owner, sha256_hex, store_upload};

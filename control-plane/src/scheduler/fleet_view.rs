@@ -27,9 +27,11 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
 
     let tenant_rows: Vec<TenantRow> = sqlx::query_as(
         "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, \
-                (SELECT COALESCE(sum(g.milli), 0) FROM gpu_grants g WHERE g.tenant_id = t.id)::bigint, \
-                COALESCE((SELECT u.decayed_gpu_hours FROM tenant_usage u WHERE u.tenant_id = t.id), 0) \
-         FROM tenants t ORDER BY t.name",
+                COALESCE(h.milli, 0)::bigint, COALESCE(u.decayed_gpu_hours, 0) \
+         FROM tenants t \
+         LEFT JOIN (SELECT tenant_id, sum(milli) AS milli FROM gpu_grants GROUP BY tenant_id) h ON h.tenant_id = t.id \
+         LEFT JOIN tenant_usage u ON u.tenant_id = t.id \
+         ORDER BY t.name",
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -95,11 +97,14 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
          LEFT JOIN (SELECT e.workload_id, count(*) AS preemptions FROM workload_events e \
                     WHERE e.to_state = 'preempting' AND e.at > now() - interval '1 hour' \
                     GROUP BY e.workload_id) p ON p.workload_id = workloads.id \
-         WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling') \
-         ORDER BY submitted_at, id",
+         WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling')",
     )
     .fetch_all(&mut *conn)
     .await?;
+    let mut workload_rows = workload_rows;
+    // Queue order (submission time, then id: a uuid compares by its bytes here as in PostgreSQL),
+    // sorted here: in SQL the sort of 15,000 rows with their reasons spilled to disk.
+    workload_rows.sort_unstable_by_key(|w| (w.submitted_at, w.id));
     let workloads: Vec<WorkloadEntry> = workload_rows
         .into_iter()
         .filter_map(|r| {
@@ -140,38 +145,34 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
         .collect();
     let workload_index: HashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
 
-    // One row per GPU, its grants aggregated in grant order.
+    // The GPUs of the nodes read above, and every grant, in two plain reads joined here: a lateral
+    // aggregate per GPU cost 39 ms at 8,000 GPUs, the two reads a few.
     let gpu_rows: Vec<GpuRow> = sqlx::query_as(
         "SELECT g.id, g.node_id, g.device_index, g.model, g.memory_mb, g.memory_used_mb, g.util, \
-                g.nvlink_group, g.simulated, g.sharing, g.mig_profile, \
-                COALESCE(h.workloads, '{}') AS holders, COALESCE(h.milli, '{}') AS milli, \
-                COALESCE(h.memory, '{}') AS memory \
-         FROM gpus g JOIN nodes n ON n.id = g.node_id \
-         LEFT JOIN LATERAL (SELECT array_agg(gr.workload_id ORDER BY gr.granted_at, gr.workload_id) AS workloads, \
-                                   array_agg(gr.milli ORDER BY gr.granted_at, gr.workload_id) AS milli, \
-                                   array_agg(gr.memory_mb ORDER BY gr.granted_at, gr.workload_id) AS memory \
-                            FROM gpu_grants gr WHERE gr.gpu_id = g.id) h ON true \
-         WHERE g.present AND n.state <> 'lost' ORDER BY n.name, g.device_index",
+                g.nvlink_group, g.simulated, g.sharing, g.mig_profile \
+         FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.present AND n.state <> 'lost'",
     )
     .fetch_all(&mut *conn)
     .await?;
+    let grant_rows: Vec<GrantRow> = sqlx::query_as(
+        "SELECT gpu_id, workload_id, milli, memory_mb FROM gpu_grants ORDER BY gpu_id, granted_at, workload_id",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut grants: HashMap<Uuid, Vec<Holder>> = HashMap::with_capacity(grant_rows.len());
+    for GrantRow(gpu, workload, milli, memory) in grant_rows {
+        // A grant held by a workload we did not load (should not happen) still blocks its share.
+        grants.entry(gpu).or_default().push(Holder {
+            workload: workload_index.get(&workload).copied().unwrap_or(usize::MAX),
+            milli: milli.clamp(1, WHOLE_GPU_MILLI as i32) as u32,
+            memory_mb: memory.max(0) as u64,
+        });
+    }
     let mut gpus = Vec::with_capacity(gpu_rows.len());
     for row in gpu_rows {
         let Some(&node) = node_index.get(&row.node_id) else {
             continue;
         };
-        // A grant held by a workload we did not load (should not happen) still blocks its share.
-        let holders = row
-            .holders
-            .iter()
-            .zip(&row.milli)
-            .zip(&row.memory)
-            .map(|((w, &milli), &memory)| Holder {
-                workload: workload_index.get(w).copied().unwrap_or(usize::MAX),
-                milli: milli.clamp(1, WHOLE_GPU_MILLI as i32) as u32,
-                memory_mb: memory.max(0) as u64,
-            })
-            .collect();
         gpus.push(GpuEntry {
             id: row.id,
             node,
@@ -181,12 +182,14 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
             memory_used_mb: row.memory_used_mb.unwrap_or(0).max(0) as u64,
             util: row.util.unwrap_or(0.0),
             nvlink_group: row.nvlink_group.map(|g| g.max(0) as u32),
-            holders,
+            holders: grants.remove(&row.id).unwrap_or_default(),
             simulated: row.simulated,
             sharing: row.sharing,
             mig_profile: row.mig_profile.unwrap_or_default(),
         });
     }
+    // In the nodes' order (by name, as the database collates it), then by device index.
+    gpus.sort_unstable_by_key(|g| (g.node, g.device_index, g.id));
     // GPUs are sorted by node name, as nodes are, so each node's GPUs are one contiguous run.
     for (i, gpu) in gpus.iter().enumerate() {
         let node = &mut nodes[gpu.node];
@@ -217,10 +220,10 @@ struct GpuRow {
     simulated: bool,
     sharing: GpuSharing,
     mig_profile: Option<String>,
-    holders: Vec<Uuid>,
-    milli: Vec<i32>,
-    memory: Vec<i64>,
 }
+
+#[derive(sqlx::FromRow)]
+struct GrantRow(Uuid, Uuid, i32, i64);
 
 #[derive(sqlx::FromRow)]
 struct WorkloadRow {

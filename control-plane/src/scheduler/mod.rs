@@ -386,12 +386,11 @@ async fn levels(state: &Scheduler, fleet: &FleetView) -> anyhow::Result<Levels<S
             state.policies.fallback(&state.db).await?
         }
     };
-    let mut tenants = Vec::new();
-    for tenant in fleet.tenants_with_pending() {
-        if let Some(own) = state.policies.active(&state.db, &fleet.tenants[tenant].id.to_string()).await? {
-            tenants.push((tenant, own));
-        }
-    }
+    let with_pending = fleet.tenants_with_pending();
+    let scopes: Vec<String> = with_pending.iter().map(|&t| fleet.tenants[t].id.to_string()).collect();
+    let mut own = state.policies.active_of(&state.db, &scopes).await?;
+    let tenants =
+        with_pending.into_iter().zip(&scopes).filter_map(|(t, scope)| Some((t, own.remove(scope)?))).collect();
     Ok(Levels { platform, tenants })
 }
 
@@ -467,10 +466,8 @@ async fn record_notes(state: &Scheduler, notes: cycle::Notes<Selected, PolicyLog
             tracing::warn!(error = %err, "recording policy logs");
         }
     }
-    for selected in &notes.successes {
-        if let Err(err) = crate::policies::record_success(&state.db, selected).await {
-            tracing::warn!(error = %err, "resetting a policy's failure count");
-        }
+    if let Err(err) = crate::policies::record_successes(&state.db, &notes.successes).await {
+        tracing::warn!(error = %err, "resetting the policies' failure counts");
     }
     for (selected, logs) in &notes.logs {
         if let Err(err) = crate::policies::record_logs(&state.db, selected, Some(cycle_id), logs).await {

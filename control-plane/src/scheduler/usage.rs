@@ -6,9 +6,10 @@ use sqlx::PgPool;
 
 pub async fn accrue(db: &PgPool, half_life_hours: f64) -> sqlx::Result<()> {
     sqlx::query(
-        "WITH held AS (SELECT t.id AS tenant_id, \
-                              (SELECT COALESCE(sum(g.milli), 0)::float8 / 1000 FROM gpu_grants g WHERE g.tenant_id = t.id) AS gpus \
-                       FROM tenants t) \
+        "WITH held AS (SELECT t.id AS tenant_id, COALESCE(g.milli, 0)::float8 / 1000 AS gpus \
+                       FROM tenants t \
+                       LEFT JOIN (SELECT tenant_id, sum(milli) AS milli FROM gpu_grants GROUP BY tenant_id) g \
+                              ON g.tenant_id = t.id) \
          INSERT INTO tenant_usage (tenant_id, decayed_gpu_hours, updated_at) \
          SELECT tenant_id, 0, now() FROM held \
          ON CONFLICT (tenant_id) DO UPDATE SET \

@@ -125,6 +125,7 @@ impl Policy for SloFirst {
         // later in the same cycle: remembered, so 10,000 pending workloads cost one search a shape.
         let mut no_fit: BTreeSet<Shape<'_>> = BTreeSet::new();
         let mut no_victims: BTreeSet<(Shape<'_>, bool)> = BTreeSet::new();
+        let mut no_vacating: BTreeSet<Shape<'_>> = BTreeSet::new();
         let mut protected_by_shape: BTreeMap<(Shape<'_>, bool), (u32, u64)> = BTreeMap::new();
         let mut reserved_only: BTreeMap<Shape<'_>, bool> = BTreeMap::new();
         let mut largest_by_shape: BTreeMap<Shape<'_>, u32> = BTreeMap::new();
@@ -288,7 +289,16 @@ impl Policy for SloFirst {
             }
 
             // GPUs already being vacated for it (victims stopping): wait for them, preempt no more.
-            let vacating = if any_stopping { vacating_fits(snapshot, &plan, w, &need, &reserved) } else { None };
+            // (A shape that found no node being vacated finds none later in the cycle either: the
+            // stopping work stays stopping, and free and unreserved GPUs only get fewer.)
+            let vacating = if any_stopping && !no_vacating.contains(&shape) {
+                vacating_fits(snapshot, &plan, w, &need, &reserved)
+            } else {
+                None
+            };
+            if vacating.is_none() && any_stopping {
+                no_vacating.insert(shape);
+            }
             if let Some(node) = vacating {
                 reserve_node(snapshot, &plan, node, &need, &mut reserved);
                 plan.keep_pending(
