@@ -54,8 +54,21 @@ async fn a_waiting_workload_knows_its_place_in_the_queue_and_what_it_is_short_of
     assert_eq!(position(&gang).await, 2);
     assert_eq!(position(&plain).await, 3);
     assert_eq!(position(&running).await, Value::Null, "a running workload has no place in the queue");
-    let listed = api.ok("/api/v1/workloads?state=pending").await.unwrap();
-    assert!(listed.as_array().unwrap().iter().all(|w| w["queue_position"].is_i64()), "{listed}");
+    // A list ranks the queue once and says the same as each workload read alone, whether it is
+    // asked for the pending work or for everything.
+    for path in ["/api/v1/workloads?state=pending", "/api/v1/workloads"] {
+        let listed = api.ok(path).await.unwrap();
+        let places: Vec<(String, Value)> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| (w["id"].as_str().unwrap().to_owned(), w["queue_position"].clone()))
+            .collect();
+        assert_eq!(places.iter().filter(|(_, p)| p.is_i64()).count(), 3, "{path}: {listed}");
+        for (id, place) in places {
+            assert_eq!(place, position(&id).await, "{path}: {listed}");
+        }
+    }
 
     // The fleet at a glance says the same, in a few hundred bytes.
     let summary = api.get("/api/v1/fleet/summary").await.unwrap();
@@ -70,6 +83,12 @@ async fn a_waiting_workload_knows_its_place_in_the_queue_and_what_it_is_short_of
     assert_eq!(s["workloads"]["pending"], 3, "{s}");
     assert_eq!(s["pending_by_reason"].as_array().unwrap().iter().map(|r| r["count"].as_i64().unwrap()).sum::<i64>(), 3);
     assert!(serde_json::to_string(s).unwrap().len() < 2048);
+
+    // The answer to a submission does not count the queue (a reading of the workload does).
+    let answer = api.created("/api/v1/workloads", &job("late", "training", 1, 0)).await.unwrap();
+    assert_eq!(answer["state"], "pending", "{answer}");
+    assert_eq!(answer["queue_position"], Value::Null, "{answer}");
+    assert_eq!(position(answer["id"].as_str().unwrap()).await, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

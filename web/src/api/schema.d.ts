@@ -2935,7 +2935,8 @@ export interface components {
             /**
              * Format: int64
              * @description Its place in the queue of pending work that competes for the same resources (the same
-             *     GPU models, or CPU only), ordered by priority and then submission: 1 is next. Pending only.
+             *     GPU models, or CPU only), ordered by priority and then submission: 1 is next. Pending only;
+             *     absent from the answer to a submission (read the workload for it).
              */
             queue_position?: number | null;
             replica_variant?: components["schemas"]["ReplicaVariant"] | null;
