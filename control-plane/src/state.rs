@@ -82,6 +82,7 @@ impl AppState {
             metrics: self.metrics.clone(),
             policies: self.policies.clone(),
             leadership: self.leadership.clone(),
+            fleet_cache: Arc::default(),
         }
     }
 

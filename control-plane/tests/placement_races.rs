@@ -282,3 +282,64 @@ async fn the_fleet_read_counts_each_running_workloads_preemptions_of_the_last_ho
     assert_eq!((count(often), count(never), count(waiting)), (2, 0, 0));
     drop_database(db, &admin, &name).await;
 }
+
+/// The loop's read of the queue fetches in full only the rows that changed since its last read
+/// (`fleet_view::WorkloadCache`): whatever changed between two reads — a priority, a workload
+/// leaving the queue, a new one, a preemption counted in the last hour — it sees exactly what a
+/// full read sees.
+#[tokio::test]
+async fn the_loops_cached_read_of_the_queue_sees_what_a_full_read_sees() {
+    let (db, admin, name) = database().await;
+    let (node, gpus) = node_with_gpus(&db, 2, "none").await;
+    let a = workload(&db, "a", "pending", None).await;
+    let b = workload(&db, "b", "running", Some(node)).await;
+    let c = workload(&db, "c", "pending", None).await;
+    sqlx::query("INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id) VALUES ($1, $2, $3)")
+        .bind(gpus[0])
+        .bind(b)
+        .bind(TENANT)
+        .execute(&db)
+        .await
+        .unwrap();
+
+    let mut cache = fleet_view::WorkloadCache::default();
+    let reads = |cache: &mut fleet_view::WorkloadCache| {
+        let db = db.clone();
+        let mut cache = std::mem::take(cache);
+        async move {
+            let mut conn = db.acquire().await.unwrap();
+            let cached = fleet_view::load_with(&mut conn, Some(&mut cache)).await.unwrap();
+            let full = fleet_view::load(&mut conn).await.unwrap();
+            (format!("{:?}", cached.workloads), format!("{:?}", full.workloads), cache)
+        }
+    };
+    let (cached, full, kept) = reads(&mut cache).await;
+    assert_eq!(cached, full);
+    assert_eq!(kept.len(), 3);
+    cache = kept;
+
+    // Between two cycles: a's priority changes, c is cancelled, d arrives, b is preempted.
+    sqlx::query("UPDATE workloads SET priority = 90, pending_reason = 'changed' WHERE id = $1")
+        .bind(a)
+        .execute(&db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE workloads SET state = 'cancelled' WHERE id = $1").bind(c).execute(&db).await.unwrap();
+    let d = workload(&db, "d", "pending", None).await;
+    sqlx::query(
+        "INSERT INTO workload_events (workload_id, tenant_id, from_state, to_state, attempt, detail) \
+         VALUES ($1, $2, 'running', 'preempting', 1, 'test')",
+    )
+    .bind(b)
+    .bind(TENANT)
+    .execute(&db)
+    .await
+    .unwrap();
+
+    let (cached, full, kept) = reads(&mut cache).await;
+    assert_eq!(cached, full);
+    assert!(cached.contains("priority: 90") && cached.contains("preemptions_last_hour: 1"), "{cached}");
+    assert!(!cached.contains(&c.to_string()) && cached.contains(&d.to_string()), "{cached}");
+    assert_eq!(kept.len(), 3, "a, b and d are active");
+    drop_database(db, &admin, &name).await;
+}

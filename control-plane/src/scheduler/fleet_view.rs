@@ -14,14 +14,118 @@ use crate::model::{NodeState, WorkloadClass, WorkloadState};
 
 /// Reads the fleet and the queue in one repeatable-read transaction so they agree.
 pub async fn load(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
+    load_with(conn, None).await
+}
+
+/// [`load`], reading of the active workloads only the rows that changed since `cache` last saw
+/// them (the scheduling loop keeps one: see [`WorkloadCache`]).
+pub async fn load_with(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) -> sqlx::Result<FleetView> {
     sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *conn).await?;
-    let result = load_inner(conn).await;
+    let result = load_inner(conn, cache).await;
     // A read-only transaction: ending it cannot lose anything.
     sqlx::query("COMMIT").execute(&mut *conn).await?;
     result
 }
 
-async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
+/// The active workloads' rows as the last read saw them, each with the `xmin` of its row version:
+/// a row's `xmin` changes with every update, so a read compares the versions (one narrow scan)
+/// and fetches in full only the rows that are new or changed. Why: the queue is the largest part
+/// of the fleet read (15,000 rows, 30 of 68 ms at 1,000 × 8 GPUs) and between two cycles few of
+/// its rows change. A cache older than [`WorkloadCache::MAX_AGE`] is dropped and read afresh (a
+/// replica that stood by for long, a loop that stalled): `xmin` is a 32-bit counter, and only a
+/// cache that is compared often can trust that an equal `xmin` is the same row version.
+#[derive(Default)]
+pub struct WorkloadCache {
+    rows: HashMap<Uuid, (i64, WorkloadRow)>,
+    read_at: Option<std::time::Instant>,
+}
+
+impl WorkloadCache {
+    pub const MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// How many active workloads it holds.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// The active workloads' columns, but for their preemptions in the last hour.
+const WORKLOAD_COLUMNS: &str = "id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, \
+     cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, started_at, \
+     node_id, pending_reason, gpu_milli, mig_profile, service_id, replica_variant, container IS NOT NULL AS container";
+const ACTIVE: &str = "state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling')";
+
+/// The active workloads, every row read.
+async fn read_workloads(conn: &mut PgConnection) -> sqlx::Result<Vec<WorkloadRow>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {WORKLOAD_COLUMNS}, \
+                CASE WHEN state = 'pending' THEN 0 ELSE COALESCE(p.preemptions, 0) END AS preemptions_last_hour \
+         FROM workloads \
+         LEFT JOIN (SELECT e.workload_id, count(*) AS preemptions FROM workload_events e \
+                    WHERE e.to_state = 'preempting' AND e.at > now() - interval '1 hour' \
+                    GROUP BY e.workload_id) p ON p.workload_id = workloads.id \
+         WHERE {ACTIVE}"
+    )))
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// The active workloads, reading in full only the rows `cache` has not seen in this version; the
+/// cache is left holding exactly the active rows of this read.
+async fn read_workloads_cached(conn: &mut PgConnection, cache: &mut WorkloadCache) -> sqlx::Result<Vec<WorkloadRow>> {
+    if cache.read_at.is_none_or(|at| at.elapsed() > WorkloadCache::MAX_AGE) {
+        cache.rows.clear();
+    }
+    let versions: Vec<(Uuid, i64)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT id, xmin::text::bigint FROM workloads WHERE {ACTIVE}")))
+            .fetch_all(&mut *conn)
+            .await?;
+    let stale: Vec<Uuid> = versions
+        .iter()
+        .filter(|(id, xmin)| cache.rows.get(id).is_none_or(|(seen, _)| seen != xmin))
+        .map(|(id, _)| *id)
+        .collect();
+    let mut fresh: HashMap<Uuid, WorkloadRow> = HashMap::with_capacity(stale.len());
+    if !stale.is_empty() {
+        // The same snapshot as the versions above: these rows are the versions just listed.
+        let rows: Vec<WorkloadRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {WORKLOAD_COLUMNS}, 0::bigint AS preemptions_last_hour FROM workloads WHERE id = ANY($1)"
+        )))
+        .bind(&stale)
+        .fetch_all(&mut *conn)
+        .await?;
+        fresh.extend(rows.into_iter().map(|r| (r.id, r)));
+    }
+    // Preemptions in the last hour change with the clock, not with the row: counted every time.
+    let preemptions: HashMap<Uuid, i64> = sqlx::query_as(
+        "SELECT workload_id, count(*) FROM workload_events \
+         WHERE to_state = 'preempting' AND at > now() - interval '1 hour' GROUP BY workload_id",
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+
+    let mut previous = std::mem::take(&mut cache.rows);
+    let mut rows = Vec::with_capacity(versions.len());
+    for (id, xmin) in versions {
+        let Some(mut row) = fresh.remove(&id).or_else(|| previous.remove(&id).map(|(_, row)| row)) else {
+            continue;
+        };
+        row.preemptions_last_hour =
+            if row.state == WorkloadState::Pending { 0 } else { preemptions.get(&id).copied().unwrap_or(0) };
+        cache.rows.insert(id, (xmin, row.clone()));
+        rows.push(row);
+    }
+    cache.read_at = Some(std::time::Instant::now());
+    Ok(rows)
+}
+
+async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) -> sqlx::Result<FleetView> {
     let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *conn).await?;
     let settings = crate::settings::load(&mut *conn).await?;
 
@@ -87,20 +191,10 @@ async fn load_inner(conn: &mut PgConnection) -> sqlx::Result<FleetView> {
         .collect();
     let node_index: HashMap<Uuid, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
 
-    let workload_rows: Vec<WorkloadRow> = sqlx::query_as(
-        "SELECT id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, cpu_millis, \
-                memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, \
-                started_at, node_id, pending_reason, gpu_milli, mig_profile, service_id, replica_variant, \
-                container IS NOT NULL AS container, \
-                CASE WHEN state = 'pending' THEN 0 ELSE COALESCE(p.preemptions, 0) END AS preemptions_last_hour \
-         FROM workloads \
-         LEFT JOIN (SELECT e.workload_id, count(*) AS preemptions FROM workload_events e \
-                    WHERE e.to_state = 'preempting' AND e.at > now() - interval '1 hour' \
-                    GROUP BY e.workload_id) p ON p.workload_id = workloads.id \
-         WHERE state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling')",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+    let workload_rows = match cache {
+        Some(cache) => read_workloads_cached(conn, cache).await?,
+        None => read_workloads(conn).await?,
+    };
     let mut workload_rows = workload_rows;
     // Queue order (submission time, then id: a uuid compares by its bytes here as in PostgreSQL),
     // sorted here: in SQL the sort of 15,000 rows with their reasons spilled to disk.
@@ -225,7 +319,7 @@ struct GpuRow {
 #[derive(sqlx::FromRow)]
 struct GrantRow(Uuid, Uuid, i32, i64);
 
-#[derive(sqlx::FromRow)]
+#[derive(sqlx::FromRow, Clone, Debug, PartialEq)]
 struct WorkloadRow {
     id: Uuid,
     tenant_id: Uuid,

@@ -14,7 +14,7 @@ pub mod usage;
 pub use airtime_scheduler::{check, snapshot};
 
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use airtime_scheduler::cycle::{self, Composed, Decided, Evaluated, Levels, PolicyHandle};
@@ -56,6 +56,8 @@ pub struct Scheduler {
     pub metrics: Arc<crate::metrics::Metrics>,
     pub policies: Arc<crate::policies::PolicyCatalog>,
     pub leadership: Arc<leader::Leadership>,
+    /// The active workloads as the loop's last read saw them (`fleet_view::WorkloadCache`).
+    pub fleet_cache: Arc<std::sync::Mutex<fleet_view::WorkloadCache>>,
 }
 
 impl Scheduler {
@@ -72,6 +74,7 @@ impl Scheduler {
             metrics: Arc::default(),
             policies: Arc::new(policies),
             leadership: Arc::new(leader::Leadership::new(settings.leader_lease)),
+            fleet_cache: Arc::default(),
             settings,
         })
     }
@@ -289,7 +292,13 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     mark(&mut phases.accrue);
     let fleet = {
         let mut conn = state.db.acquire().await?;
-        fleet_view::load(&mut conn).await.context("reading the fleet and the queue")?
+        // Taken for the read and put back after it: a read that fails leaves no cache behind, and
+        // the next one reads every row.
+        let mut cache = std::mem::take(&mut *state.fleet_cache.lock().unwrap_or_else(PoisonError::into_inner));
+        let fleet =
+            fleet_view::load_with(&mut conn, Some(&mut cache)).await.context("reading the fleet and the queue")?;
+        *state.fleet_cache.lock().unwrap_or_else(PoisonError::into_inner) = cache;
+        fleet
     };
     mark(&mut phases.read);
     // Services first: their new replicas are placed, and their drained ones' room given, this cycle.
