@@ -233,6 +233,7 @@ mod tests {
             started_at: None,
             node: None,
             pending_reason: None,
+            shortfall: None,
             preemptions_last_hour: 0,
             gpu_milli: WHOLE_GPU_MILLI,
             mig_profile: String::new(),

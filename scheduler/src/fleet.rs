@@ -140,6 +140,8 @@ pub struct WorkloadEntry {
     pub started_at: Option<DateTime<Utc>>,
     pub node: Option<usize>,
     pub pending_reason: Option<String>,
+    /// What the last cycle recorded it is short of (a cycle writes only what changed).
+    pub shortfall: Option<String>,
     /// Times it was preempted in the last hour (the cap in the priority settings).
     pub preemptions_last_hour: u32,
     /// Its share of each GPU, thousandths (1000: whole GPUs).

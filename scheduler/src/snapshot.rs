@@ -322,6 +322,7 @@ mod tests {
             started_at: None,
             node: None,
             pending_reason: None,
+            shortfall: None,
             preemptions_last_hour: 0,
             gpu_milli: 1000,
             mig_profile: String::new(),

@@ -125,6 +125,7 @@ fn fleet() -> FleetView {
             started_at: (state == WorkloadState::Running).then_some(now),
             node: (state == WorkloadState::Running).then_some(0),
             pending_reason: None,
+            shortfall: None,
             preemptions_last_hour: 0,
             gpu_milli: WHOLE_GPU_MILLI,
             mig_profile: String::new(),

@@ -466,6 +466,7 @@ impl World {
                     started_at: matches!(job.phase, Phase::Running | Phase::Stopping).then(|| at(job.since)),
                     node: job.node,
                     pending_reason: job.reason.clone(),
+                    shortfall: None,
                     preemptions_last_hour: job.preemptions.iter().filter(|&&p| p > hour_ago).count() as u32,
                     gpu_milli: s.gpu_milli,
                     mig_profile: s.mig_profile.clone().unwrap_or_default(),

@@ -56,7 +56,7 @@ impl WorkloadCache {
 /// The active workloads' columns, but for their preemptions in the last hour.
 const WORKLOAD_COLUMNS: &str = "id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, \
      cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, started_at, \
-     node_id, pending_reason, gpu_milli, mig_profile, service_id, replica_variant, container IS NOT NULL AS container";
+     node_id, pending_reason, shortfall, gpu_milli, mig_profile, service_id, replica_variant, container IS NOT NULL AS container";
 const ACTIVE: &str = "state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling')";
 
 /// The active workloads, every row read.
@@ -224,6 +224,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
                 started_at: r.started_at,
                 node: r.node_id.and_then(|n| node_index.get(&n).copied()),
                 pending_reason: r.pending_reason,
+                shortfall: r.shortfall,
                 preemptions_last_hour: r.preemptions_last_hour.max(0) as u32,
                 gpu_milli: r.gpu_milli.clamp(1, WHOLE_GPU_MILLI as i32) as u32,
                 mig_profile: r.mig_profile.unwrap_or_default(),
@@ -340,6 +341,7 @@ struct WorkloadRow {
     started_at: Option<DateTime<Utc>>,
     node_id: Option<Uuid>,
     pending_reason: Option<String>,
+    shortfall: Option<String>,
     preemptions_last_hour: i64,
     gpu_milli: i32,
     mig_profile: Option<String>,

@@ -456,8 +456,8 @@ fn decision_columns<'a>(rows: &'a [(Uuid, Uuid, String, &'a Decider)]) -> Decisi
     )
 }
 
-/// What each workload still pending is short of (`airtime_scheduler::shortfall`), in one
-/// statement; workloads of one shape (the same needs) are judged once.
+/// What each workload still pending is short of (`airtime_scheduler::shortfall`), where it changed,
+/// in one statement; workloads of one shape (the same needs) are judged once.
 async fn record_shortfalls(tx: &mut sqlx::PgConnection, fleet: &FleetView) -> sqlx::Result<()> {
     type Shape = (u32, u64, String, u32, u64, bool, u32, String, bool);
     let mut judged: std::collections::HashMap<Shape, Option<String>> = std::collections::HashMap::new();
@@ -475,10 +475,12 @@ async fn record_shortfalls(tx: &mut sqlx::PgConnection, fleet: &FleetView) -> sq
             w.mig_profile.clone(),
             w.container,
         );
-        let shortfall =
-            judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(fleet, w)).clone();
-        ids.push(w.id);
-        shortfalls.push(shortfall);
+        let shortfall = judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(fleet, w));
+        // Only what changed since the fleet was read: a steady queue of 10,000 rewrites nothing.
+        if w.shortfall != *shortfall {
+            ids.push(w.id);
+            shortfalls.push(shortfall.clone());
+        }
     }
     if ids.is_empty() {
         return Ok(());

@@ -90,6 +90,7 @@ fn replica(f: &mut FleetView, variant: ReplicaVariant, state: WorkloadState, nod
         started_at: placed.then(|| f.now - Duration::seconds(500 - i as i64)),
         node: placed.then_some(node),
         pending_reason: None,
+        shortfall: None,
         preemptions_last_hour: 0,
         gpu_milli: 1000,
         mig_profile: String::new(),
