@@ -170,18 +170,7 @@ impl PolicyCatalog {
     /// The version active for a scope, compiled (from the cache when it was compiled before).
     /// None when nothing is active or the active policy is suspended: the scope runs the fallback.
     pub async fn active(&self, db: &PgPool, scope: &str) -> anyhow::Result<Option<Selected>> {
-        let row: Option<(Uuid, serde_json::Value, serde_json::Value)> = sqlx::query_as(
-            "SELECT a.policy_version_id, a.params, p.limits FROM policy_activations a \
-             JOIN policy_versions v ON v.id = a.policy_version_id JOIN policies p ON p.id = v.policy_id \
-             WHERE a.scope = $1 AND a.suspended_at IS NULL",
-        )
-        .bind(scope)
-        .fetch_optional(db)
-        .await?;
-        match row {
-            Some((version_id, params, limits)) => Ok(Some(self.select(db, version_id, params, limits).await?)),
-            None => Ok(None),
-        }
+        Ok(self.active_of(db, &[scope.to_owned()]).await?.remove(scope))
     }
 
     /// The active policies of several scopes, read at once (a cycle asks for every tenant with

@@ -320,7 +320,7 @@ struct GpuRow {
 #[derive(sqlx::FromRow)]
 struct GrantRow(Uuid, Uuid, i32, i64);
 
-#[derive(sqlx::FromRow, Clone, Debug, PartialEq)]
+#[derive(sqlx::FromRow, Clone)]
 struct WorkloadRow {
     id: Uuid,
     tenant_id: Uuid,

@@ -336,7 +336,7 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     mark(&mut phases.decide);
     let first =
         apply(state, &fleet, &composed, &decided, started_at, trigger, decided.error(), record::Mode::Commit).await;
-    let outcome = match first {
+    let mut outcome = match first {
         Ok(outcome) => outcome,
         Err(leader::LeaseError::Deposed) => return Err(leader::LeaseError::Deposed.into()),
         Err(leader::LeaseError::Database(err)) => {
@@ -355,7 +355,6 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         }
     };
 
-    let mut outcome = outcome;
     mark(&mut phases.apply);
     let active = decided.platform_decider().clone();
     record_notes(state, decided.notes, outcome.cycle_id).await;
