@@ -166,7 +166,8 @@ async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
 
 /// The database's last word on shares: a GPU's grants never add up to more than the GPU. A share
 /// placed while another took most of the GPU is undone alone, and two transactions granting the
-/// same GPU at once cannot both win.
+/// same GPU at once cannot both win: the second statement fails (exclusion_violation) and grants
+/// nothing.
 #[tokio::test]
 async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_interleave() {
     let (db, admin, name) = database().await;
@@ -222,19 +223,19 @@ async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_in
     assert!(reason.unwrap().contains("granted to another workload meanwhile"));
 
     // Two transactions grant 400 each of the 400 left, at once: the second waits for the first and
-    // is dropped, whichever commits first.
+    // is refused, whichever commits first.
     let (x, y) = (workload(&db, "x", "running", Some(node)).await, workload(&db, "y", "running", Some(node)).await);
     let mut first = db.begin().await.unwrap();
     assert_eq!(share(x, 400, 0).execute(&mut *first).await.unwrap().rows_affected(), 1);
     let second = {
         let db = db.clone();
         let insert = share(y, 400, 0);
-        tokio::spawn(async move { insert.execute(&db).await.unwrap().rows_affected() })
+        tokio::spawn(async move { insert.execute(&db).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!second.is_finished(), "the second grant waits for the first transaction");
     first.commit().await.unwrap();
-    assert_eq!(second.await.unwrap(), 0, "the second grant no longer fits and is dropped");
+    over_committed(second.await.unwrap(), "the second grant no longer fits");
     let (held,): (i64,) = sqlx::query_as("SELECT sum(milli)::bigint FROM gpu_grants WHERE gpu_id = $1")
         .bind(gpu_id)
         .fetch_one(&db)
@@ -244,9 +245,46 @@ async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_in
     // A memory slice past the GPU's memory is dropped too, whatever its share.
     let z = workload(&db, "z", "running", Some(node)).await;
     sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1").bind(x).execute(&db).await.unwrap();
-    assert_eq!(share(z, 100, 81920).execute(&db).await.unwrap().rows_affected(), 0);
+    over_committed(share(z, 100, 81920).execute(&db).await, "a memory slice past the GPU's memory");
+    // A grant of a GPU that is not shared, to a second holder, is refused as well.
+    let whole = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO gpus (id, node_id, device_index, model, memory_mb, simulated, sharing) \
+         VALUES ($1, $2, 1, 'H100', 81920, true, 'none')",
+    )
+    .bind(whole)
+    .bind(node)
+    .execute(&db)
+    .await
+    .unwrap();
+    let insert_whole = |w: Uuid| {
+        sqlx::query("INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, milli) VALUES ($1, $2, $3, 1)")
+            .bind(whole)
+            .bind(w)
+            .bind(TENANT)
+    };
+    assert_eq!(insert_whole(x).execute(&db).await.unwrap().rows_affected(), 1);
+    over_committed(insert_whole(y).execute(&db).await, "a GPU that is not shared has one holder");
+    let (grants,): (i64,) = sqlx::query_as("SELECT count(*) FROM gpu_grants WHERE workload_id IN ($1, $2)")
+        .bind(y)
+        .bind(z)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(grants, 0, "a refused statement grants nothing");
 
     drop_database(db, &admin, &name).await;
+}
+
+/// The trigger `gpu_grants_fit` refused the statement: SQLSTATE 23P01 (exclusion_violation).
+fn over_committed(result: Result<sqlx::postgres::PgQueryResult, sqlx::Error>, why: &str) {
+    match result {
+        Err(sqlx::Error::Database(e)) => {
+            assert_eq!(e.code().as_deref(), Some("23P01"), "{why}: {e}");
+            assert!(e.message().contains("would be over-committed"), "{why}: {e}");
+        }
+        other => panic!("{why}: expected the grant to be refused, got {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -89,6 +89,65 @@ fn the_state_scan_finds_a_write_and_ignores_other_columns() {
     assert_eq!(state_writes(r#""UPDATE workloads w SET last_state = 1, state= $2 WHERE""#), 1);
 }
 
+/// The tables whose rows are referenced by ids that are checked per statement, not by foreign keys
+/// (migration 0020; ARCHITECTURE.md, "References checked per statement").
+const NEVER_DELETED: [&str; 7] =
+    ["gpus", "nodes", "workloads", "tenants", "policy_versions", "scheduling_cycles", "policies"];
+
+/// The statements in a source (Rust or SQL) that delete rows of a table named in `tables`:
+/// `DELETE FROM t` or `TRUNCATE [TABLE] t`, whatever the case.
+fn deletes_from(source: &str, tables: &[&str]) -> Vec<String> {
+    let flat = source.replace("\\\n", " ").to_lowercase();
+    let words: Vec<&str> = flat.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect();
+    let mut found = Vec::new();
+    for (i, pair) in words.windows(2).enumerate() {
+        let (verb, target) = match pair {
+            ["delete", "from"] => ("delete from", words.get(i + 2)),
+            ["truncate", "table"] => ("truncate table", words.get(i + 2)),
+            ["truncate", next] if *next != "table" => ("truncate", Some(next)),
+            _ => continue,
+        };
+        if let Some(table) = target.filter(|t| tables.contains(t)) {
+            found.push(format!("{verb} {table}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn nothing_deletes_what_is_referenced_without_a_foreign_key() {
+    let mut broken = Vec::new();
+    for (dir, suffix) in [
+        ("control-plane/src", ".rs"),
+        ("node-agent/src", ".rs"),
+        ("cli/src", ".rs"),
+        ("sim/src", ".rs"),
+        ("migrations", ".sql"),
+    ] {
+        for file in files(&root().join(dir), suffix) {
+            for statement in deletes_from(&read(&file), &NEVER_DELETED) {
+                broken.push(format!("{}: {statement}", relative(&file)));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "grants, decisions and events reference these rows by ids checked once, per statement; a delete \
+         would leave them dangling (give the table a foreign key back first):\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_delete_scan_finds_a_planted_delete_and_ignores_other_tables() {
+    let tables = NEVER_DELETED;
+    assert_eq!(deletes_from(r#""DELETE FROM workloads WHERE id = $1""#, &tables), vec!["delete from workloads"]);
+    assert_eq!(deletes_from("TRUNCATE TABLE nodes, gpus;", &tables), vec!["truncate table nodes"]);
+    assert_eq!(deletes_from("truncate gpus", &tables), vec!["truncate gpus"]);
+    assert!(deletes_from(r#""DELETE FROM gpu_grants WHERE workload_id = ANY($1)""#, &tables).is_empty());
+    assert!(deletes_from("DELETE FROM workload_logs w USING workloads", &tables).is_empty());
+}
+
 #[test]
 fn only_the_policy_host_depends_on_wasmtime() {
     let mut broken = Vec::new();

@@ -66,26 +66,33 @@ pub async fn record_successes(db: &PgPool, selected: &[Selected]) -> sqlx::Resul
     Ok(())
 }
 
-/// Keeps what a policy logged in a cycle.
+/// Keeps what the policies logged in a cycle.
 pub async fn record_logs(
     db: &PgPool,
-    selected: &Selected,
     cycle_id: Option<i64>,
-    logs: &[airtime_policy_host::PolicyLog],
+    logs: &[(&Selected, &[airtime_policy_host::PolicyLog])],
 ) -> sqlx::Result<()> {
-    if logs.is_empty() {
+    let (mut versions, mut levels, mut messages) = (Vec::new(), Vec::new(), Vec::new());
+    for (selected, logs) in logs {
+        for log in *logs {
+            versions.push(selected.policy.version_id);
+            levels.push(format!("{:?}", log.level).to_lowercase());
+            // Cleaned and bounded already, where the host read them from the guest (`airtime.log`).
+            messages.push(log.message.as_str());
+        }
+    }
+    if versions.is_empty() {
         return Ok(());
     }
-    let levels: Vec<String> = logs.iter().map(|l| format!("{:?}", l.level).to_lowercase()).collect();
-    // Cleaned and bounded already, where the host read them from the guest (`airtime.log`).
-    let messages: Vec<&str> = logs.iter().map(|l| l.message.as_str()).collect();
+    // One statement for every policy's lines, in the order given.
     sqlx::query(
         "INSERT INTO policy_logs (policy_version_id, tenant_id, cycle_id, level, message) \
-         SELECT v.id, v.tenant_id, $2, l.level, l.message FROM policy_versions v, \
-                UNNEST($3::text[], $4::text[]) AS l(level, message) WHERE v.id = $1",
+         SELECT v.id, v.tenant_id, $1, l.level, l.message \
+         FROM UNNEST($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS l(version_id, level, message, n) \
+         JOIN policy_versions v ON v.id = l.version_id ORDER BY l.n",
     )
-    .bind(selected.policy.version_id)
     .bind(cycle_id)
+    .bind(&versions)
     .bind(&levels)
     .bind(&messages)
     .execute(db)

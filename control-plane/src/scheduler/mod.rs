@@ -470,17 +470,19 @@ async fn record_notes(state: &Scheduler, notes: cycle::Notes<Selected, PolicyLog
             Ok(false) => {}
             Err(err) => tracing::error!(error = %err, "recording a policy failure"),
         }
-        if let Err(err) = crate::policies::record_logs(&state.db, selected, Some(cycle_id), &failure.logs).await {
-            tracing::warn!(error = %err, "recording policy logs");
-        }
     }
     if let Err(err) = crate::policies::record_successes(&state.db, &notes.successes).await {
         tracing::warn!(error = %err, "resetting the policies' failure counts");
     }
-    for (selected, logs) in &notes.logs {
-        if let Err(err) = crate::policies::record_logs(&state.db, selected, Some(cycle_id), logs).await {
-            tracing::warn!(error = %err, "recording policy logs");
-        }
+    // Every policy's log lines of the cycle, the failed ones' first, in one statement.
+    let logs: Vec<(&Selected, &[airtime_policy_host::PolicyLog])> = notes
+        .failures
+        .iter()
+        .map(|(selected, failure)| (selected, failure.logs.as_slice()))
+        .chain(notes.logs.iter().map(|(selected, logs)| (selected, logs.as_slice())))
+        .collect();
+    if let Err(err) = crate::policies::record_logs(&state.db, Some(cycle_id), &logs).await {
+        tracing::warn!(error = %err, "recording policy logs");
     }
 }
 

@@ -281,36 +281,29 @@ async fn apply_placements<'a>(
     let attempts: std::collections::HashMap<Uuid, i32> = moved.into_iter().collect();
 
     // Grants for the workloads that moved.
-    // A share of a shared GPU is granted its thousandths and memory slice; anything else the GPU.
-    let (mut grant_gpus, mut grant_workloads, mut grant_tenants) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut grant_milli, mut grant_memory) = (Vec::new(), Vec::new());
+    let mut all = Grants::default();
     for p in placements {
-        let w = &fleet.workloads[p.workload];
-        if attempts.contains_key(&w.id) {
-            for &g in p.gpus {
-                let gpu = &fleet.gpus[g];
-                let (milli, memory_mb) = gpu.grant_for(w);
-                grant_gpus.push(gpu.id);
-                grant_workloads.push(w.id);
-                grant_tenants.push(fleet.tenants[w.tenant].id);
-                grant_milli.push(milli as i32);
-                grant_memory.push(i64::try_from(memory_mb).unwrap_or(i64::MAX));
-            }
+        if attempts.contains_key(&fleet.workloads[p.workload].id) {
+            all.add(fleet, p);
         }
     }
-    // The trigger `gpu_grants_fit` drops a grant that would over-commit its GPU.
-    let granted: Vec<(Uuid,)> = sqlx::query_as(
-        "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, milli, memory_mb) \
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::bigint[]) \
-         ON CONFLICT DO NOTHING RETURNING workload_id",
-    )
-    .bind(&grant_gpus)
-    .bind(&grant_workloads)
-    .bind(&grant_tenants)
-    .bind(&grant_milli)
-    .bind(&grant_memory)
-    .fetch_all(&mut *tx)
-    .await?;
+    // The trigger `gpu_grants_fit` fails a statement that would over-commit a GPU: one granted by
+    // another transaction since this cycle read the fleet. Then the grants go in again one placement
+    // at a time, so only the placements that lost the race are refused (and undone below).
+    let granted = match try_grants(&mut *tx, &all).await? {
+        Some(granted) => granted,
+        None => {
+            let mut granted = Vec::new();
+            for p in placements {
+                if attempts.contains_key(&fleet.workloads[p.workload].id) {
+                    let mut one = Grants::default();
+                    one.add(fleet, p);
+                    granted.extend(try_grants(&mut *tx, &one).await?.unwrap_or_default());
+                }
+            }
+            granted
+        }
+    };
     let mut granted_count: std::collections::HashMap<Uuid, usize> = std::collections::HashMap::new();
     for (w,) in granted {
         *granted_count.entry(w).or_default() += 1;
@@ -406,6 +399,66 @@ async fn apply_placements<'a>(
     .await?;
     Ok(placed.len())
 }
+
+/// A cycle's grants as the columns of one insert: a share of a shared GPU is granted its
+/// thousandths and memory slice, anything else the whole GPU.
+#[derive(Default)]
+struct Grants {
+    gpus: Vec<Uuid>,
+    workloads: Vec<Uuid>,
+    tenants: Vec<Uuid>,
+    milli: Vec<i32>,
+    memory_mb: Vec<i64>,
+}
+
+impl Grants {
+    fn add(&mut self, fleet: &FleetView, p: &Placement<'_>) {
+        let w = &fleet.workloads[p.workload];
+        for &g in p.gpus {
+            let gpu = &fleet.gpus[g];
+            let (milli, memory_mb) = gpu.grant_for(w);
+            self.gpus.push(gpu.id);
+            self.workloads.push(w.id);
+            self.tenants.push(fleet.tenants[w.tenant].id);
+            self.milli.push(milli as i32);
+            self.memory_mb.push(i64::try_from(memory_mb).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Inserts the grants in one statement under a savepoint. `None` (and nothing inserted) when the
+/// trigger `gpu_grants_fit` refused the statement because a GPU would be over-committed; the
+/// workload of each inserted grant otherwise.
+async fn try_grants(tx: &mut sqlx::PgConnection, grants: &Grants) -> sqlx::Result<Option<Vec<(Uuid,)>>> {
+    sqlx::query("SAVEPOINT grants").execute(&mut *tx).await?;
+    let inserted = sqlx::query_as(
+        "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, milli, memory_mb) \
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::integer[], $5::bigint[]) \
+         ON CONFLICT DO NOTHING RETURNING workload_id",
+    )
+    .bind(&grants.gpus)
+    .bind(&grants.workloads)
+    .bind(&grants.tenants)
+    .bind(&grants.milli)
+    .bind(&grants.memory_mb)
+    .fetch_all(&mut *tx)
+    .await;
+    match inserted {
+        Ok(rows) => {
+            sqlx::query("RELEASE SAVEPOINT grants").execute(&mut *tx).await?;
+            Ok(Some(rows))
+        }
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(OVER_COMMITTED) => {
+            sqlx::query("ROLLBACK TO SAVEPOINT grants").execute(&mut *tx).await?;
+            sqlx::query("RELEASE SAVEPOINT grants").execute(&mut *tx).await?;
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The SQLSTATE of the trigger `gpu_grants_fit`'s refusal (exclusion_violation, migration 0020).
+const OVER_COMMITTED: &str = "23P01";
 
 /// Refused decisions, in one statement. A policy that repeats a refused decision every cycle is
 /// recorded once, not every tick: a refusal identical to the workload's latest decision is skipped.
