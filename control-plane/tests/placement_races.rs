@@ -276,15 +276,115 @@ async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_in
     drop_database(db, &admin, &name).await;
 }
 
-/// The trigger `gpu_grants_fit` refused the statement: SQLSTATE 23P01 (exclusion_violation).
+/// The trigger `gpu_grants_check` refused the statement: SQLSTATE 23P01 (exclusion_violation).
 fn over_committed(result: Result<sqlx::postgres::PgQueryResult, sqlx::Error>, why: &str) {
+    refused(result, "23P01", "would be over-committed", why);
+}
+
+/// The statement failed with `code`, its message containing `says`.
+fn refused(result: Result<sqlx::postgres::PgQueryResult, sqlx::Error>, code: &str, says: &str, why: &str) {
     match result {
         Err(sqlx::Error::Database(e)) => {
-            assert_eq!(e.code().as_deref(), Some("23P01"), "{why}: {e}");
-            assert!(e.message().contains("would be over-committed"), "{why}: {e}");
+            assert_eq!(e.code().as_deref(), Some(code), "{why}: {e}");
+            assert!(e.message().contains(says), "{why}: {e}");
         }
-        other => panic!("{why}: expected the grant to be refused, got {other:?}"),
+        other => panic!("{why}: expected the statement to be refused, got {other:?}"),
     }
+}
+
+/// Grants, decisions and events check what they name once per statement (migration 0020), as the
+/// foreign keys they replaced checked it per row: a GPU, workload, node, cycle or policy version
+/// that does not exist, or a workload named in another tenant than its own, is refused
+/// (foreign_key_violation), and the statement writes none of its rows.
+#[tokio::test]
+async fn grants_decisions_and_events_refuse_what_does_not_exist() {
+    let (db, admin, name) = database().await;
+    let (node, gpus) = node_with_gpus(&db, 2, "none").await;
+    let w = workload(&db, "w", "running", Some(node)).await;
+    let other_tenant = Uuid::now_v7();
+    sqlx::query("INSERT INTO tenants (id, name) VALUES ($1, 'other')").bind(other_tenant).execute(&db).await.unwrap();
+    let made_up = Uuid::now_v7();
+
+    let grants = |gpu: Vec<Uuid>, workload: Vec<Uuid>, tenant: Vec<Uuid>| {
+        sqlx::query(
+            "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id) \
+             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[])",
+        )
+        .bind(gpu)
+        .bind(workload)
+        .bind(tenant)
+    };
+    refused(
+        grants(vec![made_up], vec![w], vec![TENANT]).execute(&db).await,
+        "23503",
+        "GPU",
+        "a GPU that does not exist",
+    );
+    refused(
+        grants(vec![gpus[0]], vec![made_up], vec![TENANT]).execute(&db).await,
+        "23503",
+        "workload",
+        "a workload that does not exist",
+    );
+    refused(
+        grants(vec![gpus[0]], vec![w], vec![other_tenant]).execute(&db).await,
+        "23503",
+        "in the grant's tenant",
+        "a workload named in another tenant",
+    );
+    // One bad grant fails its statement whole: the good one beside it is not written either.
+    refused(
+        grants(vec![gpus[0], made_up], vec![w, w], vec![TENANT, TENANT]).execute(&db).await,
+        "23503",
+        "does not exist",
+        "a statement with one bad grant",
+    );
+    let (held,): (i64,) = sqlx::query_as("SELECT count(*) FROM gpu_grants").fetch_one(&db).await.unwrap();
+    assert_eq!(held, 0, "a refused statement grants nothing");
+    assert_eq!(grants(vec![gpus[0]], vec![w], vec![TENANT]).execute(&db).await.unwrap().rows_affected(), 1);
+
+    let (cycle,): (i64,) = sqlx::query_as(
+        "INSERT INTO scheduling_cycles (started_at, finished_at, trigger, policy_name, duration_us, placed, \
+             preempted, pending, rejected) VALUES (now(), now(), 'test', 'test', 0, 0, 0, 0, 0) RETURNING id",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    let decision = |cycle: i64, tenant: Uuid, node: Option<Uuid>, version: Option<Uuid>| {
+        sqlx::query(
+            "INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, node_id, reason, policy_version_id, \
+                 policy_name) VALUES ($1, $2, $3, 'place', $4, 'test', $5, 'test')",
+        )
+        .bind(cycle)
+        .bind(tenant)
+        .bind(w)
+        .bind(node)
+        .bind(version)
+    };
+    refused(decision(cycle + 1, TENANT, Some(node), None).execute(&db).await, "23503", "cycle", "an unknown cycle");
+    refused(decision(cycle, other_tenant, Some(node), None).execute(&db).await, "23503", "tenant", "another tenant");
+    refused(decision(cycle, TENANT, Some(made_up), None).execute(&db).await, "23503", "node", "an unknown node");
+    refused(
+        decision(cycle, TENANT, Some(node), Some(made_up)).execute(&db).await,
+        "23503",
+        "policy version",
+        "an unknown policy version",
+    );
+    assert_eq!(decision(cycle, TENANT, Some(node), None).execute(&db).await.unwrap().rows_affected(), 1);
+
+    let event = |workload: Uuid, tenant: Uuid| {
+        sqlx::query(
+            "INSERT INTO workload_events (workload_id, tenant_id, from_state, to_state, attempt, detail) \
+             VALUES ($1, $2, 'scheduled', 'running', 1, 'test')",
+        )
+        .bind(workload)
+        .bind(tenant)
+    };
+    refused(event(made_up, TENANT).execute(&db).await, "23503", "workload", "an unknown workload");
+    refused(event(w, other_tenant).execute(&db).await, "23503", "in the event's tenant", "another tenant");
+    assert_eq!(event(w, TENANT).execute(&db).await.unwrap().rows_affected(), 1);
+
+    drop_database(db, &admin, &name).await;
 }
 
 #[tokio::test]
