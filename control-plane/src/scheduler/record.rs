@@ -207,8 +207,7 @@ pub async fn apply(
     let placed = apply_placements(&mut tx, cycle_id, fleet, &placements, &mut late_refusals).await?;
     outcome.placed = placed;
     outcome.nodes_changed |= placed > 0;
-    record_pending_reasons(&mut tx, cycle_id, &pending_changes).await?;
-    record_shortfalls(&mut tx, fleet).await?;
+    record_waiting(&mut tx, cycle_id, &pending_changes, &changed_shortfalls(fleet)).await?;
 
     let refusals: Vec<(Uuid, Uuid, String, &Decider)> = refused
         .iter()
@@ -509,13 +508,13 @@ fn decision_columns<'a>(rows: &'a [(Uuid, Uuid, String, &'a Decider)]) -> Decisi
     )
 }
 
-/// What each workload still pending is short of (`airtime_scheduler::shortfall`), where it changed,
-/// in one statement; workloads of one shape (the same needs) are judged once.
-async fn record_shortfalls(tx: &mut sqlx::PgConnection, fleet: &FleetView) -> sqlx::Result<()> {
+/// What each workload still pending is short of (`airtime_scheduler::shortfall`), where it changed
+/// since the fleet was read (a steady queue of 10,000 rewrites nothing); workloads of one shape (the
+/// same needs) are judged once.
+fn changed_shortfalls(fleet: &FleetView) -> Vec<(Uuid, Option<String>)> {
     type Shape = (u32, u64, String, u32, u64, bool, u32, String, bool);
     let mut judged: std::collections::HashMap<Shape, Option<String>> = std::collections::HashMap::new();
-    let mut ids = Vec::new();
-    let mut shortfalls = Vec::new();
+    let mut changed = Vec::new();
     for w in fleet.workloads.iter().filter(|w| w.state == WorkloadState::Pending) {
         let shape: Shape = (
             w.gpu_count,
@@ -529,54 +528,60 @@ async fn record_shortfalls(tx: &mut sqlx::PgConnection, fleet: &FleetView) -> sq
             w.container,
         );
         let shortfall = judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(fleet, w));
-        // Only what changed since the fleet was read: a steady queue of 10,000 rewrites nothing.
         if w.shortfall != *shortfall {
-            ids.push(w.id);
-            shortfalls.push(shortfall.clone());
+            changed.push((w.id, shortfall.clone()));
         }
     }
-    if ids.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "UPDATE workloads w SET shortfall = s.shortfall \
-         FROM UNNEST($1::uuid[], $2::text[]) AS s(id, shortfall) \
-         WHERE w.id = s.id AND w.state = 'pending' AND w.shortfall IS DISTINCT FROM s.shortfall",
-    )
-    .bind(&ids)
-    .bind(&shortfalls)
-    .execute(tx)
-    .await?;
-    Ok(())
+    changed
 }
 
-/// New pending reasons, in two statements whatever their number: a cycle over 10,000 waiting
-/// workloads must not cost 20,000 round trips.
-async fn record_pending_reasons(
+/// What the waiting workloads wait for, in one statement whatever their number (a cycle over 10,000
+/// waiting workloads must not cost 20,000 round trips): the new pending reasons, each recorded as a
+/// `keep_pending` decision, and the changed shortfalls. One statement, so that a workload whose
+/// reason and shortfall both change (most of the queue after a mass placement) gets one new row
+/// version, not two: with room on its page for one (migration 0021) the update stays HOT, where a
+/// second version in the same transaction found the page full and wrote all eight indexes.
+async fn record_waiting(
     tx: &mut sqlx::PgConnection,
     cycle_id: i64,
-    changes: &[(Uuid, Uuid, String, &Decider)],
+    reasons: &[(Uuid, Uuid, String, &Decider)],
+    shortfalls: &[(Uuid, Option<String>)],
 ) -> sqlx::Result<()> {
-    if changes.is_empty() {
+    if reasons.is_empty() && shortfalls.is_empty() {
         return Ok(());
     }
-    let (ids, tenants, reasons, versions, names) = decision_columns(changes);
+    let (ids, tenants, texts, versions, names) = decision_columns(reasons);
+    let short_ids: Vec<Uuid> = shortfalls.iter().map(|(id, _)| *id).collect();
+    let short_texts: Vec<Option<&str>> = shortfalls.iter().map(|(_, s)| s.as_deref()).collect();
+    // `old` is the row as the statement found it (RETURNING sees only the new one): a decision is
+    // recorded only for a reason that really changed.
     sqlx::query(
         "WITH c AS (SELECT * FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::uuid[], $6::text[]) \
                     AS c(workload_id, tenant_id, reason, version_id, policy_name)), \
-              changed AS (UPDATE workloads w SET pending_reason = c.reason FROM c \
-                          WHERE w.id = c.workload_id AND w.state = 'pending' \
-                            AND w.pending_reason IS DISTINCT FROM c.reason RETURNING w.id) \
+              s AS (SELECT * FROM UNNEST($7::uuid[], $8::text[]) AS s(id, shortfall)), \
+              u AS (SELECT COALESCE(c.workload_id, s.id) AS id, c.workload_id IS NOT NULL AS has_reason, c.reason, \
+                           s.id IS NOT NULL AS has_shortfall, s.shortfall \
+                    FROM c FULL JOIN s ON s.id = c.workload_id), \
+              changed AS (UPDATE workloads w \
+                          SET pending_reason = CASE WHEN u.has_reason THEN u.reason ELSE w.pending_reason END, \
+                              shortfall = CASE WHEN u.has_shortfall THEN u.shortfall ELSE w.shortfall END \
+                          FROM u, workloads old \
+                          WHERE w.id = u.id AND old.id = u.id AND w.state = 'pending' \
+                            AND ((u.has_reason AND w.pending_reason IS DISTINCT FROM u.reason) \
+                              OR (u.has_shortfall AND w.shortfall IS DISTINCT FROM u.shortfall)) \
+                          RETURNING w.id, u.has_reason AND old.pending_reason IS DISTINCT FROM u.reason AS new_reason) \
          INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, reason, policy_version_id, policy_name) \
          SELECT $1, c.tenant_id, c.workload_id, 'keep_pending', c.reason, c.version_id, c.policy_name \
-         FROM c JOIN changed ON changed.id = c.workload_id",
+         FROM c JOIN changed ON changed.id = c.workload_id AND changed.new_reason",
     )
     .bind(cycle_id)
     .bind(&ids)
     .bind(&tenants)
-    .bind(&reasons)
+    .bind(&texts)
     .bind(&versions)
     .bind(&names)
+    .bind(&short_ids)
+    .bind(&short_texts)
     .execute(tx)
     .await?;
     Ok(())
