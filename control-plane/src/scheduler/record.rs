@@ -80,7 +80,7 @@ pub struct CycleRecord<'a> {
 
 /// Applies the accepted proposals and records everything, all or nothing. A placement whose
 /// workload changed since the snapshot (cancelled meanwhile) or whose GPU was granted meanwhile is
-/// undone and recorded as refused; the database's trigger `gpu_grants_fit` (a GPU's grants never
+/// undone and recorded as refused; the database's trigger `gpu_grants_check` (a GPU's grants never
 /// add up to more than the GPU) is the last word on double grants. Placements are applied set-based ([`apply_placements`]).
 pub async fn apply(
     db: &PgPool,
@@ -251,7 +251,7 @@ struct Placement<'a> {
 }
 
 /// Applies a cycle's placements in a few set-based statements whatever their number: move the
-/// workloads that are still pending, grant their GPUs or shares (the trigger `gpu_grants_fit`, which
+/// workloads that are still pending, grant their GPUs or shares (the trigger `gpu_grants_check`, which
 /// never lets a GPU's grants add up to more than the GPU, is the last word on double grants), undo the few that lost a race (a workload cancelled meanwhile, a GPU
 /// granted meanwhile: refused, recorded like any refusal), then bump the nodes' desired state and
 /// write the events and decisions. Returns how many were placed.
@@ -286,7 +286,7 @@ async fn apply_placements<'a>(
             all.add(fleet, p);
         }
     }
-    // The trigger `gpu_grants_fit` fails a statement that would over-commit a GPU: one granted by
+    // The trigger `gpu_grants_check` fails a statement that would over-commit a GPU: one granted by
     // another transaction since this cycle read the fleet. Then the grants go in again one placement
     // at a time, so only the placements that lost the race are refused (and undone below).
     let granted = match try_grants(&mut *tx, &all).await? {
@@ -426,7 +426,7 @@ impl Grants {
 }
 
 /// Inserts the grants in one statement under a savepoint. `None` (and nothing inserted) when the
-/// trigger `gpu_grants_fit` refused the statement because a GPU would be over-committed; the
+/// trigger `gpu_grants_check` refused the statement because a GPU would be over-committed; the
 /// workload of each inserted grant otherwise.
 async fn try_grants(tx: &mut sqlx::PgConnection, grants: &Grants) -> sqlx::Result<Option<Vec<(Uuid,)>>> {
     sqlx::query("SAVEPOINT grants").execute(&mut *tx).await?;
@@ -456,7 +456,7 @@ async fn try_grants(tx: &mut sqlx::PgConnection, grants: &Grants) -> sqlx::Resul
     }
 }
 
-/// The SQLSTATE of the trigger `gpu_grants_fit`'s refusal (exclusion_violation, migration 0020).
+/// The SQLSTATE of the trigger `gpu_grants_check`'s refusal (exclusion_violation, migration 0020).
 const OVER_COMMITTED: &str = "23P01";
 
 /// Refused decisions, in one statement. A policy that repeats a refused decision every cycle is
