@@ -91,23 +91,26 @@ fn the_state_scan_finds_a_write_and_ignores_other_columns() {
 
 /// The tables whose rows are referenced by ids that are checked per statement, not by foreign keys
 /// (migration 0020; ARCHITECTURE.md, "References checked per statement").
-const NEVER_DELETED: [&str; 7] =
-    ["gpus", "nodes", "workloads", "tenants", "policy_versions", "scheduling_cycles", "policies"];
+const NEVER_DELETED: [&str; 6] = ["gpus", "nodes", "workloads", "tenants", "policy_versions", "scheduling_cycles"];
 
 /// The statements in a source (Rust or SQL) that delete rows of a table named in `tables`:
-/// `DELETE FROM t` or `TRUNCATE [TABLE] t`, whatever the case.
+/// `DELETE FROM [ONLY] t` or `TRUNCATE [TABLE] [ONLY] t`, whatever the case.
 fn deletes_from(source: &str, tables: &[&str]) -> Vec<String> {
     let flat = source.replace("\\\n", " ").to_lowercase();
     let words: Vec<&str> = flat.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect();
     let mut found = Vec::new();
     for (i, pair) in words.windows(2).enumerate() {
-        let (verb, target) = match pair {
-            ["delete", "from"] => ("delete from", words.get(i + 2)),
-            ["truncate", "table"] => ("truncate table", words.get(i + 2)),
-            ["truncate", next] if *next != "table" => ("truncate", Some(next)),
+        // Where the table's name is: after the verb, past an `ONLY`.
+        let (verb, mut at) = match pair {
+            ["delete", "from"] => ("delete from", i + 2),
+            ["truncate", "table"] => ("truncate table", i + 2),
+            ["truncate", _] => ("truncate", i + 1),
             _ => continue,
         };
-        if let Some(table) = target.filter(|t| tables.contains(t)) {
+        if words.get(at) == Some(&"only") {
+            at += 1;
+        }
+        if let Some(table) = words.get(at).filter(|t| tables.contains(t)) {
             found.push(format!("{verb} {table}"));
         }
     }
@@ -144,6 +147,8 @@ fn the_delete_scan_finds_a_planted_delete_and_ignores_other_tables() {
     assert_eq!(deletes_from(r#""DELETE FROM workloads WHERE id = $1""#, &tables), vec!["delete from workloads"]);
     assert_eq!(deletes_from("TRUNCATE TABLE nodes, gpus;", &tables), vec!["truncate table nodes"]);
     assert_eq!(deletes_from("truncate gpus", &tables), vec!["truncate gpus"]);
+    assert_eq!(deletes_from("DELETE FROM ONLY tenants t", &tables), vec!["delete from tenants"]);
+    assert_eq!(deletes_from("truncate only scheduling_cycles", &tables), vec!["truncate scheduling_cycles"]);
     assert!(deletes_from(r#""DELETE FROM gpu_grants WHERE workload_id = ANY($1)""#, &tables).is_empty());
     assert!(deletes_from("DELETE FROM workload_logs w USING workloads", &tables).is_empty());
 }

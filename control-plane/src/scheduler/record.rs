@@ -280,11 +280,11 @@ async fn apply_placements<'a>(
     let attempts: std::collections::HashMap<Uuid, i32> = moved.into_iter().collect();
 
     // Grants for the workloads that moved.
+    let moved: Vec<&Placement<'a>> =
+        placements.iter().filter(|p| attempts.contains_key(&fleet.workloads[p.workload].id)).collect();
     let mut all = Grants::default();
-    for p in placements {
-        if attempts.contains_key(&fleet.workloads[p.workload].id) {
-            all.add(fleet, p);
-        }
+    for p in &moved {
+        all.add(fleet, p);
     }
     // The trigger `gpu_grants_check` fails a statement that would over-commit a GPU: one granted by
     // another transaction since this cycle read the fleet. Then the grants go in again one placement
@@ -293,12 +293,10 @@ async fn apply_placements<'a>(
         Some(granted) => granted,
         None => {
             let mut granted = Vec::new();
-            for p in placements {
-                if attempts.contains_key(&fleet.workloads[p.workload].id) {
-                    let mut one = Grants::default();
-                    one.add(fleet, p);
-                    granted.extend(try_grants(&mut *tx, &one).await?.unwrap_or_default());
-                }
+            for p in &moved {
+                let mut one = Grants::default();
+                one.add(fleet, p);
+                granted.extend(try_grants(&mut *tx, &one).await?.unwrap_or_default());
             }
             granted
         }
