@@ -1,6 +1,7 @@
 //! The telemetry writer against a real PostgreSQL: what one flush writes (every sample kept, the
 //! latest values on the rows, unknown nodes untouched), that a failed flush fails every report it
-//! held and writes nothing, and that closing the writer answers everything queued.
+//! held and writes nothing, that closing the writer answers everything queued, and that the rows
+//! get each GPU's newest values within the latest-values interval and never an older sample.
 
 #![allow(clippy::unwrap_used)]
 
@@ -188,5 +189,54 @@ async fn closing_writes_what_is_queued_then_refuses() {
     // What was acknowledged is exactly what is stored.
     assert_eq!((reports, samples), (written, written * 8));
     assert!(matches!(writer.record(n, report(0.5, &gpus)).await, Err(WriteError::Stopped)));
+    drop_database(db, &admin, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rows_get_the_newest_gpu_values_within_the_interval_never_an_older_one() {
+    let (db, admin, name) = database().await;
+    let writer = TelemetryWriter::start(db.clone(), 1).await.unwrap();
+    let n = node(&db, "a", 2).await;
+    let gpu0 = || async {
+        sqlx::query_scalar::<_, Option<f32>>("SELECT util FROM gpus WHERE node_id = $1 AND device_index = 0")
+            .bind(n)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+    };
+
+    // An agent reporting fast: 40 reports one after another. The history holds every sample at
+    // once; the rows, rewritten at most once a second rather than 40 times, the newest soon after.
+    for k in 0..40 {
+        assert!(writer.record(n, report(0.5, &[(0, k as f32 / 100.0), (1, 0.5)])).await.unwrap());
+        let shown = gpu0().await;
+        assert!(shown.is_none_or(|u| u <= k as f32 / 100.0), "the row shows {shown:?} before report {k} was written");
+    }
+    let samples: i64 = sqlx::query_scalar("SELECT count(*) FROM gpu_telemetry").fetch_one(&db).await.unwrap();
+    assert_eq!(samples, 80);
+    let waited = std::time::Instant::now();
+    while gpu0().await != Some(0.39) {
+        assert!(waited.elapsed() < telemetry::LATEST_EVERY * 3, "the newest value did not reach the row");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    // Another replica wrote a newer sample of GPU 0 than the one this writer holds: it stays.
+    sqlx::query(
+        "UPDATE gpus SET util = 0.99, telemetry_at = now() + interval '1 hour' WHERE node_id = $1 AND device_index = 0",
+    )
+    .bind(n)
+    .execute(&db)
+    .await
+    .unwrap();
+    assert!(writer.record(n, report(0.5, &[(0, 0.11), (1, 0.12)])).await.unwrap());
+    // Closing writes what the writer holds.
+    writer.close().await;
+    let rows: Vec<(i32, Option<f32>)> =
+        sqlx::query_as("SELECT device_index, util FROM gpus WHERE node_id = $1 ORDER BY device_index")
+            .bind(n)
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(rows, vec![(0, Some(0.99)), (1, Some(0.12))]);
     drop_database(db, &admin, &name).await;
 }

@@ -1,6 +1,6 @@
 //! Telemetry at scale, through the real control plane: many agents' reports at once are written
 //! in batches (group commit) and every acknowledged sample is in the history, with the latest
-//! values on the rows; an unknown node is refused and writes nothing; a lost node that reports is
+//! values on the rows (the GPUs' within a second); an unknown node is refused and writes nothing; a lost node that reports is
 //! ready again; retention drops whole hourly partitions and keeps the recent ones.
 
 #![allow(clippy::unwrap_used)]
@@ -75,14 +75,28 @@ async fn many_agents_at_once_every_sample_kept_latest_on_the_rows() {
         let expected: Vec<(i32, f32)> =
             (0..GPUS as usize).flat_map(|i| (0..REPORTS).map(move |k| (i as i32, util(n, k, i) as f32))).collect();
         assert_eq!(rows, expected, "{}", node.name);
-        // The latest values on the rows, as the API shows them.
-        let view = cp.api().ok(&format!("/api/v1/nodes/{}", node.node_id)).await.unwrap();
+        // The latest values on the rows, as the API shows them: the node's (its heartbeat) at once,
+        // the GPUs' within the latest-values writer's interval (one second) — never an older one.
         let last = REPORTS - 1;
+        let path = format!("/api/v1/nodes/{}", node.node_id);
+        let view = cp.api().ok(&path).await.unwrap();
         assert_eq!(view["telemetry"]["cpu_util"].as_f64().unwrap() as f32, (last as f64 / REPORTS as f64) as f32);
-        for gpu in view["gpus"].as_array().unwrap() {
-            let i = gpu["device_index"].as_u64().unwrap() as usize;
-            assert_eq!(gpu["telemetry"]["util"].as_f64().unwrap() as f32, util(n, last, i) as f32, "{gpu}");
-        }
+        let newest = |view: &serde_json::Value| {
+            view["gpus"].as_array().unwrap().iter().all(|gpu| {
+                let i = gpu["device_index"].as_u64().unwrap() as usize;
+                let shown = gpu["telemetry"]["util"].as_f64().map(|u| u as f32);
+                // Before the newest value is written, only values of this run's reports are shown.
+                assert!(shown.is_none() || (0..REPORTS).any(|k| shown == Some(util(n, k, i) as f32)), "{gpu}");
+                shown == Some(util(n, last, i) as f32)
+            })
+        };
+        let api = cp.api();
+        eventually(&format!("{}'s newest GPU values on its rows", node.name), Duration::from_secs(5), || {
+            let (api, path) = (api.clone(), path.clone());
+            async move { Ok(newest(&api.ok(&path).await?).then_some(())) }
+        })
+        .await
+        .unwrap();
     }
 
     // A node this credential is not for (or that does not exist) is refused and nothing is written.

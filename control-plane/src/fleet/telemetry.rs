@@ -7,7 +7,7 @@
 //! set-based statements**, whatever the number of reports, then starts the next flush at once with
 //! what arrived meanwhile. Batches are natural: an idle control plane writes a lone report at once
 //! (one transaction, as before), a loaded one writes hundreds per transaction (one commit, one WAL
-//! flush, a handful of statements instead of five per report). [`FLUSHERS`] flushers pipeline: one
+//! flush, two statements instead of five per report). [`FLUSHERS`] flushers pipeline: one
 //! takes a batch and locks its nodes, then the next may take the following batch while the first
 //! writes and commits (see [`run`] for why order is kept). A batch holds at most
 //! [`MAX_BATCH_REPORTS`] reports; the queue holds [`QUEUE_REPORTS`], past which handlers wait.
@@ -15,21 +15,32 @@
 //! The statements of a flush, in this order:
 //! 1. lock the batch's nodes `ORDER BY id` (`FOR NO KEY UPDATE`): every flush (of every replica)
 //!    takes node locks in the same order, and every other writer that touches a node's GPUs or
-//!    grants takes its node's row first (registration, agent events, liveness), so no two of them
-//!    can wait on each other in a cycle; a scheduling cycle locks the nodes it changes first, in id
-//!    order too (`scheduler::record::apply`). A writer that locks several nodes in another order
-//!    (the liveness sweep) may still meet a flush in a deadlock, which
-//!    PostgreSQL breaks by failing one side: a flush that loses is retried ([`ATTEMPTS`]);
-//! 2. `UPDATE nodes … FROM UNNEST` — the heartbeat (`last_seen_at`, `lost` back to `ready`) and the
-//!    latest values, one row per node (of two reports of a node in one batch, the later wins);
-//! 3. `INSERT INTO node_telemetry … SELECT FROM UNNEST` — every report's sample, in arrival order;
-//! 4. `UPDATE gpus … FROM UNNEST … RETURNING` — each GPU's latest values, and the GPUs' ids;
-//! 5. `INSERT INTO gpu_telemetry … SELECT FROM UNNEST` — every GPU sample of every report;
-//! 6. `UPDATE gpu_grants … FROM UNNEST` — each share's latest values.
+//!    grants takes its node's row first (registration, agent events, liveness, the latest-values
+//!    writer below), so no two of them can wait on each other in a cycle; a scheduling cycle locks
+//!    the nodes it changes first, in id order too (`scheduler::record::apply`). A writer that locks
+//!    several nodes in another order (the liveness sweep) may still meet a flush in a deadlock,
+//!    which PostgreSQL breaks by failing one side: a flush that loses is retried ([`ATTEMPTS`]);
+//! 2. one statement (one round trip), its parts CTEs: `UPDATE nodes … FROM UNNEST` — the heartbeat
+//!    (`last_seen_at`, `lost` back to `ready`) and the latest host values, one row per node (of two
+//!    reports of a node in one batch, the later wins; the heartbeat is the node's lease, see
+//!    `fleet::liveness`, so it is written with the report); `INSERT INTO node_telemetry … FROM
+//!    UNNEST` — every report's host sample, in arrival order; and `INSERT INTO gpu_telemetry … FROM
+//!    UNNEST` — every GPU sample of every report, by the GPU's id: ids are looked up once per GPU
+//!    and kept ([`GpuIds`]; a GPU's row is never deleted and its id never changes, the registration
+//!    upserts by node and device index).
 //!
-//! The latest values stay on the `nodes`/`gpus`/`gpu_grants` rows, not in this process: with
-//! several control-plane replicas (each with its own writer, the agents spread among them) the rows
-//! are the one shared truth the scheduler and the API read.
+//! The flushers run on a thread of their own, on a single-threaded runtime: on the API's runtime a
+//! flush waited behind thousands of ready request tasks after each of its round trips.
+//!
+//! **The latest GPU and share values are coalesced.** A flush hands each GPU's and each share's
+//! newest sample to the latest-values writer ([`write_latest`]), which writes them onto the `gpus`
+//! and `gpu_grants` rows at once when it is idle and then at most once per [`LATEST_EVERY`]: a
+//! GPU reported ten times in a second is rewritten once, not ten times (updating the row was 2.5×
+//! the cost of its history insert). What the rows show is at most [`LATEST_EVERY`] (plus a write)
+//! behind the newest committed sample; every sample is in the history at its `204`. Each row
+//! remembers its sample's time (`telemetry_at`, the history row's `at`), and a write never replaces
+//! a newer sample with an older one — two replicas that both hold values of one GPU write them in
+//! either order.
 //!
 //! A database error fails every report of its batch with that error (the handler answers it as it
 //! answers any database error: 503 when the database is unreachable, 500 otherwise); the agents
@@ -40,17 +51,18 @@
 //! theirs ([`ensure_partitions`]) at start-up and whenever its cached coverage runs short.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use airtime_protocol::agent::GpuSample;
 pub use airtime_protocol::agent::TelemetryReport;
-use airtime_protocol::agent::{GpuSample, ShareSample};
 
 /// The most reports one flush writes (at 8 GPUs a report, about 16,000 GPU samples).
 pub const MAX_BATCH_REPORTS: usize = 2048;
@@ -61,6 +73,8 @@ pub const QUEUE_REPORTS: usize = 8 * MAX_BATCH_REPORTS;
 /// How many times a flush is tried when PostgreSQL broke a deadlock by failing it, or when an hour
 /// had no partition yet.
 pub const ATTEMPTS: usize = 3;
+/// The latest-values writer writes at most once per this interval (at once when it was idle).
+pub const LATEST_EVERY: Duration = Duration::from_secs(1);
 /// How far ahead partitions are made, and how little coverage left makes the writer make more.
 const PARTITIONS_AHEAD: Duration = Duration::from_secs(3 * 3600);
 const PARTITIONS_RENEW_BELOW: Duration = Duration::from_secs(3600);
@@ -85,12 +99,112 @@ struct Pending {
 /// One node's report, as a flush writes it.
 pub type NodeReport = (Uuid, TelemetryReport);
 
+/// The ids of the GPUs reported, by node and device index: looked up once per GPU. A registration
+/// upserts GPUs by (node, device index) and nothing deletes a GPU (a tidy test checks it), so an id
+/// once seen stays right; an index never registered is looked up again (and its samples skipped).
+pub type GpuIds = HashMap<(Uuid, u32), Uuid>;
+
+/// A GPU's newest sample, waiting for the latest-values writer.
+#[derive(Debug, Clone)]
+struct LatestGpu {
+    node_id: Uuid,
+    at: DateTime<Utc>,
+    sample: GpuSample,
+}
+
+/// What a workload's processes use of a GPU, newest, waiting for the latest-values writer.
+#[derive(Debug, Clone)]
+struct LatestShare {
+    node_id: Uuid,
+    at: DateTime<Utc>,
+    util: Option<f32>,
+    memory_used_mb: Option<u64>,
+}
+
+/// The newest values of the GPUs (by id) and shares (by GPU and workload) that the rows do not
+/// hold yet.
+#[derive(Debug, Default)]
+pub struct Latest {
+    gpus: HashMap<Uuid, LatestGpu>,
+    shares: HashMap<(Uuid, Uuid), LatestShare>,
+}
+
+/// A flush's GPU and share samples in arrival order, for [`Latest`] once it committed.
+#[derive(Debug, Default)]
+pub struct Samples {
+    gpus: Vec<(Uuid, LatestGpu)>,
+    shares: Vec<((Uuid, Uuid), LatestShare)>,
+}
+
+impl Latest {
+    fn is_empty(&self) -> bool {
+        self.gpus.is_empty() && self.shares.is_empty()
+    }
+
+    /// Takes a flush's samples where they are at least as new as those held (of one GPU's samples
+    /// in one flush, the last).
+    fn take(&mut self, samples: Samples) {
+        for (id, gpu) in samples.gpus {
+            match self.gpus.get_mut(&id) {
+                Some(held) if held.at > gpu.at => {}
+                Some(held) => *held = gpu,
+                None => {
+                    self.gpus.insert(id, gpu);
+                }
+            }
+        }
+        for (key, share) in samples.shares {
+            match self.shares.get_mut(&key) {
+                Some(held) if held.at > share.at => {}
+                Some(held) => *held = share,
+                None => {
+                    self.shares.insert(key, share);
+                }
+            }
+        }
+    }
+
+    /// Takes `other`'s values where they are at least as new as those held.
+    fn merge(&mut self, other: Latest) {
+        for (id, gpu) in other.gpus {
+            match self.gpus.get(&id) {
+                Some(held) if held.at > gpu.at => {}
+                _ => {
+                    self.gpus.insert(id, gpu);
+                }
+            }
+        }
+        for (key, share) in other.shares {
+            match self.shares.get(&key) {
+                Some(held) if held.at > share.at => {}
+                _ => {
+                    self.shares.insert(key, share);
+                }
+            }
+        }
+    }
+}
+
+/// What the flushers and the latest-values writer share.
+#[derive(Default)]
+struct Shared {
+    ids: Mutex<GpuIds>,
+    latest: Mutex<Latest>,
+    /// Told when `latest` got values.
+    dirty: Notify,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The handle handlers write through; cheap to clone.
 #[derive(Clone)]
 pub struct TelemetryWriter {
     queue: mpsc::Sender<Pending>,
     stop: Arc<watch::Sender<bool>>,
-    flushers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// Told when the writer's thread has written everything and ended.
+    ended: Arc<tokio::sync::Mutex<Option<oneshot::Receiver<()>>>>,
 }
 
 /// What the flushers share: the queue (one of them dequeues at a time) and when the partitions made
@@ -102,27 +216,65 @@ struct Intake {
 }
 
 impl TelemetryWriter {
-    /// Makes the partitions for the retained hours and the coming ones, and starts the flushers.
-    /// They have connections of their own (with `db`'s options): under load, hundreds of requests
-    /// wait for a pooled connection (to check their credential), and a flush queued behind them
-    /// would hold every one of its reports that much longer.
+    /// Makes the partitions for the retained hours and the coming ones, and starts the flushers
+    /// and the latest-values writer on a thread of their own, with connections of their own (with
+    /// `db`'s options). Why a thread: under load the API's runtime has thousands of request tasks
+    /// ready to run, and a flush — five round trips to PostgreSQL — waited behind them after each
+    /// one, holding every report of its batch that much longer; on its own single-threaded runtime
+    /// a flusher runs the moment its answer arrives. Why its own connections: hundreds of requests
+    /// wait for a pooled one (to check their credential) under the same load.
     pub async fn start(db: PgPool, retention_hours: u32) -> sqlx::Result<Self> {
-        let db = PgPoolOptions::new()
-            .max_connections(FLUSHERS as u32)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy_with((*db.connect_options()).clone());
+        let options = (*db.connect_options()).clone();
         let retained = Duration::from_secs(u64::from(retention_hours) * 3600);
-        let covered = ensure_partitions(&db, retained, PARTITIONS_AHEAD).await?;
         let (queue, rx) = mpsc::channel(QUEUE_REPORTS);
         let (stop, _) = watch::channel(false);
         let stop = Arc::new(stop);
-        let intake = Arc::new(tokio::sync::Mutex::new(Intake {
-            queue: rx,
-            closing: false,
-            covered_until: Instant::now() + covered,
-        }));
-        let flushers = (0..FLUSHERS).map(|_| tokio::spawn(run(db.clone(), intake.clone(), stop.subscribe()))).collect();
-        Ok(Self { queue, stop, flushers: Arc::new(Mutex::new(flushers)) })
+        let stopping = stop.subscribe();
+        let (started, started_rx) = oneshot::channel::<sqlx::Result<()>>();
+        let (ended, ended_rx) = oneshot::channel::<()>();
+        std::thread::Builder::new().name("telemetry-writer".into()).spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    let _ = started.send(Err(sqlx::Error::Io(err)));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let db = PgPoolOptions::new()
+                    .max_connections(FLUSHERS as u32 + 1)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_lazy_with(options);
+                let covered = match ensure_partitions(&db, retained, PARTITIONS_AHEAD).await {
+                    Ok(covered) => covered,
+                    Err(err) => {
+                        let _ = started.send(Err(err));
+                        return;
+                    }
+                };
+                let _ = started.send(Ok(()));
+                let shared = Arc::new(Shared::default());
+                let intake = Arc::new(tokio::sync::Mutex::new(Intake {
+                    queue: rx,
+                    closing: false,
+                    covered_until: Instant::now() + covered,
+                }));
+                let flushers: Vec<JoinHandle<()>> = (0..FLUSHERS)
+                    .map(|_| tokio::spawn(run(db.clone(), intake.clone(), shared.clone(), stopping.clone())))
+                    .collect();
+                let (flushed, flushed_rx) = watch::channel(false);
+                let latest_writer = tokio::spawn(run_latest(db.clone(), shared, flushed_rx));
+                for flusher in flushers {
+                    let _ = flusher.await;
+                }
+                flushed.send_replace(true);
+                let _ = latest_writer.await;
+                db.close().await;
+            });
+            let _ = ended.send(());
+        })?;
+        started_rx.await.unwrap_or_else(|_| Err(sqlx::Error::PoolClosed))?;
+        Ok(Self { queue, stop, ended: Arc::new(tokio::sync::Mutex::new(Some(ended_rx))) })
     }
 
     /// Writes `report` in the next flush and answers once it committed: `true` when written, `false`
@@ -133,13 +285,12 @@ impl TelemetryWriter {
         outcome.await.unwrap_or(Err(WriteError::Stopped))
     }
 
-    /// Takes no more reports, writes those queued and waits for the flushers to end. Called once the
-    /// HTTP server has answered its last request.
+    /// Takes no more reports, writes those queued, then the latest values they left, and waits for
+    /// the writer's thread to end. Called once the HTTP server has answered its last request.
     pub async fn close(&self) {
         self.stop.send_replace(true);
-        let flushers = std::mem::take(&mut *self.flushers.lock().unwrap_or_else(PoisonError::into_inner));
-        for flusher in flushers {
-            let _ = flusher.await;
+        if let Some(ended) = self.ended.lock().await.take() {
+            let _ = ended.await;
         }
     }
 }
@@ -147,9 +298,15 @@ impl TelemetryWriter {
 /// A flusher. [`FLUSHERS`] of them pipeline the flushes: one dequeues a batch and locks its nodes
 /// while holding the intake, then lets the next dequeue while it writes and commits. Dequeuing and
 /// locking in turn keeps arrival order: a node's later report can only be locked after its earlier
-/// one's flush holds the node, so it commits after it (the latest values win across flushes too),
-/// and no two flushes wait on each other in a cycle (each holds all its nodes before the next locks).
-async fn run(db: PgPool, intake: Arc<tokio::sync::Mutex<Intake>>, mut stop: watch::Receiver<bool>) {
+/// one's flush holds the node, so it commits after it (and its transaction, so its samples' `at`,
+/// starts later: the newer sample wins on the rows), and no two flushes wait on each other in a
+/// cycle (each holds all its nodes before the next locks).
+async fn run(
+    db: PgPool,
+    intake: Arc<tokio::sync::Mutex<Intake>>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH_REPORTS);
     let mut reports: Vec<NodeReport> = Vec::with_capacity(MAX_BATCH_REPORTS);
     let mut waiters = Vec::with_capacity(MAX_BATCH_REPORTS);
@@ -181,11 +338,17 @@ async fn run(db: PgPool, intake: Arc<tokio::sync::Mutex<Intake>>, mut stop: watc
             waiters.push((node_id, done));
         }
         let started = Instant::now();
-        let outcome = write_in_turn(&db, &reports, Some(held)).await;
-        match &outcome {
-            Ok(_) => tracing::debug!(reports = reports.len(), elapsed = ?started.elapsed(), "telemetry flushed"),
-            Err(err) => tracing::error!(error = %err, reports = reports.len(), "writing telemetry failed"),
-        }
+        let outcome = write_in_turn(&db, &reports, Some(held), &shared.ids).await;
+        let (outcome, samples) = match outcome {
+            Ok((known, samples)) => {
+                tracing::debug!(reports = reports.len(), elapsed = ?started.elapsed(), "telemetry flushed");
+                (Ok(known), samples)
+            }
+            Err(err) => {
+                tracing::error!(error = %err, reports = reports.len(), "writing telemetry failed");
+                (Err(err), Samples::default())
+            }
+        };
         reports.clear();
         for (node_id, done) in waiters.drain(..) {
             let answer = match &outcome {
@@ -194,6 +357,44 @@ async fn run(db: PgPool, intake: Arc<tokio::sync::Mutex<Intake>>, mut stop: watc
             };
             // A handler that gave up (its request timed out) no longer waits: nothing to tell.
             let _ = done.send(answer);
+        }
+        // The reports are answered; their newest values go to the latest-values writer.
+        if !samples.gpus.is_empty() || !samples.shares.is_empty() {
+            locked(&shared.latest).take(samples);
+            shared.dirty.notify_one();
+        }
+    }
+}
+
+/// The latest-values writer: writes what the flushes left in `shared.latest` onto the rows, at
+/// once when it was idle, then at most once per [`LATEST_EVERY`]; once `flushed` is told, writes
+/// what is left and ends. A write that fails (the database away, a deadlock PostgreSQL broke) puts
+/// its values back under any newer ones and is tried again after the interval.
+async fn run_latest(db: PgPool, shared: Arc<Shared>, mut flushed: watch::Receiver<bool>) {
+    loop {
+        let last = tokio::select! {
+            biased;
+            _ = flushed.wait_for(|done| *done) => true,
+            () = shared.dirty.notified() => false,
+        };
+        let taken = std::mem::take(&mut *locked(&shared.latest));
+        if !taken.is_empty()
+            && let Err(err) = write_latest(&db, &taken).await
+        {
+            tracing::warn!(error = %err, gpus = taken.gpus.len(), "writing the latest GPU values failed; trying again");
+            let mut held = locked(&shared.latest);
+            let newer = std::mem::take(&mut *held);
+            *held = taken;
+            held.merge(newer);
+            drop(held);
+            shared.dirty.notify_one();
+        }
+        if last {
+            return;
+        }
+        tokio::select! {
+            _ = flushed.wait_for(|done| *done) => {}
+            () = tokio::time::sleep(LATEST_EVERY) => {}
         }
     }
 }
@@ -227,20 +428,32 @@ pub async fn drop_old_partitions(db: &PgPool, retention: Duration) -> sqlx::Resu
     Ok(dropped)
 }
 
-/// Writes a batch of reports in one transaction (what one flush does), and returns the nodes that
+/// Writes a batch of reports as the writer does, its flush and then its latest values (what one
+/// flush and the latest-values writer do when nothing else is waiting), and returns the nodes that
 /// exist: their reports were written, the others' were not. A flush PostgreSQL failed to break a
 /// deadlock, or one that met an hour without its partition (made now), is tried again.
 pub async fn write_batch(db: &PgPool, batch: &[NodeReport]) -> Result<HashSet<Uuid>, WriteError> {
-    write_in_turn(db, batch, None::<()>).await
+    let ids = Mutex::default();
+    let (known, samples) = write_in_turn(db, batch, None::<()>, &ids).await?;
+    let mut latest = Latest::default();
+    latest.take(samples);
+    write_latest(db, &latest).await.map_err(|err| WriteError::Database(Arc::new(err)))?;
+    Ok(known)
 }
 
-/// [`write_batch`], dropping `turn` (the intake a flusher holds) once the batch's nodes are locked,
-/// or when the first attempt fails.
-async fn write_in_turn<T>(db: &PgPool, batch: &[NodeReport], mut turn: Option<T>) -> Result<HashSet<Uuid>, WriteError> {
+/// A flush with retries, dropping `turn` (the intake a flusher holds) once the batch's nodes are
+/// locked, or when the first attempt fails. Returns the nodes that exist and the batch's newest
+/// GPU and share values.
+async fn write_in_turn<T>(
+    db: &PgPool,
+    batch: &[NodeReport],
+    mut turn: Option<T>,
+    ids: &Mutex<GpuIds>,
+) -> Result<(HashSet<Uuid>, Samples), WriteError> {
     let mut attempt = 1;
     loop {
-        let err = match write(db, batch, &mut turn).await {
-            Ok(known) => return Ok(known),
+        let err = match write(db, batch, &mut turn, ids).await {
+            Ok(written) => return Ok(written),
             Err(err) => err,
         };
         let code = err.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
@@ -262,169 +475,211 @@ async fn write_in_turn<T>(db: &PgPool, batch: &[NodeReport], mut turn: Option<T>
     }
 }
 
-/// One flush: one transaction, six statements whatever the batch holds.
-async fn write<T>(db: &PgPool, batch: &[NodeReport], turn: &mut Option<T>) -> sqlx::Result<HashSet<Uuid>> {
+/// One flush: one transaction of two statements whatever the batch holds (a third the first time a
+/// GPU is reported, to learn its id): four round trips with `BEGIN` and `COMMIT`.
+async fn write<T>(
+    db: &PgPool,
+    batch: &[NodeReport],
+    turn: &mut Option<T>,
+    ids: &Mutex<GpuIds>,
+) -> sqlx::Result<(HashSet<Uuid>, Samples)> {
     // The latest report of each node (a later report of a node replaces an earlier one).
     let mut latest: HashMap<Uuid, &TelemetryReport> = HashMap::with_capacity(batch.len());
     for (node_id, report) in batch {
         latest.insert(*node_id, report);
     }
-    let mut ids: Vec<Uuid> = latest.keys().copied().collect();
-    ids.sort_unstable();
+    let mut node_ids: Vec<Uuid> = latest.keys().copied().collect();
+    node_ids.sort_unstable();
 
     let mut tx = db.begin().await?;
-    // 1. The lock order: node rows by id.
-    let known: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?;
+    // 1. The lock order: node rows by id. `now()` is the time of every sample this flush writes.
+    let locked_rows: Vec<(Uuid, DateTime<Utc>)> =
+        sqlx::query_as("SELECT id, now() FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+            .bind(&node_ids)
+            .fetch_all(&mut *tx)
+            .await?;
     // The next flush may take its batch and lock its nodes now.
     drop(turn.take());
-    if known.is_empty() {
+    let Some(&(_, at)) = locked_rows.first() else {
         tx.rollback().await?;
-        return Ok(HashSet::new());
-    }
+        return Ok((HashSet::new(), Samples::default()));
+    };
+    let known: Vec<Uuid> = locked_rows.into_iter().map(|(id, _)| id).collect();
     let known_set: HashSet<Uuid> = known.iter().copied().collect();
 
-    // 2. The heartbeat and the latest host values.
+    // The heartbeat and the latest host values, one row per node.
     let rows: Vec<(Uuid, &TelemetryReport)> =
         known.iter().filter_map(|id| latest.get(id).map(|report| (*id, *report))).collect();
     let node: Vec<Uuid> = rows.iter().map(|(id, _)| *id).collect();
     let cpu: Vec<f32> = rows.iter().map(|(_, r)| r.cpu_util).collect();
     let mem: Vec<i64> = rows.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
-    sqlx::query(
-        "UPDATE nodes n SET last_seen_at = now(), cpu_util = s.cpu, memory_used_mb = s.mem, \
-             state = CASE WHEN n.state = 'lost' THEN 'ready' ELSE n.state END \
-         FROM UNNEST($1::uuid[], $2::real[], $3::bigint[]) AS s(id, cpu, mem) \
-         WHERE n.id = s.id",
-    )
-    .bind(&node)
-    .bind(&cpu)
-    .bind(&mem)
-    .execute(&mut *tx)
-    .await?;
-
-    // 3. Every report's host sample, in arrival order (equal `at`, ascending ids).
+    // Every report's host sample, in arrival order (equal `at`, ascending ids).
     let written: Vec<(Uuid, &TelemetryReport)> =
         batch.iter().filter(|(node_id, _)| known_set.contains(node_id)).map(|(n, r)| (*n, r)).collect();
     let h_node: Vec<Uuid> = written.iter().map(|(node_id, _)| *node_id).collect();
     let h_cpu: Vec<f32> = written.iter().map(|(_, r)| r.cpu_util).collect();
     let h_mem: Vec<i64> = written.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
+
+    // The ids of GPUs this process has not seen yet (once per GPU).
+    let unseen: Vec<(Uuid, i32)> = {
+        let ids = locked(ids);
+        let mut unseen: HashSet<(Uuid, u32)> = HashSet::new();
+        for (node_id, report) in &written {
+            for index in report.gpus.iter().map(|g| g.index).chain(report.shares.iter().map(|s| s.gpu_index)) {
+                if !ids.contains_key(&(*node_id, index)) {
+                    unseen.insert((*node_id, index));
+                }
+            }
+        }
+        unseen.into_iter().map(|(node, index)| (node, index as i32)).collect()
+    };
+    if !unseen.is_empty() {
+        let (nodes, indexes): (Vec<Uuid>, Vec<i32>) = unseen.into_iter().unzip();
+        let found: Vec<(Uuid, Uuid, i32)> = sqlx::query_as(
+            "SELECT g.id, g.node_id, g.device_index FROM gpus g \
+             JOIN UNNEST($1::uuid[], $2::int[]) AS k(node_id, idx) ON g.node_id = k.node_id AND g.device_index = k.idx",
+        )
+        .bind(&nodes)
+        .bind(&indexes)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut ids = locked(ids);
+        for (id, node_id, index) in found {
+            ids.insert((node_id, index as u32), id);
+        }
+    }
+
+    // Every GPU sample of every report (of a GPU the node registered), in arrival order; and the
+    // newest of each GPU and share, for the latest-values writer. One INSERT of arrays rather than
+    // COPY: sqlx ends a COPY with a separate 5-byte write, which Nagle's algorithm holds back until
+    // the server acknowledges the data (PostgreSQL delays its ACK): measured, flushes waited on
+    // `ClientRead` inside their COPY for tens of milliseconds.
+    let samples: usize = written.iter().map(|(_, r)| r.gpus.len()).sum();
+    let mut h_gpu: Vec<Uuid> = Vec::with_capacity(samples);
+    let mut h_util: Vec<Option<f32>> = Vec::with_capacity(samples);
+    let mut h_mem_gpu: Vec<Option<i64>> = Vec::with_capacity(samples);
+    let mut h_temp: Vec<Option<f32>> = Vec::with_capacity(samples);
+    let mut h_power: Vec<Option<f32>> = Vec::with_capacity(samples);
+    let mut h_ecc: Vec<Option<i64>> = Vec::with_capacity(samples);
+    let mut newest = Samples { gpus: Vec::with_capacity(samples), shares: Vec::new() };
+    {
+        let ids = locked(ids);
+        for (node_id, report) in &written {
+            for g in &report.gpus {
+                let Some(&id) = ids.get(&(*node_id, g.index)) else { continue };
+                h_gpu.push(id);
+                h_util.push(g.util);
+                h_mem_gpu.push(g.memory_used_mb.map(|m| m as i64));
+                h_temp.push(g.temperature_c);
+                h_power.push(g.power_w);
+                h_ecc.push(g.ecc_errors.map(|e| e as i64));
+                newest.gpus.push((id, LatestGpu { node_id: *node_id, at, sample: g.clone() }));
+            }
+            for s in &report.shares {
+                let Some(&gpu) = ids.get(&(*node_id, s.gpu_index)) else { continue };
+                newest.shares.push((
+                    (gpu, s.workload_id),
+                    LatestShare { node_id: *node_id, at, util: s.util, memory_used_mb: s.memory_used_mb },
+                ));
+            }
+        }
+    }
+    // 2–4. One statement, one round trip: the heartbeat (`last_seen_at`, `lost` back to `ready`)
+    // and latest host values on the nodes, the host samples, the GPU samples.
     sqlx::query(
-        "INSERT INTO node_telemetry (node_id, cpu_util, memory_used_mb) \
-         SELECT * FROM UNNEST($1::uuid[], $2::real[], $3::bigint[])",
+        "WITH beat AS (UPDATE nodes n SET last_seen_at = now(), cpu_util = s.cpu, memory_used_mb = s.mem, \
+                           state = CASE WHEN n.state = 'lost' THEN 'ready' ELSE n.state END \
+                       FROM UNNEST($1::uuid[], $2::real[], $3::bigint[]) AS s(id, cpu, mem) \
+                       WHERE n.id = s.id), \
+              host AS (INSERT INTO node_telemetry (node_id, cpu_util, memory_used_mb) \
+                       SELECT * FROM UNNEST($4::uuid[], $5::real[], $6::bigint[])) \
+         INSERT INTO gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) \
+         SELECT * FROM UNNEST($7::uuid[], $8::real[], $9::bigint[], $10::real[], $11::real[], $12::bigint[])",
     )
+    .bind(&node)
+    .bind(&cpu)
+    .bind(&mem)
     .bind(&h_node)
     .bind(&h_cpu)
     .bind(&h_mem)
+    .bind(&h_gpu)
+    .bind(&h_util)
+    .bind(&h_mem_gpu)
+    .bind(&h_temp)
+    .bind(&h_power)
+    .bind(&h_ecc)
     .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
+    Ok((known_set, newest))
+}
 
-    // 4. Each GPU's latest values (the last sample of it in the batch), and the GPUs' ids.
-    let mut gpu_latest: HashMap<(Uuid, u32), &GpuSample> = HashMap::new();
-    for (node_id, report) in &written {
-        for g in &report.gpus {
-            gpu_latest.insert((*node_id, g.index), g);
-        }
+/// Writes the newest GPU and share values onto the `gpus` and `gpu_grants` rows in one
+/// transaction: their nodes locked first in id order (the lock order every writer of a node's GPUs
+/// keeps), then one `UPDATE … FROM UNNEST` each. A row that holds a newer sample (another replica
+/// wrote it) keeps it; a share whose grant ended meanwhile is skipped.
+pub async fn write_latest(db: &PgPool, latest: &Latest) -> sqlx::Result<()> {
+    if latest.is_empty() {
+        return Ok(());
     }
-    let mut gpu_ids: HashMap<(Uuid, u32), Uuid> = HashMap::with_capacity(gpu_latest.len());
-    if !gpu_latest.is_empty() {
-        let mut rows: Vec<((Uuid, u32), &GpuSample)> = gpu_latest.into_iter().collect();
-        rows.sort_unstable_by_key(|(key, _)| *key);
-        let node: Vec<Uuid> = rows.iter().map(|((node, _), _)| *node).collect();
-        let index: Vec<i32> = rows.iter().map(|((_, index), _)| *index as i32).collect();
-        let util: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.util).collect();
-        let mem: Vec<Option<i64>> = rows.iter().map(|(_, g)| g.memory_used_mb.map(|m| m as i64)).collect();
-        let temp: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.temperature_c).collect();
-        let power: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.power_w).collect();
-        let ecc: Vec<Option<i64>> = rows.iter().map(|(_, g)| g.ecc_errors.map(|e| e as i64)).collect();
-        let rows: Vec<(Uuid, Uuid, i32)> = sqlx::query_as(
+    let mut nodes: Vec<Uuid> =
+        latest.gpus.values().map(|g| g.node_id).chain(latest.shares.values().map(|s| s.node_id)).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+        .bind(&nodes)
+        .execute(&mut *tx)
+        .await?;
+    if !latest.gpus.is_empty() {
+        let mut rows: Vec<(&Uuid, &LatestGpu)> = latest.gpus.iter().collect();
+        rows.sort_unstable_by_key(|(id, _)| **id);
+        let id: Vec<Uuid> = rows.iter().map(|(id, _)| **id).collect();
+        let at: Vec<DateTime<Utc>> = rows.iter().map(|(_, g)| g.at).collect();
+        let util: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.sample.util).collect();
+        let mem: Vec<Option<i64>> = rows.iter().map(|(_, g)| g.sample.memory_used_mb.map(|m| m as i64)).collect();
+        let temp: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.sample.temperature_c).collect();
+        let power: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.sample.power_w).collect();
+        let ecc: Vec<Option<i64>> = rows.iter().map(|(_, g)| g.sample.ecc_errors.map(|e| e as i64)).collect();
+        sqlx::query(
             "UPDATE gpus g SET util = s.util, memory_used_mb = s.mem, temperature_c = s.temp, power_w = s.power, \
-                 ecc_errors = s.ecc \
-             FROM UNNEST($1::uuid[], $2::int[], $3::real[], $4::bigint[], $5::real[], $6::real[], $7::bigint[]) \
-                  AS s(node_id, idx, util, mem, temp, power, ecc) \
-             WHERE g.node_id = s.node_id AND g.device_index = s.idx \
-             RETURNING g.id, g.node_id, g.device_index",
+                 ecc_errors = s.ecc, telemetry_at = s.at \
+             FROM UNNEST($1::uuid[], $2::timestamptz[], $3::real[], $4::bigint[], $5::real[], $6::real[], $7::bigint[]) \
+                  AS s(id, at, util, mem, temp, power, ecc) \
+             WHERE g.id = s.id AND (g.telemetry_at IS NULL OR g.telemetry_at <= s.at)",
         )
-        .bind(&node)
-        .bind(&index)
+        .bind(&id)
+        .bind(&at)
         .bind(&util)
         .bind(&mem)
         .bind(&temp)
         .bind(&power)
         .bind(&ecc)
-        .fetch_all(&mut *tx)
-        .await?;
-        for (id, node_id, index) in rows {
-            gpu_ids.insert((node_id, index as u32), id);
-        }
-    }
-
-    // 5. Every GPU sample of every report (of a GPU the node registered), in arrival order. One
-    // INSERT of arrays rather than COPY: sqlx ends a COPY with a separate 5-byte write, which
-    // Nagle's algorithm holds back until the server acknowledges the data (PostgreSQL delays its
-    // ACK): measured, flushes waited on `ClientRead` inside their COPY for tens of milliseconds.
-    let mut h_gpu: Vec<Uuid> = Vec::new();
-    let mut h_util: Vec<Option<f32>> = Vec::new();
-    let mut h_mem: Vec<Option<i64>> = Vec::new();
-    let mut h_temp: Vec<Option<f32>> = Vec::new();
-    let mut h_power: Vec<Option<f32>> = Vec::new();
-    let mut h_ecc: Vec<Option<i64>> = Vec::new();
-    for (node_id, report) in &written {
-        for g in &report.gpus {
-            if let Some(id) = gpu_ids.get(&(*node_id, g.index)) {
-                h_gpu.push(*id);
-                h_util.push(g.util);
-                h_mem.push(g.memory_used_mb.map(|m| m as i64));
-                h_temp.push(g.temperature_c);
-                h_power.push(g.power_w);
-                h_ecc.push(g.ecc_errors.map(|e| e as i64));
-            }
-        }
-    }
-    if !h_gpu.is_empty() {
-        sqlx::query(
-            "INSERT INTO gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) \
-             SELECT * FROM UNNEST($1::uuid[], $2::real[], $3::bigint[], $4::real[], $5::real[], $6::bigint[])",
-        )
-        .bind(&h_gpu)
-        .bind(&h_util)
-        .bind(&h_mem)
-        .bind(&h_temp)
-        .bind(&h_power)
-        .bind(&h_ecc)
         .execute(&mut *tx)
         .await?;
     }
-
-    // 6. What each workload's processes use of each GPU, on its grant (latest values).
-    let mut shares: HashMap<(Uuid, Uuid), &ShareSample> = HashMap::new();
-    for (node_id, report) in &written {
-        for s in &report.shares {
-            if let Some(gpu) = gpu_ids.get(&(*node_id, s.gpu_index)) {
-                shares.insert((*gpu, s.workload_id), s);
-            }
-        }
-    }
-    if !shares.is_empty() {
-        let mut rows: Vec<((Uuid, Uuid), &ShareSample)> = shares.into_iter().collect();
-        rows.sort_unstable_by_key(|(key, _)| *key);
+    if !latest.shares.is_empty() {
+        let mut rows: Vec<(&(Uuid, Uuid), &LatestShare)> = latest.shares.iter().collect();
+        rows.sort_unstable_by_key(|(key, _)| **key);
         let gpu: Vec<Uuid> = rows.iter().map(|((gpu, _), _)| *gpu).collect();
         let workload: Vec<Uuid> = rows.iter().map(|((_, workload), _)| *workload).collect();
+        let at: Vec<DateTime<Utc>> = rows.iter().map(|(_, s)| s.at).collect();
         let util: Vec<Option<f32>> = rows.iter().map(|(_, s)| s.util).collect();
         let mem: Vec<Option<i64>> = rows.iter().map(|(_, s)| s.memory_used_mb.map(|m| m as i64)).collect();
         sqlx::query(
-            "UPDATE gpu_grants gr SET util = s.util, memory_used_mb = s.mem \
-             FROM UNNEST($1::uuid[], $2::uuid[], $3::real[], $4::bigint[]) AS s(gpu_id, workload_id, util, mem) \
-             WHERE gr.gpu_id = s.gpu_id AND gr.workload_id = s.workload_id",
+            "UPDATE gpu_grants gr SET util = s.util, memory_used_mb = s.mem, telemetry_at = s.at \
+             FROM UNNEST($1::uuid[], $2::uuid[], $3::timestamptz[], $4::real[], $5::bigint[]) \
+                  AS s(gpu_id, workload_id, at, util, mem) \
+             WHERE gr.gpu_id = s.gpu_id AND gr.workload_id = s.workload_id \
+               AND (gr.telemetry_at IS NULL OR gr.telemetry_at <= s.at)",
         )
         .bind(&gpu)
         .bind(&workload)
+        .bind(&at)
         .bind(&util)
         .bind(&mem)
         .execute(&mut *tx)
         .await?;
     }
-    tx.commit().await?;
-    Ok(known_set)
+    tx.commit().await
 }
