@@ -208,6 +208,27 @@ impl FleetView {
     pub fn held_milli(&self) -> Vec<u32> {
         self.tenants.iter().map(|t| t.running_gpu_milli).collect()
     }
+
+    /// The room the fleet has once `placed` — (workload, node, GPUs) by index — hold what they were
+    /// given: their nodes' CPU and memory taken, their GPUs (or shares) granted. Only `nodes` and
+    /// `gpus` are filled (the rest is empty): what [`crate::shortfall`] judges room by, so that what a
+    /// waiting workload is told it lacks is true of the fleet the cycle leaves, not the one it read.
+    pub fn room_after(&self, placed: &[(usize, usize, &[usize])]) -> FleetView {
+        let mut nodes = self.nodes.clone();
+        let mut gpus = self.gpus.clone();
+        for &(workload, node, on) in placed {
+            let (Some(w), Some(n)) = (self.workloads.get(workload), nodes.get_mut(node)) else { continue };
+            n.cpu_millis_free = n.cpu_millis_free.saturating_sub(w.cpu_millis);
+            n.memory_mb_free = n.memory_mb_free.saturating_sub(w.memory_mb);
+            for &g in on {
+                if let Some(gpu) = gpus.get_mut(g) {
+                    let (milli, memory_mb) = gpu.grant_for(w);
+                    gpu.holders.push(Holder { workload, milli, memory_mb });
+                }
+            }
+        }
+        FleetView { now: self.now, settings: self.settings.clone(), nodes, gpus, ..FleetView::default() }
+    }
 }
 
 /// A tenant's part of the fleet: what its own policy may see and use this cycle.

@@ -214,4 +214,23 @@ mod tests {
         let boxed = WorkloadEntry { container: true, ..pending(0, 100) };
         assert_eq!(shortfall(&fleet, &boxed).as_deref(), Some("no ready node runs containers"));
     }
+
+    #[test]
+    fn waiting_work_is_judged_on_the_room_the_cycle_leaves() {
+        // n2 has two free GPUs; this cycle places a 2-GPU workload there.
+        let fleet = FleetView {
+            nodes: vec![node("n1", 64_000), node("n2", 64_000)],
+            gpus: vec![gpu(0, true), gpu(1, false), gpu(1, false)],
+            workloads: vec![pending(2, 1000), pending(1, 1000)],
+            ..FleetView::default()
+        };
+        assert_eq!(shortfall(&fleet, &fleet.workloads[1]), None, "before the placement, n2 fits it");
+        let room = fleet.room_after(&[(0, 1, &[1, 2])]);
+        assert_eq!(
+            shortfall(&room, &fleet.workloads[1]).as_deref(),
+            Some("needs 1 free GPU of H100 on one node; the best ready node (n1) has 0")
+        );
+        assert_eq!(room.nodes[1].cpu_millis_free, 63_000, "the placement's CPU is taken");
+        assert_eq!(fleet.gpus[1].holders.len(), 0, "the fleet read is left as it was");
+    }
 }

@@ -207,7 +207,17 @@ pub async fn apply(
     let placed = apply_placements(&mut tx, cycle_id, fleet, &placements, &mut late_refusals).await?;
     outcome.placed = placed;
     outcome.nodes_changed |= placed > 0;
-    record_waiting(&mut tx, cycle_id, &pending_changes, &changed_shortfalls(fleet)).await?;
+    // What the waiting work lacks, judged on the room this cycle leaves (its placements hold
+    // theirs), not the room it read: the next cycle then finds the same and rewrites nothing.
+    let lost: std::collections::HashSet<usize> = late_refusals.iter().filter_map(|(r, _)| r.workload).collect();
+    let held: Vec<(usize, usize, &[usize])> =
+        placements.iter().filter(|p| !lost.contains(&p.workload)).map(|p| (p.workload, p.node, p.gpus)).collect();
+    let shortfalls = if held.is_empty() {
+        changed_shortfalls(fleet, fleet, &[])
+    } else {
+        changed_shortfalls(fleet, &fleet.room_after(&held), &held)
+    };
+    record_waiting(&mut tx, cycle_id, &pending_changes, &shortfalls).await?;
 
     let refusals: Vec<(Uuid, Uuid, String, &Decider)> = refused
         .iter()
@@ -506,14 +516,23 @@ fn decision_columns<'a>(rows: &'a [(Uuid, Uuid, String, &'a Decider)]) -> Decisi
     )
 }
 
-/// What each workload still pending is short of (`airtime_scheduler::shortfall`), where it changed
-/// since the fleet was read (a steady queue of 10,000 rewrites nothing); workloads of one shape (the
-/// same needs) are judged once.
-fn changed_shortfalls(fleet: &FleetView) -> Vec<(Uuid, Option<String>)> {
+/// What each workload still pending is short of (`airtime_scheduler::shortfall`) in `room` (the
+/// fleet as the cycle leaves it: [`FleetView::room_after`]), where it changed since the fleet was
+/// read (a steady queue of 10,000 rewrites nothing); workloads of one shape (the same needs) are
+/// judged once, and those `placed` this cycle not at all.
+fn changed_shortfalls(
+    fleet: &FleetView,
+    room: &FleetView,
+    placed: &[(usize, usize, &[usize])],
+) -> Vec<(Uuid, Option<String>)> {
     type Shape = (u32, u64, String, u32, u64, bool, u32, String, bool);
+    let placed: std::collections::HashSet<usize> = placed.iter().map(|(w, _, _)| *w).collect();
     let mut judged: std::collections::HashMap<Shape, Option<String>> = std::collections::HashMap::new();
     let mut changed = Vec::new();
-    for w in fleet.workloads.iter().filter(|w| w.state == WorkloadState::Pending) {
+    for (i, w) in fleet.workloads.iter().enumerate() {
+        if w.state != WorkloadState::Pending || placed.contains(&i) {
+            continue;
+        }
         let shape: Shape = (
             w.gpu_count,
             w.gpu_memory_mb,
@@ -525,7 +544,7 @@ fn changed_shortfalls(fleet: &FleetView) -> Vec<(Uuid, Option<String>)> {
             w.mig_profile.clone(),
             w.container,
         );
-        let shortfall = judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(fleet, w));
+        let shortfall = judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(room, w));
         if w.shortfall != *shortfall {
             changed.push((w.id, shortfall.clone()));
         }
