@@ -144,42 +144,32 @@ impl Latest {
     /// Takes a flush's samples where they are at least as new as those held (of one GPU's samples
     /// in one flush, the last).
     fn take(&mut self, samples: Samples) {
-        for (id, gpu) in samples.gpus {
-            match self.gpus.get_mut(&id) {
-                Some(held) if held.at > gpu.at => {}
-                Some(held) => *held = gpu,
-                None => {
-                    self.gpus.insert(id, gpu);
-                }
-            }
-        }
-        for (key, share) in samples.shares {
-            match self.shares.get_mut(&key) {
-                Some(held) if held.at > share.at => {}
-                Some(held) => *held = share,
-                None => {
-                    self.shares.insert(key, share);
-                }
-            }
-        }
+        keep_newer(&mut self.gpus, samples.gpus, |g| g.at);
+        keep_newer(&mut self.shares, samples.shares, |s| s.at);
     }
 
     /// Takes `other`'s values where they are at least as new as those held.
     fn merge(&mut self, other: Latest) {
-        for (id, gpu) in other.gpus {
-            match self.gpus.get(&id) {
-                Some(held) if held.at > gpu.at => {}
-                _ => {
-                    self.gpus.insert(id, gpu);
+        keep_newer(&mut self.gpus, other.gpus, |g| g.at);
+        keep_newer(&mut self.shares, other.shares, |s| s.at);
+    }
+}
+
+/// Puts each of `values` into `held` unless `held` has a newer value for its key.
+fn keep_newer<K: Eq + std::hash::Hash, V>(
+    held: &mut HashMap<K, V>,
+    values: impl IntoIterator<Item = (K, V)>,
+    at: impl Fn(&V) -> DateTime<Utc>,
+) {
+    for (key, value) in values {
+        match held.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut kept) => {
+                if at(kept.get()) <= at(&value) {
+                    kept.insert(value);
                 }
             }
-        }
-        for (key, share) in other.shares {
-            match self.shares.get(&key) {
-                Some(held) if held.at > share.at => {}
-                _ => {
-                    self.shares.insert(key, share);
-                }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(value);
             }
         }
     }
