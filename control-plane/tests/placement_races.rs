@@ -122,6 +122,7 @@ async fn placements_that_lost_a_race_are_undone_alone_and_the_rest_commit() {
             trigger: "test",
             decider: &decider,
             error: None,
+            seen: None,
         },
         Mode::Commit,
     )
@@ -210,6 +211,7 @@ async fn a_gpus_grants_never_add_up_to_more_than_the_gpu_however_transactions_in
         trigger: "test",
         decider: &decider,
         error: None,
+        seen: None,
     };
     let outcome = record::apply(&db, &fleet, &accepted, &[], record, Mode::Commit).await.unwrap();
     assert_eq!((outcome.placed, outcome.refused), (0, 1), "500 more would make 1100/1000: {outcome:?}");
@@ -479,5 +481,72 @@ async fn the_loops_cached_read_of_the_queue_sees_what_a_full_read_sees() {
     assert!(cached.contains("priority: 90") && cached.contains("preemptions_last_hour: 1"), "{cached}");
     assert!(!cached.contains(&c.to_string()) && cached.contains(&d.to_string()), "{cached}");
     assert_eq!(kept.len(), 3, "a, b and d are active");
+    drop_database(db, &admin, &name).await;
+}
+
+/// A cycle rewrites the reasons of the work it keeps waiting (after a mass placement, most of the
+/// queue). It rewrites a row only in the version it decided on — one changed meanwhile waits for
+/// the next cycle — and the rows it did rewrite go into the loop's cache, so the next read fetches
+/// only what others changed and still sees exactly what a full read sees.
+#[tokio::test]
+async fn a_cycles_own_rewrites_are_not_read_again_and_never_overwrite_a_newer_row() {
+    let (db, admin, name) = database().await;
+    let (_node, gpus) = node_with_gpus(&db, 1, "none").await;
+    let placed = workload(&db, "placed", "pending", None).await;
+    let waits = workload(&db, "waits", "pending", None).await;
+    let changed = workload(&db, "changed", "pending", None).await;
+
+    // The cycle reads through the loop's cache…
+    let mut cache = fleet_view::WorkloadCache::default();
+    let fleet = fleet_view::load_with(&mut db.acquire().await.unwrap(), Some(&mut cache)).await.unwrap();
+    assert_eq!(cache.fetched(), 3);
+    let index = |id: Uuid| fleet.workloads.iter().position(|w| w.id == id).unwrap();
+    // …and meanwhile someone raises the priority of `changed`.
+    sqlx::query("UPDATE workloads SET priority = 90 WHERE id = $1").bind(changed).execute(&db).await.unwrap();
+
+    let leadership = Leadership::new(Duration::from_secs(10));
+    assert!(leadership.try_acquire(&db).await.unwrap());
+    let decider = Decider { policy_version_id: None, policy_name: "test".into() };
+    let keep = |w: Uuid| Proposal::KeepPending { workload: index(w), reason: "the only GPU is taken".into() };
+    let accepted = [
+        (Proposal::Place { workload: index(placed), node: 0, gpus: vec![0], reason: "test".into() }, &decider),
+        (keep(waits), &decider),
+        (keep(changed), &decider),
+    ];
+    assert_eq!(fleet.gpus[0].id, gpus[0]);
+    let record = CycleRecord {
+        leadership: &leadership,
+        started_at: chrono::Utc::now(),
+        trigger: "test",
+        decider: &decider,
+        error: None,
+        seen: Some(&cache),
+    };
+    let outcome = record::apply(&db, &fleet, &accepted, &[], record, Mode::Commit).await.unwrap();
+    assert_eq!(outcome.placed, 1);
+    let rewritten: Vec<Uuid> = outcome.rewritten.iter().map(|r| r.id).collect();
+    assert_eq!(rewritten, vec![waits], "only the row still in the version the cycle read");
+    let reason = |id: Uuid| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<String>>("SELECT pending_reason FROM workloads WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(reason(waits).await.as_deref(), Some("the only GPU is taken"));
+    assert_ne!(reason(changed).await.as_deref(), Some("the only GPU is taken"), "decided on an older row");
+
+    // The next read fetches the placed row and the one changed by another, not the rewritten one.
+    cache.rewritten(outcome.rewritten);
+    let mut conn = db.acquire().await.unwrap();
+    let cached = fleet_view::load_with(&mut conn, Some(&mut cache)).await.unwrap();
+    assert_eq!(cache.fetched(), 2);
+    let full = fleet_view::load(&mut conn).await.unwrap();
+    assert_eq!(format!("{:?}", cached.workloads), format!("{:?}", full.workloads));
+    assert!(format!("{:?}", cached.workloads).contains("the only GPU is taken"));
+    drop(conn);
     drop_database(db, &admin, &name).await;
 }

@@ -38,6 +38,7 @@ pub async fn load_with(conn: &mut PgConnection, cache: Option<&mut WorkloadCache
 pub struct WorkloadCache {
     rows: HashMap<Uuid, (i64, WorkloadRow)>,
     read_at: Option<std::time::Instant>,
+    fetched: usize,
 }
 
 impl WorkloadCache {
@@ -51,6 +52,52 @@ impl WorkloadCache {
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
+
+    /// How many rows the last read fetched in full (new or changed since the read before).
+    pub fn fetched(&self) -> usize {
+        self.fetched
+    }
+
+    /// The row version (`xmin`) of workload `id` the last read saw.
+    pub fn seen(&self, id: Uuid) -> Option<i64> {
+        self.rows.get(&id).map(|(xmin, _)| *xmin)
+    }
+
+    /// Takes in rows the cycle itself rewrote and committed, so the next read need not fetch them
+    /// again (after a mass placement, most of the queue's reasons: 10,000 rows, 30 ms of the next
+    /// cycle's read). A rewrite is taken only onto the version it replaced (`seen`): the cached row
+    /// plus the rewritten columns is then exactly the new version. The caller vouches that no
+    /// other statement of that transaction touched these rows — a second update in one transaction
+    /// keeps the same `xmin`, and the cache would not see it.
+    pub fn rewritten(&mut self, rewrites: Vec<Rewrite>) {
+        for rewrite in rewrites {
+            let Some((xmin, row)) = self.rows.get_mut(&rewrite.id) else { continue };
+            if *xmin != rewrite.seen {
+                continue;
+            }
+            *xmin = rewrite.xmin;
+            if let Some(reason) = rewrite.reason {
+                row.pending_reason = Some(reason);
+            }
+            if let Some(shortfall) = rewrite.shortfall {
+                row.shortfall = shortfall;
+            }
+        }
+    }
+}
+
+/// A waiting workload's row as a cycle rewrote it ([`WorkloadCache::rewritten`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    pub id: Uuid,
+    /// The version the rewrite replaced.
+    pub seen: i64,
+    /// The new version.
+    pub xmin: i64,
+    /// The new pending reason, if it was written.
+    pub reason: Option<String>,
+    /// The new shortfall, if it was written.
+    pub shortfall: Option<Option<String>>,
 }
 
 /// The active workloads' columns, but for their preemptions in the last hour.
@@ -89,6 +136,7 @@ async fn read_workloads_cached(conn: &mut PgConnection, cache: &mut WorkloadCach
         .filter(|(id, xmin)| cache.rows.get(id).is_none_or(|(seen, _)| seen != xmin))
         .map(|(id, _)| *id)
         .collect();
+    cache.fetched = stale.len();
     let mut fresh: HashMap<Uuid, WorkloadRow> = HashMap::with_capacity(stale.len());
     if !stale.is_empty() {
         // The same snapshot as the versions above: these rows are the versions just listed.

@@ -290,15 +290,18 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     };
     usage::accrue(&state.db, state.settings.usage_half_life_hours).await.context("accruing tenant usage")?;
     mark(&mut phases.accrue);
+    // Out of its slot for the cycle (the read fills it, the commit's rewrites patch it) and put
+    // back however the cycle ends; a read that fails leaves none, and the next one reads every row.
+    let mut cache = CacheLease::take(&state.fleet_cache);
     let fleet = {
         let mut conn = state.db.acquire().await?;
-        // Taken for the read and put back after it: a read that fails leaves no cache behind, and
-        // the next one reads every row.
-        let mut cache = std::mem::take(&mut *state.fleet_cache.lock().unwrap_or_else(PoisonError::into_inner));
-        let fleet =
-            fleet_view::load_with(&mut conn, Some(&mut cache)).await.context("reading the fleet and the queue")?;
-        *state.fleet_cache.lock().unwrap_or_else(PoisonError::into_inner) = cache;
-        fleet
+        match fleet_view::load_with(&mut conn, Some(&mut cache.cache)).await {
+            Ok(fleet) => fleet,
+            Err(err) => {
+                cache.cache = fleet_view::WorkloadCache::default();
+                return Err(err).context("reading the fleet and the queue");
+            }
+        }
     };
     mark(&mut phases.read);
     // Services first: their new replicas are placed, and their drained ones' room given, this cycle.
@@ -334,8 +337,10 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
 
     let composed = decided.compose(&fleet, &HashSet::new());
     mark(&mut phases.decide);
+    let seen = Some(&cache.cache);
     let first =
-        apply(state, &fleet, &composed, &decided, started_at, trigger, decided.error(), record::Mode::Commit).await;
+        apply(state, &fleet, &composed, &decided, started_at, trigger, decided.error(), seen, record::Mode::Commit)
+            .await;
     let mut outcome = match first {
         Ok(outcome) => outcome,
         Err(leader::LeaseError::Deposed) => return Err(leader::LeaseError::Deposed.into()),
@@ -349,13 +354,15 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
             let composed = decided.exclude(&evaluator, &fleet, &culprits, &err).await?;
             let names: Vec<String> = culprits.iter().map(Selected::label).collect();
             let error = Some(format!("the database refused the decisions of [{}]: {err}", names.join(", ")));
-            apply(state, &fleet, &composed, &decided, started_at, trigger, error, record::Mode::Commit)
+            apply(state, &fleet, &composed, &decided, started_at, trigger, error, seen, record::Mode::Commit)
                 .await
                 .context("applying the cycle's decisions without the scopes the database refused")?
         }
     };
 
     mark(&mut phases.apply);
+    cache.cache.rewritten(std::mem::take(&mut outcome.rewritten));
+    drop(cache);
     let active = decided.platform_decider().clone();
     record_notes(state, decided.notes, outcome.cycle_id).await;
     if let (Some((candidate, result)), Some(baseline)) = (shadow, shadow_baseline) {
@@ -380,6 +387,26 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         "cycle"
     );
     Ok(Some(outcome))
+}
+
+/// The loop's workload cache, out of its slot for one cycle and put back when the cycle ends,
+/// however it ends (an error, an early return): only the loop reads and patches it.
+struct CacheLease<'a> {
+    slot: &'a std::sync::Mutex<fleet_view::WorkloadCache>,
+    cache: fleet_view::WorkloadCache,
+}
+
+impl<'a> CacheLease<'a> {
+    fn take(slot: &'a std::sync::Mutex<fleet_view::WorkloadCache>) -> Self {
+        let cache = std::mem::take(&mut *slot.lock().unwrap_or_else(PoisonError::into_inner));
+        CacheLease { slot, cache }
+    }
+}
+
+impl Drop for CacheLease<'_> {
+    fn drop(&mut self) {
+        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = std::mem::take(&mut self.cache);
+    }
 }
 
 /// The cycle's policies: the platform scope's active one (the built-in when none is, or it cannot
@@ -412,6 +439,7 @@ async fn apply(
     started_at: chrono::DateTime<chrono::Utc>,
     trigger: &str,
     error: Option<String>,
+    seen: Option<&fleet_view::WorkloadCache>,
     mode: record::Mode,
 ) -> Result<CycleOutcome, leader::LeaseError> {
     if mode == record::Mode::Commit {
@@ -422,8 +450,14 @@ async fn apply(
     let accepted: Vec<(Proposal, &Decider)> = composed.accepted.iter().map(|(p, d)| (p.clone(), d.as_ref())).collect();
     let refused: Vec<(check::Refusal, &Decider)> =
         composed.refused.iter().map(|(r, d)| (r.clone(), d.as_ref())).collect();
-    let cycle =
-        CycleRecord { leadership: &state.leadership, started_at, trigger, decider: decided.platform_decider(), error };
+    let cycle = CycleRecord {
+        leadership: &state.leadership,
+        started_at,
+        trigger,
+        decider: decided.platform_decider(),
+        error,
+        seen,
+    };
     record::apply(&state.db, fleet, &accepted, &refused, cycle, mode).await
 }
 
@@ -445,7 +479,7 @@ async fn isolate_culprits(
         let others: HashSet<uuid::Uuid> =
             uploaded.iter().map(PolicyHandle::version).filter(|v| *v != suspect.version()).collect();
         let composed = decided.compose(fleet, &others);
-        let trial = apply(state, fleet, &composed, decided, started_at, trigger, None, record::Mode::Trial).await;
+        let trial = apply(state, fleet, &composed, decided, started_at, trigger, None, None, record::Mode::Trial).await;
         if matches!(trial, Err(leader::LeaseError::Database(_))) {
             culprits.push(suspect.clone());
         }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::model::WorkloadState;
 use crate::scheduler::check::{Proposal, Refusal};
-use crate::scheduler::fleet_view::FleetView;
+use crate::scheduler::fleet_view::{FleetView, Rewrite, WorkloadCache};
 use crate::scheduler::leader::{Leadership, LeaseError};
 use crate::workloads::transitions;
 
@@ -26,6 +26,9 @@ pub struct CycleOutcome {
     pub nodes_changed: bool,
     /// Where the cycle's time went.
     pub phases: Phases,
+    /// The waiting workloads' rows this cycle rewrote and nothing else touched, for the loop's
+    /// cache ([`WorkloadCache::rewritten`]); empty unless the transaction committed.
+    pub rewritten: Vec<Rewrite>,
 }
 
 /// Where a cycle's time went, phase by phase (wall time, in the order they run).
@@ -76,6 +79,10 @@ pub struct CycleRecord<'a> {
     pub trigger: &'a str,
     pub decider: &'a Decider,
     pub error: Option<String>,
+    /// The row versions the cycle's read saw: a waiting workload's reason is rewritten only onto
+    /// the version the cycle decided on (one changed since waits for the next cycle), and what was
+    /// rewritten comes back in [`CycleOutcome::rewritten`]. `None`: rewritten whatever the version.
+    pub seen: Option<&'a WorkloadCache>,
 }
 
 /// Applies the accepted proposals and records everything, all or nothing. A placement whose
@@ -134,6 +141,7 @@ pub async fn apply(
         refused: refused.len(),
         nodes_changed: false,
         phases: Phases::default(),
+        rewritten: Vec::new(),
     };
     let mut late_refusals: Vec<(Refusal, &Decider)> = Vec::new();
     let mut pending_changes: Vec<(Uuid, Uuid, String, &Decider)> = Vec::new();
@@ -217,7 +225,7 @@ pub async fn apply(
     } else {
         changed_shortfalls(fleet, &fleet.room_after(&held), &held)
     };
-    record_waiting(&mut tx, cycle_id, &pending_changes, &shortfalls).await?;
+    let mut rewritten = record_waiting(&mut tx, cycle_id, &pending_changes, &shortfalls, record.seen).await?;
 
     let refusals: Vec<(Uuid, Uuid, String, &Decider)> = refused
         .iter()
@@ -231,6 +239,15 @@ pub async fn apply(
         .collect();
     record_refusals(&mut tx, cycle_id, &refusals).await?;
     outcome.refused += late_refusals.len();
+    // A row rewritten twice in one transaction keeps one `xmin`: the cache takes in only rows no
+    // other statement here touched (placed, preempted, refused), and reads the others afresh.
+    let elsewhere: std::collections::HashSet<Uuid> = accepted
+        .iter()
+        .filter(|(p, _)| !matches!(p, Proposal::KeepPending { .. }))
+        .map(|(p, _)| fleet.workloads[p.workload()].id)
+        .chain(refusals.iter().map(|r| r.0))
+        .collect();
+    rewritten.retain(|r| !elsewhere.contains(&r.id));
 
     sqlx::query(
         "UPDATE scheduling_cycles SET finished_at = now(), \
@@ -245,7 +262,10 @@ pub async fn apply(
     .execute(&mut *tx)
     .await?;
     match mode {
-        Mode::Commit => tx.commit().await?,
+        Mode::Commit => {
+            tx.commit().await?;
+            outcome.rewritten = rewritten;
+        }
         Mode::Trial => tx.rollback().await?,
     }
     Ok(outcome)
@@ -563,33 +583,41 @@ async fn record_waiting(
     cycle_id: i64,
     reasons: &[(Uuid, Uuid, String, &Decider)],
     shortfalls: &[(Uuid, Option<String>)],
-) -> sqlx::Result<()> {
+    seen: Option<&WorkloadCache>,
+) -> sqlx::Result<Vec<Rewrite>> {
     if reasons.is_empty() && shortfalls.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let (ids, tenants, texts, versions, names) = decision_columns(reasons);
     let short_ids: Vec<Uuid> = shortfalls.iter().map(|(id, _)| *id).collect();
     let short_texts: Vec<Option<&str>> = shortfalls.iter().map(|(_, s)| s.as_deref()).collect();
+    let seen_of = |id: &Uuid| seen.and_then(|c| c.seen(*id));
+    let reason_seen: Vec<Option<i64>> = ids.iter().map(seen_of).collect();
+    let short_seen: Vec<Option<i64>> = short_ids.iter().map(seen_of).collect();
     // `old` is the row as the statement found it (RETURNING sees only the new one): a decision is
-    // recorded only for a reason that really changed.
-    sqlx::query(
-        "WITH c AS (SELECT * FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::uuid[], $6::text[]) \
-                    AS c(workload_id, tenant_id, reason, version_id, policy_name)), \
-              s AS (SELECT * FROM UNNEST($7::uuid[], $8::text[]) AS s(id, shortfall)), \
+    // recorded only for a reason that really changed. A row whose version is not the one the
+    // cycle read (`seen`) changed meanwhile: left for the next cycle, which decides on it afresh.
+    let changed: Vec<(Uuid, i64, i64)> = sqlx::query_as(
+        "WITH c AS (SELECT * FROM UNNEST($2::uuid[], $3::uuid[], $4::text[], $5::uuid[], $6::text[], $9::bigint[]) \
+                    AS c(workload_id, tenant_id, reason, version_id, policy_name, seen)), \
+              s AS (SELECT * FROM UNNEST($7::uuid[], $8::text[], $10::bigint[]) AS s(id, shortfall, seen)), \
               u AS (SELECT COALESCE(c.workload_id, s.id) AS id, c.workload_id IS NOT NULL AS has_reason, c.reason, \
-                           s.id IS NOT NULL AS has_shortfall, s.shortfall \
+                           s.id IS NOT NULL AS has_shortfall, s.shortfall, COALESCE(c.seen, s.seen) AS seen \
                     FROM c FULL JOIN s ON s.id = c.workload_id), \
               changed AS (UPDATE workloads w \
                           SET pending_reason = CASE WHEN u.has_reason THEN u.reason ELSE w.pending_reason END, \
                               shortfall = CASE WHEN u.has_shortfall THEN u.shortfall ELSE w.shortfall END \
                           FROM u, workloads old \
                           WHERE w.id = u.id AND old.id = u.id AND w.state = 'pending' \
+                            AND (u.seen IS NULL OR w.xmin::text::bigint = u.seen) \
                             AND ((u.has_reason AND w.pending_reason IS DISTINCT FROM u.reason) \
                               OR (u.has_shortfall AND w.shortfall IS DISTINCT FROM u.shortfall)) \
-                          RETURNING w.id, u.has_reason AND old.pending_reason IS DISTINCT FROM u.reason AS new_reason) \
-         INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, reason, policy_version_id, policy_name) \
-         SELECT $1, c.tenant_id, c.workload_id, 'keep_pending', c.reason, c.version_id, c.policy_name \
-         FROM c JOIN changed ON changed.id = c.workload_id AND changed.new_reason",
+                          RETURNING w.id, u.seen, w.xmin::text::bigint AS xmin, \
+                                    u.has_reason AND old.pending_reason IS DISTINCT FROM u.reason AS new_reason), \
+              recorded AS (INSERT INTO decisions (cycle_id, tenant_id, workload_id, kind, reason, policy_version_id, policy_name) \
+                           SELECT $1, c.tenant_id, c.workload_id, 'keep_pending', c.reason, c.version_id, c.policy_name \
+                           FROM c JOIN changed ON changed.id = c.workload_id AND changed.new_reason) \
+         SELECT id, seen, xmin FROM changed WHERE seen IS NOT NULL",
     )
     .bind(cycle_id)
     .bind(&ids)
@@ -599,9 +627,26 @@ async fn record_waiting(
     .bind(&names)
     .bind(&short_ids)
     .bind(&short_texts)
-    .execute(tx)
+    .bind(&reason_seen)
+    .bind(&short_seen)
+    .fetch_all(tx)
     .await?;
-    Ok(())
+    if changed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let reason_of: std::collections::HashMap<Uuid, &str> = reasons.iter().map(|r| (r.0, r.2.as_str())).collect();
+    let shortfall_of: std::collections::HashMap<Uuid, &Option<String>> =
+        shortfalls.iter().map(|(id, s)| (*id, s)).collect();
+    Ok(changed
+        .into_iter()
+        .map(|(id, seen, xmin)| Rewrite {
+            id,
+            seen,
+            xmin,
+            reason: reason_of.get(&id).map(|r| (*r).to_owned()),
+            shortfall: shortfall_of.get(&id).map(|s| (*s).clone()),
+        })
+        .collect())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -202,7 +202,7 @@ impl<'p, 's> Cycle<'p, 's> {
 
         let reason = match self.no_fit.get(&key) {
             Some(NoFit::Never(why) | NoFit::Busy(why)) => why.clone(),
-            Some(NoFit::TakenThisCycle(why)) => match self.ledger.rival(t) {
+            Some(NoFit::TakenThisCycle { left: why, now }) => match self.ledger.rival(t) {
                 Some(r) => {
                     let rival = self.ledger.name(r);
                     // The guarantee explains the order only if it is the rival's alone.
@@ -218,7 +218,8 @@ impl<'p, 's> Cycle<'p, 's> {
                         ),
                     }
                 }
-                None => format!("{why}: tenant {tenant}'s own higher-ranked work took them this cycle"),
+                // The tenant's own work went first: what it lacks now, as the next cycle will say.
+                None => now.clone(),
             },
             None => format!("no ready node has {}", need.describe("free")),
         };

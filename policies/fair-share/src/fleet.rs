@@ -262,8 +262,18 @@ impl<'p, 's> Fleet<'p, 's> {
                 && snapshot.free_gpus(node).filter(|(_, g)| need.fits(g)).count() as u32 >= need.count
         });
         if fitted_at_start {
-            return NoFit::TakenThisCycle(format!("{no_node} has {} left", need.describe("free")));
+            return NoFit::TakenThisCycle {
+                left: format!("{no_node} has {} left", need.describe("free")),
+                now: self.busy(w, need, no_node),
+            };
         }
+        NoFit::Busy(self.busy(w, need, no_node))
+    }
+
+    /// What `w`'s shape lacks in the room left now (the plan's open GPUs): the reason the next
+    /// cycle finds too, when nothing else changes.
+    fn busy(&self, w: &Workload<'_>, need: &GpuNeed<'_>, no_node: &str) -> String {
+        let snapshot = self.snapshot;
         let gpus_fit_now = self
             .by_open
             .at_least(need.count)
@@ -271,12 +281,12 @@ impl<'p, 's> Fleet<'p, 's> {
             .any(|&node| can_run(snapshot, w, node) && self.open_fitting(node, need) >= need.count);
         if gpus_fit_now {
             let nodes = if w.container { "the ready nodes that run containers" } else { "the ready nodes" };
-            return NoFit::Busy(format!(
+            return format!(
                 "{nodes} with {} lack {} mCPU and {} MiB of host memory free",
                 need.describe("free"),
                 w.cpu_millis,
                 w.memory_mb
-            ));
+            );
         }
         let most = self
             .by_open
@@ -291,7 +301,7 @@ impl<'p, 's> Fleet<'p, 's> {
             }
             _ => "; every GPU that fits it is taken".to_owned(),
         };
-        NoFit::Busy(format!("{no_node} has {}{most}", need.describe("free")))
+        format!("{no_node} has {}{most}", need.describe("free"))
     }
 }
 
@@ -310,7 +320,10 @@ pub(crate) enum NoFit {
     /// Not even on an idle fleet: the whole reason.
     Never(String),
     /// It would have fit the GPUs free when the cycle began: work placed ahead of it took them.
-    TakenThisCycle(String),
+    /// `left` says so (for the reason that names the tenant whose work went first); `now` is what
+    /// it lacks in the room the cycle leaves, the same words the next cycle finds: a reason that
+    /// only said "taken this cycle" changed again one cycle later, for every such workload.
+    TakenThisCycle { left: String, now: String },
     /// Running work holds what it needs: the whole reason.
     Busy(String),
 }

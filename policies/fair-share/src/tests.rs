@@ -305,9 +305,7 @@ fn gangs_go_whole_to_the_best_fitting_node_and_what_waits_says_exactly_why() {
     assert_eq!(outcome.placement("pair"), Some(("gpu-small", vec![0, 1])));
     assert_eq!(
         outcome.reason("another-4"),
-        Some(
-            "no ready node has 4 free GPUs with ≥ 40960 MiB left: tenant default's own higher-ranked work took them this cycle"
-        )
+        Some("no ready node has 4 free GPUs with ≥ 40960 MiB; the most on one node is 3 (gpu-big)")
     );
     assert_eq!(
         outcome.reason("eight"),
