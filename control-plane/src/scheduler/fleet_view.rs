@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use rustc_hash::FxHashMap;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -36,9 +37,18 @@ pub async fn load_with(conn: &mut PgConnection, cache: Option<&mut WorkloadCache
 /// cache that is compared often can trust that an equal `xmin` is the same row version.
 #[derive(Default)]
 pub struct WorkloadCache {
-    rows: HashMap<Uuid, (i64, WorkloadRow)>,
+    rows: FxHashMap<Uuid, Cached>,
     read_at: Option<std::time::Instant>,
     fetched: usize,
+    /// Which read this is: a row the latest read did not list has left the queue.
+    read: u64,
+}
+
+/// A cached row: its version, the read that last listed it, the row.
+struct Cached {
+    xmin: i64,
+    read: u64,
+    row: WorkloadRow,
 }
 
 impl WorkloadCache {
@@ -60,7 +70,7 @@ impl WorkloadCache {
 
     /// The row version (`xmin`) of workload `id` the last read saw.
     pub fn seen(&self, id: Uuid) -> Option<i64> {
-        self.rows.get(&id).map(|(xmin, _)| *xmin)
+        self.rows.get(&id).map(|c| c.xmin)
     }
 
     /// Takes in rows the cycle itself rewrote and committed, so the next read need not fetch them
@@ -71,16 +81,16 @@ impl WorkloadCache {
     /// keeps the same `xmin`, and the cache would not see it.
     pub fn rewritten(&mut self, rewrites: Vec<Rewrite>) {
         for rewrite in rewrites {
-            let Some((xmin, row)) = self.rows.get_mut(&rewrite.id) else { continue };
-            if *xmin != rewrite.seen {
+            let Some(cached) = self.rows.get_mut(&rewrite.id) else { continue };
+            if cached.xmin != rewrite.seen {
                 continue;
             }
-            *xmin = rewrite.xmin;
+            cached.xmin = rewrite.xmin;
             if let Some(reason) = rewrite.reason {
-                row.pending_reason = Some(reason);
+                cached.row.pending_reason = Some(reason);
             }
             if let Some(shortfall) = rewrite.shortfall {
-                row.shortfall = shortfall;
+                cached.row.shortfall = shortfall;
             }
         }
     }
@@ -133,11 +143,11 @@ async fn read_workloads_cached(conn: &mut PgConnection, cache: &mut WorkloadCach
             .await?;
     let stale: Vec<Uuid> = versions
         .iter()
-        .filter(|(id, xmin)| cache.rows.get(id).is_none_or(|(seen, _)| seen != xmin))
+        .filter(|(id, xmin)| cache.rows.get(id).is_none_or(|c| c.xmin != *xmin))
         .map(|(id, _)| *id)
         .collect();
     cache.fetched = stale.len();
-    let mut fresh: HashMap<Uuid, WorkloadRow> = HashMap::with_capacity(stale.len());
+    let mut fresh: FxHashMap<Uuid, WorkloadRow> = FxHashMap::default();
     if !stale.is_empty() {
         // The same snapshot as the versions above: these rows are the versions just listed.
         let rows: Vec<WorkloadRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -149,7 +159,7 @@ async fn read_workloads_cached(conn: &mut PgConnection, cache: &mut WorkloadCach
         fresh.extend(rows.into_iter().map(|r| (r.id, r)));
     }
     // Preemptions in the last hour change with the clock, not with the row: counted every time.
-    let preemptions: HashMap<Uuid, i64> = sqlx::query_as(
+    let preemptions: FxHashMap<Uuid, i64> = sqlx::query_as(
         "SELECT workload_id, count(*) FROM workload_events \
          WHERE to_state = 'preempting' AND at > now() - interval '1 hour' GROUP BY workload_id",
     )
@@ -158,17 +168,29 @@ async fn read_workloads_cached(conn: &mut PgConnection, cache: &mut WorkloadCach
     .into_iter()
     .collect();
 
-    let mut previous = std::mem::take(&mut cache.rows);
+    cache.read += 1;
+    let read = cache.read;
     let mut rows = Vec::with_capacity(versions.len());
     for (id, xmin) in versions {
-        let Some(mut row) = fresh.remove(&id).or_else(|| previous.remove(&id).map(|(_, row)| row)) else {
-            continue;
+        let mut row = match fresh.remove(&id) {
+            Some(row) => {
+                cache.rows.insert(id, Cached { xmin, read, row: row.clone() });
+                row
+            }
+            None => match cache.rows.get_mut(&id) {
+                Some(cached) => {
+                    cached.read = read;
+                    cached.row.clone()
+                }
+                None => continue,
+            },
         };
         row.preemptions_last_hour =
             if row.state == WorkloadState::Pending { 0 } else { preemptions.get(&id).copied().unwrap_or(0) };
-        cache.rows.insert(id, (xmin, row.clone()));
         rows.push(row);
     }
+    // Rows the read did not list have left the queue.
+    cache.rows.retain(|_, c| c.read == read);
     cache.read_at = Some(std::time::Instant::now());
     Ok(rows)
 }
@@ -205,19 +227,18 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
     let service_index: HashMap<Uuid, usize> = services.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
 
     // Lost nodes take no work; draining ones are shown so policies can see what runs there.
+    // Their free CPU and memory are worked out below from the workloads read: a workload holds a
+    // node exactly while it is active (a table constraint), and the active ones are all read.
     let node_rows: Vec<NodeRow> = sqlx::query_as(
-        "WITH used AS (SELECT node_id, sum(cpu_millis) AS cpu, sum(memory_mb) AS mem FROM workloads \
-                       WHERE node_id IS NOT NULL GROUP BY node_id) \
-         SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
-                n.gpu_source = 'simulated', COALESCE(u.cpu, 0)::bigint, COALESCE(u.mem, 0)::bigint, \
-                n.container_engine IS NOT NULL \
-         FROM nodes n LEFT JOIN used u ON u.node_id = n.id WHERE n.state <> 'lost' ORDER BY n.name",
+        "SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
+                n.gpu_source = 'simulated', n.container_engine IS NOT NULL \
+         FROM nodes n WHERE n.state <> 'lost' ORDER BY n.name",
     )
     .fetch_all(&mut *conn)
     .await?;
     let mut nodes: Vec<NodeEntry> = node_rows
         .into_iter()
-        .map(|NodeRow(id, name, state, cpu, mem, cost, util, simulated, cpu_used, mem_used, containers)| {
+        .map(|NodeRow(id, name, state, cpu, mem, cost, util, simulated, containers)| {
             let cpu_millis = cpu.max(0) as u32;
             let memory_mb = mem.max(0) as u64;
             NodeEntry {
@@ -226,8 +247,8 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
                 state,
                 cpu_millis,
                 memory_mb,
-                cpu_millis_free: cpu_millis.saturating_sub(cpu_used.max(0) as u32),
-                memory_mb_free: memory_mb.saturating_sub(mem_used.max(0) as u64),
+                cpu_millis_free: cpu_millis,
+                memory_mb_free: memory_mb,
                 cost_per_hour: cost.unwrap_or(0.0),
                 cpu_util: util.unwrap_or(0.0),
                 simulated,
@@ -237,18 +258,22 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
             }
         })
         .collect();
-    let node_index: HashMap<Uuid, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+    let node_index: FxHashMap<Uuid, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
 
     let workload_rows = match cache {
         Some(cache) => read_workloads_cached(conn, cache).await?,
         None => read_workloads(conn).await?,
     };
-    let mut workload_rows = workload_rows;
     // Queue order (submission time, then id: a uuid compares by its bytes here as in PostgreSQL),
-    // sorted here: in SQL the sort of 15,000 rows with their reasons spilled to disk.
-    workload_rows.sort_unstable_by_key(|w| (w.submitted_at, w.id));
-    let workloads: Vec<WorkloadEntry> = workload_rows
+    // sorted here: in SQL the sort of 15,000 rows with their reasons spilled to disk. The keys are
+    // sorted, not the rows (each a few hundred bytes to move).
+    let mut order: Vec<(DateTime<Utc>, Uuid, usize)> =
+        workload_rows.iter().enumerate().map(|(i, w)| (w.submitted_at, w.id, i)).collect();
+    order.sort_unstable();
+    let mut slots: Vec<Option<WorkloadRow>> = workload_rows.into_iter().map(Some).collect();
+    let workloads: Vec<WorkloadEntry> = order
         .into_iter()
+        .filter_map(|(_, _, i)| slots[i].take())
         .filter_map(|r| {
             let tenant = *tenant_index.get(&r.tenant_id)?;
             Some(WorkloadEntry {
@@ -286,7 +311,19 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
             })
         })
         .collect();
-    let workload_index: HashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
+    // What the work on each node holds of its CPU and memory (a lost node's work holds nothing here).
+    let mut used: Vec<(u64, u64)> = vec![(0, 0); nodes.len()];
+    for w in &workloads {
+        if let Some(node) = w.node {
+            used[node].0 += u64::from(w.cpu_millis);
+            used[node].1 += w.memory_mb;
+        }
+    }
+    for (node, (cpu, mem)) in nodes.iter_mut().zip(used) {
+        node.cpu_millis_free = node.cpu_millis.saturating_sub(u32::try_from(cpu).unwrap_or(u32::MAX));
+        node.memory_mb_free = node.memory_mb.saturating_sub(mem);
+    }
+    let workload_index: FxHashMap<Uuid, usize> = workloads.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
 
     // The GPUs of the nodes read above, and every grant, in two plain reads joined here: a lateral
     // aggregate per GPU cost 39 ms at 8,000 GPUs, the two reads a few.
@@ -302,7 +339,8 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
     )
     .fetch_all(&mut *conn)
     .await?;
-    let mut grants: HashMap<Uuid, Vec<Holder>> = HashMap::with_capacity(grant_rows.len());
+    let mut grants: FxHashMap<Uuid, Vec<Holder>> =
+        FxHashMap::with_capacity_and_hasher(grant_rows.len(), Default::default());
     for GrantRow(gpu, workload, milli, memory) in grant_rows {
         // A grant held by a workload we did not load (should not happen) still blocks its share.
         grants.entry(gpu).or_default().push(Holder {
@@ -312,23 +350,36 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
         });
     }
     let mut gpus = Vec::with_capacity(gpu_rows.len());
-    for row in gpu_rows {
-        let Some(&node) = node_index.get(&row.node_id) else {
+    for GpuRow(
+        id,
+        node_id,
+        device_index,
+        model,
+        memory_mb,
+        memory_used_mb,
+        util,
+        nvlink_group,
+        simulated,
+        sharing,
+        mig,
+    ) in gpu_rows
+    {
+        let Some(&node) = node_index.get(&node_id) else {
             continue;
         };
         gpus.push(GpuEntry {
-            id: row.id,
+            id,
             node,
-            device_index: row.device_index.max(0) as u32,
-            model: row.model,
-            memory_mb: row.memory_mb.max(0) as u64,
-            memory_used_mb: row.memory_used_mb.unwrap_or(0).max(0) as u64,
-            util: row.util.unwrap_or(0.0),
-            nvlink_group: row.nvlink_group.map(|g| g.max(0) as u32),
-            holders: grants.remove(&row.id).unwrap_or_default(),
-            simulated: row.simulated,
-            sharing: row.sharing,
-            mig_profile: row.mig_profile.unwrap_or_default(),
+            device_index: device_index.max(0) as u32,
+            model,
+            memory_mb: memory_mb.max(0) as u64,
+            memory_used_mb: memory_used_mb.unwrap_or(0).max(0) as u64,
+            util: util.unwrap_or(0.0),
+            nvlink_group: nvlink_group.map(|g| g.max(0) as u32),
+            holders: grants.remove(&id).unwrap_or_default(),
+            simulated,
+            sharing,
+            mig_profile: mig.unwrap_or_default(),
         });
     }
     // In the nodes' order (by name, as the database collates it), then by device index.
@@ -348,22 +399,24 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
 struct TenantRow(Uuid, String, i32, i32, i32, bool, i64, f64);
 
 #[derive(sqlx::FromRow)]
-struct NodeRow(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, i64, i64, bool);
+struct NodeRow(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, bool);
 
+/// By position, not name: sqlx finds a named column by a hash lookup per field per row, and the
+/// GPUs are read whole every cycle (8,000 rows of 11 columns).
 #[derive(sqlx::FromRow)]
-struct GpuRow {
-    id: Uuid,
-    node_id: Uuid,
-    device_index: i32,
-    model: String,
-    memory_mb: i64,
-    memory_used_mb: Option<i64>,
-    util: Option<f32>,
-    nvlink_group: Option<i32>,
-    simulated: bool,
-    sharing: GpuSharing,
-    mig_profile: Option<String>,
-}
+struct GpuRow(
+    Uuid,           // id
+    Uuid,           // node_id
+    i32,            // device_index
+    String,         // model
+    i64,            // memory_mb
+    Option<i64>,    // memory_used_mb
+    Option<f32>,    // util
+    Option<i32>,    // nvlink_group
+    bool,           // simulated
+    GpuSharing,     // sharing
+    Option<String>, // mig_profile
+);
 
 #[derive(sqlx::FromRow)]
 struct GrantRow(Uuid, Uuid, i32, i64);

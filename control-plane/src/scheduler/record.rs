@@ -545,23 +545,23 @@ fn changed_shortfalls(
     room: &FleetView,
     placed: &[(usize, usize, &[usize])],
 ) -> Vec<(Uuid, Option<String>)> {
-    type Shape = (u32, u64, String, u32, u64, bool, u32, String, bool);
-    let placed: std::collections::HashSet<usize> = placed.iter().map(|(w, _, _)| *w).collect();
-    let mut judged: std::collections::HashMap<Shape, Option<String>> = std::collections::HashMap::new();
+    type Shape<'a> = (u32, u64, &'a str, u32, u64, bool, u32, &'a str, bool);
+    let placed: rustc_hash::FxHashSet<usize> = placed.iter().map(|(w, _, _)| *w).collect();
+    let mut judged: rustc_hash::FxHashMap<Shape<'_>, Option<String>> = rustc_hash::FxHashMap::default();
     let mut changed = Vec::new();
     for (i, w) in fleet.workloads.iter().enumerate() {
         if w.state != WorkloadState::Pending || placed.contains(&i) {
             continue;
         }
-        let shape: Shape = (
+        let shape: Shape<'_> = (
             w.gpu_count,
             w.gpu_memory_mb,
-            w.gpu_models.clone(),
+            &w.gpu_models,
             w.cpu_millis,
             w.memory_mb,
             w.cpu_capable,
             w.gpu_milli,
-            w.mig_profile.clone(),
+            &w.mig_profile,
             w.container,
         );
         let shortfall = judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(room, w));
