@@ -231,7 +231,8 @@ impl FleetView {
     }
 }
 
-/// A tenant's part of the fleet: what its own policy may see and use this cycle.
+/// A tenant's part of the fleet: what its own policy may see and use this cycle (its workloads
+/// without their last pending reasons and shortfalls, which no policy is shown).
 #[derive(Debug)]
 pub struct TenantView {
     pub view: FleetView,
@@ -308,12 +309,37 @@ impl FleetView {
                 .map(|&w| {
                     let entry = &self.workloads[w];
                     WorkloadEntry {
-                        node: entry.node.and_then(node_pos),
+                        id: entry.id,
+                        id_text: entry.id_text.clone(),
+                        name: entry.name.clone(),
                         tenant: TenantView::SCOPE_TENANT,
+                        class: entry.class,
+                        state: entry.state,
+                        priority: entry.priority,
+                        gpu_count: entry.gpu_count,
+                        gpu_memory_mb: entry.gpu_memory_mb,
+                        gpu_models: entry.gpu_models.clone(),
+                        cpu_millis: entry.cpu_millis,
+                        memory_mb: entry.memory_mb,
+                        cpu_capable: entry.cpu_capable,
+                        preemptible: entry.preemptible,
+                        checkpointable: entry.checkpointable,
+                        expected_duration_s: entry.expected_duration_s,
+                        submitted_at: entry.submitted_at,
+                        started_at: entry.started_at,
+                        node: entry.node.and_then(node_pos),
+                        // Why it waited last cycle is the record's, not a policy's input (no
+                        // snapshot carries it): not copied into every tenant's view each cycle,
+                        // the longest strings of the copy.
+                        pending_reason: None,
+                        shortfall: None,
+                        preemptions_last_hour: entry.preemptions_last_hour,
+                        gpu_milli: entry.gpu_milli,
+                        mig_profile: entry.mig_profile.clone(),
                         replica_of: entry
                             .replica_of
                             .and_then(|r| Some(ReplicaOf { service: service_pos(r.service)?, ..r })),
-                        ..entry.clone()
+                        container: entry.container,
                     }
                 })
                 .collect(),
