@@ -241,7 +241,7 @@ pub async fn apply(
     outcome.refused += late_refusals.len();
     // A row rewritten twice in one transaction keeps one `xmin`: the cache takes in only rows no
     // other statement here touched (placed, preempted, refused), and reads the others afresh.
-    let elsewhere: std::collections::HashSet<Uuid> = accepted
+    let elsewhere: rustc_hash::FxHashSet<Uuid> = accepted
         .iter()
         .filter(|(p, _)| !matches!(p, Proposal::KeepPending { .. }))
         .map(|(p, _)| fleet.workloads[p.workload()].id)
@@ -634,8 +634,8 @@ async fn record_waiting(
     if changed.is_empty() {
         return Ok(Vec::new());
     }
-    let reason_of: std::collections::HashMap<Uuid, &str> = reasons.iter().map(|r| (r.0, r.2.as_str())).collect();
-    let shortfall_of: std::collections::HashMap<Uuid, &Option<String>> =
+    let reason_of: rustc_hash::FxHashMap<Uuid, &str> = reasons.iter().map(|r| (r.0, r.2.as_str())).collect();
+    let shortfall_of: rustc_hash::FxHashMap<Uuid, &Option<String>> =
         shortfalls.iter().map(|(id, s)| (*id, s)).collect();
     Ok(changed
         .into_iter()
