@@ -55,7 +55,8 @@ impl AppState {
         let config_lease = config.leader_lease();
         let outbox = Arc::new(Outbox::default());
         let auth = AuthContext::new(db.clone(), &secret, config.auth_settings())?;
-        let telemetry = TelemetryWriter::start(db.clone(), config.telemetry_retention_hours)
+        let beat_every = crate::fleet::telemetry::heartbeat_every(Duration::from_millis(config.heartbeat_interval_ms));
+        let telemetry = TelemetryWriter::start(db.clone(), config.telemetry_retention_hours, beat_every)
             .await
             .context("making the telemetry history's partitions")?;
         Ok(Self {

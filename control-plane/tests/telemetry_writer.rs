@@ -1,7 +1,8 @@
 //! The telemetry writer against a real PostgreSQL: what one flush writes (every sample kept, the
 //! latest values on the rows, unknown nodes untouched), that a failed flush fails every report it
-//! held and writes nothing, that closing the writer answers everything queued, and that the rows
-//! get each GPU's newest values within the latest-values interval and never an older sample.
+//! held and writes nothing, that closing the writer answers everything queued, that the rows get
+//! each GPU's newest values within the latest-values interval and never an older sample, and that a
+//! node reporting faster than its heartbeat interval has its row rewritten once per interval.
 
 #![allow(clippy::unwrap_used)]
 
@@ -121,7 +122,7 @@ async fn one_flush_keeps_every_sample_and_the_latest_values_and_skips_unknown_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_flush_fails_every_report_it_held_and_writes_nothing() {
     let (db, admin, name) = database().await;
-    let writer = TelemetryWriter::start(db.clone(), 1).await.unwrap();
+    let writer = TelemetryWriter::start(db.clone(), 1, telemetry::LATEST_EVERY).await.unwrap();
     let nodes = [node(&db, "a", 1).await, node(&db, "b", 1).await, node(&db, "c", 1).await];
     sqlx::query("UPDATE nodes SET last_seen_at = now() - interval '1 hour', state = 'lost'")
         .execute(&db)
@@ -156,7 +157,7 @@ async fn a_failed_flush_fails_every_report_it_held_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_writes_what_is_queued_then_refuses() {
     let (db, admin, name) = database().await;
-    let writer = TelemetryWriter::start(db.clone(), 1).await.unwrap();
+    let writer = TelemetryWriter::start(db.clone(), 1, telemetry::LATEST_EVERY).await.unwrap();
     let n = node(&db, "a", 8).await;
     let gpus: Vec<(u32, f32)> = (0..8).map(|i| (i, 0.5)).collect();
     // Many reports in flight, then close: every one is answered written, none is lost.
@@ -195,7 +196,7 @@ async fn closing_writes_what_is_queued_then_refuses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rows_get_the_newest_gpu_values_within_the_interval_never_an_older_one() {
     let (db, admin, name) = database().await;
-    let writer = TelemetryWriter::start(db.clone(), 1).await.unwrap();
+    let writer = TelemetryWriter::start(db.clone(), 1, telemetry::LATEST_EVERY).await.unwrap();
     let n = node(&db, "a", 2).await;
     let gpu0 = || async {
         sqlx::query_scalar::<_, Option<f32>>("SELECT util FROM gpus WHERE node_id = $1 AND device_index = 0")
@@ -238,5 +239,56 @@ async fn the_rows_get_the_newest_gpu_values_within_the_interval_never_an_older_o
             .await
             .unwrap();
     assert_eq!(rows, vec![(0, Some(0.99)), (1, Some(0.12))]);
+    drop_database(db, &admin, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reporting_faster_than_its_heartbeat_has_its_row_rewritten_once_per_interval_and_every_sample_kept() {
+    let (db, admin, name) = database().await;
+    let every = std::time::Duration::from_secs(2);
+    let writer = TelemetryWriter::start(db.clone(), 1, every).await.unwrap();
+    let n = node(&db, "a", 1).await;
+    let unknown = Uuid::now_v7();
+    let row = || async {
+        sqlx::query_as::<_, (String, bool)>(
+            "SELECT state, last_seen_at > now() - interval '1 minute' FROM nodes WHERE id = $1",
+        )
+        .bind(n)
+        .fetch_one(&db)
+        .await
+        .unwrap()
+    };
+
+    // The first report writes the heartbeat (this writer never wrote the node's).
+    let first = std::time::Instant::now();
+    assert!(writer.record(n, report(0.5, &[(0, 0.5)])).await.unwrap());
+    assert_eq!(row().await, ("ready".to_owned(), true));
+    // Someone else marks the node lost, as if it had been silent for an hour.
+    sqlx::query("UPDATE nodes SET state = 'lost', last_seen_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(n)
+        .execute(&db)
+        .await
+        .unwrap();
+
+    // Five more reports within the interval: every sample goes to the history, the row is not
+    // rewritten. An unknown node is still told so.
+    for _ in 0..5 {
+        assert!(writer.record(n, report(0.5, &[(0, 0.5)])).await.unwrap());
+    }
+    assert!(!writer.record(unknown, report(0.5, &[(0, 0.5)])).await.unwrap());
+    assert!(first.elapsed() < every, "the machine stalled for the whole interval; the story cannot be told");
+    assert_eq!(row().await, ("lost".to_owned(), false));
+    let (hosts, gpus): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM node_telemetry), (SELECT count(*) FROM gpu_telemetry)")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!((hosts, gpus), (6, 6));
+
+    // Once the interval has passed, the next report writes the heartbeat: the node is ready again.
+    tokio::time::sleep(every.saturating_sub(first.elapsed())).await;
+    assert!(writer.record(n, report(0.5, &[(0, 0.5)])).await.unwrap());
+    assert_eq!(row().await, ("ready".to_owned(), true));
+    writer.close().await;
     drop_database(db, &admin, &name).await;
 }

@@ -4,7 +4,9 @@
 //! A real control plane and PostgreSQL; N nodes × 8 GPUs enrolled and registered over the API as
 //! agents are; then many concurrent clients post telemetry reports through HTTP for a fixed window
 //! (each node has at most one report in flight, as an agent has; each client drives its own share
-//! of the nodes as fast as it is answered). Every 204 means the report committed. Then, in the same
+//! of the nodes as fast as it is answered, so each node reports several times a second, faster than
+//! the protocol's heartbeat, which the control plane keeps at its default of 2 s). Every 204 means
+//! the report committed. Then, in the same
 //! run and on the same database, the same number of `gpu_telemetry` rows is written with one raw
 //! `COPY … FROM STDIN`. Where the time goes: the control plane's and PostgreSQL's CPU over the
 //! window, and the same clients sending a report the API refuses right after authenticating it
@@ -211,9 +213,22 @@ fn main() {
 
         let db = TestDb::create().await.unwrap();
         // Registration of a thousand nodes is a burst of admin mutations: no rate limit for the bench.
-        let cp = ControlPlane::start(&db, &["--mutations-per-minute", "10000000", "--mutation-burst", "1000000"])
-            .await
-            .unwrap();
+        // The protocol's heartbeat (the control plane's defaults), not the harness's fast one.
+        let cp = ControlPlane::start(
+            &db,
+            &[
+                "--mutations-per-minute",
+                "10000000",
+                "--mutation-burst",
+                "1000000",
+                "--heartbeat-interval-ms",
+                "2000",
+                "--node-lost-after-ms",
+                "15000",
+            ],
+        )
+        .await
+        .unwrap();
         let enrolling = Instant::now();
         let nodes = enrol(&cp, nodes_n).await;
         println!(

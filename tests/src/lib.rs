@@ -130,11 +130,18 @@ impl ControlPlane {
             if extra.iter().any(|a| a.starts_with("--listen")) { &[] } else { &["--listen", "127.0.0.1:0"] };
         // A test that sets its own tick passes --tick-ms; otherwise a fast one.
         let tick: &[&str] = if extra.iter().any(|a| a.starts_with("--tick-ms")) { &[] } else { &["--tick-ms", "200"] };
+        // A test that sets the heartbeat passes --heartbeat-interval-ms and --node-lost-after-ms;
+        // otherwise fast ones, so a silent node is lost within seconds.
+        let beat: &[&str] = if extra.iter().any(|a| a.starts_with("--heartbeat-interval-ms")) {
+            &[]
+        } else {
+            &["--heartbeat-interval-ms", "500", "--node-lost-after-ms", "3000"]
+        };
         let mut child = Command::new(bin("airtime-control-plane"))
             .args(listen)
             .args(tick)
             .args(["--database-url", &db.url])
-            .args(["--heartbeat-interval-ms", "500", "--node-lost-after-ms", "3000"])
+            .args(beat)
             .args(secret)
             .args(extra)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()))

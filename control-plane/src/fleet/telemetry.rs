@@ -8,26 +8,40 @@
 //! what arrived meanwhile. Batches are natural: an idle control plane writes a lone report at once
 //! (one transaction, as before), a loaded one writes hundreds per transaction (one commit, one WAL
 //! flush, two statements instead of five per report). [`FLUSHERS`] flushers pipeline: one
-//! takes a batch and locks its nodes, then the next may take the following batch while the first
-//! writes and commits (see [`run`] for why order is kept). A batch holds at most
+//! takes a batch, then the next may take the following batch while the first writes and commits
+//! (see [`run`] for how a node's reports keep their order). A batch holds at most
 //! [`MAX_BATCH_REPORTS`] reports; the queue holds [`QUEUE_REPORTS`], past which handlers wait.
 //!
 //! The statements of a flush, in this order:
-//! 1. lock the batch's nodes `ORDER BY id` (`FOR NO KEY UPDATE`): every flush (of every replica)
-//!    takes node locks in the same order, and every other writer that touches a node's GPUs or
-//!    grants takes its node's row first (registration, agent events, liveness, the latest-values
-//!    writer below), so no two of them can wait on each other in a cycle; a scheduling cycle locks
-//!    the nodes it changes first, in id order too (`scheduler::record::apply`). A writer that locks
-//!    several nodes in another order (the liveness sweep) may still meet a flush in a deadlock,
-//!    which PostgreSQL breaks by failing one side: a flush that loses is retried ([`ATTEMPTS`]);
+//! 1. lock the nodes whose heartbeat is due (below) `ORDER BY id` (`FOR NO KEY UPDATE`): every
+//!    flush (of every replica) takes node locks in the same order, and every other writer that
+//!    touches a node's GPUs or grants takes its node's row first (registration, agent events,
+//!    liveness, the latest-values writer below), so no two of them can wait on each other in a
+//!    cycle; a scheduling cycle locks the nodes it changes first, in id order too
+//!    (`scheduler::record::apply`). A writer that locks several nodes in another order (the
+//!    liveness sweep) may still meet a flush in a deadlock, which PostgreSQL breaks by failing one
+//!    side: a flush that loses is retried ([`ATTEMPTS`]);
 //! 2. one statement (one round trip), its parts CTEs: `UPDATE nodes … FROM UNNEST` — the heartbeat
-//!    (`last_seen_at`, `lost` back to `ready`) and the latest host values, one row per node (of two
-//!    reports of a node in one batch, the later wins; the heartbeat is the node's lease, see
-//!    `fleet::liveness`, so it is written with the report); `INSERT INTO node_telemetry … FROM
-//!    UNNEST` — every report's host sample, in arrival order; and `INSERT INTO gpu_telemetry … FROM
-//!    UNNEST` — every GPU sample of every report, by the GPU's id: ids are looked up once per GPU
-//!    and kept ([`GpuIds`]; a GPU's row is never deleted and its id never changes, the registration
-//!    upserts by node and device index).
+//!    (`last_seen_at`, `lost` back to `ready`) and the latest host values of the due nodes, one row
+//!    per node (of two reports of a node in one batch, the later wins); `INSERT INTO node_telemetry
+//!    … FROM UNNEST` — every report's host sample, in arrival order; and `INSERT INTO gpu_telemetry
+//!    … FROM UNNEST` — every GPU sample of every report, by the GPU's id: ids are looked up once per
+//!    GPU and kept ([`GpuIds`]; a GPU's row is never deleted and its id never changes, the
+//!    registration upserts by node and device index).
+//!
+//! **A node's heartbeat is written at most once per [`heartbeat_every`]** (half the heartbeat
+//! interval the agents are told, at most a second): a flush writes the heartbeat of a node this
+//! process has not written for that long, and only the history of the others. An agent at the
+//! protocol's rate has every heartbeat written; one that reports faster (a shorter `--heartbeat-ms`)
+//! has its node's row rewritten once per interval rather than at every report. A flush in which
+//! no heartbeat is due is its statement alone: one round trip, no transaction around it, no lock
+//! (it only inserts history rows, which no other writer touches). The heartbeat is the node's
+//! lease (`fleet::liveness`): `last_seen_at` lags the newest report by at most that interval
+//! plus one report's, inside `--node-lost-after-ms` (at least twice the heartbeat interval) and
+//! inside the fence margin (`FENCE_MARGIN`, 5 s) before a lost node's work is requeued. A node
+//! whose heartbeat this process wrote exists (no node is ever deleted; a tidy test checks it), so
+//! its report is answered `204` without looking it up; any other node's existence is what the
+//! lock finds.
 //!
 //! The flushers run on a thread of their own, on a single-threaded runtime: on the API's runtime a
 //! flush waited behind thousands of ready request tasks after each of its round trips.
@@ -75,6 +89,12 @@ pub const QUEUE_REPORTS: usize = 8 * MAX_BATCH_REPORTS;
 pub const ATTEMPTS: usize = 3;
 /// The latest-values writer writes at most once per this interval (at once when it was idle).
 pub const LATEST_EVERY: Duration = Duration::from_secs(1);
+/// How often a node's heartbeat is written when its agent reports faster than `heartbeat_interval`
+/// (the interval the agents are told): half of it, at most [`LATEST_EVERY`]. An agent at that
+/// interval has every report's heartbeat written.
+pub fn heartbeat_every(heartbeat_interval: Duration) -> Duration {
+    (heartbeat_interval / 2).min(LATEST_EVERY)
+}
 /// How far ahead partitions are made, and how little coverage left makes the writer make more.
 const PARTITIONS_AHEAD: Duration = Duration::from_secs(3 * 3600);
 const PARTITIONS_RENEW_BELOW: Duration = Duration::from_secs(3600);
@@ -182,6 +202,12 @@ struct Shared {
     latest: Mutex<Latest>,
     /// Told when `latest` got values.
     dirty: Notify,
+    /// When this process last committed each node's heartbeat (an instant taken before the
+    /// transaction began, so never later than the `last_seen_at` it wrote). A node here exists: no
+    /// node is ever deleted (a tidy test checks it).
+    beats: Mutex<HashMap<Uuid, Instant>>,
+    /// A node's heartbeat is written again once its last is this old.
+    beat_every: Duration,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -203,6 +229,14 @@ struct Intake {
     queue: mpsc::Receiver<Pending>,
     closing: bool,
     covered_until: Instant,
+    /// The flushes taken and not yet ended: a batch that holds a node of one of them waits for it.
+    in_flight: Vec<InFlight>,
+}
+
+/// A flush in flight: its nodes, and a receiver that is told (its sender dropped) when it ended.
+struct InFlight {
+    nodes: HashSet<Uuid>,
+    ended: watch::Receiver<()>,
 }
 
 impl TelemetryWriter {
@@ -213,7 +247,10 @@ impl TelemetryWriter {
     /// one, holding every report of its batch that much longer; on its own single-threaded runtime
     /// a flusher runs the moment its answer arrives. Why its own connections: hundreds of requests
     /// wait for a pooled one (to check their credential) under the same load.
-    pub async fn start(db: PgPool, retention_hours: u32) -> sqlx::Result<Self> {
+    ///
+    /// A node's heartbeat (its `last_seen_at` and latest host values) is written at most once per
+    /// `beat_every` (see [`heartbeat_every`]); every report's samples go to the history.
+    pub async fn start(db: PgPool, retention_hours: u32, beat_every: Duration) -> sqlx::Result<Self> {
         let options = (*db.connect_options()).clone();
         let retained = Duration::from_secs(u64::from(retention_hours) * 3600);
         let (queue, rx) = mpsc::channel(QUEUE_REPORTS);
@@ -243,11 +280,12 @@ impl TelemetryWriter {
                     }
                 };
                 let _ = started.send(Ok(()));
-                let shared = Arc::new(Shared::default());
+                let shared = Arc::new(Shared { beat_every, ..Shared::default() });
                 let intake = Arc::new(tokio::sync::Mutex::new(Intake {
                     queue: rx,
                     closing: false,
                     covered_until: Instant::now() + covered,
+                    in_flight: Vec::new(),
                 }));
                 let flushers: Vec<JoinHandle<()>> = (0..FLUSHERS)
                     .map(|_| tokio::spawn(run(db.clone(), intake.clone(), shared.clone(), stopping.clone())))
@@ -285,12 +323,12 @@ impl TelemetryWriter {
     }
 }
 
-/// A flusher. [`FLUSHERS`] of them pipeline the flushes: one dequeues a batch and locks its nodes
-/// while holding the intake, then lets the next dequeue while it writes and commits. Dequeuing and
-/// locking in turn keeps arrival order: a node's later report can only be locked after its earlier
-/// one's flush holds the node, so it commits after it (and its transaction, so its samples' `at`,
-/// starts later: the newer sample wins on the rows), and no two flushes wait on each other in a
-/// cycle (each holds all its nodes before the next locks).
+/// A flusher. [`FLUSHERS`] of them pipeline the flushes: one dequeues a batch while holding the
+/// intake, then lets the next dequeue while it writes and commits. A batch that holds a node of a
+/// flush still in flight waits for that flush to end before it is written, which keeps a node's
+/// reports in arrival order (the later one's transaction, so its samples' `at`, starts later: the
+/// newer sample wins on the rows). Flushes whose nodes differ lock different node rows, each in id
+/// order, so no two of them wait on each other.
 async fn run(
     db: PgPool,
     intake: Arc<tokio::sync::Mutex<Intake>>,
@@ -327,8 +365,39 @@ async fn run(
             reports.push((node_id, report));
             waiters.push((node_id, done));
         }
+        let nodes: HashSet<Uuid> = reports.iter().map(|(node_id, _)| *node_id).collect();
+        // A node's reports commit in arrival order: a batch that holds a node of a flush still in
+        // flight waits for that flush to end (rare: an agent has one report in flight).
+        taking.in_flight.retain(|flush| flush.ended.has_changed().is_ok());
+        for earlier in &mut taking.in_flight {
+            if !earlier.nodes.is_disjoint(&nodes) {
+                let _ = earlier.ended.changed().await;
+            }
+        }
+        taking.in_flight.retain(|flush| flush.ended.has_changed().is_ok());
+        // The nodes whose heartbeat this flush writes: those this process has not written for the
+        // interval (or ever).
         let started = Instant::now();
-        let outcome = write_in_turn(&db, &reports, Some(held), &shared.ids).await;
+        let mut due: Vec<Uuid> = {
+            let beats = locked(&shared.beats);
+            nodes
+                .iter()
+                .filter(|node_id| beats.get(node_id).is_none_or(|at| started.duration_since(*at) >= shared.beat_every))
+                .copied()
+                .collect()
+        };
+        due.sort_unstable();
+        let (ended, ended_rx) = watch::channel(());
+        taking.in_flight.push(InFlight { nodes, ended: ended_rx });
+        drop(held);
+        let outcome = write_retrying(&db, &reports, &due, &shared.ids).await;
+        drop(ended);
+        if let Ok((known, _)) = &outcome {
+            let mut beats = locked(&shared.beats);
+            for node_id in due.iter().filter(|node_id| known.contains(node_id)) {
+                beats.insert(*node_id, started);
+            }
+        }
         let (outcome, samples) = match outcome {
             Ok((known, samples)) => {
                 tracing::debug!(reports = reports.len(), elapsed = ?started.elapsed(), "telemetry flushed");
@@ -419,30 +488,32 @@ pub async fn drop_old_partitions(db: &PgPool, retention: Duration) -> sqlx::Resu
 }
 
 /// Writes a batch of reports as the writer does, its flush and then its latest values (what one
-/// flush and the latest-values writer do when nothing else is waiting), and returns the nodes that
-/// exist: their reports were written, the others' were not. A flush PostgreSQL failed to break a
-/// deadlock, or one that met an hour without its partition (made now), is tried again.
+/// flush and the latest-values writer do when nothing else is waiting), every node's heartbeat
+/// included, and returns the nodes that exist: their reports were written, the others' were not. A
+/// flush PostgreSQL failed to break a deadlock, or one that met an hour without its partition
+/// (made now), is tried again.
 pub async fn write_batch(db: &PgPool, batch: &[NodeReport]) -> Result<HashSet<Uuid>, WriteError> {
     let ids = Mutex::default();
-    let (known, samples) = write_in_turn(db, batch, None::<()>, &ids).await?;
+    let mut due: Vec<Uuid> = batch.iter().map(|(node_id, _)| *node_id).collect();
+    due.sort_unstable();
+    due.dedup();
+    let (known, samples) = write_retrying(db, batch, &due, &ids).await?;
     let mut latest = Latest::default();
     latest.take(samples);
     write_latest(db, &latest).await.map_err(|err| WriteError::Database(Arc::new(err)))?;
     Ok(known)
 }
 
-/// A flush with retries, dropping `turn` (the intake a flusher holds) once the batch's nodes are
-/// locked, or when the first attempt fails. Returns the nodes that exist and the batch's newest
-/// GPU and share values.
-async fn write_in_turn<T>(
+/// A flush with retries. Returns the nodes that exist and the batch's newest GPU and share values.
+async fn write_retrying(
     db: &PgPool,
     batch: &[NodeReport],
-    mut turn: Option<T>,
+    due: &[Uuid],
     ids: &Mutex<GpuIds>,
 ) -> Result<(HashSet<Uuid>, Samples), WriteError> {
     let mut attempt = 1;
     loop {
-        let err = match write(db, batch, &mut turn, ids).await {
+        let err = match write(db, batch, due, ids).await {
             Ok(written) => return Ok(written),
             Err(err) => err,
         };
@@ -456,7 +527,6 @@ async fn write_in_turn<T>(
             }
             _ => false,
         };
-        drop(turn.take());
         if !retry || attempt >= ATTEMPTS {
             return Err(WriteError::Database(Arc::new(err)));
         }
@@ -465,47 +535,53 @@ async fn write_in_turn<T>(
     }
 }
 
-/// One flush: one transaction of two statements whatever the batch holds (a third the first time a
-/// GPU is reported, to learn its id): four round trips with `BEGIN` and `COMMIT`.
-async fn write<T>(
+/// One flush. `due` (sorted) are the batch's nodes whose heartbeat it writes; the batch's other
+/// nodes had theirs written by this process less than the interval ago, so they exist.
+///
+/// With heartbeats due: one transaction — the due nodes locked in id order (the lock order of
+/// every writer of a node), which also tells which exist, then the flush's statement — four round
+/// trips with `BEGIN` and `COMMIT`. With none due: the statement alone, one round trip, no lock
+/// (it only inserts history, which no other writer touches). A third statement the first time a
+/// GPU is reported, to learn its id.
+async fn write(
     db: &PgPool,
     batch: &[NodeReport],
-    turn: &mut Option<T>,
+    due: &[Uuid],
     ids: &Mutex<GpuIds>,
 ) -> sqlx::Result<(HashSet<Uuid>, Samples)> {
-    // The latest report of each node (a later report of a node replaces an earlier one).
-    let mut latest: HashMap<Uuid, &TelemetryReport> = HashMap::with_capacity(batch.len());
-    for (node_id, report) in batch {
-        latest.insert(*node_id, report);
-    }
-    let mut node_ids: Vec<Uuid> = latest.keys().copied().collect();
-    node_ids.sort_unstable();
-
-    let mut tx = db.begin().await?;
-    // 1. The lock order: node rows by id. `now()` is the time of every sample this flush writes.
-    let locked_rows: Vec<(Uuid, DateTime<Utc>)> =
-        sqlx::query_as("SELECT id, now() FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
-            .bind(&node_ids)
+    let mut known: HashSet<Uuid> = HashSet::with_capacity(batch.len());
+    let mut beating: Vec<Uuid> = Vec::new();
+    let mut tx = if due.is_empty() {
+        known.extend(batch.iter().map(|(node_id, _)| *node_id));
+        None
+    } else {
+        let mut tx = db.begin().await?;
+        beating = sqlx::query_scalar("SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+            .bind(due)
             .fetch_all(&mut *tx)
             .await?;
-    // The next flush may take its batch and lock its nodes now.
-    drop(turn.take());
-    let Some(&(_, at)) = locked_rows.first() else {
-        tx.rollback().await?;
-        return Ok((HashSet::new(), Samples::default()));
+        known.extend(batch.iter().map(|(node_id, _)| *node_id).filter(|node_id| due.binary_search(node_id).is_err()));
+        known.extend(beating.iter().copied());
+        if known.is_empty() {
+            tx.rollback().await?;
+            return Ok((known, Samples::default()));
+        }
+        Some(tx)
     };
-    let known: Vec<Uuid> = locked_rows.into_iter().map(|(id, _)| id).collect();
-    let known_set: HashSet<Uuid> = known.iter().copied().collect();
 
-    // The heartbeat and the latest host values, one row per node.
-    let rows: Vec<(Uuid, &TelemetryReport)> =
-        known.iter().filter_map(|id| latest.get(id).map(|report| (*id, *report))).collect();
-    let node: Vec<Uuid> = rows.iter().map(|(id, _)| *id).collect();
-    let cpu: Vec<f32> = rows.iter().map(|(_, r)| r.cpu_util).collect();
-    let mem: Vec<i64> = rows.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
+    // The heartbeat and the latest host values of the due nodes, one row each (the latest report of
+    // a node in the batch wins).
+    let mut latest: HashMap<Uuid, &TelemetryReport> = HashMap::with_capacity(beating.len());
+    for (node_id, report) in batch {
+        if beating.binary_search(node_id).is_ok() {
+            latest.insert(*node_id, report);
+        }
+    }
+    let cpu: Vec<f32> = beating.iter().map(|id| latest[id].cpu_util).collect();
+    let mem: Vec<i64> = beating.iter().map(|id| latest[id].memory_used_mb as i64).collect();
     // Every report's host sample, in arrival order (equal `at`, ascending ids).
     let written: Vec<(Uuid, &TelemetryReport)> =
-        batch.iter().filter(|(node_id, _)| known_set.contains(node_id)).map(|(n, r)| (*n, r)).collect();
+        batch.iter().filter(|(node_id, _)| known.contains(node_id)).map(|(n, r)| (*n, r)).collect();
     let h_node: Vec<Uuid> = written.iter().map(|(node_id, _)| *node_id).collect();
     let h_cpu: Vec<f32> = written.iter().map(|(_, r)| r.cpu_util).collect();
     let h_mem: Vec<i64> = written.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
@@ -525,14 +601,16 @@ async fn write<T>(
     };
     if !unseen.is_empty() {
         let (nodes, indexes): (Vec<Uuid>, Vec<i32>) = unseen.into_iter().unzip();
-        let found: Vec<(Uuid, Uuid, i32)> = sqlx::query_as(
+        let lookup = sqlx::query_as::<_, (Uuid, Uuid, i32)>(
             "SELECT g.id, g.node_id, g.device_index FROM gpus g \
              JOIN UNNEST($1::uuid[], $2::int[]) AS k(node_id, idx) ON g.node_id = k.node_id AND g.device_index = k.idx",
         )
         .bind(&nodes)
-        .bind(&indexes)
-        .fetch_all(&mut *tx)
-        .await?;
+        .bind(&indexes);
+        let found = match tx.as_mut() {
+            Some(tx) => lookup.fetch_all(&mut **tx).await?,
+            None => lookup.fetch_all(db).await?,
+        };
         let mut ids = locked(ids);
         for (id, node_id, index) in found {
             ids.insert((node_id, index as u32), id);
@@ -551,7 +629,8 @@ async fn write<T>(
     let mut h_temp: Vec<Option<f32>> = Vec::with_capacity(samples);
     let mut h_power: Vec<Option<f32>> = Vec::with_capacity(samples);
     let mut h_ecc: Vec<Option<i64>> = Vec::with_capacity(samples);
-    let mut newest = Samples { gpus: Vec::with_capacity(samples), shares: Vec::new() };
+    let mut gpu_samples: Vec<(Uuid, Uuid, &GpuSample)> = Vec::with_capacity(samples);
+    let mut share_samples = Vec::new();
     {
         let ids = locked(ids);
         for (node_id, report) in &written {
@@ -563,30 +642,29 @@ async fn write<T>(
                 h_temp.push(g.temperature_c);
                 h_power.push(g.power_w);
                 h_ecc.push(g.ecc_errors.map(|e| e as i64));
-                newest.gpus.push((id, LatestGpu { node_id: *node_id, at, sample: g.clone() }));
+                gpu_samples.push((id, *node_id, g));
             }
             for s in &report.shares {
                 let Some(&gpu) = ids.get(&(*node_id, s.gpu_index)) else { continue };
-                newest.shares.push((
-                    (gpu, s.workload_id),
-                    LatestShare { node_id: *node_id, at, util: s.util, memory_used_mb: s.memory_used_mb },
-                ));
+                share_samples.push(((gpu, s.workload_id), *node_id, s));
             }
         }
     }
-    // 2–4. One statement, one round trip: the heartbeat (`last_seen_at`, `lost` back to `ready`)
-    // and latest host values on the nodes, the host samples, the GPU samples.
-    sqlx::query(
+    // One statement, one round trip: the heartbeat (`last_seen_at`, `lost` back to `ready`) and
+    // latest host values of the due nodes, the host samples, the GPU samples; it answers `now()`,
+    // the time of every sample it wrote (the transaction's start).
+    let statement = sqlx::query_scalar::<_, DateTime<Utc>>(
         "WITH beat AS (UPDATE nodes n SET last_seen_at = now(), cpu_util = s.cpu, memory_used_mb = s.mem, \
                            state = CASE WHEN n.state = 'lost' THEN 'ready' ELSE n.state END \
                        FROM UNNEST($1::uuid[], $2::real[], $3::bigint[]) AS s(id, cpu, mem) \
                        WHERE n.id = s.id), \
               host AS (INSERT INTO node_telemetry (node_id, cpu_util, memory_used_mb) \
-                       SELECT * FROM UNNEST($4::uuid[], $5::real[], $6::bigint[])) \
-         INSERT INTO gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) \
-         SELECT * FROM UNNEST($7::uuid[], $8::real[], $9::bigint[], $10::real[], $11::real[], $12::bigint[])",
+                       SELECT * FROM UNNEST($4::uuid[], $5::real[], $6::bigint[])), \
+              gpu AS (INSERT INTO gpu_telemetry (gpu_id, util, memory_used_mb, temperature_c, power_w, ecc_errors) \
+                      SELECT * FROM UNNEST($7::uuid[], $8::real[], $9::bigint[], $10::real[], $11::real[], $12::bigint[])) \
+         SELECT now()",
     )
-    .bind(&node)
+    .bind(&beating)
     .bind(&cpu)
     .bind(&mem)
     .bind(&h_node)
@@ -597,11 +675,26 @@ async fn write<T>(
     .bind(&h_mem_gpu)
     .bind(&h_temp)
     .bind(&h_power)
-    .bind(&h_ecc)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok((known_set, newest))
+    .bind(&h_ecc);
+    let at = match tx {
+        Some(mut tx) => {
+            let at = statement.fetch_one(&mut *tx).await?;
+            tx.commit().await?;
+            at
+        }
+        None => statement.fetch_one(db).await?,
+    };
+    let newest = Samples {
+        gpus: gpu_samples
+            .into_iter()
+            .map(|(id, node_id, sample)| (id, LatestGpu { node_id, at, sample: sample.clone() }))
+            .collect(),
+        shares: share_samples
+            .into_iter()
+            .map(|(key, node_id, s)| (key, LatestShare { node_id, at, util: s.util, memory_used_mb: s.memory_used_mb }))
+            .collect(),
+    };
+    Ok((known, newest))
 }
 
 /// Writes the newest GPU and share values onto the `gpus` and `gpu_grants` rows in one
