@@ -245,13 +245,13 @@ async fn the_rows_get_the_newest_gpu_values_within_the_interval_never_an_older_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_reporting_faster_than_its_heartbeat_has_its_row_rewritten_once_per_interval_and_every_sample_kept() {
     let (db, admin, name) = database().await;
-    let every = std::time::Duration::from_secs(2);
-    let writer = TelemetryWriter::start(db.clone(), 1, every).await.unwrap();
+    let writer = TelemetryWriter::start(db.clone(), 1, std::time::Duration::from_secs(2)).await.unwrap();
     let n = node(&db, "a", 1).await;
     let unknown = Uuid::now_v7();
     let row = || async {
-        sqlx::query_as::<_, (String, bool)>(
-            "SELECT state, last_seen_at > now() - interval '1 minute' FROM nodes WHERE id = $1",
+        sqlx::query_as::<_, (String, bool, f32, i64)>(
+            "SELECT state, last_seen_at > now() - interval '1 minute', cpu_util, xmin::text::bigint \
+             FROM nodes WHERE id = $1",
         )
         .bind(n)
         .fetch_one(&db)
@@ -260,35 +260,55 @@ async fn a_node_reporting_faster_than_its_heartbeat_has_its_row_rewritten_once_p
     };
 
     // The first report writes the heartbeat (this writer never wrote the node's).
-    let first = std::time::Instant::now();
     assert!(writer.record(n, report(0.5, &[(0, 0.5)])).await.unwrap());
-    assert_eq!(row().await, ("ready".to_owned(), true));
-    // Someone else marks the node lost, as if it had been silent for an hour.
-    sqlx::query("UPDATE nodes SET state = 'lost', last_seen_at = now() - interval '1 hour' WHERE id = $1")
-        .bind(n)
-        .execute(&db)
-        .await
-        .unwrap();
+    let (state, fresh, cpu, mut version) = row().await;
+    assert_eq!((state.as_str(), fresh, cpu), ("ready", true, 0.5));
 
-    // Five more reports within the interval: every sample goes to the history, the row is not
-    // rewritten. An unknown node is still told so.
-    for _ in 0..5 {
-        assert!(writer.record(n, report(0.5, &[(0, 0.5)])).await.unwrap());
+    // Ten more reports as fast as they are answered: every sample goes to the history, but the
+    // node's row is rewritten at most once per latest-values interval (the latest-values writer),
+    // not at every report. An unknown node is still told so.
+    let started = std::time::Instant::now();
+    let mut rewrites = 0;
+    for k in 1..=10 {
+        assert!(writer.record(n, report(k as f32 / 100.0, &[(0, 0.5)])).await.unwrap());
+        let (_, _, _, now) = row().await;
+        rewrites += usize::from(now != version);
+        version = now;
     }
+    let intervals = started.elapsed().as_secs_f64() / telemetry::LATEST_EVERY.as_secs_f64();
+    assert!(
+        rewrites as f64 <= intervals.ceil() + 1.0,
+        "{rewrites} rewrites of the node's row in {intervals:.2} intervals"
+    );
     assert!(!writer.record(unknown, report(0.5, &[(0, 0.5)])).await.unwrap());
-    assert!(first.elapsed() < every, "the machine stalled for the whole interval; the story cannot be told");
-    assert_eq!(row().await, ("lost".to_owned(), false));
     let (hosts, gpus): (i64, i64) =
         sqlx::query_as("SELECT (SELECT count(*) FROM node_telemetry), (SELECT count(*) FROM gpu_telemetry)")
             .fetch_one(&db)
             .await
             .unwrap();
-    assert_eq!((hosts, gpus), (6, 6));
+    assert_eq!((hosts, gpus), (11, 11));
 
-    // Once the interval has passed, the next report writes the heartbeat: the node is ready again.
-    tokio::time::sleep(every.saturating_sub(first.elapsed())).await;
-    assert!(writer.record(n, report(0.5, &[(0, 0.5)])).await.unwrap());
-    assert_eq!(row().await, ("ready".to_owned(), true));
+    // The newest report's values reach the row within the interval.
+    let waited = std::time::Instant::now();
+    while row().await.2 != 0.1 {
+        assert!(waited.elapsed() < telemetry::LATEST_EVERY * 3, "the newest host values did not reach the row");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    // A node marked lost meanwhile (as if silent for an hour) is ready again at its next report's
+    // write.
+    sqlx::query("UPDATE nodes SET state = 'lost', last_seen_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(n)
+        .execute(&db)
+        .await
+        .unwrap();
+    assert!(writer.record(n, report(0.25, &[(0, 0.5)])).await.unwrap());
+    let waited = std::time::Instant::now();
+    while row().await.0 != "ready" {
+        assert!(waited.elapsed() < telemetry::LATEST_EVERY * 3, "the lost node was not ready again");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(row().await.1);
     writer.close().await;
     drop_database(db, &admin, &name).await;
 }

@@ -132,6 +132,15 @@ struct LatestGpu {
     sample: GpuSample,
 }
 
+/// A node's newest report whose heartbeat its flush did not write, waiting for the latest-values
+/// writer: its time and host values.
+#[derive(Debug, Clone)]
+struct LatestNode {
+    at: DateTime<Utc>,
+    cpu_util: f32,
+    memory_used_mb: u64,
+}
+
 /// What a workload's processes use of a GPU, newest, waiting for the latest-values writer.
 #[derive(Debug, Clone)]
 struct LatestShare {
@@ -141,35 +150,45 @@ struct LatestShare {
     memory_used_mb: Option<u64>,
 }
 
-/// The newest values of the GPUs (by id) and shares (by GPU and workload) that the rows do not
-/// hold yet.
+/// The newest values of the nodes whose heartbeat was not due, of the GPUs (by id) and of the
+/// shares (by GPU and workload) that the rows do not hold yet.
 #[derive(Debug, Default)]
 pub struct Latest {
+    nodes: HashMap<Uuid, LatestNode>,
     gpus: HashMap<Uuid, LatestGpu>,
     shares: HashMap<(Uuid, Uuid), LatestShare>,
 }
 
-/// A flush's GPU and share samples in arrival order, for [`Latest`] once it committed.
+/// A flush's node, GPU and share samples in arrival order, for [`Latest`] once it committed.
 #[derive(Debug, Default)]
 pub struct Samples {
+    nodes: Vec<(Uuid, LatestNode)>,
     gpus: Vec<(Uuid, LatestGpu)>,
     shares: Vec<((Uuid, Uuid), LatestShare)>,
 }
 
+impl Samples {
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.gpus.is_empty() && self.shares.is_empty()
+    }
+}
+
 impl Latest {
     fn is_empty(&self) -> bool {
-        self.gpus.is_empty() && self.shares.is_empty()
+        self.nodes.is_empty() && self.gpus.is_empty() && self.shares.is_empty()
     }
 
     /// Takes a flush's samples where they are at least as new as those held (of one GPU's samples
     /// in one flush, the last).
     fn take(&mut self, samples: Samples) {
+        keep_newer(&mut self.nodes, samples.nodes, |n| n.at);
         keep_newer(&mut self.gpus, samples.gpus, |g| g.at);
         keep_newer(&mut self.shares, samples.shares, |s| s.at);
     }
 
     /// Takes `other`'s values where they are at least as new as those held.
     fn merge(&mut self, other: Latest) {
+        keep_newer(&mut self.nodes, other.nodes, |n| n.at);
         keep_newer(&mut self.gpus, other.gpus, |g| g.at);
         keep_newer(&mut self.shares, other.shares, |s| s.at);
     }
@@ -418,7 +437,7 @@ async fn run(
             let _ = done.send(answer);
         }
         // The reports are answered; their newest values go to the latest-values writer.
-        if !samples.gpus.is_empty() || !samples.shares.is_empty() {
+        if !samples.is_empty() {
             locked(&shared.latest).take(samples);
             shared.dirty.notify_one();
         }
@@ -684,7 +703,19 @@ async fn write(
         }
         None => statement.fetch_one(db).await?,
     };
+    // The newest report of each node whose heartbeat this flush did not write: its values reach the
+    // row through the latest-values writer.
+    let mut resting: HashMap<Uuid, &TelemetryReport> = HashMap::new();
+    for (node_id, report) in &written {
+        if beating.binary_search(node_id).is_err() {
+            resting.insert(*node_id, report);
+        }
+    }
     let newest = Samples {
+        nodes: resting
+            .into_iter()
+            .map(|(node_id, r)| (node_id, LatestNode { at, cpu_util: r.cpu_util, memory_used_mb: r.memory_used_mb }))
+            .collect(),
         gpus: gpu_samples
             .into_iter()
             .map(|(id, node_id, sample)| (id, LatestGpu { node_id, at, sample: sample.clone() }))
@@ -697,16 +728,21 @@ async fn write(
     Ok((known, newest))
 }
 
-/// Writes the newest GPU and share values onto the `gpus` and `gpu_grants` rows in one
-/// transaction: their nodes locked first in id order (the lock order every writer of a node's GPUs
-/// keeps), then one `UPDATE … FROM UNNEST` each. A row that holds a newer sample (another replica
-/// wrote it) keeps it; a share whose grant ended meanwhile is skipped.
+/// Writes the newest node, GPU and share values onto the `nodes`, `gpus` and `gpu_grants` rows in
+/// one transaction: their nodes locked first in id order (the lock order every writer of a node's
+/// GPUs keeps), then one `UPDATE … FROM UNNEST` each. A row that holds a newer sample (a flush or
+/// another replica wrote it) keeps it; a share whose grant ended meanwhile is skipped.
 pub async fn write_latest(db: &PgPool, latest: &Latest) -> sqlx::Result<()> {
     if latest.is_empty() {
         return Ok(());
     }
-    let mut nodes: Vec<Uuid> =
-        latest.gpus.values().map(|g| g.node_id).chain(latest.shares.values().map(|s| s.node_id)).collect();
+    let mut nodes: Vec<Uuid> = latest
+        .nodes
+        .keys()
+        .copied()
+        .chain(latest.gpus.values().map(|g| g.node_id))
+        .chain(latest.shares.values().map(|s| s.node_id))
+        .collect();
     nodes.sort_unstable();
     nodes.dedup();
     let mut tx = db.begin().await?;
@@ -714,6 +750,27 @@ pub async fn write_latest(db: &PgPool, latest: &Latest) -> sqlx::Result<()> {
         .bind(&nodes)
         .execute(&mut *tx)
         .await?;
+    if !latest.nodes.is_empty() {
+        // The heartbeat goes forward only: a row that holds a newer one (a flush wrote it) keeps it.
+        let mut rows: Vec<(&Uuid, &LatestNode)> = latest.nodes.iter().collect();
+        rows.sort_unstable_by_key(|(id, _)| **id);
+        let id: Vec<Uuid> = rows.iter().map(|(id, _)| **id).collect();
+        let at: Vec<DateTime<Utc>> = rows.iter().map(|(_, n)| n.at).collect();
+        let cpu: Vec<f32> = rows.iter().map(|(_, n)| n.cpu_util).collect();
+        let mem: Vec<i64> = rows.iter().map(|(_, n)| n.memory_used_mb as i64).collect();
+        sqlx::query(
+            "UPDATE nodes n SET last_seen_at = s.at, cpu_util = s.cpu, memory_used_mb = s.mem, \
+                 state = CASE WHEN n.state = 'lost' THEN 'ready' ELSE n.state END \
+             FROM UNNEST($1::uuid[], $2::timestamptz[], $3::real[], $4::bigint[]) AS s(id, at, cpu, mem) \
+             WHERE n.id = s.id AND n.last_seen_at <= s.at",
+        )
+        .bind(&id)
+        .bind(&at)
+        .bind(&cpu)
+        .bind(&mem)
+        .execute(&mut *tx)
+        .await?;
+    }
     if !latest.gpus.is_empty() {
         let mut rows: Vec<(&Uuid, &LatestGpu)> = latest.gpus.iter().collect();
         rows.sort_unstable_by_key(|(id, _)| **id);
