@@ -41,7 +41,9 @@
 //! inside the fence margin (`FENCE_MARGIN`, 5 s) before a lost node's work is requeued. A node
 //! whose heartbeat this process wrote exists (no node is ever deleted; a tidy test checks it), so
 //! its report is answered `204` without looking it up; any other node's existence is what the
-//! lock finds.
+//! lock finds. The newest report of a node whose heartbeat was not due goes to the latest-values
+//! writer (below), which writes its host values and time onto the node's row (forward only), so
+//! a node that stops reporting shows its last report within [`LATEST_EVERY`].
 //!
 //! The flushers run on a thread of their own, on a single-threaded runtime: on the API's runtime a
 //! flush waited behind thousands of ready request tasks after each of its round trips.
