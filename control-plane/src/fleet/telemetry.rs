@@ -581,6 +581,7 @@ async fn write(
             .bind(due)
             .fetch_all(&mut *tx)
             .await?;
+        beating.sort_unstable();
         known.extend(batch.iter().map(|(node_id, _)| *node_id).filter(|node_id| due.binary_search(node_id).is_err()));
         known.extend(beating.iter().copied());
         if known.is_empty() {
@@ -598,8 +599,11 @@ async fn write(
             latest.insert(*node_id, report);
         }
     }
-    let cpu: Vec<f32> = beating.iter().map(|id| latest[id].cpu_util).collect();
-    let mem: Vec<i64> = beating.iter().map(|id| latest[id].memory_used_mb as i64).collect();
+    let beats: Vec<(Uuid, &TelemetryReport)> =
+        beating.iter().filter_map(|id| latest.get(id).map(|report| (*id, *report))).collect();
+    let node: Vec<Uuid> = beats.iter().map(|(id, _)| *id).collect();
+    let cpu: Vec<f32> = beats.iter().map(|(_, r)| r.cpu_util).collect();
+    let mem: Vec<i64> = beats.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
     // Every report's host sample, in arrival order (equal `at`, ascending ids).
     let written: Vec<(Uuid, &TelemetryReport)> =
         batch.iter().filter(|(node_id, _)| known.contains(node_id)).map(|(n, r)| (*n, r)).collect();
@@ -685,7 +689,7 @@ async fn write(
                       SELECT * FROM UNNEST($7::uuid[], $8::real[], $9::bigint[], $10::real[], $11::real[], $12::bigint[])) \
          SELECT now()",
     )
-    .bind(&beating)
+    .bind(&node)
     .bind(&cpu)
     .bind(&mem)
     .bind(&h_node)
