@@ -33,8 +33,8 @@
 //! interval the agents are told, at most a second): a flush writes the heartbeat of a node this
 //! process has not written for that long, and only the history of the others. An agent at the
 //! protocol's rate has every heartbeat written; one that reports faster (a shorter `--heartbeat-ms`)
-//! has its node's row rewritten once per interval rather than at every report. A flush in which
-//! no heartbeat is due is its statement alone: one round trip, no transaction around it, no lock
+//! has its heartbeat written by a flush once per interval rather than at every report. A flush
+//! in which no heartbeat is due is its statement alone: one round trip, no transaction around it, no lock
 //! (it only inserts history rows, which no other writer touches). The heartbeat is the node's
 //! lease (`fleet::liveness`): `last_seen_at` lags the newest report by at most that interval
 //! plus one report's, inside `--node-lost-after-ms` (at least twice the heartbeat interval) and
