@@ -389,7 +389,6 @@ async fn run(
         let nodes: HashSet<Uuid> = reports.iter().map(|(node_id, _)| *node_id).collect();
         // A node's reports commit in arrival order: a batch that holds a node of a flush still in
         // flight waits for that flush to end (rare: an agent has one report in flight).
-        taking.in_flight.retain(|flush| flush.ended.has_changed().is_ok());
         for earlier in &mut taking.in_flight {
             if !earlier.nodes.is_disjoint(&nodes) {
                 let _ = earlier.ended.changed().await;
@@ -591,22 +590,21 @@ async fn write(
         Some(tx)
     };
 
-    // The heartbeat and the latest host values of the due nodes, one row each (the latest report of
-    // a node in the batch wins).
-    let mut latest: HashMap<Uuid, &TelemetryReport> = HashMap::with_capacity(beating.len());
-    for (node_id, report) in batch {
-        if beating.binary_search(node_id).is_ok() {
-            latest.insert(*node_id, report);
-        }
-    }
-    let beats: Vec<(Uuid, &TelemetryReport)> =
-        beating.iter().filter_map(|id| latest.get(id).map(|report| (*id, *report))).collect();
-    let node: Vec<Uuid> = beats.iter().map(|(id, _)| *id).collect();
-    let cpu: Vec<f32> = beats.iter().map(|(_, r)| r.cpu_util).collect();
-    let mem: Vec<i64> = beats.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
     // Every report's host sample, in arrival order (equal `at`, ascending ids).
     let written: Vec<(Uuid, &TelemetryReport)> =
         batch.iter().filter(|(node_id, _)| known.contains(node_id)).map(|(n, r)| (*n, r)).collect();
+    // The newest report of each node (a later report of a node in the batch replaces an earlier
+    // one): the due nodes' go onto their rows in this flush (the heartbeat and the latest host
+    // values), the others' through the latest-values writer.
+    let mut newest_of: HashMap<Uuid, &TelemetryReport> = HashMap::with_capacity(written.len());
+    for (node_id, report) in &written {
+        newest_of.insert(*node_id, report);
+    }
+    let (beats, resting): (Vec<_>, Vec<_>) =
+        newest_of.into_iter().partition(|(node_id, _)| beating.binary_search(node_id).is_ok());
+    let node: Vec<Uuid> = beats.iter().map(|(id, _)| *id).collect();
+    let cpu: Vec<f32> = beats.iter().map(|(_, r)| r.cpu_util).collect();
+    let mem: Vec<i64> = beats.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
     let h_node: Vec<Uuid> = written.iter().map(|(node_id, _)| *node_id).collect();
     let h_cpu: Vec<f32> = written.iter().map(|(_, r)| r.cpu_util).collect();
     let h_mem: Vec<i64> = written.iter().map(|(_, r)| r.memory_used_mb as i64).collect();
@@ -709,14 +707,6 @@ async fn write(
         }
         None => statement.fetch_one(db).await?,
     };
-    // The newest report of each node whose heartbeat this flush did not write: its values reach the
-    // row through the latest-values writer.
-    let mut resting: HashMap<Uuid, &TelemetryReport> = HashMap::new();
-    for (node_id, report) in &written {
-        if beating.binary_search(node_id).is_err() {
-            resting.insert(*node_id, report);
-        }
-    }
     let newest = Samples {
         nodes: resting
             .into_iter()
