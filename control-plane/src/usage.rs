@@ -3,8 +3,8 @@
 //!
 //! The arithmetic is one SQL function (`airtime_gpu_usage`, migration 0012): owned is the time a GPU
 //! reported telemetry (each sample holds until the next, at most `hold`), allocated the overlap of
-//! each grant's interval (`gpu_grant_history`, kept by triggers on `gpu_grants`) with the range
-//! weighted by its share, busy each sample's utilisation over its time, split among the grants
+//! each grant's interval (a held grant's `gpu_grants` row, an ended one's `gpu_grant_history` row,
+//! written by the release trigger on `gpu_grants`) with the range weighted by its share, busy each sample's utilisation over its time, split among the grants
 //! holding the GPU by their shares. Closed hours are rolled up into `gpu_usage_hourly` by
 //! [`roll_up`] (so a month of a large fleet reads a few rows per GPU and hour, and survives the
 //! telemetry's retention); what is not rolled up yet is computed from the raw rows. Cost is each

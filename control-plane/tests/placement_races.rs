@@ -550,3 +550,81 @@ async fn a_cycles_own_rewrites_are_not_read_again_and_never_overwrite_a_newer_ro
     drop(conn);
     drop_database(db, &admin, &name).await;
 }
+
+/// GPU-time counts every grant's interval, held or ended: a held grant is read from `gpu_grants`
+/// (it writes no history row when granted, so a burst's grants cost none), an ended one from the
+/// history its release wrote, and a grant undone in the transaction that made it leaves nothing.
+#[tokio::test]
+async fn a_grants_interval_counts_while_held_and_after_it_ends_and_an_undone_grant_leaves_none() {
+    let (db, admin, name) = database().await;
+    let (node, gpus) = node_with_gpus(&db, 2, "none").await;
+    let held = workload(&db, "held", "running", Some(node)).await;
+    let undone = workload(&db, "undone", "running", Some(node)).await;
+    // Granted ten minutes ago.
+    sqlx::query(
+        "INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id, granted_at) \
+         VALUES ($1, $2, $3, now() - interval '600 seconds')",
+    )
+    .bind(gpus[0])
+    .bind(held)
+    .bind(TENANT)
+    .execute(&db)
+    .await
+    .unwrap();
+    let history = |w: Uuid| {
+        let db = db.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM gpu_grant_history WHERE workload_id = $1")
+                .bind(w)
+                .fetch_one(&db)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    let allocated = || {
+        let db = db.clone();
+        async move {
+            let (s,): (Option<f64>,) = sqlx::query_as(
+                "SELECT sum(allocated_s) FROM airtime_gpu_usage(now() - interval '1 hour', now() + interval '1 hour', \
+                     interval '3 seconds') WHERE tenant_id = $1 AND class = 'evaluation'",
+            )
+            .bind(TENANT)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            s.unwrap_or(0.0)
+        }
+    };
+    assert_eq!(history(held).await, 0, "a held grant is its own row");
+    let while_held = allocated().await;
+    assert!((600.0..610.0).contains(&while_held), "ten minutes held so far: {while_held}");
+
+    // Released: its whole interval is in the history, and counts the same.
+    sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1").bind(held).execute(&db).await.unwrap();
+    let (from, to): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT granted_at, released_at FROM gpu_grant_history WHERE workload_id = $1 AND gpu_id = $2")
+            .bind(held)
+            .bind(gpus[0])
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert!((600..610).contains(&(to - from).num_seconds()), "{from} .. {to}");
+    let after = allocated().await;
+    assert!((after - while_held).abs() < 10.0, "the same interval once ended: {after} against {while_held}");
+
+    // Granted and undone in one transaction (a placement rolled back): nothing held, nothing kept.
+    let mut tx = db.begin().await.unwrap();
+    sqlx::query("INSERT INTO gpu_grants (gpu_id, workload_id, tenant_id) VALUES ($1, $2, $3)")
+        .bind(gpus[1])
+        .bind(undone)
+        .bind(TENANT)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM gpu_grants WHERE workload_id = $1").bind(undone).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(history(undone).await, 0, "an undone grant leaves no history");
+
+    drop_database(db, &admin, &name).await;
+}
