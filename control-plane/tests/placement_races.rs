@@ -491,18 +491,24 @@ async fn the_loops_cached_read_of_the_queue_sees_what_a_full_read_sees() {
 #[tokio::test]
 async fn a_cycles_own_rewrites_are_not_read_again_and_never_overwrite_a_newer_row() {
     let (db, admin, name) = database().await;
-    let (_node, gpus) = node_with_gpus(&db, 1, "none").await;
+    let (node, gpus) = node_with_gpus(&db, 1, "none").await;
     let placed = workload(&db, "placed", "pending", None).await;
     let waits = workload(&db, "waits", "pending", None).await;
     let changed = workload(&db, "changed", "pending", None).await;
+    let raised = workload(&db, "raised", "pending", None).await;
+    let victim = workload(&db, "victim", "running", Some(node)).await;
 
     // The cycle reads through the loop's cache…
     let mut cache = fleet_view::WorkloadCache::default();
     let fleet = fleet_view::load_with(&mut db.acquire().await.unwrap(), Some(&mut cache)).await.unwrap();
-    assert_eq!(cache.fetched(), 3);
+    assert_eq!(cache.fetched(), 5);
     let index = |id: Uuid| fleet.workloads.iter().position(|w| w.id == id).unwrap();
-    // …and meanwhile someone raises the priority of `changed`.
-    sqlx::query("UPDATE workloads SET priority = 90 WHERE id = $1").bind(changed).execute(&db).await.unwrap();
+    // …and meanwhile someone raises the priority of `changed` and of `raised`.
+    sqlx::query("UPDATE workloads SET priority = 90 WHERE id = ANY($1)")
+        .bind(vec![changed, raised])
+        .execute(&db)
+        .await
+        .unwrap();
 
     let leadership = Leadership::new(Duration::from_secs(10));
     assert!(leadership.try_acquire(&db).await.unwrap());
@@ -510,6 +516,10 @@ async fn a_cycles_own_rewrites_are_not_read_again_and_never_overwrite_a_newer_ro
     let keep = |w: Uuid| Proposal::KeepPending { workload: index(w), reason: "the only GPU is taken".into() };
     let accepted = [
         (Proposal::Place { workload: index(placed), node: 0, gpus: vec![0], reason: "test".into() }, &decider),
+        // Placed although it changed since the read (it is still pending): the move does not
+        // depend on the version, only what the cache takes in does.
+        (Proposal::Place { workload: index(raised), node: 0, gpus: vec![], reason: "test".into() }, &decider),
+        (Proposal::Preempt { workload: index(victim), reason: "make room".into() }, &decider),
         (keep(waits), &decider),
         (keep(changed), &decider),
     ];
@@ -523,9 +533,12 @@ async fn a_cycles_own_rewrites_are_not_read_again_and_never_overwrite_a_newer_ro
         seen: Some(&cache),
     };
     let outcome = record::apply(&db, &fleet, &accepted, &[], record, Mode::Commit).await.unwrap();
-    assert_eq!(outcome.placed, 1);
-    let rewritten: Vec<Uuid> = outcome.rewritten.iter().map(|r| r.id).collect();
-    assert_eq!(rewritten, vec![waits], "only the row still in the version the cycle read");
+    assert_eq!((outcome.placed, outcome.preempted), (2, 1));
+    let mut rewritten: Vec<Uuid> = outcome.rewritten.iter().map(|r| r.id).collect();
+    rewritten.sort();
+    let mut expected = vec![waits, placed, victim];
+    expected.sort();
+    assert_eq!(rewritten, expected, "only the rows still in the version the cycle read");
     let reason = |id: Uuid| {
         let db = db.clone();
         async move {
@@ -539,7 +552,8 @@ async fn a_cycles_own_rewrites_are_not_read_again_and_never_overwrite_a_newer_ro
     assert_eq!(reason(waits).await.as_deref(), Some("the only GPU is taken"));
     assert_ne!(reason(changed).await.as_deref(), Some("the only GPU is taken"), "decided on an older row");
 
-    // The next read fetches the placed row and the one changed by another, not the rewritten one.
+    // The next read fetches only the two rows another changed; the placed, preempted and
+    // rewritten ones are the cycle's own, and the cache holds them as a full read finds them.
     cache.rewritten(outcome.rewritten);
     let mut conn = db.acquire().await.unwrap();
     let cached = fleet_view::load_with(&mut conn, Some(&mut cache)).await.unwrap();
@@ -547,6 +561,11 @@ async fn a_cycles_own_rewrites_are_not_read_again_and_never_overwrite_a_newer_ro
     let full = fleet_view::load(&mut conn).await.unwrap();
     assert_eq!(format!("{:?}", cached.workloads), format!("{:?}", full.workloads));
     assert!(format!("{:?}", cached.workloads).contains("the only GPU is taken"));
+    let state =
+        |f: &fleet_view::FleetView, id: Uuid| f.workloads.iter().find(|w| w.id == id).map(|w| (w.state, w.node));
+    assert_eq!(state(&cached, placed).map(|s| s.0), Some(airtime_control_plane::model::WorkloadState::Scheduled));
+    assert_eq!(state(&cached, victim).map(|s| s.0), Some(airtime_control_plane::model::WorkloadState::Preempting));
+    assert_eq!(state(&cached, placed).and_then(|s| s.1), Some(0), "on the node it was placed on");
     drop(conn);
     drop_database(db, &admin, &name).await;
 }

@@ -259,19 +259,23 @@ async fn decide_tenants<E: Evaluator>(
     tenants: Vec<(usize, E::Policy)>,
     notes: &mut Notes<E::Policy, E::Log>,
 ) -> Vec<TenantRun<E::Policy, E::Log>> {
+    // What the platform's placements gave each tenant, in one pass over them (most of a settled
+    // queue's accepted decisions are keep-pending ones, which give nothing).
+    let mut granted: Vec<(Vec<usize>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); fleet.tenants.len()];
+    for p in platform_accepted {
+        if let Proposal::Place { workload, node, gpus, .. } = p
+            && let Some((granted_gpus, granted_nodes)) = granted.get_mut(fleet.workloads[*workload].tenant)
+        {
+            granted_gpus.extend(gpus.iter().copied());
+            granted_nodes.push(*node);
+        }
+    }
     let prepared: Vec<(usize, String, E::Policy, TenantView)> = tenants
         .into_iter()
         .filter(|(tenant, _)| *tenant < fleet.tenants.len())
         .map(|(tenant, policy)| {
-            let mut granted_gpus = Vec::new();
-            let mut granted_nodes = Vec::new();
-            for p in platform_accepted.iter().filter(|p| fleet.workloads[p.workload()].tenant == tenant) {
-                if let Proposal::Place { node, gpus, .. } = p {
-                    granted_gpus.extend(gpus.iter().copied());
-                    granted_nodes.push(*node);
-                }
-            }
-            let view = fleet.tenant_view(tenant, &granted_gpus, &granted_nodes);
+            let (granted_gpus, granted_nodes) = &granted[tenant];
+            let view = fleet.tenant_view(tenant, granted_gpus, granted_nodes);
             (tenant, fleet.tenants[tenant].id.to_string(), policy, view)
         })
         .collect();

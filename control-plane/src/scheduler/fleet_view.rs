@@ -75,7 +75,7 @@ impl WorkloadCache {
 
     /// Takes in rows the cycle itself rewrote and committed, so the next read need not fetch them
     /// again (after a mass placement, most of the queue's reasons: 10,000 rows, 30 ms of the next
-    /// cycle's read). A rewrite is taken only onto the version it replaced (`seen`): the cached row
+    /// cycle's read; and the rows it placed or preempted). A rewrite is taken only onto the version it replaced (`seen`): the cached row
     /// plus the rewritten columns is then exactly the new version. The caller vouches that no
     /// other statement of that transaction touched these rows — a second update in one transaction
     /// keeps the same `xmin`, and the cache would not see it.
@@ -92,11 +92,21 @@ impl WorkloadCache {
             if let Some(shortfall) = rewrite.shortfall {
                 cached.row.shortfall = shortfall;
             }
+            match rewrite.moved {
+                Some(Moved::Placed { node }) => {
+                    cached.row.state = WorkloadState::Scheduled;
+                    cached.row.node_id = Some(node);
+                    cached.row.pending_reason = None;
+                }
+                Some(Moved::Preempting) => cached.row.state = WorkloadState::Preempting,
+                None => {}
+            }
         }
     }
 }
 
-/// A waiting workload's row as a cycle rewrote it ([`WorkloadCache::rewritten`]).
+/// A workload's row as a cycle rewrote it ([`WorkloadCache::rewritten`]): a waiting one's reason
+/// or shortfall, or one the cycle placed or preempted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rewrite {
     pub id: Uuid,
@@ -108,6 +118,18 @@ pub struct Rewrite {
     pub reason: Option<String>,
     /// The new shortfall, if it was written.
     pub shortfall: Option<Option<String>>,
+    /// Where the cycle moved it, if it did.
+    pub moved: Option<Moved>,
+}
+
+/// What a cycle's placement or preemption changed of a workload's row, of the columns the fleet
+/// read holds (its `attempt` and `updated_at` change too; the read holds neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moved {
+    /// Placed on this node: `scheduled`, its pending reason cleared.
+    Placed { node: Uuid },
+    /// Preempted: `preempting`.
+    Preempting,
 }
 
 /// The active workloads' columns, but for their preemptions in the last hour.

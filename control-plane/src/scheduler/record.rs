@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::model::WorkloadState;
 use crate::scheduler::check::{Proposal, Refusal};
-use crate::scheduler::fleet_view::{FleetView, Rewrite, WorkloadCache};
+use crate::scheduler::fleet_view::{FleetView, Moved, Rewrite, WorkloadCache};
 use crate::scheduler::leader::{Leadership, LeaseError};
 use crate::workloads::transitions;
 
@@ -144,6 +144,8 @@ pub async fn apply(
         rewritten: Vec::new(),
     };
     let mut late_refusals: Vec<(Refusal, &Decider)> = Vec::new();
+    // The rows this cycle placed or preempted, as the cache can take them in.
+    let mut moves: Vec<Rewrite> = Vec::new();
     let mut pending_changes: Vec<(Uuid, Uuid, String, &Decider)> = Vec::new();
     let mut placements: Vec<Placement<'_>> = Vec::new();
 
@@ -154,15 +156,38 @@ pub async fn apply(
                 placements.push(Placement { workload: proposal.workload(), node: *node, gpus, reason, decider });
             }
             Proposal::Preempt { reason, .. } => {
-                let moved: Option<(Uuid, i32)> = sqlx::query_as(
-                    "UPDATE workloads SET state = 'preempting', updated_at = now(), preempted_reason = $2 \
-                     WHERE id = $1 AND state IN ('scheduled', 'running') RETURNING node_id, attempt",
-                )
-                .bind(w.id)
-                .bind(reason)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let Some((node_id, attempt)) = moved else {
+                // First onto the version the cycle read, whose new version the cache can take in
+                // (see `apply_placements`); one changed meanwhile is preempted all the same.
+                let seen = record.seen.and_then(|c| c.seen(w.id));
+                let preempt = |version: Option<i64>| {
+                    sqlx::query_as::<_, (Uuid, i32, Option<i64>, i64)>(
+                        "UPDATE workloads SET state = 'preempting', updated_at = now(), preempted_reason = $2 \
+                         WHERE id = $1 AND state IN ('scheduled', 'running') \
+                           AND ($3::bigint IS NULL OR xmin::text::bigint = $3) \
+                         RETURNING node_id, attempt, $3::bigint, xmin::text::bigint",
+                    )
+                    .bind(w.id)
+                    .bind(reason)
+                    .bind(version)
+                };
+                let mut moved = None;
+                if seen.is_some() {
+                    moved = preempt(seen).fetch_optional(&mut *tx).await?;
+                }
+                if moved.is_none() {
+                    moved = preempt(None).fetch_optional(&mut *tx).await?;
+                }
+                if let Some((_, _, Some(seen), xmin)) = moved {
+                    moves.push(Rewrite {
+                        id: w.id,
+                        seen,
+                        xmin,
+                        reason: None,
+                        shortfall: None,
+                        moved: Some(Moved::Preempting),
+                    });
+                }
+                let Some((node_id, attempt, _, _)) = moved else {
                     late_refusals.push((
                         Refusal {
                             workload: Some(proposal.workload()),
@@ -212,7 +237,8 @@ pub async fn apply(
         }
     }
 
-    let placed = apply_placements(&mut tx, cycle_id, fleet, &placements, &mut late_refusals).await?;
+    let placed =
+        apply_placements(&mut tx, cycle_id, fleet, &placements, record.seen, &mut late_refusals, &mut moves).await?;
     outcome.placed = placed;
     outcome.nodes_changed |= placed > 0;
     // What the waiting work lacks, judged on the room this cycle leaves (its placements hold
@@ -247,7 +273,15 @@ pub async fn apply(
         .map(|(p, _)| fleet.workloads[p.workload()].id)
         .chain(refusals.iter().map(|r| r.0))
         .collect();
+    // The same for the rows placed or preempted: taken in only if no other statement touched them
+    // (a refusal's reason, a waiting row's rewrite — neither can touch a row no longer pending or
+    // running, but the rule is checked, not assumed), and each at most once.
+    let mut touched: rustc_hash::FxHashMap<Uuid, usize> = rustc_hash::FxHashMap::default();
+    for id in refusals.iter().map(|r| r.0).chain(rewritten.iter().map(|r| r.id)).chain(moves.iter().map(|m| m.id)) {
+        *touched.entry(id).or_default() += 1;
+    }
     rewritten.retain(|r| !elsewhere.contains(&r.id));
+    rewritten.extend(moves.into_iter().filter(|m| touched.get(&m.id) == Some(&1)));
 
     sqlx::query(
         "UPDATE scheduling_cycles SET finished_at = now(), \
@@ -285,29 +319,61 @@ struct Placement<'a> {
 /// never lets a GPU's grants add up to more than the GPU, is the last word on double grants), undo the few that lost a race (a workload cancelled meanwhile, a GPU
 /// granted meanwhile: refused, recorded like any refusal), then bump the nodes' desired state and
 /// write the events and decisions. Returns how many were placed.
+#[allow(clippy::too_many_arguments)]
 async fn apply_placements<'a>(
     tx: &mut sqlx::PgConnection,
     cycle_id: i64,
     fleet: &FleetView,
     placements: &[Placement<'a>],
+    seen: Option<&WorkloadCache>,
     late_refusals: &mut Vec<(Refusal, &'a Decider)>,
+    moves: &mut Vec<Rewrite>,
 ) -> sqlx::Result<usize> {
     if placements.is_empty() {
         return Ok(0);
     }
     let workload_ids: Vec<Uuid> = placements.iter().map(|p| fleet.workloads[p.workload].id).collect();
     let node_ids: Vec<Uuid> = placements.iter().map(|p| fleet.nodes[p.node].id).collect();
-    let moved: Vec<(Uuid, i32)> = sqlx::query_as(
-        "UPDATE workloads w SET state = 'scheduled', node_id = p.node_id, attempt = w.attempt + 1, \
+    let versions: Vec<Option<i64>> = workload_ids.iter().map(|id| seen.and_then(|c| c.seen(*id))).collect();
+    // First the rows still at the version the cycle read: their new version is the read's row plus
+    // this change, which the loop's cache takes in (a burst's first cycle would otherwise have its
+    // next read fetch every row it placed again). Then, in a second statement, any still pending
+    // that changed meanwhile: placed all the same, and read afresh next cycle.
+    const MOVE: &str = "UPDATE workloads w SET state = 'scheduled', node_id = p.node_id, attempt = w.attempt + 1, \
              pending_reason = NULL, updated_at = now() \
-         FROM UNNEST($1::uuid[], $2::uuid[]) AS p(id, node_id) \
-         WHERE w.id = p.id AND w.state = 'pending' RETURNING w.id, w.attempt",
-    )
-    .bind(&workload_ids)
-    .bind(&node_ids)
-    .fetch_all(&mut *tx)
-    .await?;
-    let attempts: std::collections::HashMap<Uuid, i32> = moved.into_iter().collect();
+         FROM UNNEST($1::uuid[], $2::uuid[], $3::bigint[]) AS p(id, node_id, seen) \
+         WHERE w.id = p.id AND w.state = 'pending'";
+    let mut moved: Vec<(Uuid, i32, Option<i64>, i64)> = if seen.is_some() {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{MOVE} AND w.xmin::text::bigint = p.seen RETURNING w.id, w.attempt, p.seen, w.xmin::text::bigint"
+        )))
+        .bind(&workload_ids)
+        .bind(&node_ids)
+        .bind(&versions)
+        .fetch_all(&mut *tx)
+        .await?
+    } else {
+        Vec::new()
+    };
+    if moved.len() < placements.len() {
+        let done: rustc_hash::FxHashSet<Uuid> = moved.iter().map(|m| m.0).collect();
+        let (ids, nodes): (Vec<Uuid>, Vec<Uuid>) =
+            workload_ids.iter().zip(&node_ids).filter(|(id, _)| !done.contains(*id)).map(|(w, n)| (*w, *n)).unzip();
+        let nulls: Vec<Option<i64>> = vec![None; ids.len()];
+        let rest: Vec<(Uuid, i32, Option<i64>, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{MOVE} RETURNING w.id, w.attempt, NULL::bigint, w.xmin::text::bigint"
+        )))
+        .bind(&ids)
+        .bind(&nodes)
+        .bind(&nulls)
+        .fetch_all(&mut *tx)
+        .await?;
+        moved.extend(rest);
+    }
+    let versions: rustc_hash::FxHashMap<Uuid, (i64, i64)> =
+        moved.iter().filter_map(|&(id, _, seen, xmin)| Some((id, (seen?, xmin)))).collect();
+    let attempts: std::collections::HashMap<Uuid, i32> =
+        moved.into_iter().map(|(id, attempt, _, _)| (id, attempt)).collect();
 
     // Grants for the workloads that moved.
     let moved: Vec<&Placement<'a>> =
@@ -365,6 +431,18 @@ async fn apply_placements<'a>(
     if placed.is_empty() {
         return Ok(0);
     }
+    moves.extend(placed.iter().filter_map(|p| {
+        let id = fleet.workloads[p.workload].id;
+        let (seen, xmin) = *versions.get(&id)?;
+        Some(Rewrite {
+            id,
+            seen,
+            xmin,
+            reason: None,
+            shortfall: None,
+            moved: Some(Moved::Placed { node: fleet.nodes[p.node].id }),
+        })
+    }));
 
     let nodes: Vec<Uuid> = {
         let set: std::collections::BTreeSet<Uuid> = placed.iter().map(|p| fleet.nodes[p.node].id).collect();
@@ -645,6 +723,7 @@ async fn record_waiting(
             xmin,
             reason: reason_of.get(&id).map(|r| (*r).to_owned()),
             shortfall: shortfall_of.get(&id).map(|s| (*s).clone()),
+            moved: None,
         })
         .collect())
 }
