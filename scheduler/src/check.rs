@@ -214,7 +214,7 @@ mod tests {
         };
         let workload = |tenant: usize, state: WorkloadState, gpu_count: u32| WorkloadEntry {
             id: Uuid::new_v4(),
-            id_text: String::new(),
+            id_text: "".into(),
             name: "w".into(),
             tenant,
             class: WorkloadClass::Training,

@@ -3,6 +3,8 @@
 //! policy ABI speaks in. An adapter fills it: the control plane from PostgreSQL in one
 //! repeatable-read transaction, the simulator from its virtual fleet.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -29,7 +31,8 @@ pub struct TenantEntry {
 #[derive(Debug, Clone)]
 pub struct NodeEntry {
     pub id: Uuid,
-    pub name: String,
+    /// Shared, not copied, by the tenants' views (as a GPU's model and a workload's id and name).
+    pub name: Arc<str>,
     pub state: NodeState,
     pub cpu_millis: u32,
     pub memory_mb: u64,
@@ -49,7 +52,7 @@ pub struct GpuEntry {
     pub id: Uuid,
     pub node: usize,
     pub device_index: u32,
-    pub model: String,
+    pub model: Arc<str>,
     pub memory_mb: u64,
     pub memory_used_mb: u64,
     pub util: f32,
@@ -120,8 +123,8 @@ impl GpuEntry {
 #[derive(Debug, Clone)]
 pub struct WorkloadEntry {
     pub id: Uuid,
-    pub id_text: String,
-    pub name: String,
+    pub id_text: Arc<str>,
+    pub name: Arc<str>,
     pub tenant: usize,
     pub class: WorkloadClass,
     pub state: WorkloadState,

@@ -154,7 +154,7 @@ mod tests {
     fn pending(gpu_count: u32, cpu_millis: u32) -> WorkloadEntry {
         WorkloadEntry {
             id: Uuid::new_v4(),
-            id_text: String::new(),
+            id_text: "".into(),
             name: "w".into(),
             tenant: 0,
             class: WorkloadClass::Training,

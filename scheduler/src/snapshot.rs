@@ -303,7 +303,7 @@ mod tests {
     fn workload(f: &FleetView, name: &str, tenant: usize, replica_of: Option<ReplicaOf>) -> WorkloadEntry {
         WorkloadEntry {
             id: Uuid::new_v4(),
-            id_text: format!("00000000-0000-4000-8000-{:012}", f.workloads.len()),
+            id_text: format!("00000000-0000-4000-8000-{:012}", f.workloads.len()).into(),
             name: name.into(),
             tenant,
             class: WorkloadClass::RealtimeInference,

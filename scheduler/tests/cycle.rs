@@ -106,7 +106,7 @@ fn fleet() -> FleetView {
         let id = Uuid::new_v4();
         WorkloadEntry {
             id,
-            id_text: id.to_string(),
+            id_text: id.to_string().into(),
             name: name.into(),
             tenant,
             class: WorkloadClass::Training,
@@ -171,7 +171,7 @@ fn placements(composed: &Composed, fleet: &FleetView) -> Vec<(String, Vec<u32>, 
         .iter()
         .filter_map(|(p, d)| match p {
             Proposal::Place { workload, gpus, .. } => Some((
-                fleet.workloads[*workload].name.clone(),
+                fleet.workloads[*workload].name.to_string(),
                 gpus.iter().map(|&g| fleet.gpus[g].device_index).collect(),
                 d.policy_name.clone(),
             )),

@@ -137,7 +137,9 @@ pub(crate) struct Job {
     pub spec: TraceWorkload,
     pub tenant: usize,
     id: Uuid,
-    id_text: String,
+    id_text: std::sync::Arc<str>,
+    /// The trace's id, the workload's name in the fleet model (shared with every cycle's model).
+    name: std::sync::Arc<str>,
     pub phase: Phase,
     pub node: Option<usize>,
     pub gpus: Vec<usize>,
@@ -162,10 +164,11 @@ impl Job {
         let id = Uuid::from_u128(index as u128 + 1);
         Job {
             remaining_s: spec.duration_s,
+            name: std::sync::Arc::from(spec.id.as_str()),
             spec,
             tenant,
             id,
-            id_text: id.to_string(),
+            id_text: id.to_string().into(),
             phase: Phase::NotYet,
             node: None,
             gpus: Vec::new(),
@@ -194,7 +197,7 @@ impl Job {
 }
 
 pub(crate) struct Node {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub state: NodeState,
     pub cpu_millis: u32,
     pub memory_mb: u64,
@@ -209,7 +212,7 @@ pub(crate) struct Node {
 pub(crate) struct Gpu {
     pub node: usize,
     index: u32,
-    pub model: String,
+    pub model: std::sync::Arc<str>,
     pub memory_mb: u64,
     /// The jobs holding it: one holding it whole, or several sharing it.
     pub holders: Vec<Share>,
@@ -295,7 +298,7 @@ impl World {
             for n in 0..kind.count {
                 let node = nodes.len();
                 nodes.push(Node {
-                    name: format!("{}-{n}", kind.name),
+                    name: format!("{}-{n}", kind.name).into(),
                     state: NodeState::Ready,
                     cpu_millis: kind.cpu_millis,
                     memory_mb: kind.memory_mb,
@@ -319,7 +322,7 @@ impl World {
                         gpus.push(Gpu {
                             node,
                             index,
-                            model: kind.gpu_model.clone(),
+                            model: kind.gpu_model.as_str().into(),
                             memory_mb: *memory_mb,
                             holders: Vec::new(),
                             sharing: kind.gpu_sharing,
@@ -443,7 +446,7 @@ impl World {
                 WorkloadEntry {
                     id: job.id,
                     id_text: job.id_text.clone(),
-                    name: s.id.clone(),
+                    name: job.name.clone(),
                     tenant: job.tenant,
                     class: s.class,
                     state: match job.phase {
@@ -644,7 +647,7 @@ pub fn run_watched(
     let longest = world.jobs.iter().map(|j| j.spec.duration_s).max().unwrap_or(0);
     let until = if config.until_s > 0 { config.until_s } else { span + span.max(longest.min(86_400)) };
     let sample_s = if config.sample_s > 0 { config.sample_s } else { (span / 240).max(60) };
-    let node_index: HashMap<&str, usize> = world.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+    let node_index: HashMap<&str, usize> = world.nodes.iter().enumerate().map(|(i, n)| (&*n.name, i)).collect();
 
     let mut events: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
     let mut seq = 0u64;

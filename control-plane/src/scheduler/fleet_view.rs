@@ -3,6 +3,7 @@
 //! `airtime_scheduler::fleet`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use rustc_hash::FxHashMap;
@@ -195,7 +196,8 @@ async fn read_workloads_cached(conn: &mut PgConnection, cache: &mut WorkloadCach
     let mut rows = Vec::with_capacity(versions.len());
     for (id, xmin) in versions {
         let mut row = match fresh.remove(&id) {
-            Some(row) => {
+            Some(mut row) => {
+                row.id_text = Some(id.to_string().into());
                 cache.rows.insert(id, Cached { xmin, read, row: row.clone() });
                 row
             }
@@ -265,7 +267,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
             let memory_mb = mem.max(0) as u64;
             NodeEntry {
                 id,
-                name,
+                name: name.into(),
                 state,
                 cpu_millis,
                 memory_mb,
@@ -300,7 +302,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
             let tenant = *tenant_index.get(&r.tenant_id)?;
             Some(WorkloadEntry {
                 id: r.id,
-                id_text: r.id.to_string(),
+                id_text: r.id_text.unwrap_or_else(|| r.id.to_string().into()),
                 name: r.name,
                 tenant,
                 class: r.class,
@@ -372,6 +374,8 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
         });
     }
     let mut gpus = Vec::with_capacity(gpu_rows.len());
+    // A fleet has a few models: each made shared once, not once per GPU.
+    let mut models: FxHashMap<String, Arc<str>> = FxHashMap::default();
     for GpuRow(
         id,
         node_id,
@@ -389,6 +393,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
         let Some(&node) = node_index.get(&node_id) else {
             continue;
         };
+        let model = models.entry(model).or_insert_with_key(|m| Arc::from(m.as_str())).clone();
         gpus.push(GpuEntry {
             id,
             node,
@@ -447,7 +452,9 @@ struct GrantRow(Uuid, Uuid, i32, i64);
 struct WorkloadRow {
     id: Uuid,
     tenant_id: Uuid,
-    name: String,
+    /// Shared by the cached row, every cycle's model and the tenants' views: cloned, not copied.
+    #[sqlx(try_from = "String")]
+    name: Arc<str>,
     class: WorkloadClass,
     state: WorkloadState,
     priority: i32,
@@ -471,4 +478,7 @@ struct WorkloadRow {
     service_id: Option<Uuid>,
     replica_variant: Option<ReplicaVariant>,
     container: bool,
+    /// The id as text (the snapshots' form), made once when the row is fetched.
+    #[sqlx(skip)]
+    id_text: Option<Arc<str>>,
 }

@@ -649,8 +649,10 @@ pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySett
         for p in &checked.accepted {
             let w = &fleet.workloads[p.workload()];
             let (action, node, reason) = match p {
-                Proposal::Place { node, reason, .. } => ("place", Some(fleet.nodes[*node].name.clone()), reason),
-                Proposal::Preempt { reason, .. } => ("preempt", w.node.map(|n| fleet.nodes[n].name.clone()), reason),
+                Proposal::Place { node, reason, .. } => ("place", Some(fleet.nodes[*node].name.to_string()), reason),
+                Proposal::Preempt { reason, .. } => {
+                    ("preempt", w.node.map(|n| fleet.nodes[n].name.to_string()), reason)
+                }
                 Proposal::KeepPending { reason, .. } => ("keep_pending", None, reason),
             };
             by_workload.insert(p.workload(), PreviewOutcome { action: action.into(), node, reason: reason.clone() });
@@ -691,7 +693,7 @@ pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySett
         if (a.action.as_str(), &a.node) != (b.action.as_str(), &b.node) {
             preview.changes.push(PreviewChange {
                 workload_id: w.id,
-                name: w.name.clone(),
+                name: w.name.to_string(),
                 tenant: fleet.tenants[w.tenant].name.clone(),
                 current: a,
                 candidate: b,

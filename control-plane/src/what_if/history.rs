@@ -227,10 +227,10 @@ fn fleet_spec(
                 (gpus.len() as u32, Vec::new(), first.map_or(0, |g| g.memory_mb))
             };
             NodeType {
-                name: n.name.clone(),
+                name: n.name.to_string(),
                 count: 1,
                 gpus: count,
-                gpu_model: first.map(|g| g.model.clone()).unwrap_or_default(),
+                gpu_model: first.map(|g| g.model.to_string()).unwrap_or_default(),
                 gpu_memory_mb: memory,
                 cpu_millis: n.cpu_millis,
                 memory_mb: n.memory_mb,

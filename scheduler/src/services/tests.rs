@@ -71,8 +71,8 @@ fn replica(f: &mut FleetView, variant: ReplicaVariant, state: WorkloadState, nod
     let placed = state != WorkloadState::Pending;
     f.workloads.push(WorkloadEntry {
         id: Uuid::new_v4(),
-        id_text: String::new(),
-        name: format!("chat-{i}"),
+        id_text: "".into(),
+        name: format!("chat-{i}").into(),
         tenant: 0,
         class: WorkloadClass::RealtimeInference,
         state,
