@@ -370,7 +370,8 @@ async fn apply_placements<'a>(
         .await?;
         moved.extend(rest);
     }
-    let versions: rustc_hash::FxHashMap<Uuid, (i64, i64)> =
+    // The moves made onto the version the cycle read: (that version, the new one).
+    let onto_seen: rustc_hash::FxHashMap<Uuid, (i64, i64)> =
         moved.iter().filter_map(|&(id, _, seen, xmin)| Some((id, (seen?, xmin)))).collect();
     let attempts: std::collections::HashMap<Uuid, i32> =
         moved.into_iter().map(|(id, attempt, _, _)| (id, attempt)).collect();
@@ -433,7 +434,7 @@ async fn apply_placements<'a>(
     }
     moves.extend(placed.iter().filter_map(|p| {
         let id = fleet.workloads[p.workload].id;
-        let (seen, xmin) = *versions.get(&id)?;
+        let (seen, xmin) = *onto_seen.get(&id)?;
         Some(Rewrite {
             id,
             seen,
