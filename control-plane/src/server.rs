@@ -50,6 +50,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let scheduler = tokio::spawn(scheduler::run_loop(state.scheduler(), shutdown.clone()));
     let watch = tokio::spawn(fleet::liveness::run(state.liveness(), shutdown.clone()));
     let what_if = tokio::spawn(crate::what_if::runner::run(state.what_if(), shutdown.clone()));
+    let credentials =
+        tokio::spawn(crate::auth::caller::run_node_credential_sweeps(state.auth.clone(), shutdown.clone()));
     let relay = tokio::spawn(crate::signals::relay(
         state.db.clone(),
         state.leadership.instance(),
@@ -84,6 +86,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let _ = watch.await;
     let _ = what_if.await;
     let _ = relay.await;
+    let _ = credentials.await;
     Ok(())
 }
 

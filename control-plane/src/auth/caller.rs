@@ -278,7 +278,7 @@ where
         }
         if is_mutating(&parts.method) {
             // Agents report telemetry and events often: their bucket is ten times larger.
-            let key = format!("node:{}", caller.credential_id);
+            let key = crate::auth::Reporter::Node(caller.credential_id);
             auth.node_mutations.check(&key, Instant::now()).map_err(ApiError::too_many_requests)?;
         }
         Ok(caller)
@@ -387,19 +387,42 @@ async fn api_token_caller(auth: &AuthContext, token: &str, ip: Option<IpAddr>) -
 /// every request): an agent reports every heartbeat, and at a thousand nodes the credential's row
 /// was read a few thousand times a second (measured in `tests/benches/telemetry_ingest.rs`).
 pub const NODE_CREDENTIAL_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often [`sweep_node_credentials`] reads again, in one statement, every credential kept: often
+/// enough that a credential in use never ages past [`NODE_CREDENTIAL_CACHE`].
+pub const NODE_CREDENTIAL_SWEEP: std::time::Duration = std::time::Duration::from_millis(400);
 /// The most credentials kept; past it, those older than [`NODE_CREDENTIAL_CACHE`] are forgotten.
 const NODE_CREDENTIAL_CACHE_ENTRIES: usize = 100_000;
 
 /// Node credentials verified recently, by the SHA-256 of the secret (never the secret). Only a
 /// credential bound to a node is kept: one not yet registered is read until it is.
+///
+/// A kept credential is verified again by the replica's sweep ([`sweep_node_credentials`]): every
+/// kept credential's row in one statement, every [`NODE_CREDENTIAL_SWEEP`]. A request's own read is
+/// then the exception (a credential first seen, or one the sweep could not reach in time), where
+/// before every node read its row once a second, a thousand statements a second at 1,000 nodes.
 #[derive(Default)]
-pub struct NodeCredentialCache(std::sync::Mutex<std::collections::HashMap<String, (Instant, Uuid, String, Uuid)>>);
+pub struct NodeCredentialCache(std::sync::Mutex<std::collections::HashMap<String, Verified>>);
+
+/// A node credential as last verified.
+struct Verified {
+    /// When the read that verified it began: any revocation committed before then was seen.
+    at: Instant,
+    credential_id: Uuid,
+    node_name: String,
+    node_id: Uuid,
+    /// Used since the last sweep (whose `last_used_at` it then records).
+    used: bool,
+}
 
 impl NodeCredentialCache {
     fn get(&self, hash: &str, now: Instant) -> Option<(Uuid, String, Uuid)> {
-        let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (at, credential_id, node_name, node_id) = map.get(hash)?;
-        (now.duration_since(*at) < NODE_CREDENTIAL_CACHE).then(|| (*credential_id, node_name.clone(), *node_id))
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let verified = map.get_mut(hash)?;
+        if now.duration_since(verified.at) >= NODE_CREDENTIAL_CACHE {
+            return None;
+        }
+        verified.used = true;
+        Some((verified.credential_id, verified.node_name.clone(), verified.node_id))
     }
 
     /// Forgets every verified credential: called when this replica revokes one (rare), so it is
@@ -411,9 +434,88 @@ impl NodeCredentialCache {
     fn put(&self, hash: String, now: Instant, credential_id: Uuid, node_name: String, node_id: Uuid) {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= NODE_CREDENTIAL_CACHE_ENTRIES {
-            map.retain(|_, (at, ..)| now.duration_since(*at) < NODE_CREDENTIAL_CACHE);
+            map.retain(|_, v| now.duration_since(v.at) < NODE_CREDENTIAL_CACHE);
         }
-        map.insert(hash, (now, credential_id, node_name, node_id));
+        // Its request reads (and, when due, records) the row itself: not used since that read.
+        map.insert(hash, Verified { at: now, credential_id, node_name, node_id, used: false });
+    }
+
+    /// What a sweep reads: every kept credential, and which of them were used since the last sweep
+    /// (their use flag cleared: this sweep records it).
+    fn to_sweep(&self) -> (Vec<Uuid>, Vec<Uuid>) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kept = map.values().map(|v| v.credential_id).collect();
+        let used = map.values_mut().filter_map(|v| std::mem::take(&mut v.used).then_some(v.credential_id)).collect();
+        (kept, used)
+    }
+
+    /// A sweep's answer: of the credentials it read (`swept`), those still valid (`live`, each
+    /// with its node) are verified as of `began`; the others are forgotten (revoked, deleted, or
+    /// bound to another node), so their next request reads its row and is refused. A credential
+    /// kept since the sweep began is left as it is.
+    fn swept(&self, began: Instant, swept: &[Uuid], live: &[(Uuid, Option<Uuid>)]) {
+        let live: std::collections::HashMap<Uuid, Option<Uuid>> = live.iter().copied().collect();
+        let swept: std::collections::HashSet<Uuid> = swept.iter().copied().collect();
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.retain(|_, v| {
+            if !swept.contains(&v.credential_id) {
+                return true;
+            }
+            match live.get(&v.credential_id) {
+                Some(&node) if node == Some(v.node_id) => {
+                    v.at = v.at.max(began);
+                    true
+                }
+                _ => false,
+            }
+        });
+    }
+}
+
+/// Verifies again every node credential this replica keeps, in one statement: those revoked (or
+/// deleted) since are forgotten, the rest are taken for another [`NODE_CREDENTIAL_CACHE`]; the ones
+/// used since the last sweep have `last_used_at` recorded (at most once a minute, as a request's
+/// own read records it). Revocation is refused as before: within a second of its commit.
+pub async fn sweep_node_credentials(auth: &AuthContext) -> sqlx::Result<()> {
+    let (kept, used) = auth.node_credentials.to_sweep();
+    if kept.is_empty() {
+        return Ok(());
+    }
+    let began = Instant::now();
+    let live: Vec<(Uuid, Option<Uuid>)> = sqlx::query_as(
+        "WITH recorded AS (UPDATE node_credentials SET last_used_at = now() \
+                           WHERE id = ANY($2) AND revoked_at IS NULL \
+                             AND (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds')) \
+         SELECT id, node_id FROM node_credentials WHERE id = ANY($1) AND revoked_at IS NULL",
+    )
+    .bind(&kept)
+    .bind(&used)
+    .fetch_all(&auth.db)
+    .await?;
+    auth.node_credentials.swept(began, &kept, &live);
+    Ok(())
+}
+
+/// Sweeps this replica's kept node credentials every [`NODE_CREDENTIAL_SWEEP`] until shutdown. A
+/// sweep that fails (the database away) changes nothing: kept credentials then age out within
+/// [`NODE_CREDENTIAL_CACHE`], and each request reads its own row again.
+pub async fn run_node_credential_sweeps(auth: Arc<AuthContext>, shutdown: crate::signals::Shutdown) {
+    let mut ticker = tokio::time::interval(NODE_CREDENTIAL_SWEEP);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        match sweep_node_credentials(&auth).await {
+            Ok(()) => failing = false,
+            Err(err) if !failing => {
+                failing = true;
+                tracing::warn!(error = %err, "cannot verify the kept node credentials; each request reads its own");
+            }
+            Err(_) => {}
+        }
     }
 }
 
@@ -555,6 +657,34 @@ mod tests {
         assert_eq!(c.actor_name(), "ada@example.com (token ci)");
         assert!(!c.is_session());
     }
+
+    #[test]
+    fn a_sweep_keeps_the_live_credentials_it_read_and_forgets_the_revoked_and_the_rebound() {
+        let cache = NodeCredentialCache::default();
+        let t0 = Instant::now();
+        let (live, revoked, rebound, later) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let node = Uuid::new_v4();
+        for (hash, id) in [("live", live), ("revoked", revoked), ("rebound", rebound)] {
+            cache.put(hash.into(), t0, id, hash.into(), node);
+        }
+        assert!(cache.get("live", t0).is_some());
+        let (kept, used) = cache.to_sweep();
+        assert_eq!(kept.len(), 3);
+        assert_eq!(used, vec![live], "only the one used since it was put");
+        assert!(cache.to_sweep().1.is_empty(), "a use is recorded by one sweep");
+
+        // A credential verified by a request after the sweep read its list is not the sweep's.
+        cache.put("later".into(), t0, later, "later".into(), node);
+        let began = t0 + NODE_CREDENTIAL_CACHE / 2;
+        cache.swept(began, &kept, &[(live, Some(node)), (rebound, Some(Uuid::new_v4()))]);
+        let after_a_second = t0 + NODE_CREDENTIAL_CACHE;
+        assert!(cache.get("live", after_a_second).is_some(), "taken a second from the sweep's start");
+        assert!(cache.get("live", began + NODE_CREDENTIAL_CACHE).is_none(), "never longer");
+        assert!(cache.get("revoked", t0).is_none(), "revoked: forgotten");
+        assert!(cache.get("rebound", t0).is_none(), "bound to another node: forgotten");
+        assert!(cache.get("later", t0).is_some(), "kept since the sweep began: left");
+        assert!(cache.get("later", after_a_second).is_none());
+    }
 }
 
 /// Who reports a service's load: a token scoped to that one service (what its replicas or its
@@ -593,7 +723,7 @@ where
         }
         let (token_id, service_id, token_name) = service_caller(&auth, token).await?;
         // Replicas report every few seconds: the agents' larger bucket, per token.
-        let key = format!("service:{token_id}");
+        let key = crate::auth::Reporter::Service(token_id);
         auth.node_mutations.check(&key, Instant::now()).map_err(ApiError::too_many_requests)?;
         Ok(LoadReporter::Service { token_id, service_id, token_name })
     }

@@ -140,6 +140,14 @@ impl Default for AuthSettings {
     }
 }
 
+/// Who reports often, for the larger bucket: a node credential or a service token (by id; a
+/// request's key is made without formatting text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reporter {
+    Node(uuid::Uuid),
+    Service(uuid::Uuid),
+}
+
 /// Everything authentication needs, shared by the extractors and the auth routes.
 pub struct AuthContext {
     pub db: PgPool,
@@ -149,7 +157,7 @@ pub struct AuthContext {
     pub mutations: RateLimiter<String>,
     /// Token buckets for node agents' reports, one per node credential (ten times larger: agents
     /// report telemetry and events often).
-    pub node_mutations: RateLimiter<String>,
+    pub node_mutations: RateLimiter<Reporter>,
     /// Failed-login bookkeeping per (user name, address); also failed enrolments per address.
     pub logins: LoginThrottle,
     /// Node credentials verified in the last [`caller::NODE_CREDENTIAL_CACHE`] (at most a second):
