@@ -270,12 +270,13 @@ async fn decide_tenants<E: Evaluator>(
             granted_nodes.push(*node);
         }
     }
+    let parts = fleet.tenant_parts();
     let prepared: Vec<(usize, String, E::Policy, TenantView)> = tenants
         .into_iter()
         .filter(|(tenant, _)| *tenant < fleet.tenants.len())
         .map(|(tenant, policy)| {
             let (granted_gpus, granted_nodes) = &granted[tenant];
-            let view = fleet.tenant_view(tenant, granted_gpus, granted_nodes);
+            let view = fleet.tenant_view_in(&parts, tenant, granted_gpus, granted_nodes);
             (tenant, fleet.tenants[tenant].id.to_string(), policy, view)
         })
         .collect();

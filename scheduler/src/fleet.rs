@@ -142,9 +142,11 @@ pub struct WorkloadEntry {
     pub submitted_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub node: Option<usize>,
-    pub pending_reason: Option<String>,
+    /// Why it waited last cycle, shared with the adapter's copy (the loop's cached rows, the
+    /// simulator's jobs): a cycle's model clones a pointer, not the text, for each waiting workload.
+    pub pending_reason: Option<Arc<str>>,
     /// What the last cycle recorded it is short of (a cycle writes only what changed).
-    pub shortfall: Option<String>,
+    pub shortfall: Option<Arc<str>>,
     /// Times it was preempted in the last hour (the cap in the priority settings).
     pub preemptions_last_hour: u32,
     /// Its share of each GPU, thousandths (1000: whole GPUs).
@@ -234,6 +236,14 @@ impl FleetView {
     }
 }
 
+/// Each tenant's workloads and the GPUs its work holds, by index in the fleet, in fleet order
+/// ([`FleetView::tenant_parts`]).
+#[derive(Debug, Clone, Default)]
+pub struct TenantParts {
+    workloads: Vec<Vec<usize>>,
+    held_gpus: Vec<Vec<usize>>,
+}
+
 /// A tenant's part of the fleet: what its own policy may see and use this cycle (its workloads
 /// without their last pending reasons and shortfalls, which no policy is shown).
 #[derive(Debug)]
@@ -255,21 +265,51 @@ impl FleetView {
     /// tenant's work is visible to it), the GPUs the platform granted it this cycle plus those its
     /// running work holds, and the nodes those GPUs are on (or that it was given CPU placements on).
     pub fn tenant_view(&self, tenant: usize, granted_gpus: &[usize], granted_nodes: &[usize]) -> TenantView {
-        // Positions in the tenant's view by index in the full one (`usize::MAX`: not in it), so
-        // building a view is linear in the fleet, not in the fleet times the tenant's work.
+        self.tenant_view_in(&self.tenant_parts(), tenant, granted_gpus, granted_nodes)
+    }
+
+    /// Every tenant's workloads and the GPUs its work holds, by index, in one pass over the fleet:
+    /// what [`FleetView::tenant_view_in`] starts from, so a cycle's twenty views cost one pass over
+    /// 15,000 workloads and 8,000 GPUs, not twenty.
+    pub fn tenant_parts(&self) -> TenantParts {
+        let mut workloads = vec![Vec::new(); self.tenants.len()];
+        for (w, entry) in self.workloads.iter().enumerate() {
+            if let Some(mine) = workloads.get_mut(entry.tenant) {
+                mine.push(w);
+            }
+        }
+        let mut held_gpus: Vec<Vec<usize>> = vec![Vec::new(); self.tenants.len()];
+        for (g, gpu) in self.gpus.iter().enumerate() {
+            for holder in &gpu.holders {
+                let Some(held) = self.workloads.get(holder.workload).and_then(|w| held_gpus.get_mut(w.tenant)) else {
+                    continue;
+                };
+                if held.last() != Some(&g) {
+                    held.push(g);
+                }
+            }
+        }
+        TenantParts { workloads, held_gpus }
+    }
+
+    /// [`FleetView::tenant_view`], from the fleet's [`TenantParts`].
+    pub fn tenant_view_in(
+        &self,
+        parts: &TenantParts,
+        tenant: usize,
+        granted_gpus: &[usize],
+        granted_nodes: &[usize],
+    ) -> TenantView {
+        // Positions in the tenant's view by index in the full one (`usize::MAX`: not in it).
         const ABSENT: usize = usize::MAX;
-        let workloads: Vec<usize> = (0..self.workloads.len()).filter(|&w| self.workloads[w].tenant == tenant).collect();
+        let workloads: Vec<usize> = parts.workloads.get(tenant).cloned().unwrap_or_default();
         let mut workload_at = vec![ABSENT; self.workloads.len()];
         for (i, &w) in workloads.iter().enumerate() {
             workload_at[w] = i;
         }
-        let holds = |g: &GpuEntry| g.holders.iter().any(|h| workload_at.get(h.workload).is_some_and(|&p| p != ABSENT));
-        let gpu_set: std::collections::BTreeSet<usize> = granted_gpus
-            .iter()
-            .copied()
-            .filter(|&g| g < self.gpus.len())
-            .chain((0..self.gpus.len()).filter(|&g| holds(&self.gpus[g])))
-            .collect();
+        let held: &[usize] = parts.held_gpus.get(tenant).map_or(&[], Vec::as_slice);
+        let gpu_set: std::collections::BTreeSet<usize> =
+            granted_gpus.iter().chain(held).copied().filter(|&g| g < self.gpus.len()).collect();
         let node_set: std::collections::BTreeSet<usize> =
             gpu_set.iter().map(|&g| self.gpus[g].node).chain(granted_nodes.iter().copied()).collect();
         let nodes: Vec<usize> = node_set.into_iter().collect();

@@ -461,6 +461,10 @@ pub fn same_model(a: &str, b: &str) -> bool {
 /// workload's `allowed` list (comma-separated, as the ABI carries it) allows `model` when it names
 /// no model at all, or when one of its entries is the [same model](same_model).
 pub fn model_allowed(allowed: &str, model: &str) -> bool {
+    // Most work names no model: asked for every GPU a placement or a shortfall considers.
+    if allowed.is_empty() {
+        return true;
+    }
     let mut entries = allowed.split(',').map(str::trim).filter(|m| !m.is_empty()).peekable();
     entries.peek().is_none() || entries.any(|m| same_model(m, model))
 }

@@ -150,7 +150,7 @@ pub(crate) struct Job {
     pub first_start: Option<u64>,
     attempt: u32,
     preemptions: Vec<u64>,
-    pub reason: Option<String>,
+    pub reason: Option<std::sync::Arc<str>>,
     /// The service (index in the world's services) it is a replica of, and its variant.
     pub replica: Option<ReplicaOf>,
     /// A replica the autoscaler drained: it ends when it stops.
@@ -868,7 +868,7 @@ fn scale(world: &mut World, view: &FleetView, order: &[usize], schedule: &mut dy
             let mut job = Job::new(spec, world.services[s].tenant, j);
             job.replica = Some(ReplicaOf { service: s, variant });
             job.phase = Phase::Waiting;
-            job.reason = Some(plan.reason.clone());
+            job.reason = Some(plan.reason.as_str().into());
             world.jobs.push(job);
             world.active.insert(j);
             world.services[s].replicas.push(j);
@@ -886,7 +886,7 @@ fn scale(world: &mut World, view: &FleetView, order: &[usize], schedule: &mut dy
                 Phase::Running => {
                     job.phase = Phase::Stopping;
                     job.draining = true;
-                    job.reason = Some(plan.reason.clone());
+                    job.reason = Some(plan.reason.as_str().into());
                     let grace = world.settings.grace_period_s.max(0) as u64;
                     schedule(now + grace, Event::Stopped { job: j, attempt: job.attempt });
                 }
@@ -954,7 +954,7 @@ fn decide_cycle(
     let mut changed = false;
     for (refusal, _) in &composed.refused {
         if let Some(w) = refusal.workload {
-            world.jobs[order[w]].reason = Some(refusal.reason.clone());
+            world.jobs[order[w]].reason = Some(refusal.reason.as_str().into());
         }
     }
     for (proposal, _) in composed.accepted {
@@ -969,7 +969,7 @@ fn decide_cycle(
                 job.node = Some(node);
                 job.since = now;
                 job.first_start.get_or_insert(now);
-                job.reason = Some(reason);
+                job.reason = Some(reason.into());
                 job.gpus = gpus.clone();
                 let (cpu, memory, tenant, busy) =
                     (job.spec.cpu_millis, job.spec.memory_mb, job.tenant, job.base_busy_milli());
@@ -1012,14 +1012,14 @@ fn decide_cycle(
                 }
                 job.phase = Phase::Stopping;
                 job.preemptions.push(now);
-                job.reason = Some(reason);
+                job.reason = Some(reason.into());
                 let grace = world.settings.grace_period_s.max(0) as u64;
                 schedule(now + grace, Event::Stopped { job: j, attempt: job.attempt });
                 rec.preempted();
                 changed = true;
             }
             Proposal::KeepPending { workload, reason } => {
-                world.jobs[order[workload]].reason = Some(reason);
+                world.jobs[order[workload]].reason = Some(reason.into());
             }
         }
     }

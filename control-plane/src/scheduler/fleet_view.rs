@@ -117,9 +117,9 @@ pub struct Rewrite {
     /// The new version.
     pub xmin: i64,
     /// The new pending reason, if it was written.
-    pub reason: Option<String>,
+    pub reason: Option<Arc<str>>,
     /// The new shortfall, if it was written.
-    pub shortfall: Option<Option<String>>,
+    pub shortfall: Option<Option<Arc<str>>>,
     /// Where the cycle moved it, if it did.
     pub moved: Option<Moved>,
 }
@@ -471,8 +471,9 @@ struct WorkloadRow {
     submitted_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     node_id: Option<Uuid>,
-    pending_reason: Option<String>,
-    shortfall: Option<String>,
+    /// Shared by the cached row and every cycle's model (as `name`).
+    pending_reason: Option<Arc<str>>,
+    shortfall: Option<Arc<str>>,
     preemptions_last_hour: i64,
     gpu_milli: i32,
     mig_profile: Option<String>,

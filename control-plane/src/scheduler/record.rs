@@ -644,7 +644,7 @@ fn changed_shortfalls(
             w.container,
         );
         let shortfall = judged.entry(shape).or_insert_with(|| airtime_scheduler::shortfall::shortfall(room, w));
-        if w.shortfall != *shortfall {
+        if w.shortfall.as_deref() != shortfall.as_deref() {
             changed.push((w.id, shortfall.clone()));
         }
     }
@@ -722,8 +722,8 @@ async fn record_waiting(
             id,
             seen,
             xmin,
-            reason: reason_of.get(&id).map(|r| (*r).to_owned()),
-            shortfall: shortfall_of.get(&id).map(|s| (*s).clone()),
+            reason: reason_of.get(&id).map(|r| std::sync::Arc::from(*r)),
+            shortfall: shortfall_of.get(&id).map(|s| s.as_deref().map(std::sync::Arc::from)),
             moved: None,
         })
         .collect())
