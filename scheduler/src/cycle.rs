@@ -259,6 +259,10 @@ async fn decide_tenants<E: Evaluator>(
     tenants: Vec<(usize, E::Policy)>,
     notes: &mut Notes<E::Policy, E::Log>,
 ) -> Vec<TenantRun<E::Policy, E::Log>> {
+    if tenants.is_empty() {
+        // No tenant decides on its own (the simulator's usual case): no grants, no views.
+        return Vec::new();
+    }
     // What the platform's placements gave each tenant, in one pass over them (most of a settled
     // queue's accepted decisions are keep-pending ones, which give nothing).
     let mut granted: Vec<(Vec<usize>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); fleet.tenants.len()];

@@ -954,7 +954,7 @@ fn decide_cycle(
     let mut changed = false;
     for (refusal, _) in &composed.refused {
         if let Some(w) = refusal.workload {
-            world.jobs[order[w]].reason = Some(refusal.reason.as_str().into());
+            set_reason(&mut world.jobs[order[w]].reason, &refusal.reason);
         }
     }
     for (proposal, _) in composed.accepted {
@@ -1019,9 +1019,17 @@ fn decide_cycle(
                 changed = true;
             }
             Proposal::KeepPending { workload, reason } => {
-                world.jobs[order[workload]].reason = Some(reason.into());
+                set_reason(&mut world.jobs[order[workload]].reason, &reason);
             }
         }
     }
     Ok(changed)
+}
+
+/// Sets a job's reason, keeping the shared text when it is unchanged (a waiting job is told the
+/// same every cycle): each cycle's fleet view then clones a pointer, and nothing is copied here.
+fn set_reason(slot: &mut Option<std::sync::Arc<str>>, reason: &str) {
+    if slot.as_deref() != Some(reason) {
+        *slot = Some(reason.into());
+    }
 }
