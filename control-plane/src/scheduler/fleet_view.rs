@@ -78,9 +78,9 @@ impl WorkloadCache {
     /// again (after a mass placement, most of the queue's reasons: 10,000 rows, 30 ms of the next
     /// cycle's read; and the rows it placed or preempted). A rewrite is taken only onto the
     /// version it replaced (`seen`): the cached row plus the rewritten columns is then exactly the
-    /// new version. The caller vouches that no
-    /// other statement of that transaction touched these rows — a second update in one transaction
-    /// keeps the same `xmin`, and the cache would not see it.
+    /// new version. The caller vouches that no other statement of that transaction touched these
+    /// rows — a second update in one transaction keeps the same `xmin`, and the cache would not
+    /// see it.
     pub fn rewritten(&mut self, rewrites: Vec<Rewrite>) {
         for rewrite in rewrites {
             let Some(cached) = self.rows.get_mut(&rewrite.id) else { continue };
