@@ -2,7 +2,9 @@
 //! number of rows into the same table on the same machine (issue 10, item 8).
 //!
 //! A real control plane and PostgreSQL; N nodes × 8 GPUs enrolled and registered over the API as
-//! agents are; then many concurrent clients post telemetry reports through HTTP for a fixed window
+//! agents are; then many concurrent clients (each one keep-alive HTTP/1.1 connection of `hyper`'s,
+//! its requests' parts made once: the load generator shares the machine it measures, so it is kept
+//! as light as it can be) post telemetry reports through HTTP for a fixed window
 //! (each node has at most one report in flight, as an agent has; each client drives its own share
 //! of the nodes as fast as it is answered, so each node reports several times a second, faster than
 //! the protocol's heartbeat, which the control plane keeps at its default of 2 s). Every 204 means
@@ -27,6 +29,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 
 use airtime_tests::agents::{EnrolledNode, telemetry_report};
 use airtime_tests::{ControlPlane, TestDb};
@@ -99,14 +105,27 @@ struct Load {
 /// answers inside the window count (after a warm-up of `warm_up`).
 /// The nodes, and the clients that drive them.
 struct Driver<'a> {
-    http: &'a reqwest::Client,
     base: &'a str,
     nodes: &'a [EnrolledNode],
     clients: usize,
 }
 
+/// A client's keep-alive HTTP/1.1 connection to the control plane (`authority` is `host:port`):
+/// one per client, as each agent has its own. Plain hyper rather than reqwest's pooled client: the
+/// load generator runs on the machine it measures, and every microsecond it spends is one the
+/// control plane and PostgreSQL do not get.
+async fn connect(authority: &str) -> std::io::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(authority).await?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(std::io::Error::other)?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
 async fn drive(
-    Driver { http, base, nodes, clients }: &Driver<'_>,
+    Driver { base, nodes, clients }: &Driver<'_>,
     body: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>,
     warm_up: Duration,
     window: Duration,
@@ -117,40 +136,54 @@ async fn drive(
     let measure_from = start + warm_up;
     let mut tasks = Vec::new();
     let clients = *clients;
+    let authority: Arc<str> = base.trim_start_matches("http://").trim_end_matches('/').into();
     for c in 0..clients {
-        let mine: Vec<(String, String, Vec<u8>)> = nodes
+        // Each node's request, made once: its path, its credential, its body.
+        let mine: Vec<(String, HeaderValue, Bytes)> = nodes
             .iter()
             .enumerate()
             .filter(|(i, _)| i % clients == c)
-            .map(|(i, n)| (format!("{base}{}", n.telemetry_path()), n.agent.token().unwrap().to_owned(), body(i)))
+            .map(|(i, n)| {
+                let bearer = HeaderValue::from_str(&format!("Bearer {}", n.agent.token().unwrap())).unwrap();
+                (n.telemetry_path(), bearer, Bytes::from(body(i)))
+            })
             .collect();
         if mine.is_empty() {
             continue;
         }
-        let http = (*http).clone();
         let stop = stop.clone();
+        let authority = authority.clone();
         tasks.push(tokio::spawn(async move {
             let mut load = Load { reports: 0, latencies_ms: Vec::new(), other_statuses: Vec::new() };
+            let host = HeaderValue::from_str(&authority).unwrap();
+            let json = HeaderValue::from_static("application/json");
+            let mut sender = None;
             let mut k = 0;
             while !stop.load(Ordering::Relaxed) {
-                let (url, token, body) = &mine[k % mine.len()];
+                let (path, bearer, body) = &mine[k % mine.len()];
                 k += 1;
                 let sent = Instant::now();
-                let answer = http
-                    .post(url)
-                    .bearer_auth(token)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await;
-                let status = match answer {
-                    Ok(resp) => {
-                        let status = resp.status().as_u16();
-                        let _ = resp.bytes().await;
-                        status
+                let status = async {
+                    if sender.as_ref().is_none_or(|s: &hyper::client::conn::http1::SendRequest<_>| s.is_closed()) {
+                        sender = Some(connect(&authority).await.ok()?);
                     }
-                    Err(_) => 0,
-                };
+                    let request = hyper::Request::post(path.as_str())
+                        .header(HOST, host.clone())
+                        .header(AUTHORIZATION, bearer.clone())
+                        .header(CONTENT_TYPE, json.clone())
+                        .body(Full::new(body.clone()))
+                        .ok()?;
+                    let answer = sender.as_mut()?.send_request(request).await;
+                    let Ok(resp) = answer else {
+                        sender = None;
+                        return None;
+                    };
+                    let status = resp.status().as_u16();
+                    resp.into_body().collect().await.ok()?;
+                    Some(status)
+                }
+                .await
+                .unwrap_or(0);
                 if sent < measure_from || stop.load(Ordering::Relaxed) {
                     continue;
                 }
@@ -239,7 +272,6 @@ fn main() {
         let pool = db.pool().await.unwrap();
         let samples_before: i64 =
             sqlx::query_scalar("SELECT count(*) FROM gpu_telemetry").fetch_one(&pool).await.unwrap();
-        let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
         let db_name = db.name.clone();
         let control_plane = move |cmd: &str, _: &str| cmd.contains("airtime-control-plane") && cmd.contains(&db_name);
         let postgres = |_: &str, comm: &str| comm.starts_with("postgres");
@@ -249,7 +281,7 @@ fn main() {
         let self_cpu = move || cpu_seconds_of(me);
         let (m0, d0) = (machine_cpu(), self_cpu());
         let (cp0, pg0, t0) = (cpu_seconds(&control_plane), cpu_seconds(postgres), Instant::now());
-        let driver = Driver { http: &http, base: &cp.url, nodes: &nodes, clients };
+        let driver = Driver { base: &cp.url, nodes: &nodes, clients };
         let load = drive(&driver, Arc::new(report_body), warm_up, window, 204).await;
         let elapsed = t0.elapsed().as_secs_f64();
         let (cp_cpu, pg_cpu) =

@@ -66,11 +66,11 @@
 //! History lives in hourly partitions (migration 0015): the writer makes sure the coming hours have
 //! theirs ([`ensure_partitions`]) at start-up and whenever its cached coverage runs short.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use rustc_hash::{FxHashMap, FxHashSet};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
@@ -124,7 +124,7 @@ pub type NodeReport = (Uuid, TelemetryReport);
 /// The ids of the GPUs reported, by node and device index: looked up once per GPU. A registration
 /// upserts GPUs by (node, device index) and nothing deletes a GPU (a tidy test checks it), so an id
 /// once seen stays right; an index never registered is looked up again (and its samples skipped).
-pub type GpuIds = HashMap<(Uuid, u32), Uuid>;
+pub type GpuIds = FxHashMap<(Uuid, u32), Uuid>;
 
 /// A GPU's newest sample, waiting for the latest-values writer.
 #[derive(Debug, Clone)]
@@ -153,12 +153,14 @@ struct LatestShare {
 }
 
 /// The newest values of the nodes whose heartbeat was not due, of the GPUs (by id) and of the
-/// shares (by GPU and workload) that the rows do not hold yet.
+/// shares (by GPU and workload) that the rows do not hold yet. The writer's maps hash with FxHash,
+/// not SipHash: their keys are ids the control plane made (nodes, GPUs, workloads) and that reach
+/// it only from authenticated agents, so no caller can choose keys that collide.
 #[derive(Debug, Default)]
 pub struct Latest {
-    nodes: HashMap<Uuid, LatestNode>,
-    gpus: HashMap<Uuid, LatestGpu>,
-    shares: HashMap<(Uuid, Uuid), LatestShare>,
+    nodes: FxHashMap<Uuid, LatestNode>,
+    gpus: FxHashMap<Uuid, LatestGpu>,
+    shares: FxHashMap<(Uuid, Uuid), LatestShare>,
 }
 
 /// A flush's node, GPU and share samples in arrival order, for [`Latest`] once it committed.
@@ -198,7 +200,7 @@ impl Latest {
 
 /// Puts each of `values` into `held` unless `held` has a newer value for its key.
 fn keep_newer<K: Eq + std::hash::Hash, V>(
-    held: &mut HashMap<K, V>,
+    held: &mut FxHashMap<K, V>,
     values: impl IntoIterator<Item = (K, V)>,
     at: impl Fn(&V) -> DateTime<Utc>,
 ) {
@@ -226,7 +228,7 @@ struct Shared {
     /// When this process last committed each node's heartbeat (an instant taken before the
     /// transaction began, so never later than the `last_seen_at` it wrote). A node here exists: no
     /// node is ever deleted (a tidy test checks it).
-    beats: Mutex<HashMap<Uuid, Instant>>,
+    beats: Mutex<FxHashMap<Uuid, Instant>>,
     /// A node's heartbeat is written again once its last is this old.
     beat_every: Duration,
 }
@@ -256,7 +258,7 @@ struct Intake {
 
 /// A flush in flight: its nodes, and a receiver that is told (its sender dropped) when it ended.
 struct InFlight {
-    nodes: HashSet<Uuid>,
+    nodes: FxHashSet<Uuid>,
     ended: watch::Receiver<()>,
 }
 
@@ -386,7 +388,7 @@ async fn run(
             reports.push((node_id, report));
             waiters.push((node_id, done));
         }
-        let nodes: HashSet<Uuid> = reports.iter().map(|(node_id, _)| *node_id).collect();
+        let nodes: FxHashSet<Uuid> = reports.iter().map(|(node_id, _)| *node_id).collect();
         // A node's reports commit in arrival order: a batch that holds a node of a flush still in
         // flight waits for that flush to end (rare: an agent has one report in flight).
         for earlier in &mut taking.in_flight {
@@ -512,7 +514,7 @@ pub async fn drop_old_partitions(db: &PgPool, retention: Duration) -> sqlx::Resu
 /// included, and returns the nodes that exist: their reports were written, the others' were not. A
 /// flush PostgreSQL failed to break a deadlock, or one that met an hour without its partition
 /// (made now), is tried again.
-pub async fn write_batch(db: &PgPool, batch: &[NodeReport]) -> Result<HashSet<Uuid>, WriteError> {
+pub async fn write_batch(db: &PgPool, batch: &[NodeReport]) -> Result<FxHashSet<Uuid>, WriteError> {
     let ids = Mutex::default();
     let mut due: Vec<Uuid> = batch.iter().map(|(node_id, _)| *node_id).collect();
     due.sort_unstable();
@@ -530,7 +532,7 @@ async fn write_retrying(
     batch: &[NodeReport],
     due: &[Uuid],
     ids: &Mutex<GpuIds>,
-) -> Result<(HashSet<Uuid>, Samples), WriteError> {
+) -> Result<(FxHashSet<Uuid>, Samples), WriteError> {
     let mut attempt = 1;
     loop {
         let err = match write(db, batch, due, ids).await {
@@ -568,8 +570,8 @@ async fn write(
     batch: &[NodeReport],
     due: &[Uuid],
     ids: &Mutex<GpuIds>,
-) -> sqlx::Result<(HashSet<Uuid>, Samples)> {
-    let mut known: HashSet<Uuid> = HashSet::with_capacity(batch.len());
+) -> sqlx::Result<(FxHashSet<Uuid>, Samples)> {
+    let mut known: FxHashSet<Uuid> = FxHashSet::with_capacity_and_hasher(batch.len(), Default::default());
     let mut beating: Vec<Uuid> = Vec::new();
     let mut tx = if due.is_empty() {
         known.extend(batch.iter().map(|(node_id, _)| *node_id));
@@ -596,7 +598,8 @@ async fn write(
     // The newest report of each node (a later report of a node in the batch replaces an earlier
     // one): the due nodes' go onto their rows in this flush (the heartbeat and the latest host
     // values), the others' through the latest-values writer.
-    let mut newest_of: HashMap<Uuid, &TelemetryReport> = HashMap::with_capacity(written.len());
+    let mut newest_of: FxHashMap<Uuid, &TelemetryReport> =
+        FxHashMap::with_capacity_and_hasher(written.len(), Default::default());
     for (node_id, report) in &written {
         newest_of.insert(*node_id, report);
     }
@@ -612,7 +615,7 @@ async fn write(
     // The ids of GPUs this process has not seen yet (once per GPU).
     let unseen: Vec<(Uuid, i32)> = {
         let ids = locked(ids);
-        let mut unseen: HashSet<(Uuid, u32)> = HashSet::new();
+        let mut unseen: FxHashSet<(Uuid, u32)> = FxHashSet::default();
         for (node_id, report) in &written {
             for index in report.gpus.iter().map(|g| g.index).chain(report.shares.iter().map(|s| s.gpu_index)) {
                 if !ids.contains_key(&(*node_id, index)) {
