@@ -4,7 +4,9 @@
 //! (one GPU each) and 10,000 pending, across 20 tenants each with its own policy.
 //!
 //! Baseline, measured in the same run: reading the fleet and queue alone (`fleet_view::load`), the
-//! floor any cycle pays. Run with `make bench`.
+//! floor any cycle pays. Beside each cycle's wall time, its CPU time (this process's threads and
+//! PostgreSQL's processes) and the machine's stolen time, so a slow cycle can be told from a
+//! stalled one. Run with `make bench`.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -23,6 +25,55 @@ const CYCLES: usize = 20;
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// CPU time, from the scheduler's own accounting in /proc (nanoseconds, not clock ticks): `self`
+/// is every thread of this process (the loop, the runtime's workers, the Wasm evaluations on the
+/// blocking pool), `postgres` every PostgreSQL process, `steal` the machine's stolen time (the
+/// hypervisor ran someone else). Why: on this shared machine a cycle's wall time also holds the
+/// time it waited for a CPU; its CPU time is the work it did, so a slow cycle can be told apart from
+/// a stalled one.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    this: u64,
+    postgres: u64,
+    steal: u64,
+}
+
+fn schedstat_ns(path: &std::path::Path) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn cpu_now() -> Cpu {
+    let mut cpu = Cpu::default();
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        cpu.this = tasks.flatten().map(|t| schedstat_ns(&t.path().join("schedstat"))).sum();
+    }
+    if let Ok(procs) = std::fs::read_dir("/proc") {
+        for p in procs.flatten() {
+            let path = p.path();
+            if std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim_end() == "postgres") {
+                cpu.postgres += schedstat_ns(&path.join("schedstat"));
+            }
+        }
+    }
+    // USER_HZ ticks; the eighth value of the `cpu` line.
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let steal: u64 =
+        stat.lines().next().and_then(|l| l.split_whitespace().nth(8)).and_then(|v| v.parse().ok()).unwrap_or(0);
+    cpu.steal = steal * 10_000_000;
+    cpu
+}
+
+impl Cpu {
+    /// Milliseconds of each since `before`.
+    fn since(self, before: Cpu) -> (f64, f64, f64) {
+        let ms = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e6;
+        (ms(self.this, before.this), ms(self.postgres, before.postgres), ms(self.steal, before.steal))
+    }
 }
 
 /// The nearest-rank quantile.
@@ -56,6 +107,7 @@ fn main() {
         let mut cycles = Vec::new();
         let mut first = None;
         let mut phases = Vec::new();
+        let mut cpus: Vec<(f64, f64, f64)> = Vec::new();
         let rounds = std::env::var("SCHEDULING_BENCH_CYCLES").ok().and_then(|c| c.parse().ok()).unwrap_or(CYCLES);
         for i in 0..=rounds {
             let clock = Instant::now();
@@ -65,13 +117,16 @@ fn main() {
             reads.push(clock.elapsed().as_secs_f64() * 1000.0);
             assert!(fleet.workloads.len() >= PENDING + RUNNING);
 
+            let cpu_before = cpu_now();
             let clock = Instant::now();
             let outcome = scheduler::run_cycle(&state, "bench").await.unwrap().unwrap();
             let ms = clock.elapsed().as_secs_f64() * 1000.0;
+            let used = cpu_now().since(cpu_before);
             if i == 0 {
                 first = Some((ms, outcome.placed, outcome.pending));
             } else {
                 cycles.push(ms);
+                cpus.push(used);
                 phases.push(outcome.phases);
             }
         }
@@ -88,6 +143,19 @@ fn main() {
         let slowest_phases: Vec<String> =
             phases[slowest].named().iter().map(|(name, d)| format!("{name} {:.1}", d.as_secs_f64() * 1000.0)).collect();
         println!("  the slowest's phases (ms): {}", slowest_phases.join(", "));
+        let (this, pg, steal) = cpus[slowest];
+        println!(
+            "  the slowest's CPU (ms): this process {this:.1} + PostgreSQL {pg:.1} = {:.1} of its {:.1} wall; the machine's steal {steal:.0}",
+            this + pg,
+            cycles[slowest]
+        );
+        let work: Vec<f64> = cpus.iter().map(|(this, pg, _)| this + pg).collect();
+        println!(
+            "  CPU per steady-state cycle (this process + PostgreSQL), median {:.1} ms, p99 {:.1} ms; this process alone, median {:.1} ms",
+            median(work.clone()),
+            quantile(&work, 0.99),
+            median(cpus.iter().map(|c| c.0).collect())
+        );
         let steady = median(cycles);
         let read = median(reads.clone());
         println!("  steady-state cycle, median of {rounds}:                    {steady:8.1} ms");
