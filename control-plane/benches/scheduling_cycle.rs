@@ -27,8 +27,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// CPU time, from the scheduler's own accounting in /proc (nanoseconds, not clock ticks): `self`
-/// is every thread of this process (the loop, the runtime's workers, the Wasm evaluations on the
+/// CPU time, from the kernel's per-task accounting (`schedstat`: nanoseconds, not clock ticks):
+/// `this` is every thread of this process (the loop, the runtime's workers, the Wasm evaluations on the
 /// blocking pool), `postgres` every PostgreSQL process, `steal` the machine's stolen time (the
 /// hypervisor ran someone else). Why: on this shared machine a cycle's wall time also holds the
 /// time it waited for a CPU; its CPU time is the work it did, so a slow cycle can be told apart from

@@ -66,6 +66,7 @@
 //! History lives in hourly partitions (migration 0015): the writer makes sure the coming hours have
 //! theirs ([`ensure_partitions`]) at start-up and whenever its cached coverage runs short.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -153,14 +154,16 @@ struct LatestShare {
 }
 
 /// The newest values of the nodes whose heartbeat was not due, of the GPUs (by id) and of the
-/// shares (by GPU and workload) that the rows do not hold yet. The writer's maps hash with FxHash,
-/// not SipHash: their keys are ids the control plane made (nodes, GPUs, workloads) and that reach
-/// it only from authenticated agents, so no caller can choose keys that collide.
+/// shares (by GPU and workload) that the rows do not hold yet. The nodes' and GPUs' maps hash with
+/// FxHash: a node is the one its credential names and a GPU's id is looked up by the control plane,
+/// so no caller chooses those keys. The shares' map keeps SipHash: a share names its workload as
+/// the agent reported it (up to 4,096 a report), and a compromised node could choose ids that
+/// collide under an unkeyed hash.
 #[derive(Debug, Default)]
 pub struct Latest {
     nodes: FxHashMap<Uuid, LatestNode>,
     gpus: FxHashMap<Uuid, LatestGpu>,
-    shares: FxHashMap<(Uuid, Uuid), LatestShare>,
+    shares: HashMap<(Uuid, Uuid), LatestShare>,
 }
 
 /// A flush's node, GPU and share samples in arrival order, for [`Latest`] once it committed.
@@ -199,8 +202,8 @@ impl Latest {
 }
 
 /// Puts each of `values` into `held` unless `held` has a newer value for its key.
-fn keep_newer<K: Eq + std::hash::Hash, V>(
-    held: &mut FxHashMap<K, V>,
+fn keep_newer<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
+    held: &mut HashMap<K, V, S>,
     values: impl IntoIterator<Item = (K, V)>,
     at: impl Fn(&V) -> DateTime<Utc>,
 ) {
