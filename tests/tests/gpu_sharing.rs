@@ -12,11 +12,12 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
 
+/// Dropped in field order: the agents, the control plane, then their database.
 struct Fleet {
     api: Api,
-    _db: TestDb,
-    _cp: ControlPlane,
     _agents: Vec<NodeAgent>,
+    _cp: ControlPlane,
+    _db: TestDb,
     dir: PathBuf,
 }
 

@@ -11,11 +11,13 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
 
+/// Dropped in field order: the agents, then the control plane, then the database they use (a
+/// control plane outliving its database answers its agents 500 until it is killed).
 struct Scenario {
     api: Api,
-    _db: TestDb,
-    _cp: ControlPlane,
     _agents: Vec<NodeAgent>,
+    _cp: ControlPlane,
+    _db: TestDb,
     dir: PathBuf,
 }
 
@@ -361,7 +363,8 @@ async fn a_workload_protected_by_minimum_runtime_is_not_preempted_before_it() {
 
 /// A burst of submissions is decided together: the loop gathers the events that follow the first
 /// for its batching window, so twenty-four submissions in under a second cost a cycle or two, not one
-/// each.
+/// each. On a loaded machine the stream itself can last longer than a window; then each further
+/// window the stream spans may cost one more cycle, and still never one per submission.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_of_submissions_is_decided_in_a_cycle_or_two_not_one_each() {
     let db = TestDb::create().await.unwrap();
@@ -381,12 +384,14 @@ async fn a_stream_of_submissions_is_decided_in_a_cycle_or_two_not_one_each() {
 
     // One every 10 ms or so, as a pipeline submitting an evaluation sweep would: each is an event.
     let mut ids = Vec::new();
+    let stream = std::time::Instant::now();
     for i in 0..24 {
         let body = json!({"name": format!("eval-{i}"), "class": "evaluation", "command": ["sleep", "300"],
                           "resources": {"gpu_count": 0, "cpu_millis": 10, "memory_mb": 16}});
         ids.push(api.created("/api/v1/workloads", &body).await.unwrap()["id"].as_str().unwrap().to_owned());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let span = stream.elapsed();
     for id in &ids {
         workload_reaches(&api, id, "running", WAIT).await.unwrap();
     }
@@ -394,5 +399,15 @@ async fn a_stream_of_submissions_is_decided_in_a_cycle_or_two_not_one_each() {
     let cycles: std::collections::BTreeSet<i64> =
         decisions.as_array().unwrap().iter().map(|d| d["cycle_id"].as_i64().unwrap()).filter(|&c| c > warm).collect();
     assert_eq!(decisions.as_array().unwrap().len(), 25, "{decisions}");
-    assert!(cycles.len() <= 2, "24 submissions placed in {} cycles: {cycles:?}", cycles.len());
+    // One cycle for the first window, one for a tick or the events that came during the cycle, and
+    // one per further window the stream lasted (none when it fits in one, as it does unloaded).
+    let window = Duration::from_millis(900);
+    let allowed = 2 + (span.as_millis() / window.as_millis()) as usize;
+    println!("24 submissions over {} ms placed in {} cycles (at most {allowed})", span.as_millis(), cycles.len());
+    assert!(
+        cycles.len() <= allowed && cycles.len() < ids.len() / 4,
+        "24 submissions over {} ms placed in {} cycles: {cycles:?}",
+        span.as_millis(),
+        cycles.len()
+    );
 }

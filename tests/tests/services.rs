@@ -13,11 +13,12 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// Dropped in field order: the agents, the control plane, then their database.
 struct Fleet {
     api: Api,
+    _agents: Vec<NodeAgent>,
     cp: ControlPlane,
     _db: TestDb,
-    _agents: Vec<NodeAgent>,
 }
 
 impl Fleet {
