@@ -367,10 +367,13 @@ async fn a_workload_protected_by_minimum_runtime_is_not_preempted_before_it() {
 /// window the stream spans may cost one more cycle, and still never one per submission.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_of_submissions_is_decided_in_a_cycle_or_two_not_one_each() {
+    let window = Duration::from_millis(900);
     let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--tick-ms", "5000", "--leader-lease-ms", "15000", "--cycle-batch-ms", "900"])
-        .await
-        .unwrap();
+    let batch_ms = window.as_millis().to_string();
+    let cp =
+        ControlPlane::start(&db, &["--tick-ms", "5000", "--leader-lease-ms", "15000", "--cycle-batch-ms", &batch_ms])
+            .await
+            .unwrap();
     let api = cp.api();
     let _agent = NodeAgent::start(&cp, "cpu-1", &[]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();
@@ -401,7 +404,6 @@ async fn a_stream_of_submissions_is_decided_in_a_cycle_or_two_not_one_each() {
     assert_eq!(decisions.as_array().unwrap().len(), 25, "{decisions}");
     // One cycle for the first window, one for a tick or the events that came during the cycle, and
     // one per further window the stream lasted (none when it fits in one, as it does unloaded).
-    let window = Duration::from_millis(900);
     let allowed = 2 + (span.as_millis() / window.as_millis()) as usize;
     println!("24 submissions over {} ms placed in {} cycles (at most {allowed})", span.as_millis(), cycles.len());
     assert!(
