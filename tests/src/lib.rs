@@ -595,6 +595,79 @@ pub async fn nodes_ready(api: &Api, count: usize) -> anyhow::Result<Value> {
     .await
 }
 
+/// A control plane on a fresh database with its node agents registered and ready, and a scratch
+/// folder for what the stories' commands write: the fleet the scenario stories start from. Its
+/// story steps panic with what they waited for, as a story's `unwrap` would.
+///
+/// Its fields drop in declaration order: the agents, then the control plane, then the database.
+/// An agent that outlived its control plane, or a control plane its database, would log failures
+/// (an agent's telemetry answered 500) that are the harness's, not the product's.
+pub struct Fleet {
+    pub api: Api,
+    pub agents: Vec<NodeAgent>,
+    pub cp: ControlPlane,
+    _db: TestDb,
+    /// A folder of this fleet's own under the system's temporary folder (left for a failure's
+    /// post-mortem, as the agents' state folders are).
+    pub dir: PathBuf,
+}
+
+impl Fleet {
+    /// How long a story step waits for the fleet to get somewhere.
+    pub const WAIT: Duration = Duration::from_secs(40);
+
+    /// A control plane with default flags, and an agent for each (name, extra flags), all ready.
+    pub async fn start(agents: &[(&str, &[&str])]) -> Fleet {
+        let db = TestDb::create().await.unwrap();
+        let cp = ControlPlane::start(&db, &[]).await.unwrap();
+        let api = cp.api();
+        let mut started = Vec::new();
+        for (name, flags) in agents {
+            started.push(NodeAgent::start(&cp, name, flags).await.unwrap());
+        }
+        nodes_ready(&api, agents.len()).await.unwrap();
+        let dir = std::env::temp_dir().join(format!("airtime-fleet-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Fleet { api, agents: started, cp, _db: db, dir }
+    }
+
+    /// Makes a tenant with `guaranteed_gpus`.
+    pub async fn tenant(&self, name: &str, guaranteed_gpus: u32) {
+        self.api.created("/api/v1/tenants", &json!({"name": name, "guaranteed_gpus": guaranteed_gpus})).await.unwrap();
+    }
+
+    /// Submits a workload as the platform admin and returns its id.
+    pub async fn submit(&self, body: Value) -> String {
+        let w = self.api.created("/api/v1/workloads", &body).await.unwrap();
+        w["id"].as_str().unwrap().to_owned()
+    }
+
+    /// The workload's detail.
+    pub async fn workload(&self, id: &str) -> Value {
+        self.api.ok(&format!("/api/v1/workloads/{id}")).await.unwrap()
+    }
+
+    /// Waits until the workload is in `state` and returns its detail.
+    pub async fn reaches(&self, id: &str, state: &str) -> Value {
+        workload_reaches(&self.api, id, state, Self::WAIT).await.unwrap()
+    }
+
+    /// Waits until the workload is pending with a reason that contains `needle`.
+    pub async fn pending_because(&self, id: &str, needle: &str) -> Value {
+        let (api, path) = (self.api.clone(), format!("/api/v1/workloads/{id}"));
+        eventually(&format!("{id} pending because {needle:?}"), Self::WAIT, || {
+            let (api, path) = (api.clone(), path.clone());
+            async move {
+                let w = api.ok(&path).await?;
+                let reason = w["pending_reason"].as_str().unwrap_or_default();
+                Ok((w["state"] == "pending" && reason.contains(needle)).then_some(w))
+            }
+        })
+        .await
+        .unwrap()
+    }
+}
+
 /// Hand-built policy modules for hostile-tenant stories: each is a few lines of WAT, so what it
 /// does to the host is plain to read.
 pub mod policies {

@@ -4,62 +4,24 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Fleet, eventually};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(40);
+const WAIT: Duration = Fleet::WAIT;
 
-/// Dropped in field order: the agents, the control plane, then their database.
-struct Fleet {
-    api: Api,
-    _agents: Vec<NodeAgent>,
-    _cp: ControlPlane,
-    _db: TestDb,
-    dir: PathBuf,
+/// What the sharing stories ask of a fleet beyond the common steps.
+trait SharingSteps {
+    /// A command that writes its GPU environment to `name` in the fleet's folder, then waits.
+    fn env_probe(&self, name: &str) -> Vec<String>;
+    /// What that command wrote, once it has.
+    async fn env_of(&self, name: &str) -> String;
+    /// The GPU's row in `GET /gpus`.
+    async fn gpu(&self, id: &str) -> Value;
 }
 
-impl Fleet {
-    async fn start(agents: &[(&str, &[&str])]) -> Fleet {
-        let db = TestDb::create().await.unwrap();
-        let cp = ControlPlane::start(&db, &[]).await.unwrap();
-        let api = cp.api();
-        let mut started = Vec::new();
-        for (name, flags) in agents {
-            started.push(NodeAgent::start(&cp, name, flags).await.unwrap());
-        }
-        nodes_ready(&api, agents.len()).await.unwrap();
-        let dir = std::env::temp_dir().join(format!("airtime-sharing-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Fleet { api, _db: db, _cp: cp, _agents: started, dir }
-    }
-
-    async fn submit(&self, body: Value) -> String {
-        let w = self.api.created("/api/v1/workloads", &body).await.unwrap();
-        w["id"].as_str().unwrap().to_owned()
-    }
-
-    async fn reaches(&self, id: &str, state: &str) -> Value {
-        workload_reaches(&self.api, id, state, WAIT).await.unwrap()
-    }
-
-    async fn pending_because(&self, id: &str, needle: &str) -> Value {
-        let (api, path) = (self.api.clone(), format!("/api/v1/workloads/{id}"));
-        eventually(&format!("{id} pending because {needle:?}"), WAIT, || {
-            let (api, path) = (api.clone(), path.clone());
-            async move {
-                let w = api.ok(&path).await?;
-                let reason = w["pending_reason"].as_str().unwrap_or_default();
-                Ok((w["state"] == "pending" && reason.contains(needle)).then_some(w))
-            }
-        })
-        .await
-        .unwrap()
-    }
-
-    /// A command that writes its GPU environment to `name` in the scenario's folder, then waits.
+impl SharingSteps for Fleet {
     fn env_probe(&self, name: &str) -> Vec<String> {
         let file = self.dir.join(name);
         vec!["sh".into(), "-c".into(), format!("env | grep -E '^(CUDA_|AIRTIME_GPU)' > {}; sleep 600", file.display())]

@@ -3,83 +3,28 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{ControlPlane, Fleet, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(40);
+const WAIT: Duration = Fleet::WAIT;
 
-/// Dropped in field order: the agents, then the control plane, then the database they use (a
-/// control plane outliving its database answers its agents 500 until it is killed).
-struct Scenario {
-    api: Api,
-    _agents: Vec<NodeAgent>,
-    _cp: ControlPlane,
-    _db: TestDb,
-    dir: PathBuf,
-}
-
-impl Scenario {
-    /// A control plane with `slo-first` active and the given agents (name, extra flags).
-    async fn start(agents: &[(&str, &[&str])], priorities: Value) -> Scenario {
-        let db = TestDb::create().await.unwrap();
-        let cp = ControlPlane::start(&db, &[]).await.unwrap();
-        let api = cp.api();
-        let mut settings = api.ok("/api/v1/settings/priorities").await.unwrap();
-        for (k, v) in priorities.as_object().unwrap() {
-            settings[k] = v.clone();
-        }
-        let put = api.put("/api/v1/settings/priorities", &settings).await.unwrap();
-        assert_eq!(put.status, 200, "{}", put.body);
-        let policies = api.ok("/api/v1/policies").await.unwrap();
-        let slo =
-            policies.as_array().unwrap().iter().find(|p| p["name"] == "slo-first").expect("slo-first is built in");
-        assert_eq!(slo["active_version"], slo["versions"][0]["version"], "slo-first is the default: {slo}");
-        let mut started = Vec::new();
-        for (name, flags) in agents {
-            started.push(NodeAgent::start(&cp, name, flags).await.unwrap());
-        }
-        nodes_ready(&api, agents.len()).await.unwrap();
-        let dir = std::env::temp_dir().join(format!("airtime-scenario-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scenario { api, _db: db, _cp: cp, _agents: started, dir }
+/// A fleet with `slo-first` active (the default) and the given priority settings changed.
+async fn scenario(agents: &[(&str, &[&str])], priorities: Value) -> Fleet {
+    let fleet = Fleet::start(agents).await;
+    let api = &fleet.api;
+    let mut settings = api.ok("/api/v1/settings/priorities").await.unwrap();
+    for (k, v) in priorities.as_object().unwrap() {
+        settings[k] = v.clone();
     }
-
-    async fn tenant(&self, name: &str, guaranteed_gpus: u32) {
-        self.api.created("/api/v1/tenants", &json!({"name": name, "guaranteed_gpus": guaranteed_gpus})).await.unwrap();
-    }
-
-    async fn submit(&self, body: Value) -> String {
-        let w = self.api.created("/api/v1/workloads", &body).await.unwrap();
-        w["id"].as_str().unwrap().to_owned()
-    }
-
-    async fn workload(&self, id: &str) -> Value {
-        self.api.ok(&format!("/api/v1/workloads/{id}")).await.unwrap()
-    }
-
-    async fn reaches(&self, id: &str, state: &str) -> Value {
-        workload_reaches(&self.api, id, state, WAIT).await.unwrap()
-    }
-
-    /// Waits until a pending workload's reason contains `needle`.
-    async fn pending_because(&self, id: &str, needle: &str) -> Value {
-        let api = self.api.clone();
-        let path = format!("/api/v1/workloads/{id}");
-        eventually(&format!("{id} pending because {needle:?}"), WAIT, || {
-            let api = api.clone();
-            let path = path.clone();
-            async move {
-                let w = api.ok(&path).await?;
-                let reason = w["pending_reason"].as_str().unwrap_or_default();
-                Ok((w["state"] == "pending" && reason.contains(needle)).then_some(w))
-            }
-        })
-        .await
-        .unwrap()
-    }
+    let put = api.put("/api/v1/settings/priorities", &settings).await.unwrap();
+    assert_eq!(put.status, 200, "{}", put.body);
+    let policies = api.ok("/api/v1/policies").await.unwrap();
+    let slo = policies.as_array().unwrap().iter().find(|p| p["name"] == "slo-first").expect("slo-first is built in");
+    assert_eq!(slo["active_version"], slo["versions"][0]["version"], "slo-first is the default: {slo}");
+    fleet
 }
 
 fn states(w: &Value) -> Vec<String> {
@@ -99,7 +44,7 @@ fn checkpointing_trainer(dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_customer_traffic_preempts_training_which_resumes_from_its_checkpoint_after() {
-    let s = Scenario::start(&[("gpu-a", &["--simulate-gpus", "2:H100-SXM:81920"])], json!({"grace_period_s": 5})).await;
+    let s = scenario(&[("gpu-a", &["--simulate-gpus", "2:H100-SXM:81920"])], json!({"grace_period_s": 5})).await;
     let training = s
         .submit(json!({"name": "train-llm", "class": "training", "priority": 10, "preemptible": true,
                        "checkpointable": true, "resources": {"gpu_count": 2}, "command": checkpointing_trainer(&s.dir)}))
@@ -142,7 +87,7 @@ async fn a_burst_of_customer_traffic_preempts_training_which_resumes_from_its_ch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_training_ends_at_night_its_gpus_go_to_the_queued_batch_job_except_the_burst_reserve() {
     // The night window covers every hour, so the training bonus is in force now.
-    let s = Scenario::start(
+    let s = scenario(
         &[("gpu-b", &["--simulate-gpus", "4:A100:40960"])],
         json!({"burst_reserve_gpus": 1, "night_training_bonus": 50, "night_start_hour": 0, "night_end_hour": 0}),
     )
@@ -183,7 +128,7 @@ async fn when_training_ends_at_night_its_gpus_go_to_the_queued_batch_job_except_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_borrows_idle_gpus_and_they_are_reclaimed_when_the_owner_needs_them() {
-    let s = Scenario::start(&[("gpu-c", &["--simulate-gpus", "2:L40S:49152"])], json!({"grace_period_s": 2})).await;
+    let s = scenario(&[("gpu-c", &["--simulate-gpus", "2:L40S:49152"])], json!({"grace_period_s": 2})).await;
     s.tenant("research", 0).await;
     s.tenant("product", 2).await;
     let mut borrowed = Vec::new();
@@ -222,7 +167,7 @@ async fn a_tenant_borrows_idle_gpus_and_they_are_reclaimed_when_the_owner_needs_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eight_gpu_training_job_is_never_placed_partly_nor_starved_by_a_stream_of_one_gpu_jobs() {
-    let s = Scenario::start(&[("gpu-d", &["--simulate-gpus", "8:H100-SXM:81920"])], json!({})).await;
+    let s = scenario(&[("gpu-d", &["--simulate-gpus", "8:H100-SXM:81920"])], json!({})).await;
     // Small jobs hold some GPUs when the big one arrives.
     let mut small = Vec::new();
     for i in 0..3 {
@@ -272,7 +217,7 @@ async fn an_eight_gpu_training_job_is_never_placed_partly_nor_starved_by_a_strea
 async fn a_gang_asking_for_its_gpu_model_in_lower_case_is_placed_and_nothing_waits_behind_it_for_ever() {
     // The node reports "H100-SXM"; the gang asks for " h100-sxm": the same model by the SDK's rule
     // (ASCII case and surrounding spaces ignored), which the host's check now applies too.
-    let s = Scenario::start(&[("gpu-m", &["--simulate-gpus", "8:H100-SXM:81920"])], json!({})).await;
+    let s = scenario(&[("gpu-m", &["--simulate-gpus", "8:H100-SXM:81920"])], json!({})).await;
     let gang = s
         .submit(json!({"name": "pretrain-lower", "class": "training", "command": ["sleep", "30"],
                         "resources": {"gpu_count": 8, "gpu_models": [" h100-sxm"]}}))
@@ -298,7 +243,7 @@ async fn a_gang_asking_for_its_gpu_model_in_lower_case_is_placed_and_nothing_wai
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_capable_embedding_service_lands_on_a_cpu_node_while_a_gpu_only_job_takes_the_gpu() {
-    let s = Scenario::start(
+    let s = scenario(
         &[
             ("gpu-e", &["--simulate-gpus", "1:L4:24576", "--cost-per-hour", "2.5"]),
             ("cpu-e", &["--cost-per-hour", "0.4"]),
@@ -327,7 +272,7 @@ async fn a_cpu_capable_embedding_service_lands_on_a_cpu_node_while_a_gpu_only_jo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_protected_by_minimum_runtime_is_not_preempted_before_it() {
-    let s = Scenario::start(
+    let s = scenario(
         &[("gpu-f", &["--simulate-gpus", "1:H100-SXM:81920"])],
         json!({"min_runtime_s": 4, "grace_period_s": 2}),
     )

@@ -8,32 +8,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, Fleet, eventually, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Dropped in field order: the agents, the control plane, then their database.
-struct Fleet {
-    api: Api,
-    _agents: Vec<NodeAgent>,
-    cp: ControlPlane,
-    _db: TestDb,
+/// What the service stories ask of a fleet beyond the common steps.
+trait ServiceSteps {
+    /// Creates a service and returns its id.
+    async fn service(&self, body: Value) -> String;
+    /// A gateway token for the service.
+    async fn token(&self, service: &str) -> String;
+    /// Waits until the service runs exactly `gpu` GPU and `cpu` CPU replicas with nothing pending,
+    /// and returns it.
+    async fn runs(&self, service: &str, gpu: i64, cpu: i64) -> Value;
+    /// The service's replicas in `state`.
+    async fn replicas(&self, service: &str, state: &str) -> Vec<Value>;
 }
 
-impl Fleet {
-    async fn start(agents: &[(&str, &[&str])]) -> Fleet {
-        let db = TestDb::create().await.unwrap();
-        let cp = ControlPlane::start(&db, &[]).await.unwrap();
-        let api = cp.api();
-        let mut started = Vec::new();
-        for (name, flags) in agents {
-            started.push(NodeAgent::start(&cp, name, flags).await.unwrap());
-        }
-        nodes_ready(&api, agents.len()).await.unwrap();
-        Fleet { api, cp, _db: db, _agents: started }
-    }
-
+impl ServiceSteps for Fleet {
     async fn service(&self, body: Value) -> String {
         let s = self.api.created("/api/v1/services", &body).await.unwrap();
         s["id"].as_str().unwrap().to_owned()
@@ -45,8 +38,6 @@ impl Fleet {
         t["token"].as_str().unwrap().to_owned()
     }
 
-    /// Waits until the service runs exactly `gpu` GPU and `cpu` CPU replicas with nothing pending,
-    /// and returns it.
     async fn runs(&self, service: &str, gpu: i64, cpu: i64) -> Value {
         let (api, path) = (self.api.clone(), format!("/api/v1/services/{service}"));
         eventually(&format!("service {service} running {gpu} GPU and {cpu} CPU replicas"), WAIT, || {
