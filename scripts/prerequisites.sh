@@ -69,3 +69,19 @@ if [ "${1:-}" = "--for-tests" ] && { ! command -v clang >/dev/null || ! command 
     || fail "could not install clang and lld with apt-get; $c_hint"
   command -v wasm-ld >/dev/null || fail "wasm-ld is still missing after installing lld; $c_hint"
 fi
+
+# The fault stories: a network partition is a network namespace cut off (`ip netns`, iproute2, as
+# root), and PostgreSQL is restarted and stopped on a cluster of the test's own (Debian's
+# postgresql-common: pg_createcluster, pg_ctlcluster), never the shared server. Needed for tests only.
+if [ "${1:-}" = "--for-tests" ]; then
+  [ "$(id -u)" -eq 0 ] || fail "the fault stories need root (a network namespace per partition, a PostgreSQL cluster of their own); run the tests as root"
+  if ! command -v ip >/dev/null; then
+    ip_hint="install it with: apt-get install -y iproute2"
+    command -v apt-get >/dev/null || fail "ip (iproute2) is missing and apt-get is not available; $ip_hint"
+    echo "airtime: installing iproute2 (the partition story)"
+    apt_install_ip() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2; }
+    apt_install_ip || { DEBIAN_FRONTEND=noninteractive apt-get update && apt_install_ip; } || fail "could not install iproute2; $ip_hint"
+  fi
+  command -v pg_createcluster >/dev/null && command -v pg_ctlcluster >/dev/null \
+    || fail "pg_createcluster and pg_ctlcluster are missing (the database fault story makes a cluster of its own); install Debian's postgresql-common with the PostgreSQL server"
+fi

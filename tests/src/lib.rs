@@ -33,18 +33,25 @@ pub fn admin_url() -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// The server's maintenance database, where it was created and is dropped.
+    admin: String,
 }
 
 impl TestDb {
+    /// A database on the tests' server ([`admin_url`]).
     pub async fn create() -> anyhow::Result<TestDb> {
-        let admin = admin_url();
+        Self::create_on(&admin_url()).await
+    }
+
+    /// A database on the server whose maintenance database is `admin` (a [`PgCluster`]'s).
+    pub async fn create_on(admin: &str) -> anyhow::Result<TestDb> {
         let name = format!("airtime_test_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(admin)
             .await
             .with_context(|| format!("connecting to PostgreSQL at {admin} (is it running?)"))?;
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await?;
-        let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin);
-        Ok(TestDb { url: format!("{base}/{name}"), name })
+        let base = admin.rsplit_once('/').map_or(admin, |(b, _)| b);
+        Ok(TestDb { url: format!("{base}/{name}"), name, admin: admin.to_owned() })
     }
 
     pub async fn pool(&self) -> anyhow::Result<sqlx::PgPool> {
@@ -54,14 +61,14 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let name = self.name.clone();
+        let (name, admin) = (self.name.clone(), self.admin.clone());
         // Drop runs outside async; a short-lived thread with its own runtime does the cleanup.
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             rt.block_on(async {
-                if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url()).await {
+                if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await {
                     let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
                         .execute(&mut conn)
                         .await;
@@ -69,6 +76,153 @@ impl Drop for TestDb {
             });
         })
         .join();
+    }
+}
+
+/// A network namespace of a test's own, joined to this host by a veth pair on a /30 of its own:
+/// an agent started in it ([`NodeAgent::start_in`]) reaches the control plane only through the
+/// pair, so taking the host's end down partitions it from the control plane (which keeps running,
+/// and keeps hearing every other agent) and bringing it up heals it. Needs root and `ip`
+/// (iproute2). Deleted when dropped.
+pub struct Netns {
+    pub name: String,
+    host_link: String,
+    /// The host's end of the pair, where the namespace reaches the control plane.
+    pub host_address: String,
+}
+
+impl Netns {
+    pub async fn create() -> anyhow::Result<Netns> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let bytes = uuid::Uuid::new_v4().into_bytes();
+        // 10.x.y.0/30 in 10.128.0.0/9: the host's end .1, the namespace's .2.
+        let (x, y) = (128 | (bytes[0] & 0x7f), bytes[1] & 0xfc);
+        let ns = Netns {
+            name: format!("airtime-{}", &id[..8]),
+            host_link: format!("ath{}", &id[8..16]),
+            host_address: format!("10.{x}.{y}.1"),
+        };
+        let inner = format!("atn{}", &id[8..16]);
+        let ns_address = format!("10.{x}.{y}.2/30");
+        let host_cidr = format!("{}/30", ns.host_address);
+        let (name, link) = (ns.name.as_str(), ns.host_link.as_str());
+        ns.ip(&["netns", "add", name]).await?;
+        ns.ip(&["link", "add", link, "type", "veth", "peer", "name", inner.as_str()]).await?;
+        ns.ip(&["link", "set", inner.as_str(), "netns", name]).await?;
+        ns.ip(&["addr", "add", host_cidr.as_str(), "dev", link]).await?;
+        ns.ip(&["link", "set", link, "up"]).await?;
+        let inside: [&[&str]; 3] = [
+            &["addr", "add", ns_address.as_str(), "dev", inner.as_str()],
+            &["link", "set", inner.as_str(), "up"],
+            &["link", "set", "lo", "up"],
+        ];
+        for args in inside {
+            let mut command = vec!["netns", "exec", ns.name.as_str(), "ip"];
+            command.extend_from_slice(args);
+            ns.ip(&command).await?;
+        }
+        Ok(ns)
+    }
+
+    /// Cuts the namespace off: the host's end of the pair goes down, so nothing passes either way.
+    pub async fn partition(&self) -> anyhow::Result<()> {
+        self.ip(&["link", "set", self.host_link.as_str(), "down"]).await
+    }
+
+    /// Joins it again.
+    pub async fn heal(&self) -> anyhow::Result<()> {
+        self.ip(&["link", "set", self.host_link.as_str(), "up"]).await
+    }
+
+    async fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new("ip").args(args).output().await.context("running ip (iproute2; needs root)")?;
+        anyhow::ensure!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        Ok(())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // The host's end goes with its peer, which goes with the namespace.
+        let steps: [[&str; 3]; 2] = [["link", "del", self.host_link.as_str()], ["netns", "del", self.name.as_str()]];
+        for args in steps {
+            let _ = std::process::Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+/// A PostgreSQL cluster of a test's own, for the stories that restart or stop the database: made
+/// with Debian's `pg_createcluster` on a free port with trust authentication, stopped and deleted
+/// when dropped. The tests' shared server is never restarted (other tests use it at the same time).
+pub struct PgCluster {
+    version: String,
+    name: String,
+    pub port: u16,
+}
+
+impl PgCluster {
+    /// Creates and starts the cluster (the newest PostgreSQL installed, as `/etc/postgresql` lists).
+    pub async fn create() -> anyhow::Result<PgCluster> {
+        let mut versions: Vec<String> = std::fs::read_dir("/etc/postgresql")
+            .context("listing /etc/postgresql (a Debian PostgreSQL with postgresql-common is needed)")?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        versions.sort_by_key(|v| v.parse::<u32>().unwrap_or(0));
+        let version = versions.pop().context("no PostgreSQL version under /etc/postgresql")?;
+        // A free port: bound and let go (another process could take it meanwhile: then the
+        // creation fails and says so).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let name = format!("airtime_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let cluster = PgCluster { version, name, port };
+        cluster.run("pg_createcluster", &["-p", &port.to_string(), "--start", "--", "--auth=trust"]).await?;
+        Ok(cluster)
+    }
+
+    /// Its maintenance database, for [`TestDb::create_on`].
+    pub fn admin_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops it, ending every connection at once (`-m fast`).
+    pub async fn stop(&self) -> anyhow::Result<()> {
+        self.run("pg_ctlcluster", &["stop", "-m", "fast"]).await
+    }
+
+    pub async fn start(&self) -> anyhow::Result<()> {
+        self.run("pg_ctlcluster", &["start"]).await
+    }
+
+    /// Restarts it, ending every connection at once (`-m fast`).
+    pub async fn restart(&self) -> anyhow::Result<()> {
+        self.run("pg_ctlcluster", &["restart", "-m", "fast"]).await
+    }
+
+    async fn run(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new(program)
+            .args([&self.version, &self.name])
+            .args(args)
+            .output()
+            .await
+            .with_context(|| format!("running {program} (Debian's postgresql-common)"))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{program} {} {} {args:?}: {}{}",
+            self.version,
+            self.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("pg_dropcluster")
+            .args([&self.version, &self.name, "--stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -265,6 +419,14 @@ impl NodeAgent {
         Self::spawn_with(cp, name, extra, false, env).await
     }
 
+    /// [`NodeAgent::start`] inside a network namespace of its own ([`Netns`]), reaching the
+    /// control plane (which must listen on every address: `--listen 0.0.0.0:0`) through it.
+    pub async fn start_in(cp: &ControlPlane, netns: &Netns, name: &str, extra: &[&str]) -> anyhow::Result<NodeAgent> {
+        let port = cp.url.rsplit_once(':').and_then(|(_, p)| p.trim_end_matches('/').parse::<u16>().ok());
+        let url = format!("http://{}:{}", netns.host_address, port.context("the control plane's port")?);
+        Self::spawn_as(cp, name, extra, false, &[], Some((netns, url))).await
+    }
+
     async fn spawn(cp: &ControlPlane, name: &str, extra: &[&str], keep_logs: bool) -> anyhow::Result<NodeAgent> {
         Self::spawn_with(cp, name, extra, keep_logs, &[]).await
     }
@@ -276,11 +438,30 @@ impl NodeAgent {
         keep_logs: bool,
         env: &[(&str, &str)],
     ) -> anyhow::Result<NodeAgent> {
+        Self::spawn_as(cp, name, extra, keep_logs, env, None).await
+    }
+
+    async fn spawn_as(
+        cp: &ControlPlane,
+        name: &str,
+        extra: &[&str],
+        keep_logs: bool,
+        env: &[(&str, &str)],
+        netns: Option<(&Netns, String)>,
+    ) -> anyhow::Result<NodeAgent> {
         let token = cp.enrolment_token(name).await?;
         let state = tempfile::tempdir()?;
-        let mut child = Command::new(bin("airtime-node-agent"))
+        let (mut command, url) = match netns {
+            Some((ns, url)) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns.name.as_str()]).arg(bin("airtime-node-agent"));
+                (command, url)
+            }
+            None => (Command::new(bin("airtime-node-agent")), cp.url.clone()),
+        };
+        let mut child = command
             .envs(env.iter().copied())
-            .args(["--control-plane", &cp.url, "--name", name])
+            .args(["--control-plane", &url, "--name", name])
             .arg("--state-dir")
             .arg(state.path())
             .args(extra)
@@ -580,6 +761,17 @@ pub async fn workload_reaches(api: &Api, id: &str, state: &str, timeout: Duratio
         }
     })
     .await
+}
+
+/// Pairs of committed scheduling cycles that overlapped in time (ids), in the database at `pool`:
+/// none while one scheduler runs. A cycle is recorded in its own transaction, begun after the
+/// replica's previous cycle committed, so one leader's cycles never overlap; two leaders' would.
+pub async fn overlapping_cycles(pool: &sqlx::PgPool) -> anyhow::Result<Vec<(i64, i64)>> {
+    let cycles: Vec<(i64, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as("SELECT id, started_at, finished_at FROM scheduling_cycles ORDER BY started_at, id")
+            .fetch_all(pool)
+            .await?;
+    Ok(cycles.windows(2).filter(|p| p[1].1 < p[0].2).map(|p| (p[0].0, p[1].0)).collect())
 }
 
 /// Waits until `count` nodes are registered and ready.

@@ -1,12 +1,14 @@
 //! Nothing is lost: state lives in PostgreSQL, so a control plane killed mid-flight and started
 //! again loses no workload and no decision, and a node agent killed with its work running comes
-//! back, stops what it left behind and runs the requeued work again.
+//! back, stops what it left behind and runs the requeued work again. Two replicas: a leader that
+//! is killed hands the scheduling loop to the standby once its lease lapses, and a leader whose
+//! lease was taken commits no cycle.
 
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, overlapping_cycles, workload_reaches};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -297,4 +299,60 @@ async fn an_agent_served_by_a_standby_replica_hears_the_leaders_placement_at_onc
     assert!(waited < Duration::from_secs(5), "decision to start took {waited:?} through the standby");
     standby.stop().await;
     leader.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_under_running_work_hands_the_loop_to_the_standby_which_runs_nothing_twice() {
+    let db = TestDb::create().await.unwrap();
+    let lease = ["--leader-lease-ms", "2000"];
+    let leader = ControlPlane::start(&db, &lease).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let lease_row = || {
+        let pool = pool.clone();
+        async move {
+            Ok(sqlx::query_as::<_, (uuid::Uuid, i64)>("SELECT holder, epoch FROM scheduler_lease")
+                .fetch_optional(&pool)
+                .await?)
+        }
+    };
+    let (old_holder, old_epoch) = eventually("the first replica to lead", WAIT, lease_row).await.unwrap();
+    let standby = ControlPlane::start(&db, &lease).await.unwrap();
+    // The agent is served by the standby, which outlives the leader.
+    let _agent = NodeAgent::start(&standby, "steady", &["--simulate-gpus", "4:A100:40960"]).await.unwrap();
+    let api = standby.api();
+    nodes_ready(&api, 1).await.unwrap();
+    let job = |name: &str| json!({"name": name, "class": "training", "resources": {"gpu_count": 1}, "command": ["sleep", "600"]});
+    let mut before = Vec::new();
+    for name in ["ran-before-a", "ran-before-b"] {
+        let w = api.created("/api/v1/workloads", &job(name)).await.unwrap();
+        let id = w["id"].as_str().unwrap().to_owned();
+        workload_reaches(&api, &id, "running", WAIT).await.unwrap();
+        before.push(id);
+    }
+
+    // The leader dies (SIGKILL: its lease is not handed over). Work submitted meanwhile waits for
+    // the lease to lapse, then the standby leads and places it.
+    leader.stop().await;
+    let mut after = Vec::new();
+    for name in ["placed-after-a", "placed-after-b"] {
+        let w = api.created("/api/v1/workloads", &job(name)).await.unwrap();
+        after.push(w["id"].as_str().unwrap().to_owned());
+    }
+    for id in &after {
+        workload_reaches(&api, id, "running", WAIT).await.unwrap();
+    }
+    let (holder, epoch) = lease_row().await.unwrap().unwrap();
+    assert!(holder != old_holder && epoch > old_epoch, "the standby took the lease: {holder} {epoch}");
+
+    // What ran before runs on, once; what came after ran once; four GPUs, four workloads.
+    for id in before.iter().chain(&after) {
+        let w = api.ok(&format!("/api/v1/workloads/{id}")).await.unwrap();
+        assert_eq!((w["state"].clone(), w["attempt"].clone()), (json!("running"), json!(1)), "{w}");
+    }
+    let gpus = api.ok("/api/v1/gpus").await.unwrap();
+    let held: usize = gpus.as_array().unwrap().iter().map(|g| g["shares"].as_array().map_or(0, Vec::len)).sum();
+    assert_eq!(held, 4, "one grant per workload: {gpus}");
+    // One scheduler at a time.
+    assert_eq!(overlapping_cycles(&pool).await.unwrap(), vec![], "cycles of two schedulers overlapped");
+    standby.stop().await;
 }
