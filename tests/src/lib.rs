@@ -338,6 +338,11 @@ impl ControlPlane {
         Ok(ControlPlane { url, child, admin_token, logs })
     }
 
+    /// Its process id (to pause it, as a stalled machine would).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// A client acting as the bootstrapped platform admin.
     pub fn api(&self) -> Api {
         Api::new(&self.url).with_token(&self.admin_token)

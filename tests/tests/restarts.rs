@@ -356,3 +356,66 @@ async fn a_leader_killed_under_running_work_hands_the_loop_to_the_standby_which_
     assert_eq!(overlapping_cycles(&pool).await.unwrap(), vec![], "cycles of two schedulers overlapped");
     standby.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_paused_past_its_lease_finds_the_standby_leading_and_commits_no_cycle() {
+    let db = TestDb::create().await.unwrap();
+    let lease = ["--leader-lease-ms", "2000"];
+    let leader = ControlPlane::start(&db, &lease).await.unwrap();
+    let pool = db.pool().await.unwrap();
+    let lease_row = || {
+        let pool = pool.clone();
+        async move {
+            Ok(sqlx::query_as::<_, (uuid::Uuid, i64)>("SELECT holder, epoch FROM scheduler_lease")
+                .fetch_optional(&pool)
+                .await?)
+        }
+    };
+    let (old_holder, _) = eventually("the first replica to lead", WAIT, lease_row).await.unwrap();
+    let standby = ControlPlane::start(&db, &lease).await.unwrap();
+    let _agent = NodeAgent::start(&standby, "steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
+    nodes_ready(&standby.api(), 1).await.unwrap();
+    // Work that never fits keeps every leader cycling (a cycle with nothing waiting records none).
+    standby
+        .api()
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "never-fits", "class": "training", "resources": {"gpu_count": 8}, "command": ["sleep", "1"]}),
+        )
+        .await
+        .unwrap();
+
+    // The leader stalls past its lease (a paused VM, a long GC): the standby takes the lease over.
+    let paused = nix::unistd::Pid::from_raw(i32::try_from(leader.pid().unwrap()).unwrap());
+    nix::sys::signal::kill(paused, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    eventually("the standby to take the lease", WAIT, || {
+        let lease_row = lease_row();
+        async move { Ok(lease_row.await?.filter(|(holder, _)| *holder != old_holder)) }
+    })
+    .await
+    .unwrap();
+    // It wakes up believing it leads: its next renewal or commit finds the lease gone.
+    nix::sys::signal::kill(paused, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let (cycles_before,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
+    let w = leader
+        .api()
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "placed-once", "class": "evaluation", "resources": {"gpu_count": 1}, "command": ["sleep", "600"]}),
+        )
+        .await
+        .unwrap();
+    let id = w["id"].as_str().unwrap().to_owned();
+    workload_reaches(&standby.api(), &id, "running", WAIT).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let (cycles_after,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
+    assert!(cycles_after - cycles_before >= 5, "the new leader cycled: {} cycles", cycles_after - cycles_before);
+    assert_eq!(overlapping_cycles(&pool).await.unwrap(), vec![], "the paused leader cycled beside the new one");
+    let w = standby.api().ok(&format!("/api/v1/workloads/{id}")).await.unwrap();
+    assert_eq!((w["state"].clone(), w["attempt"].clone()), (json!("running"), json!(1)), "{w}");
+    standby.stop().await;
+    leader.stop().await;
+}
