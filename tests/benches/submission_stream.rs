@@ -5,8 +5,14 @@
 //! run, same control plane and heartbeats: the same stream against the empty fleet, before the
 //! queue is seeded. Also reported: the scheduling cycles the stream ran, and how long they took.
 //!
+//! Then the reads an operator's tools make of that fleet (issue 10, item 9), each by
+//! `READ_BENCH_CLIENTS` (16) clients in a closed loop for `READ_BENCH_SECONDS`, while the heartbeats go on: a page of the
+//! queue, the fleet summary, the node list (every node with its GPUs); baseline in the same run,
+//! the server's floor: `GET /healthz` by as many clients (no database, no credential).
+//!
 //! `AIRTIME_BIN_DIR=$PWD/target/release cargo test -p airtime-tests --bench submission_stream`
-//! (release binaries); `SUBMIT_BENCH_SECONDS` (30) sets each window.
+//! (release binaries); `SUBMIT_BENCH_SECONDS` (30) sets each stream's window,
+//! `READ_BENCH_SECONDS` (10) each read's.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -99,6 +105,68 @@ async fn cycles(db: &sqlx::PgPool, from: chrono::DateTime<chrono::Utc>) -> (usiz
     }
     ms.sort_by(f64::total_cmp);
     (ms.len(), quantile(&ms, 0.5), quantile(&ms, 0.99))
+}
+
+/// What a closed loop of reads measured: each answer's latency (ms, sorted), the size of the
+/// largest (bytes of its JSON), and the answers that were not 200 (status, latency in ms).
+struct Reads {
+    latencies: Vec<f64>,
+    bytes: usize,
+    failed: Vec<(u16, f64)>,
+}
+
+/// `readers` clients asking `path` in a closed loop for `window`.
+async fn read_loop(api: &Api, path: &str, readers: usize, window: Duration) -> Reads {
+    let end = Instant::now() + window;
+    let tasks: Vec<_> = (0..readers)
+        .map(|_| {
+            let (api, path) = (api.clone(), path.to_owned());
+            tokio::spawn(async move {
+                let mut reads = Reads { latencies: Vec::new(), bytes: 0, failed: Vec::new() };
+                while Instant::now() < end {
+                    let clock = Instant::now();
+                    let answer = api.get(&path).await.unwrap();
+                    let ms = clock.elapsed().as_secs_f64() * 1000.0;
+                    if answer.status == 200 {
+                        reads.latencies.push(ms);
+                        reads.bytes = reads.bytes.max(answer.body.to_string().len());
+                    } else {
+                        reads.failed.push((answer.status, ms));
+                    }
+                }
+                reads
+            })
+        })
+        .collect();
+    let mut all = Reads { latencies: Vec::new(), bytes: 0, failed: Vec::new() };
+    for t in tasks {
+        let reads = t.await.unwrap();
+        all.latencies.extend(reads.latencies);
+        all.bytes = all.bytes.max(reads.bytes);
+        all.failed.extend(reads.failed);
+    }
+    all.latencies.sort_by(f64::total_cmp);
+    all
+}
+
+fn report_reads(label: &str, reads: &Reads, window: Duration) {
+    let latencies = &reads.latencies;
+    if latencies.is_empty() {
+        println!("{label:<44} no answer was 200: {:?}", &reads.failed[..reads.failed.len().min(5)]);
+        return;
+    }
+    println!(
+        "{label:<44} {:8.1} req/s   p50 {:7.2} ms   p99 {:7.2} ms   max {:7.2} ms   answer {:.1} kB   not 200: {}",
+        latencies.len() as f64 / window.as_secs_f64(),
+        quantile(latencies, 0.5),
+        quantile(latencies, 0.99),
+        latencies[latencies.len() - 1],
+        reads.bytes as f64 / 1000.0,
+        reads.failed.len()
+    );
+    if let Some((status, ms)) = reads.failed.first() {
+        println!("  first not 200: {status} after {ms:.0} ms");
+    }
 }
 
 fn report(label: &str, latencies: &[f64], window: Duration, cycles: (usize, f64, f64)) {
@@ -215,6 +283,33 @@ fn main() {
             "ratio of p99 (at scale / empty): {:.2}×",
             quantile(&loaded, 0.99) / quantile(&baseline, 0.99)
         );
+
+        let read_window = Duration::from_secs(
+            std::env::var("READ_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10),
+        );
+        let readers: usize = std::env::var("READ_BENCH_CLIENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
+        println!(
+            "reads of the fleet at scale, {readers} clients in a closed loop for {} s each, heartbeats going on",
+            read_window.as_secs()
+        );
+        let floor = read_loop(&api, "/healthz", readers, read_window).await;
+        report_reads("baseline: GET /healthz (the server's floor)", &floor, read_window);
+        for (label, path) in [
+            ("GET /workloads?limit=50 (the queue's head)", "/api/v1/workloads?limit=50"),
+            ("GET /workloads?state=pending&limit=50", "/api/v1/workloads?state=pending&limit=50"),
+            ("GET /fleet/summary", "/api/v1/fleet/summary"),
+            ("GET /nodes?limit=50 (a page of nodes)", "/api/v1/nodes?limit=50"),
+            ("GET /nodes (1,000 nodes with their GPUs)", "/api/v1/nodes"),
+        ] {
+            let reads = read_loop(&api, path, readers, read_window).await;
+            report_reads(label, &reads, read_window);
+            if !reads.latencies.is_empty() {
+                println!(
+                    "  p99 against the floor's: {:.1}×",
+                    quantile(&reads.latencies, 0.99) / quantile(&floor.latencies, 0.99)
+                );
+            }
+        }
 
         beating.store(false, Ordering::Relaxed);
         let _ = heartbeats.await;

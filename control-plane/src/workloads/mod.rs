@@ -269,7 +269,8 @@ pub struct WorkloadDetail {
 enum Position {
     /// Counted for the one workload read: the pending work of its kind ahead of it.
     Counted,
-    /// Ranked once for a list: every pending workload's place in one pass, joined to the page.
+    /// Ranked once for a list: every pending workload's place in one pass (`ranked`, a
+    /// materialized CTE the list's statement defines), joined to the page.
     Ranked,
     /// Not counted: a submission's answer. Counting the queue was the one part of a submission
     /// that grew with it (100 submissions/s against 10,000 waiting: most of a core of
@@ -288,12 +289,7 @@ fn workload_select(position: Position) -> String {
             "",
         ),
         // The same order as the count: priority, then submission (`submitted_at, id` is unique).
-        Position::Ranked => (
-            "q.position",
-            " LEFT JOIN (SELECT id, row_number() OVER (PARTITION BY gpu_count > 0, gpu_models \
-                                     ORDER BY priority DESC, submitted_at, id) AS position \
-                          FROM workloads WHERE state = 'pending') q ON q.id = w.id",
-        ),
+        Position::Ranked => ("q.position", " LEFT JOIN ranked q ON q.id = w.id"),
         Position::Omitted => ("NULL::bigint", ""),
     };
     format!(
@@ -506,18 +502,36 @@ pub struct WorkloadFilter {
 pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadView>> {
     // A page that may hold pending work ranks the queue once, not once per pending row (a page of
     // 100 waiting workloads counted a queue of 10,000 a hundred times).
+    //
+    // The page is chosen first, then the queue is ranked once if the page holds pending work, each
+    // a materialized CTE: computed once per statement whatever plan PostgreSQL picks. Why: the
+    // ranking was a subquery joined to every workload, and a plan that ran it once per row (a
+    // prepared statement's generic plan on fresh statistics) took 595 s at 15,000 workloads and
+    // held a pooled connection all along (BENCHMARKS.md, "Reads at scale").
     let position = match f.state {
         None | Some(WorkloadState::Pending) => Position::Ranked,
-        Some(_) => Position::Counted,
+        Some(_) => Position::Omitted,
+    };
+    let ranked = match position {
+        Position::Ranked => {
+            ", ranked AS MATERIALIZED (SELECT id, row_number() OVER (PARTITION BY gpu_count > 0, gpu_models \
+                                      ORDER BY priority DESC, submitted_at, id) AS position \
+                                      FROM workloads WHERE state = 'pending' \
+                                      AND EXISTS (SELECT 1 FROM page WHERE page.state = 'pending'))"
+        }
+        _ => "",
     };
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{} WHERE ($1::text IS NULL OR w.state = $1) AND ($2::text IS NULL OR t.name = $2) \
-         AND ($3::text IS NULL OR w.class = $3) AND ($4::uuid IS NULL OR w.node_id = $4) \
-         AND ($6::uuid IS NULL OR w.tenant_id = $6) AND ($7::uuid IS NULL OR w.service_id = $7) \
-         AND ($8::uuid IS NULL OR (w.submitted_at, w.id) < \
-              (SELECT c.submitted_at, c.id FROM workloads c WHERE c.id = $8 \
-                AND ($6::uuid IS NULL OR c.tenant_id = $6))) \
-         ORDER BY w.submitted_at DESC, w.id DESC LIMIT $5",
+        "WITH page AS MATERIALIZED ( \
+           SELECT w.id, w.state FROM workloads w JOIN tenants t ON t.id = w.tenant_id \
+           WHERE ($1::text IS NULL OR w.state = $1) AND ($2::text IS NULL OR t.name = $2) \
+           AND ($3::text IS NULL OR w.class = $3) AND ($4::uuid IS NULL OR w.node_id = $4) \
+           AND ($6::uuid IS NULL OR w.tenant_id = $6) AND ($7::uuid IS NULL OR w.service_id = $7) \
+           AND ($8::uuid IS NULL OR (w.submitted_at, w.id) < \
+                (SELECT c.submitted_at, c.id FROM workloads c WHERE c.id = $8 \
+                  AND ($6::uuid IS NULL OR c.tenant_id = $6))) \
+           ORDER BY w.submitted_at DESC, w.id DESC LIMIT $5){ranked} \
+         {} WHERE w.id IN (SELECT id FROM page) ORDER BY w.submitted_at DESC, w.id DESC",
         workload_select(position)
     )))
     .bind(f.state)
