@@ -779,6 +779,28 @@ pub async fn overlapping_cycles(pool: &sqlx::PgPool) -> anyhow::Result<Vec<(i64,
     Ok(cycles.windows(2).filter(|p| p[1].1 < p[0].2).map(|p| (p[0].0, p[1].0)).collect())
 }
 
+/// Waits until a replica other than `other_than` holds the scheduling lease, and returns its
+/// holder and epoch as the database has them.
+pub async fn lease_held(pool: &sqlx::PgPool, other_than: Option<uuid::Uuid>) -> anyhow::Result<(uuid::Uuid, i64)> {
+    eventually("a replica to hold the scheduling lease", Duration::from_secs(40), || {
+        let pool = pool.clone();
+        async move {
+            let lease: Option<(uuid::Uuid, i64)> =
+                sqlx::query_as("SELECT holder, epoch FROM scheduler_lease").fetch_optional(&pool).await?;
+            Ok(lease.filter(|(holder, _)| Some(*holder) != other_than))
+        }
+    })
+    .await
+}
+
+/// Sends `signal` to process `pid` (a child the harness started): `SIGSTOP` and `SIGCONT` pause
+/// and resume it, as a stalled machine would.
+pub fn send_signal(pid: Option<u32>, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+    let pid = i32::try_from(pid.context("the process has exited")?)?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)?;
+    Ok(())
+}
+
 /// Waits until `count` nodes are registered and ready.
 pub async fn nodes_ready(api: &Api, count: usize) -> anyhow::Result<Value> {
     eventually(&format!("{count} ready nodes"), Duration::from_secs(30), || {

@@ -8,7 +8,11 @@
 
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, overlapping_cycles, workload_reaches};
+use airtime_tests::{
+    ControlPlane, NodeAgent, TestDb, eventually, lease_held, nodes_ready, overlapping_cycles, send_signal,
+    workload_reaches,
+};
+use nix::sys::signal::Signal;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -222,15 +226,7 @@ async fn a_leader_whose_lease_was_taken_commits_no_cycle_until_it_leads_again() 
     let _agent = NodeAgent::start(&cp, "steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();
     let pool = db.pool().await.unwrap();
-    eventually("the control plane to lead", WAIT, || {
-        let pool = pool.clone();
-        async move {
-            let row: Option<(i64,)> = sqlx::query_as("SELECT epoch FROM scheduler_lease").fetch_optional(&pool).await?;
-            Ok(row)
-        }
-    })
-    .await
-    .unwrap();
+    lease_held(&pool, None).await.unwrap();
 
     // Another replica takes the lease (as a standby would once this one's lapsed, say while the
     // database restarted under it). This one must not commit another cycle.
@@ -271,12 +267,7 @@ async fn an_agent_served_by_a_standby_replica_hears_the_leaders_placement_at_onc
     let db = TestDb::create().await.unwrap();
     let leader = ControlPlane::start(&db, &[]).await.unwrap();
     let pool = db.pool().await.unwrap();
-    eventually("the first replica to lead", WAIT, || {
-        let pool = pool.clone();
-        async move { Ok(sqlx::query_as::<_, (i64,)>("SELECT epoch FROM scheduler_lease").fetch_optional(&pool).await?) }
-    })
-    .await
-    .unwrap();
+    lease_held(&pool, None).await.unwrap();
     let standby = ControlPlane::start(&db, &[]).await.unwrap();
     // The agent's long-polls land on the standby; the leader decides.
     let _agent = NodeAgent::start(&standby, "behind-the-standby", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
@@ -307,15 +298,7 @@ async fn a_leader_killed_under_running_work_hands_the_loop_to_the_standby_which_
     let lease = ["--leader-lease-ms", "2000"];
     let leader = ControlPlane::start(&db, &lease).await.unwrap();
     let pool = db.pool().await.unwrap();
-    let lease_row = || {
-        let pool = pool.clone();
-        async move {
-            Ok(sqlx::query_as::<_, (uuid::Uuid, i64)>("SELECT holder, epoch FROM scheduler_lease")
-                .fetch_optional(&pool)
-                .await?)
-        }
-    };
-    let (old_holder, old_epoch) = eventually("the first replica to lead", WAIT, lease_row).await.unwrap();
+    let (old_holder, old_epoch) = lease_held(&pool, None).await.unwrap();
     let standby = ControlPlane::start(&db, &lease).await.unwrap();
     // The agent is served by the standby, which outlives the leader.
     let _agent = NodeAgent::start(&standby, "steady", &["--simulate-gpus", "4:A100:40960"]).await.unwrap();
@@ -341,8 +324,8 @@ async fn a_leader_killed_under_running_work_hands_the_loop_to_the_standby_which_
     for id in &after {
         workload_reaches(&api, id, "running", WAIT).await.unwrap();
     }
-    let (holder, epoch) = lease_row().await.unwrap().unwrap();
-    assert!(holder != old_holder && epoch > old_epoch, "the standby took the lease: {holder} {epoch}");
+    let (holder, epoch) = lease_held(&pool, Some(old_holder)).await.unwrap();
+    assert!(epoch > old_epoch, "the standby's term is a new epoch: {holder} {epoch}");
 
     // What ran before runs on, once; what came after ran once; four GPUs, four workloads.
     for id in before.iter().chain(&after) {
@@ -363,15 +346,7 @@ async fn a_leader_paused_past_its_lease_finds_the_standby_leading_and_commits_no
     let lease = ["--leader-lease-ms", "2000"];
     let leader = ControlPlane::start(&db, &lease).await.unwrap();
     let pool = db.pool().await.unwrap();
-    let lease_row = || {
-        let pool = pool.clone();
-        async move {
-            Ok(sqlx::query_as::<_, (uuid::Uuid, i64)>("SELECT holder, epoch FROM scheduler_lease")
-                .fetch_optional(&pool)
-                .await?)
-        }
-    };
-    let (old_holder, _) = eventually("the first replica to lead", WAIT, lease_row).await.unwrap();
+    let (old_holder, _) = lease_held(&pool, None).await.unwrap();
     let standby = ControlPlane::start(&db, &lease).await.unwrap();
     let _agent = NodeAgent::start(&standby, "steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
     nodes_ready(&standby.api(), 1).await.unwrap();
@@ -386,16 +361,10 @@ async fn a_leader_paused_past_its_lease_finds_the_standby_leading_and_commits_no
         .unwrap();
 
     // The leader stalls past its lease (a paused VM, a long GC): the standby takes the lease over.
-    let paused = nix::unistd::Pid::from_raw(i32::try_from(leader.pid().unwrap()).unwrap());
-    nix::sys::signal::kill(paused, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    eventually("the standby to take the lease", WAIT, || {
-        let lease_row = lease_row();
-        async move { Ok(lease_row.await?.filter(|(holder, _)| *holder != old_holder)) }
-    })
-    .await
-    .unwrap();
+    send_signal(leader.pid(), Signal::SIGSTOP).unwrap();
+    lease_held(&pool, Some(old_holder)).await.unwrap();
     // It wakes up believing it leads: its next renewal or commit finds the lease gone.
-    nix::sys::signal::kill(paused, nix::sys::signal::Signal::SIGCONT).unwrap();
+    send_signal(leader.pid(), Signal::SIGCONT).unwrap();
     let (cycles_before,): (i64,) =
         sqlx::query_as("SELECT count(*) FROM scheduling_cycles").fetch_one(&pool).await.unwrap();
     let w = leader

@@ -505,9 +505,9 @@ pub async fn list(db: &PgPool, f: &WorkloadFilter) -> sqlx::Result<Vec<WorkloadV
     //
     // The page is chosen first, then the queue is ranked once if the page holds pending work, each
     // a materialized CTE: computed once per statement whatever plan PostgreSQL picks. Why: the
-    // ranking was a subquery joined to every workload, and a plan that ran it once per row (a
-    // prepared statement's generic plan on fresh statistics) took 595 s at 15,000 workloads and
-    // held a pooled connection all along (BENCHMARKS.md, "Reads at scale").
+    // ranking was a subquery joined to every workload, and a plan that must have run it once per
+    // row (not captured; likely a prepared statement's plan on fresh statistics) took 595 s at
+    // 15,000 workloads and held a pooled connection all along (BENCHMARKS.md, "Reads at scale").
     let position = match f.state {
         None | Some(WorkloadState::Pending) => Position::Ranked,
         Some(_) => Position::Omitted,
