@@ -12,7 +12,7 @@
 //! The reconciler never waits on the network, so a slow or absent control plane cannot delay a
 //! stop, and the time from a desired state arriving to the process spawning is the spawn itself.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -56,6 +56,8 @@ pub enum AgentError {
     Client(#[from] ClientError),
     #[error("work directory {path}: {reason}")]
     WorkDir { path: String, reason: String },
+    #[error("{0}")]
+    Isolation(String),
     #[error("the {0} task stopped unexpectedly: {1}")]
     TaskEnded(&'static str, String),
     #[error(transparent)]
@@ -173,6 +175,7 @@ pub struct OutgoingEvent {
 /// returns. A second request kills the workloads at once.
 pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Result<(), AgentError> {
     check_work_dir(&config.work_dir)?;
+    let private_dir = check_isolation(&config)?;
     let (telemetry, mps_daemon) = discover_telemetry(&config).await?;
     let engine = Engine::detect(&config.containers).await.map_err(AgentError::ContainerEngine)?.map(Arc::new);
     let request = register_request(&config, &telemetry, engine.as_deref());
@@ -239,6 +242,17 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         (OnLostContact::Stop, Some(binary)) => runner.with_tether(binary),
         _ => runner,
     };
+    let mount_prefixes = config
+        .container_mount_prefixes
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let runner = runner.with_private_dir(private_dir).with_isolation(
+        config.tether_binary.clone(),
+        config.process_user.clone(),
+        config.workloads,
+        mount_prefixes,
+    );
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
 
@@ -257,7 +271,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         let session = Arc::clone(&log_session);
         async move { session.current().await.node_id }
     }));
-    let mut delivery = tokio::spawn(deliver_events(client, Arc::clone(&session), events_rx));
+    let mut delivery = tokio::spawn(deliver_events(client, Arc::clone(&session), events_rx, desired_rx.clone()));
 
     let mut reconciler = Reconciler::new(runner, events_tx);
     reconciler.report_orphans(&orphans);
@@ -350,6 +364,29 @@ fn task_ended(name: &'static str, ended: Result<(), tokio::task::JoinError>) -> 
     };
     tracing::error!(task = name, %reason, "an agent task stopped; shutting down");
     AgentError::TaskEnded(name, reason)
+}
+
+/// The state directory made the agent's alone (0700: its credential is in it), and in it the
+/// private directory of workloads' environment files, emptied of an earlier agent's; a process
+/// user checked (one the agent shares, or that it cannot switch to, stops it at start).
+fn check_isolation(config: &Config) -> Result<std::path::PathBuf, AgentError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let error = |reason: String| AgentError::Isolation(reason);
+    config.process_user.check().map_err(error)?;
+    if config.process_user != crate::isolation::ProcessUser::Agent && config.tether_binary.is_none() {
+        return Err(error("--process-user needs the agent's own binary to launch workloads".into()));
+    }
+    let state = &config.state_dir;
+    std::fs::create_dir_all(state).map_err(|e| error(format!("state directory {}: {e}", state.display())))?;
+    std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| error(format!("state directory {}: {e}", state.display())))?;
+    let private = state.join("run");
+    match std::fs::remove_dir_all(&private) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(error(format!("{}: {e}", private.display()))),
+    }
+    Ok(private)
 }
 
 fn check_work_dir(path: &Path) -> Result<(), AgentError> {
@@ -588,13 +625,51 @@ async fn poll_assignments(
     }
 }
 
-/// Posts events in order, each until the control plane answers (at-least-once).
+/// The attempt tokens of the last two desired states: an event carries back its attempt's
+/// (an exit is reported after its stop, by then maybe out of the newest state).
+#[derive(Default)]
+struct AttemptTokens {
+    current: HashMap<(Uuid, u32), String>,
+    previous: HashMap<(Uuid, u32), String>,
+}
+
+impl AttemptTokens {
+    fn learn(&mut self, state: &DesiredState) {
+        self.previous = std::mem::take(&mut self.current);
+        self.current = state
+            .assignments
+            .iter()
+            .filter_map(|a| Some(((a.workload_id, a.attempt), a.attempt_token.clone()?)))
+            .collect();
+    }
+
+    fn get(&self, key: (Uuid, u32)) -> Option<String> {
+        self.current.get(&key).or_else(|| self.previous.get(&key)).cloned()
+    }
+}
+
+/// Posts events in order, each until the control plane answers (at-least-once), each with its
+/// attempt's token from the desired state (the first desired state is waited for: an agent that
+/// starts reports what an earlier one left before it has any).
 async fn deliver_events(
     client: ControlPlaneClient,
     session: Arc<Session>,
     mut events: mpsc::UnboundedReceiver<OutgoingEvent>,
+    mut desired: watch::Receiver<Option<Arc<Desired>>>,
 ) {
-    while let Some(outgoing) = events.recv().await {
+    let mut tokens = AttemptTokens::default();
+    let mut learned: Option<Arc<Desired>> = None;
+    while let Some(mut outgoing) = events.recv().await {
+        let Ok(newest) = desired.wait_for(Option::is_some).await.map(|d| d.clone()) else {
+            return;
+        };
+        if let Some(newest) = newest
+            && !learned.as_ref().is_some_and(|l| Arc::ptr_eq(l, &newest))
+        {
+            tokens.learn(&newest.state);
+            learned = Some(newest);
+        }
+        outgoing.event.attempt_token = tokens.get((outgoing.workload_id, outgoing.event.attempt));
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             let registration = session.current().await;

@@ -18,6 +18,7 @@ use thiserror::Error;
 
 use crate::containers::{CdiChoice, ContainerConfig, EngineChoice, PullPolicy};
 use crate::credential::Secret;
+use crate::isolation::{ProcessUser, WorkloadKinds};
 
 /// Command-line flags as given. Turn them into a [`Config`] with [`Config::resolve`].
 #[derive(Debug, Clone, Parser)]
@@ -178,6 +179,30 @@ pub struct Cli {
     /// container toolkit's CDI specification is in /etc/cdi or /var/run/cdi, `on`, `off`.
     #[arg(long, value_enum, env = "AIRTIME_CONTAINER_CDI", default_value_t = CdiChoice::Auto)]
     pub container_cdi: CdiChoice,
+
+    /// A host directory containers may mount, checked on this node after the source is resolved
+    /// (no symbolic link in any component is ever followed); repeat or comma-separate for several
+    /// [default: what the control plane's --container-mount-prefix allowed].
+    #[arg(
+        long = "container-mount-prefix",
+        value_name = "DIR",
+        env = "AIRTIME_CONTAINER_MOUNT_PREFIXES",
+        value_delimiter = ','
+    )]
+    pub container_mount_prefixes: Vec<PathBuf>,
+
+    /// Which workloads this node runs: `containers` (no tenant code on the host outside a
+    /// container: what a multi-tenant fleet should run), `processes`, or `all`.
+    #[arg(long, value_enum, env = "AIRTIME_WORKLOADS", default_value_t = WorkloadKinds::All)]
+    pub workloads: WorkloadKinds,
+
+    /// The user process workloads run as: a name or uid (`nobody`, `65534`, `65534:65534`), or a
+    /// range of uids, each running workload then holding one of its own (`200000-200999`). Never
+    /// root nor the agent's own user; the agent must run as root to switch. Each process runs with
+    /// no new privileges, in a directory of its own under --work-dir [default: the agent's own
+    /// user, for a single-tenant node].
+    #[arg(long, value_name = "USER", env = "AIRTIME_PROCESS_USER", value_parser = ProcessUser::parse)]
+    pub process_user: Option<ProcessUser>,
 }
 
 /// The MPS control program's usual name, looked up in `PATH`.
@@ -249,6 +274,12 @@ pub struct Config {
     /// The agent's own binary, to run workloads tethered to the agent (`crate::tether`); set by
     /// the binary's `main` (its path is not configuration). `None`: workloads are untethered.
     pub tether_binary: Option<PathBuf>,
+    /// The host directories containers may mount, resolved (`--container-mount-prefix`).
+    pub container_mount_prefixes: Vec<PathBuf>,
+    /// Which workloads this node runs (`--workloads`).
+    pub workloads: WorkloadKinds,
+    /// Who process workloads run as (`--process-user`).
+    pub process_user: ProcessUser,
 }
 
 /// What the agent does with its work when its lease runs out (`--on-lost-contact`).
@@ -347,6 +378,9 @@ impl Config {
             lease: Duration::from_millis(cli.lease_ms),
             on_lost_contact: cli.on_lost_contact,
             tether_binary: None,
+            container_mount_prefixes: cli.container_mount_prefixes,
+            workloads: cli.workloads,
+            process_user: cli.process_user.unwrap_or(ProcessUser::Agent),
             containers: ContainerConfig {
                 choice: cli.container_engine,
                 program: cli.container_engine_path,

@@ -13,9 +13,14 @@
 //! container's `NVIDIA_VISIBLE_DEVICES` names the slots as the host knows them (what the toolkit's
 //! runtime hook reads) and `CUDA_VISIBLE_DEVICES` counts them from 0, as CUDA inside a container
 //! that sees only its own GPUs numbers them. The workload's CPU and memory request become the
-//! container's `--cpus` and `--memory`. Environment values reach the container by name (`--env
-//! NAME`, the value taken from the client's environment), so no value appears on a command line.
+//! container's `--cpus` and `--memory`. The container's environment reaches the engine as data: an
+//! `--env-file` the agent writes (mode 0600, in its private directory) and removes when the
+//! container ends, so no value appears on a command line and none is ever set on the client's own
+//! environment. The client runs with a fixed environment ([`crate::isolation::engine_environment`])
+//! and is found in a fixed `PATH`. Mounts are `--mount type=bind,src=…,dst=…[,ro]` of sources
+//! resolved on the node ([`crate::isolation::resolve_mount_source`]).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -24,6 +29,9 @@ use tokio::process::Command;
 use uuid::Uuid;
 
 use airtime_protocol::container::{ContainerEngine, ContainerSpec, EngineKind};
+
+use crate::isolation::{engine_environment, find_program};
+use crate::runner::ResolvedMount;
 
 /// How the agent picks its engine (`--container-engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -117,11 +125,12 @@ pub struct RunRequest<'a> {
     pub attempt: u32,
     pub node_name: &'a str,
     pub container: &'a ContainerSpec,
+    /// Its mounts, their sources resolved on the node.
+    pub mounts: &'a [ResolvedMount],
     /// The image's arguments (the workload's `command`).
     pub args: &'a [String],
-    /// The names of the variables the container gets (their values are on the client's
-    /// environment).
-    pub env_names: Vec<String>,
+    /// The container's environment, one `NAME=value` a line, readable by the agent alone.
+    pub env_file: &'a Path,
     /// The GPU slots as the host names them (a GPU's index, a MIG instance's uuid).
     pub gpu_ids: &'a [String],
     pub cpu_millis: Option<u32>,
@@ -154,7 +163,8 @@ impl Engine {
         };
         let mut failures = Vec::new();
         for &kind in candidates {
-            let program = config.program.clone().unwrap_or_else(|| PathBuf::from(kind.as_str()));
+            // Found in the fixed PATH, never the agent's or a workload's.
+            let program = find_program(&config.program.clone().unwrap_or_else(|| PathBuf::from(kind.as_str())));
             let mut engine = Engine {
                 kind,
                 version: String::new(),
@@ -191,6 +201,7 @@ impl Engine {
 
     fn command(&self) -> Command {
         let mut command = Command::new(&self.program);
+        command.env_clear().envs(engine_environment());
         command.args(&self.engine_args).stdin(Stdio::null()).kill_on_drop(true);
         command
     }
@@ -229,12 +240,13 @@ impl Engine {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// The engine's `run` command for a workload attempt: the caller sets the environment values
-    /// the request names and supervises the process.
-    pub fn run_command(&self, request: &RunRequest<'_>) -> Command {
-        let mut command = self.command();
-        command.args(self.run_args_for(request));
-        command
+    /// The engine's `run` command line for a workload attempt, its program first: the caller
+    /// runs it with [`engine_environment`] (under a tether, maybe) and supervises the process.
+    pub fn run_argv(&self, request: &RunRequest<'_>) -> Vec<OsString> {
+        let mut argv = vec![self.program.clone().into_os_string()];
+        argv.extend(self.engine_args.iter().map(OsString::from));
+        argv.extend(self.run_args_for(request).into_iter().map(OsString::from));
+        argv
     }
 
     fn run_args_for(&self, r: &RunRequest<'_>) -> Vec<String> {
@@ -258,17 +270,17 @@ impl Engine {
         }
         if let Some(pipe) = r.mps_pipe_directory {
             // An MPS client talks to the daemon through its pipe directory and shared memory.
-            args.push(format!("--volume={0}:{0}", pipe.display()));
+            args.push(format!("--mount=type=bind,src={0},dst={0}", pipe.display()));
             args.push("--ipc=host".into());
         }
-        for mount in &r.container.mounts {
-            let mode = if mount.read_only { ":ro" } else { "" };
-            args.push(format!("--volume={}:{}{mode}", mount.source, mount.target));
+        for mount in r.mounts {
+            let mode = if mount.read_only { ",ro" } else { "" };
+            args.push(format!("--mount=type=bind,src={},dst={}{mode}", mount.source.display(), mount.target));
         }
         if let Some(dir) = &r.container.working_dir {
             args.push(format!("--workdir={dir}"));
         }
-        args.extend(r.env_names.iter().map(|name| format!("--env={name}")));
+        args.push(format!("--env-file={}", r.env_file.display()));
         args.extend(self.run_args.iter().cloned());
         let entrypoint = r.container.entrypoint.as_deref().unwrap_or(&[]);
         if let Some((program, rest)) = entrypoint.split_first() {
@@ -389,13 +401,15 @@ mod tests {
         };
         let args = vec!["echo hi".to_owned()];
         let gpus = vec!["1".to_owned(), "MIG-abc".to_owned()];
+        let mounts = [ResolvedMount { source: "/data/set".into(), target: "/in".into(), read_only: true }];
         let request = RunRequest {
             workload_id: id,
             attempt: 2,
             node_name: "gpu-1",
             container: &container,
+            mounts: &mounts,
             args: &args,
-            env_names: vec!["MODEL".into(), "CUDA_VISIBLE_DEVICES".into()],
+            env_file: Path::new("/state/run/w.env"),
             gpu_ids: &gpus,
             cpu_millis: Some(1500),
             memory_mb: Some(512),
@@ -417,10 +431,9 @@ mod tests {
                 "--memory=512m",
                 "--device=nvidia.com/gpu=1",
                 "--device=nvidia.com/gpu=MIG-abc",
-                "--volume=/data/set:/in:ro",
+                "--mount=type=bind,src=/data/set,dst=/in,ro",
                 "--workdir=/work",
-                "--env=MODEL",
-                "--env=CUDA_VISIBLE_DEVICES",
+                "--env-file=/state/run/w.env",
                 "--network=none",
                 "--entrypoint=/bin/sh",
                 "localhost/eval:1",
@@ -430,7 +443,7 @@ mod tests {
         );
         // Without CDI no device is injected; without an entrypoint the image comes right before its arguments.
         let plain = ContainerSpec { entrypoint: None, mounts: vec![], working_dir: None, ..container.clone() };
-        let request = RunRequest { container: &plain, cpu_millis: None, memory_mb: None, env_names: vec![], ..request };
+        let request = RunRequest { container: &plain, cpu_millis: None, memory_mb: None, mounts: &[], ..request };
         let args = engine(false).run_args_for(&request);
         assert!(!args.iter().any(|a| a.starts_with("--device") || a.starts_with("--cpus")), "{args:?}");
         assert_eq!(args[args.len() - 2..], ["localhost/eval:1".to_owned(), "echo hi".to_owned()]);

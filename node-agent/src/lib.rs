@@ -14,6 +14,9 @@
 //! - [`procfs`]: a process's parent and group, read from `/proc`;
 //! - [`containers`]: the node's container engine (Podman or Docker): detection, `run`, stop and
 //!   remove by name, and the containers an earlier agent left, found by label;
+//! - [`isolation`]: what keeps a tenant's workload on its side of the node: environments as
+//!   data (env files), the engine client's fixed environment, mount sources resolved without
+//!   symbolic links, process workloads' own user and directory, the kinds of work the node takes;
 //! - [`tether`]: the agent binary's `__tether` mode, which each workload runs under so its work
 //!   dies with the agent (parent-death signal, then SIGTERM and SIGKILL after the grace period);
 //! - [`agent`]: the loops (register, heartbeat, long-poll, reconcile, deliver events).
@@ -31,6 +34,7 @@ pub mod client;
 pub mod config;
 pub mod containers;
 pub mod credential;
+pub mod isolation;
 pub mod logs;
 pub mod procfs;
 pub mod protocol;

@@ -44,6 +44,7 @@ use airtime_protocol::container::ContainerSpec;
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
 use crate::containers::{Engine, RunRequest, container_name};
+use crate::isolation::{ProcessUser, UidPool, WorkloadKinds, engine_environment};
 use crate::logs::{LogLine, LogSink};
 use crate::protocol::{Assignment, EventReport, LogStream};
 use crate::telemetry::{GpuHolders, Holder};
@@ -147,25 +148,6 @@ fn agent_owned(name: &str) -> bool {
 /// node runs a daemon, and for a share below a whole GPU `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
 /// (⌈milli / 10⌉, at least 1) and, with a memory slice, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
 /// (`<ordinal>=<MiB>M` per MPS GPU, ordinals counted in `CUDA_VISIBLE_DEVICES`).
-/// `command` run by a tether (the agent binary's `__tether` mode) that stops its process group
-/// with `grace` when this agent dies; its environment changes and directory carried over.
-fn tethered(agent_binary: &std::path::Path, command: &Command, grace: Duration) -> Command {
-    let inner = command.as_std();
-    let argv = std::iter::once(inner.get_program().to_owned()).chain(inner.get_args().map(ToOwned::to_owned));
-    let mut wrapped = Command::new(agent_binary);
-    wrapped.args(crate::tether::arguments(std::process::id(), grace, argv));
-    for (name, value) in inner.get_envs() {
-        match value {
-            Some(value) => wrapped.env(name, value),
-            None => wrapped.env_remove(name),
-        };
-    }
-    if let Some(dir) = inner.get_current_dir() {
-        wrapped.current_dir(dir);
-    }
-    wrapped
-}
-
 pub fn gpu_environment(spec: &WorkloadSpec, slots: &GpuSlots) -> Result<Vec<(&'static str, String)>, SpawnError> {
     let mut cuda_ids = Vec::with_capacity(spec.gpu_indices.len());
     let mut modes = Vec::with_capacity(spec.gpu_indices.len());
@@ -223,6 +205,10 @@ pub enum SpawnError {
     UnknownGpu { slot: u32, known: String },
     #[error("this node has no container engine, so it cannot run image {image}")]
     NoContainerEngine { image: String },
+    /// This node does not run it as asked: a kind of work it does not take, a mount it does not
+    /// allow, an environment it cannot pass on.
+    #[error("{0}")]
+    NotAccepted(String),
     #[error("cannot start {program:?}: {source}")]
     Io {
         program: String,
@@ -287,6 +273,61 @@ struct Supervised {
     grace_period: Duration,
     stopping: bool,
     control: mpsc::UnboundedSender<Control>,
+    /// The uid it runs as, from the process-user range: given back when it is reaped.
+    uid: Option<u32>,
+}
+
+/// What a workload leaves for the agent to clear when it ends: its environment files, its own
+/// directory, and the uid it held.
+#[derive(Debug, Clone, Default)]
+struct Cleanup {
+    files: Vec<PathBuf>,
+    dir: Option<PathBuf>,
+    uid: Option<u32>,
+}
+
+impl Cleanup {
+    /// Gives its uid back to the pool (a workload that never started).
+    fn release(&mut self, uids: &mut UidPool) {
+        if let Some(uid) = self.uid.take() {
+            uids.give_back(uid);
+        }
+    }
+
+    async fn run(self) {
+        let Cleanup { files, dir, .. } = self;
+        let _ = tokio::task::spawn_blocking(move || {
+            for file in &files {
+                crate::isolation::remove_quietly(file);
+            }
+            if let Some(dir) = dir
+                && let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a workload's directory");
+            }
+        })
+        .await;
+    }
+}
+
+/// A container mount's source, resolved on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedMount {
+    pub source: PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// Removes from a command's environment what the agent inherited and a workload must not: its
+/// configuration (`AIRTIME_…`: its enrolment token, control plane, state directory) and MPS
+/// settings (`CUDA_MPS_…`). A workload gets only the AIRTIME_ variables set for it.
+fn strip_agent_variables(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with(AGENT_OWNED_PREFIX) || n.starts_with("AIRTIME_")) {
+            command.env_remove(name);
+        }
+    }
 }
 
 /// A container workload's container, stopped through its engine.
@@ -322,6 +363,19 @@ pub struct Runner {
     /// The agent's own binary, which runs each workload tethered (`crate::tether`): its work dies
     /// with the agent. `None`: workloads outlive a dead agent (`--on-lost-contact keep`, tests).
     tether: Option<PathBuf>,
+    /// The agent's own binary as a process workload's launcher when the workload is not tethered:
+    /// it reads the workload's environment file and drops to its user.
+    launcher: Option<PathBuf>,
+    /// Where the agent keeps workloads' environment files: a directory only it can read.
+    private_dir: PathBuf,
+    /// Who process workloads run as, and the uids running ones hold.
+    process_user: ProcessUser,
+    uids: UidPool,
+    /// The kinds of workload this node takes (`--workloads`).
+    kinds: WorkloadKinds,
+    /// The host directories containers may mount (the node's `--container-mount-prefix`; empty:
+    /// those the control plane allowed, still resolved without symbolic links).
+    mount_prefixes: Vec<PathBuf>,
 }
 
 impl Runner {
@@ -346,8 +400,38 @@ impl Runner {
             logs: None,
             engine: None,
             tether: None,
+            launcher: None,
+            private_dir: std::env::temp_dir().join(format!("airtime-agent-{}", std::process::id())),
+            process_user: ProcessUser::Agent,
+            uids: UidPool::default(),
+            kinds: WorkloadKinds::All,
+            mount_prefixes: Vec::new(),
         };
         (runner, exits_rx)
+    }
+
+    /// Workloads' environment files go in `dir` (created 0700; the agent's state directory's
+    /// `run/`).
+    pub fn with_private_dir(mut self, dir: PathBuf) -> Self {
+        self.private_dir = dir;
+        self
+    }
+
+    /// Process workloads run as `user`, launched by the agent's binary at `agent_binary`, each in
+    /// a directory of its own under the work directory; only `kinds` are started; containers
+    /// mount only under `mount_prefixes` (when given).
+    pub fn with_isolation(
+        mut self,
+        agent_binary: Option<PathBuf>,
+        user: ProcessUser,
+        kinds: WorkloadKinds,
+        mount_prefixes: Vec<PathBuf>,
+    ) -> Self {
+        self.launcher = agent_binary;
+        self.process_user = user;
+        self.kinds = kinds;
+        self.mount_prefixes = mount_prefixes;
+        self
     }
 
     /// Captured output (`OutputMode::Log`) goes to `sink` too, line by line, for the control
@@ -388,90 +472,178 @@ impl Runner {
         self.supervised.iter().map(|(id, s)| running_view(*id, s)).collect()
     }
 
-    /// Starts the workload's process. Must be called inside a tokio runtime.
-    pub fn start(&mut self, spec: &WorkloadSpec) -> Result<Started, SpawnError> {
-        if let Some(existing) = self.supervised.get(&spec.workload_id) {
-            return Err(SpawnError::AlreadyRunning { workload_id: spec.workload_id, attempt: existing.attempt });
-        }
-        let mut gpu_env = gpu_environment(spec, &self.slots)?;
-        let ignored: Vec<&str> = spec.env.keys().map(String::as_str).filter(|k| agent_owned(k)).collect();
-        if !ignored.is_empty() {
-            tracing::info!(workload_id = %spec.workload_id, attempt = spec.attempt, ignored = ?ignored,
-                "the assignment's env may not set the GPU variables the agent sets; ignoring them");
-        }
-        let (mut command, program, container) = match &spec.container {
+    /// The command that starts `spec`: its tether or launcher, its engine's client, or the
+    /// command itself; what it leaves to clear goes in `cleanup`.
+    fn command_for(
+        &mut self,
+        spec: &WorkloadSpec,
+        mut gpu_env: Vec<(&'static str, String)>,
+        cleanup: &mut Cleanup,
+    ) -> Result<(Command, String, Option<ContainerHandle>), SpawnError> {
+        // What the workload's own process sees of its identity; a later agent recognises the
+        // process by these if this one dies first (`orphans`).
+        let identity = [
+            ("AIRTIME_WORKLOAD_ID", spec.workload_id.to_string()),
+            ("AIRTIME_ATTEMPT", spec.attempt.to_string()),
+            ("AIRTIME_NODE_NAME", self.node_name.clone()),
+        ];
+        let agent_pid = ("AIRTIME_AGENT_PID", std::process::id().to_string());
+        // The workload's environment: its own, then what the agent sets (the GPUs it sees, and
+        // CUDA numbering devices by PCI bus, as NVML does, so index N is the GPU NVML calls N).
+        let mut vars: Vec<(String, String)> =
+            spec.env.iter().filter(|(k, _)| !agent_owned(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let name = container_name(spec.workload_id, spec.attempt);
+        let built = match &spec.container {
             None => {
+                if !self.kinds.processes() {
+                    return Err(SpawnError::NotAccepted(
+                        "this node takes container workloads only (--workloads containers)".into(),
+                    ));
+                }
                 let (program, args) = spec.command.split_first().ok_or(SpawnError::EmptyCommand)?;
-                let mut command = Command::new(program);
-                command.args(args);
-                (command, program.clone(), None)
+                vars.extend(gpu_env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+                vars.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
+                vars.extend(identity.iter().chain([&agent_pid]).map(|(k, v)| ((*k).to_owned(), v.clone())));
+                // What the command will search: the assignment's PATH, else the agent's.
+                let search_path = spec.env.get("PATH").map(OsString::from).or_else(|| std::env::var_os("PATH"));
+                let launcher = self.tether.clone().map(|b| (b, std::process::id())).or_else(|| {
+                    self.launcher.clone().filter(|_| self.process_user != ProcessUser::Agent).map(|b| (b, 0))
+                });
+                match launcher {
+                    Some((binary, tethered_to)) => {
+                        crate::tether::check_program(program.as_ref(), search_path.as_deref(), &self.work_dir)
+                            .map_err(|source| SpawnError::Io { program: program.clone(), source })?;
+                        let user = self.uids.take(&self.process_user).map_err(SpawnError::NotAccepted)?;
+                        let mut dir = self.work_dir.clone();
+                        if let Some((uid, gid)) = user {
+                            cleanup.uid = Some(uid);
+                            dir = crate::isolation::workload_dir(&self.work_dir, &name, uid, gid)
+                                .map_err(|e| SpawnError::Io { program: program.clone(), source: e })?;
+                            cleanup.dir = Some(dir.clone());
+                            // Its home is its own directory, unless its env says otherwise.
+                            vars.insert(0, ("HOME".into(), dir.display().to_string()));
+                        }
+                        // The environment goes to the tether as data: the tether is the agent's
+                        // binary (root, maybe) and applies it to the command alone.
+                        let file =
+                            crate::isolation::write_tether_env_file(&self.private_dir, &format!("{name}.env"), &vars)
+                                .map_err(SpawnError::NotAccepted)?;
+                        cleanup.files.push(file.clone());
+                        let launch = crate::tether::Launch { env_file: Some(file), user };
+                        let argv = spec.command.iter().map(OsString::from);
+                        let mut command = Command::new(binary);
+                        command.args(crate::tether::arguments(tethered_to, spec.grace_period, &launch, argv));
+                        command.current_dir(dir);
+                        strip_agent_variables(&mut command);
+                        // The tether carries the identity, so a later agent finds it.
+                        command.envs(identity.iter().chain([&agent_pid]).map(|(k, v)| (*k, v.as_str())));
+                        (command, program.clone(), None)
+                    }
+                    None => {
+                        // The command itself is the workload's process: its env is its own.
+                        let mut command = Command::new(program);
+                        command.args(args).current_dir(&self.work_dir);
+                        strip_agent_variables(&mut command);
+                        command.envs(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                        (command, program.clone(), None)
+                    }
+                }
             }
             Some(image) => {
+                if !self.kinds.containers() {
+                    return Err(SpawnError::NotAccepted(
+                        "this node takes process workloads only (--workloads processes)".into(),
+                    ));
+                }
                 let engine =
                     self.engine.clone().ok_or_else(|| SpawnError::NoContainerEngine { image: image.image.clone() })?;
+                let mounts = image
+                    .mounts
+                    .iter()
+                    .map(|m| {
+                        crate::isolation::check_mount_target(&m.target)?;
+                        let source = crate::isolation::resolve_mount_source(&m.source, &self.mount_prefixes)?;
+                        Ok(ResolvedMount { source, target: m.target.clone(), read_only: m.read_only })
+                    })
+                    .collect::<Result<Vec<_>, String>>()
+                    .map_err(SpawnError::NotAccepted)?;
                 let gpu_ids: Vec<String> = spec
                     .gpu_indices
                     .iter()
                     .filter_map(|&i| self.slots.get(i).map(|slot| slot.cuda_id.clone()))
                     .collect();
                 container_gpu_environment(&mut gpu_env, &gpu_ids);
-                let mut env_names: Vec<String> = spec.env.keys().filter(|k| !agent_owned(k)).cloned().collect();
-                env_names.extend(gpu_env.iter().map(|(name, _)| (*name).to_owned()));
-                env_names.extend(
-                    ["CUDA_DEVICE_ORDER", "AIRTIME_WORKLOAD_ID", "AIRTIME_ATTEMPT", "AIRTIME_NODE_NAME"]
-                        .map(str::to_owned),
-                );
+                vars.extend(gpu_env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+                vars.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
+                vars.extend(identity.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+                // The container's environment reaches the engine as a file only it reads: never
+                // on the client's own environment, where LD_PRELOAD or PATH would steer the host.
+                let env_file =
+                    crate::isolation::write_engine_env_file(&self.private_dir, &format!("{name}.env"), &vars)
+                        .map_err(SpawnError::NotAccepted)?;
+                cleanup.files.push(env_file.clone());
                 let uses_mps = gpu_env.iter().any(|(name, _)| *name == "CUDA_MPS_PIPE_DIRECTORY");
                 let request = RunRequest {
                     workload_id: spec.workload_id,
                     attempt: spec.attempt,
                     node_name: &self.node_name,
                     container: image,
+                    mounts: &mounts,
                     args: &spec.command,
-                    env_names,
+                    env_file: &env_file,
                     gpu_ids: &gpu_ids,
                     cpu_millis: spec.cpu_millis,
                     memory_mb: spec.memory_mb,
                     mps_pipe_directory: if uses_mps { self.slots.mps_pipe_directory.as_deref() } else { None },
                 };
-                let command = engine.run_command(&request);
-                let handle = ContainerHandle {
-                    name: container_name(spec.workload_id, spec.attempt),
-                    engine,
-                    last_stderr: Arc::default(),
+                let argv = engine.run_argv(&request);
+                let mut command = match &self.tether {
+                    Some(binary) => {
+                        let mut command = Command::new(binary);
+                        let launch = crate::tether::Launch::default();
+                        command.args(crate::tether::arguments(std::process::id(), spec.grace_period, &launch, argv));
+                        command
+                    }
+                    None => {
+                        let mut argv = argv.into_iter();
+                        let mut command = Command::new(argv.next().unwrap_or_default());
+                        command.args(argv);
+                        command
+                    }
                 };
+                // The engine client (and its tether) run with a fixed environment and the
+                // workload's identity, nothing of the workload's own.
+                command.env_clear().envs(engine_environment());
+                command.envs(identity.iter().chain([&agent_pid]).map(|(k, v)| (*k, v.as_str())));
+                command.current_dir(&self.work_dir);
+                let handle = ContainerHandle { name, engine, last_stderr: Arc::default() };
                 (command, format!("{} run {}", handle.engine.kind.as_str(), image.image), Some(handle))
             }
         };
-        if let Some(agent_binary) = &self.tether {
-            // What the command will search: the assignment's PATH, else the agent's.
-            let search_path = spec.env.get("PATH").map(OsString::from).or_else(|| std::env::var_os("PATH"));
-            crate::tether::check_program(command.as_std().get_program(), search_path.as_deref(), &self.work_dir)
-                .map_err(|source| SpawnError::Io { program: program.clone(), source })?;
-            command = tethered(agent_binary, &command, spec.grace_period);
+        Ok(built)
+    }
+
+    /// Starts the workload's process. Must be called inside a tokio runtime.
+    pub fn start(&mut self, spec: &WorkloadSpec) -> Result<Started, SpawnError> {
+        if let Some(existing) = self.supervised.get(&spec.workload_id) {
+            return Err(SpawnError::AlreadyRunning { workload_id: spec.workload_id, attempt: existing.attempt });
         }
-        // The GPUs a workload sees, and its share of them, are the agent's to decide: no MPS
-        // setting of the agent's own environment reaches it, and the assignment's env cannot set
-        // what the agent sets.
-        // Nor does the agent's own configuration (`AIRTIME_*`: its enrolment token, control plane,
-        // state directory): a workload gets only the AIRTIME_ variables set for it below.
-        for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| n.starts_with(AGENT_OWNED_PREFIX) || n.starts_with("AIRTIME_")) {
-                command.env_remove(name);
+        let gpu_env = gpu_environment(spec, &self.slots)?;
+        let ignored: Vec<&str> = spec.env.keys().map(String::as_str).filter(|k| agent_owned(k)).collect();
+        if !ignored.is_empty() {
+            tracing::info!(workload_id = %spec.workload_id, attempt = spec.attempt, ignored = ?ignored,
+                "the assignment's env may not set the GPU variables the agent sets; ignoring them");
+        }
+        let mut cleanup = Cleanup::default();
+        let (mut command, program, container) = match self.command_for(spec, gpu_env, &mut cleanup) {
+            Ok(built) => built,
+            Err(error) => {
+                cleanup.release(&mut self.uids);
+                tokio::spawn(cleanup.run());
+                return Err(error);
             }
-        }
+        };
         command
-            .current_dir(&self.work_dir)
-            .envs(spec.env.iter().filter(|(k, _)| !agent_owned(k)))
-            .envs(gpu_env)
-            // CUDA numbers devices fastest-first by default, NVML by PCI bus; make them agree so
-            // index N in CUDA_VISIBLE_DEVICES is the GPU NVML calls N.
-            .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-            .env("AIRTIME_WORKLOAD_ID", spec.workload_id.to_string())
-            .env("AIRTIME_ATTEMPT", spec.attempt.to_string())
-            // These two let a later agent recognise the process if this agent dies first.
-            .env("AIRTIME_NODE_NAME", &self.node_name)
-            .env("AIRTIME_AGENT_PID", std::process::id().to_string())
             .stdin(Stdio::null())
             .process_group(0)
             // Last resort if the supervising task is dropped (runtime torn down): no orphans.
@@ -484,10 +656,19 @@ impl Runner {
         };
 
         let spawn_began = Instant::now();
-        let mut child = command.spawn().map_err(|source| SpawnError::Io { program: program.clone(), source })?;
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                cleanup.release(&mut self.uids);
+                tokio::spawn(cleanup.run());
+                return Err(SpawnError::Io { program: program.clone(), source });
+            }
+        };
         let spawn_time = spawn_began.elapsed();
         let Some(pid) = child.id() else {
             // Only a child already waited for has no id; a fresh one always has.
+            cleanup.release(&mut self.uids);
+            tokio::spawn(cleanup.run());
             return Err(SpawnError::Io {
                 program: program.clone(),
                 source: std::io::Error::other("the new process has no pid"),
@@ -513,6 +694,7 @@ impl Runner {
             exits: self.exits.clone(),
             started_at: spawn_began,
             container,
+            cleanup: Cleanup { uid: None, ..cleanup.clone() },
         }));
         tracing::info!(
             workload_id = %spec.workload_id,
@@ -538,6 +720,7 @@ impl Runner {
                 grace_period: spec.grace_period,
                 stopping: false,
                 control,
+                uid: cleanup.uid,
             },
         );
         self.publish_holders();
@@ -589,7 +772,9 @@ impl Runner {
     pub fn reap(&mut self, exit: &Exit) {
         let matches = self.supervised.get(&exit.workload_id).is_some_and(|s| s.attempt == exit.attempt);
         if matches {
-            self.supervised.remove(&exit.workload_id);
+            if let Some(uid) = self.supervised.remove(&exit.workload_id).and_then(|s| s.uid) {
+                self.uids.give_back(uid);
+            }
             self.publish_holders();
         }
     }
@@ -641,6 +826,7 @@ struct Supervision {
     exits: mpsc::UnboundedSender<Exit>,
     started_at: Instant,
     container: Option<ContainerHandle>,
+    cleanup: Cleanup,
 }
 
 /// Why the agent ends a process, while it does.
@@ -720,6 +906,7 @@ async fn supervise(mut s: Supervision) {
     }
 
     let exit = exit_report(&s, status, ending);
+    std::mem::take(&mut s.cleanup).run().await;
     tracing::info!(
         workload_id = %exit.workload_id,
         attempt = exit.attempt,

@@ -20,7 +20,7 @@
 //! should outlive its agent (`--on-lost-contact keep`) runs it untethered.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::ExitStatusExt as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -31,10 +31,35 @@ use nix::unistd::{Pid, alarm, getpgrp, getppid};
 /// The first argument that makes the agent's binary a tether.
 pub const TETHER_ARG: &str = "__tether";
 
-/// The arguments that run `command` tethered to the agent `agent_pid`.
-pub fn arguments(agent_pid: u32, grace: Duration, command: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+/// What a tether does besides waiting: where its command's environment is, and whom it runs as.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Launch {
+    /// A file of `NAME=value` entries, each ended by a NUL byte, that the tether reads, removes,
+    /// and adds to its command's environment (never to its own: the tether is the agent's binary,
+    /// and a tenant's `LD_PRELOAD` must not run in it).
+    pub env_file: Option<std::path::PathBuf>,
+    /// Run the command as this uid and gid, with no supplementary groups and no new privileges.
+    pub user: Option<(u32, u32)>,
+}
+
+/// The arguments that run `command` tethered to the agent `agent_pid` (0: not tethered, only
+/// launched as `launch` says).
+pub fn arguments(
+    agent_pid: u32,
+    grace: Duration,
+    launch: &Launch,
+    command: impl IntoIterator<Item = OsString>,
+) -> Vec<OsString> {
     let mut args: Vec<OsString> =
         vec![TETHER_ARG.into(), agent_pid.to_string().into(), grace.as_millis().to_string().into()];
+    if let Some(file) = &launch.env_file {
+        args.push("--env-file".into());
+        args.push(file.clone().into());
+    }
+    if let Some((uid, gid)) = launch.user {
+        args.push("--user".into());
+        args.push(format!("{uid}:{gid}").into());
+    }
     args.push("--".into());
     args.extend(command);
     args
@@ -74,7 +99,7 @@ pub fn check_program(program: &OsStr, search_path: Option<&OsStr>, work_dir: &Pa
 /// Why a tether could not run its command.
 #[derive(Debug, thiserror::Error)]
 pub enum TetherError {
-    #[error("usage: {TETHER_ARG} <agent pid> <grace ms> -- <command> [args…]")]
+    #[error("usage: {TETHER_ARG} <agent pid> <grace ms> [--env-file PATH] [--user UID:GID] -- <command> [args…]")]
     Usage,
     #[error("{what}: {source}")]
     Os { what: &'static str, source: nix::Error },
@@ -102,18 +127,40 @@ fn run(args: Vec<OsString>) -> Result<std::process::ExitStatus, TetherError> {
     let mut args = args.into_iter();
     let agent: i32 = args.next().and_then(|a| a.to_str()?.parse().ok()).ok_or(TetherError::Usage)?;
     let grace_ms: u64 = args.next().and_then(|a| a.to_str()?.parse().ok()).ok_or(TetherError::Usage)?;
-    if args.next().as_deref() != Some("--".as_ref()) {
-        return Err(TetherError::Usage);
+    let mut launch = Launch::default();
+    loop {
+        match args.next().as_ref().and_then(|a| a.to_str()) {
+            Some("--") => break,
+            Some("--env-file") => launch.env_file = Some(args.next().ok_or(TetherError::Usage)?.into()),
+            Some("--user") => {
+                let user = args.next().ok_or(TetherError::Usage)?;
+                let (uid, gid) = user.to_str().and_then(|u| u.split_once(':')).ok_or(TetherError::Usage)?;
+                launch.user =
+                    Some((uid.parse().map_err(|_| TetherError::Usage)?, gid.parse().map_err(|_| TetherError::Usage)?));
+            }
+            _ => return Err(TetherError::Usage),
+        }
     }
     let program = args.next().ok_or(TetherError::Usage)?;
     let rest: Vec<OsString> = args.collect();
 
     // The command first, while this process blocks nothing: a child inherits the signal mask, and
     // a command that starts with SIGTERM blocked could only be ended by SIGKILL.
-    let mut child = Command::new(&program)
-        .args(&rest)
-        .spawn()
-        .map_err(|source| TetherError::Spawn { program: program.clone(), source })?;
+    let mut command = Command::new(&program);
+    command.args(&rest);
+    if let Some(file) = &launch.env_file {
+        let env = crate::isolation::take_tether_env_file(file)
+            .map_err(|source| TetherError::Spawn { program: file.clone().into(), source })?;
+        command.envs(env);
+    }
+    if let Some((uid, gid)) = launch.user {
+        // No exec from here on gains privileges (set-user-id programs, file capabilities): not
+        // this process's, which has what it needs, and not the command's, which inherits it.
+        nix::sys::prctl::set_no_new_privs().map_err(os("asking for no new privileges"))?;
+        // The standard library drops the supplementary groups, then sets the group, then the user.
+        command.uid(uid).gid(gid);
+    }
+    let mut child = command.spawn().map_err(|source| TetherError::Spawn { program: program.clone(), source })?;
     // Then the signals this process waits for, blocked so they queue for `wait`. (Until here a
     // SIGTERM to the group ends this process by its default action, as it ends the command.)
     let mut waited = SigSet::empty();
@@ -121,10 +168,12 @@ fn run(args: Vec<OsString>) -> Result<std::process::ExitStatus, TetherError> {
         waited.add(signal);
     }
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&waited), None).map_err(os("blocking signals"))?;
-    nix::sys::prctl::set_pdeathsig(Signal::SIGHUP).map_err(os("asking for the parent-death signal"))?;
     let mut fencing = false;
+    if agent != 0 {
+        nix::sys::prctl::set_pdeathsig(Signal::SIGHUP).map_err(os("asking for the parent-death signal"))?;
+    }
     // The agent may have died before the line above: then no signal will come.
-    if getppid() != Pid::from_raw(agent) {
+    if agent != 0 && getppid() != Pid::from_raw(agent) {
         fencing = true;
         fence(agent, grace_ms)?;
     }
@@ -139,7 +188,7 @@ fn run(args: Vec<OsString>) -> Result<std::process::ExitStatus, TetherError> {
             return Ok(status);
         }
         match waited.wait().map_err(os("waiting for signals"))? {
-            Signal::SIGHUP if !fencing && getppid() != Pid::from_raw(agent) => {
+            Signal::SIGHUP if agent != 0 && !fencing && getppid() != Pid::from_raw(agent) => {
                 fencing = true;
                 fence(agent, grace_ms)?;
             }
@@ -199,9 +248,14 @@ mod tests {
 
     #[test]
     fn the_arguments_name_the_agent_the_grace_and_the_command() {
-        let args = arguments(42, Duration::from_millis(1500), ["sh".into(), "-c".into(), "exit 3".into()]);
+        let command = || ["sh".into(), "-c".into(), "exit 3".into()];
+        let args = arguments(42, Duration::from_millis(1500), &Launch::default(), command());
         let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(args, [TETHER_ARG, "42", "1500", "--", "sh", "-c", "exit 3"]);
+        let launch = Launch { env_file: Some("/run/e".into()), user: Some((7, 8)) };
+        let args = arguments(0, Duration::from_millis(1), &launch, command());
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(args, [TETHER_ARG, "0", "1", "--env-file", "/run/e", "--user", "7:8", "--", "sh", "-c", "exit 3"]);
     }
 
     #[test]
@@ -221,7 +275,9 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_a_usage_error() {
-        for args in [vec![], vec!["x"], vec!["1", "2", "sh"], vec!["1", "2", "--"]] {
+        for args in
+            [vec![], vec!["x"], vec!["1", "2", "sh"], vec!["1", "2", "--"], vec!["1", "2", "--user", "x", "--", "sh"]]
+        {
             let args = args.into_iter().map(OsString::from).collect();
             assert!(matches!(run(args), Err(TetherError::Usage)));
         }

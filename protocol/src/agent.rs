@@ -319,6 +319,11 @@ pub struct Assignment {
     /// The host memory it asked for, MiB: a container's memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mb: Option<u64>,
+    /// Issued with this attempt's placement: every event the agent reports for the attempt
+    /// carries it back, and an event for the attempt without it is refused (`attempt_token`).
+    /// Absent for work placed before control planes issued tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_token: Option<String>,
 }
 
 impl Assignment {
@@ -363,6 +368,9 @@ pub struct EventReport {
     /// control plane past its lease and fenced its work): requeue it, do not count it failed.
     #[serde(default, skip_serializing_if = "is_false")]
     pub requeue: bool,
+    /// The attempt's token, as its assignment gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_token: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -438,11 +446,21 @@ impl EventReport {
             signal: None,
             message: None,
             requeue: false,
+            attempt_token: None,
         }
     }
 
     pub fn exited(attempt: u32, exit_code: Option<i32>, signal: Option<i32>, message: Option<String>) -> Self {
-        EventReport { attempt, event: EventKind::Exited, pid: None, exit_code, signal, message, requeue: false }
+        EventReport {
+            attempt,
+            event: EventKind::Exited,
+            pid: None,
+            exit_code,
+            signal,
+            message,
+            requeue: false,
+            attempt_token: None,
+        }
     }
 
     pub fn failed_to_start(attempt: u32, message: String) -> Self {
@@ -454,6 +472,7 @@ impl EventReport {
             signal: None,
             message: Some(message),
             requeue: false,
+            attempt_token: None,
         }
     }
 

@@ -131,9 +131,12 @@ impl ContainerSpec {
         }
         for (i, mount) in self.mounts.iter().enumerate() {
             for (what, path) in [("source", &mount.source), ("target", &mount.target)] {
-                if !absolute_clean(path) || path.contains(',') {
+                // ':' and ',' separate the engine's own options (`:U` chowns the source, `:O`
+                // overlays it): a mount is the paths alone.
+                if !absolute_clean(path) || path.contains([',', ':']) {
                     return Err(format!(
-                        "container.mounts[{i}].{what} must be an absolute path without ., .. or commas, not {path:?}"
+                        "container.mounts[{i}].{what} must be an absolute path without ., .., ':' or ',' (no \
+                         engine options such as :U or :O), not {path:?}"
                     ));
                 }
             }

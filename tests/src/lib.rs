@@ -508,6 +508,11 @@ impl NodeAgent {
         .await
     }
 
+    /// Its `--state-dir`.
+    pub fn state_dir(&self) -> &std::path::Path {
+        self.state.path()
+    }
+
     /// The agent's log lines so far (agents started with [`NodeAgent::start_logged`]).
     pub fn logs(&self) -> Vec<String> {
         self.logs.as_ref().map(|l| l.lock().unwrap_or_else(PoisonError::into_inner).clone()).unwrap_or_default()

@@ -319,3 +319,144 @@ async fn a_100_mb_log_flood_from_a_container_is_capped_and_the_api_stays_respons
     let kept = stored;
     println!("flood: slowest read {slowest:?}, {kept} bytes kept, {logs}");
 }
+
+/// A shared library that, loaded into any process, appends that process's name to `marker`: what a
+/// tenant's `LD_PRELOAD` would run. Built with the host's `cc`.
+fn marker_library(dir: &Path, marker: &Path) -> PathBuf {
+    let source = dir.join("marker.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <fcntl.h>\n#include <string.h>\n#include <unistd.h>\n\
+             __attribute__((constructor)) static void mark(void) {{\n\
+               char name[256] = {{0}}; int fd = open(\"/proc/self/comm\", O_RDONLY);\n\
+               if (fd >= 0) {{ read(fd, name, sizeof name - 1); close(fd); }}\n\
+               fd = open(\"{}\", O_WRONLY | O_CREAT | O_APPEND, 0644);\n\
+               if (fd >= 0) {{ write(fd, name, strlen(name)); close(fd); }}\n\
+             }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let library = dir.join("libmarker.so");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("cc is installed");
+    assert!(status.success(), "building the marker library");
+    library
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_env_reaches_the_container_and_nothing_on_the_agents_side() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let agent = container_agent(&cp, "env-node", &[]).await;
+    nodes_ready(&api, 1).await.unwrap();
+
+    // A library that marks every process it is loaded into, and a `podman` that marks its own
+    // start before running the real one: a tenant's LD_PRELOAD and PATH aimed at the host.
+    let host = tempfile::tempdir().unwrap();
+    let preloaded = host.path().join("preloaded");
+    let library = marker_library(host.path(), &preloaded);
+    let evil_bin = host.path().join("bin");
+    std::fs::create_dir(&evil_bin).unwrap();
+    let path_marker = host.path().join("evil-podman-ran");
+    let evil_podman = evil_bin.join("podman");
+    std::fs::write(
+        &evil_podman,
+        format!("#!/bin/sh\necho ran >> {}\nexec /usr/bin/podman \"$@\"\n", path_marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&evil_podman, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    let id = submit_container(
+        &api,
+        "hostile-env",
+        test_image(),
+        "echo \"preload=$LD_PRELOAD path=$PATH conf=$CONTAINERS_CONF note=$NOTE\"",
+        json!({"env": {"LD_PRELOAD": library.to_str().unwrap(), "PATH": evil_bin.to_str().unwrap(),
+                       "CONTAINERS_CONF": "/nonexistent.conf", "NOTE": "a value with spaces = and more"}}),
+    )
+    .await;
+    let w = workload_reaches(&api, &id, "succeeded", WAIT).await.unwrap();
+    // The container got its whole environment…
+    let line = format!(
+        "preload={} path={} conf=/nonexistent.conf note=a value with spaces = and more",
+        library.display(),
+        evil_bin.display()
+    );
+    logs_with(&api, &id, &line).await;
+    // …and no host process the agent started ran the tenant's library or its podman.
+    let preloaded_into = std::fs::read_to_string(&preloaded).unwrap_or_default();
+    assert!(preloaded_into.is_empty(), "the tenant's LD_PRELOAD ran on the host, in: {preloaded_into:?} ({w})");
+    assert!(!path_marker.exists(), "the tenant's PATH chose the podman the agent ran ({w})");
+    // The environment file the engine read is gone with the container.
+    let left: Vec<_> = std::fs::read_dir(agent.state_dir().join("run"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "environment files left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_planted_by_one_container_carries_no_other_containers_mount_out_of_the_prefix() {
+    let host = tempfile::tempdir().unwrap();
+    let allowed = host.path().join("allowed");
+    let shared = allowed.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(host.path().join("host-secret"), "the host's own secret\n").unwrap();
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &["--container-mount-prefix", allowed.to_str().unwrap()]).await.unwrap();
+    let api = cp.api();
+    let _agent = container_agent(&cp, "mount-node", &[]).await;
+    nodes_ready(&api, 1).await.unwrap();
+    let mounted = |source: &Path, target: &str, read_only: bool| {
+        json!({"container": {"image": test_image(), "entrypoint": ["/bin/sh"],
+                             "mounts": [{"source": source.to_str().unwrap(), "target": target, "read_only": read_only}]}})
+    };
+
+    // The first container has its writable mount, as allowed, and plants a link to the host's /.
+    let planter = submit_container(
+        &api,
+        "planter",
+        test_image(),
+        "ln -s / /shared/rootlink && echo planted",
+        mounted(&shared, "/shared", false),
+    )
+    .await;
+    workload_reaches(&api, &planter, "succeeded", WAIT).await.unwrap();
+    assert!(std::fs::symlink_metadata(shared.join("rootlink")).unwrap().file_type().is_symlink());
+
+    // The second mounts the link: the text is under the prefix, what it names is the host's /.
+    let secret = host.path().join("host-secret");
+    let reader = submit_container(
+        &api,
+        "reader",
+        test_image(),
+        &format!("cat /host{}", secret.display()),
+        mounted(&shared.join("rootlink"), "/host", true),
+    )
+    .await;
+    let w = workload_reaches(&api, &reader, "failed", WAIT).await;
+    let logs = api.ok(&format!("/api/v1/workloads/{reader}/logs")).await.unwrap();
+    assert!(!texts(&logs).iter().any(|l| l.contains("the host's own secret")), "the host's file was read: {logs}");
+    let w = w.unwrap();
+    let message = w["message"].as_str().unwrap_or_default();
+    assert!(message.contains("symbolic link") && message.contains("rootlink"), "{w}");
+
+    // A target carrying engine options (`:U` chowns the source, `:O` overlays it) is refused.
+    let refused = api
+        .post(
+            "/api/v1/workloads",
+            &json!({"name": "chown-it", "class": "evaluation", "command": [],
+                    "container": {"image": test_image(), "mounts": [{"source": shared.to_str().unwrap(), "target": "/data:U"}]},
+                    "resources": {"cpu_millis": 100}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body["error"]["message"].as_str().unwrap().contains("':'"), "{}", refused.body);
+}

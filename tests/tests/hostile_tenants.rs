@@ -312,3 +312,114 @@ async fn uploads_are_bounded_in_cpu_memory_and_concurrency() {
     assert!(!stored.to_string().contains("\"heavy\""), "nothing refused was stored: {stored}");
     cp.stop().await;
 }
+
+/// Submits a process workload (no container) of `tenant` running `script` in `sh`.
+async fn submit_script(api: &Api, tenant: &str, name: &str, script: &str) -> String {
+    let body = json!({"name": name, "tenant": tenant, "class": "evaluation", "command": ["sh", "-c", script],
+                      "resources": {"gpu_count": 0, "cpu_millis": 100}});
+    api.created("/api/v1/workloads", &body).await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+async fn log_lines(api: &Api, id: &str, last: &str) -> Vec<String> {
+    eventually(&format!("the line {last:?} in the logs"), WAIT, || {
+        let (api, path, last) = (api.clone(), format!("/api/v1/workloads/{id}/logs"), last.to_owned());
+        async move {
+            let logs = api.ok(&path).await?;
+            let lines: Vec<String> =
+                logs["lines"].as_array().unwrap().iter().map(|l| l["text"].as_str().unwrap().to_owned()).collect();
+            Ok(lines.contains(&last).then_some(lines))
+        }
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_workload_runs_as_another_user_and_cannot_read_the_node_credential() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let admin = cp.api();
+    let work = tempfile::tempdir().unwrap();
+    let agent = NodeAgent::start(
+        &cp,
+        "users",
+        &["--no-nvml", "--process-user", "nobody", "--work-dir", work.path().to_str().unwrap()],
+    )
+    .await
+    .unwrap();
+    nodes_ready(&admin, 1).await.unwrap();
+    cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap();
+    let credential = agent.state_dir().join("node-credential");
+    agent.credential().await.unwrap();
+
+    // Mallory's process tries the node's credential, the agent's state directory, and escalating
+    // through a set-user-id program; then says who and where it is.
+    let script = format!(
+        "cat {cred} && echo CREDENTIAL-READ; ls {state} && echo STATE-LISTED; \
+         echo uid=$(id -u) gid=$(id -g) groups=$(id -G); echo dir=$(pwd) home=$HOME; \
+         grep NoNewPrivs /proc/self/status | tr -s '\\t ' ' '; echo done",
+        cred = credential.display(),
+        state = agent.state_dir().display()
+    );
+    let id = submit_script(&admin, "mallory", "snoop", &script).await;
+    let lines = log_lines(&admin, &id, "done").await;
+    workload_reaches(&admin, &id, "succeeded", WAIT).await.unwrap();
+    assert!(!lines.iter().any(|l| l.contains("CREDENTIAL-READ") || l.contains("STATE-LISTED")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("Permission denied")), "{lines:?}");
+    assert!(lines.contains(&"uid=65534 gid=65534 groups=65534".to_owned()), "{lines:?}");
+    let dir = work.path().join(format!("airtime-{id}-1"));
+    assert!(lines.contains(&format!("dir={0} home={0}", dir.display())), "{lines:?}");
+    assert!(lines.contains(&"NoNewPrivs: 1".to_owned()), "{lines:?}");
+    // Its directory went with it.
+    eventually("the workload's directory removed", WAIT, || {
+        let dir = dir.clone();
+        async move { Ok((!dir.exists()).then_some(())) }
+    })
+    .await
+    .unwrap();
+    cp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_only_node_refuses_process_work_and_a_stolen_credential_forges_no_event() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let admin = cp.api();
+    cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap();
+    cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap();
+
+    // A node that takes container work only refuses a process, saying why.
+    let _containers_only =
+        NodeAgent::start(&cp, "containers-only", &["--no-nvml", "--workloads", "containers"]).await.unwrap();
+    nodes_ready(&admin, 1).await.unwrap();
+    let hers = submit_script(&admin, "mallory", "on-the-host", "echo on the host").await;
+    let w = workload_reaches(&admin, &hers, "failed", WAIT).await.unwrap();
+    assert!(w["message"].as_str().unwrap_or_default().contains("container workloads only"), "{w}");
+
+    // Alice's work runs on a node of GPUs; Mallory holds that node's credential (as a process of
+    // hers on it once could read it).
+    let agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
+    let nodes = nodes_ready(&admin, 2).await.unwrap();
+    let node_id =
+        nodes.as_array().unwrap().iter().find(|n| n["name"] == "shared").unwrap()["id"].as_str().unwrap().to_owned();
+    let alices = submit(&admin, "alice", "alice-job", 1).await;
+    workload_reaches(&admin, &alices, "running", WAIT).await.unwrap();
+    let stolen = cp.anonymous().with_token(&agent.credential().await.unwrap());
+    let events = format!("/api/v1/agent/nodes/{node_id}/workloads/{alices}/events");
+    for forged in [
+        json!({"attempt": 1, "event": "exited", "exit_code": 1, "message": "forged"}),
+        json!({"attempt": 1, "event": "exited", "exit_code": 1, "attempt_token": uuid::Uuid::new_v4().to_string()}),
+        json!({"attempt": 1, "event": "failed_to_start", "message": "forged", "attempt_token": "not-a-token"}),
+    ] {
+        let answer = stolen.post(&events, &forged).await.unwrap();
+        assert_eq!(answer.status, 409, "{forged} → {}", answer.body);
+        assert_eq!(answer.body["error"]["code"], "attempt_token_mismatch", "{}", answer.body);
+    }
+    let detail = admin.ok(&format!("/api/v1/workloads/{alices}")).await.unwrap();
+    assert_eq!(detail["state"], "running", "a forged event changed Alice's work: {detail}");
+    assert!(!detail.to_string().contains("forged"), "{detail}");
+    // The agent's own events still count: Alice's cancellation ends her work as ever.
+    admin.post(&format!("/api/v1/workloads/{alices}/cancel"), &json!({})).await.unwrap();
+    workload_reaches(&admin, &alices, "cancelled", WAIT).await.unwrap();
+    cp.stop().await;
+}

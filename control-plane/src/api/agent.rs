@@ -179,6 +179,7 @@ struct AssignmentRow {
     container: Option<sqlx::types::Json<airtime_protocol::container::ContainerSpec>>,
     cpu_millis: i32,
     memory_mb: i64,
+    attempt_token: Option<Uuid>,
 }
 
 async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::Result<DesiredState> {
@@ -187,7 +188,7 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
         crate::settings::load(&mut conn).await?.grace_period_ms()
     };
     let rows: Vec<AssignmentRow> = sqlx::query_as(
-        "SELECT w.id, w.attempt, w.state, w.command, w.env, w.container, w.cpu_millis, w.memory_mb, \
+        "SELECT w.id, w.attempt, w.state, w.command, w.env, w.container, w.cpu_millis, w.memory_mb, w.attempt_token, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
                           JOIN gpus g ON g.id = gr.gpu_id WHERE gr.workload_id = w.id), '{}') AS gpu_indices, \
                 (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason, \
@@ -218,6 +219,7 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
                 container: r.container.map(|c| c.0),
                 cpu_millis: u32::try_from(r.cpu_millis).ok().filter(|&c| c > 0),
                 memory_mb: u64::try_from(r.memory_mb).ok().filter(|&m| m > 0),
+                attempt_token: r.attempt_token.map(|t| t.simple().to_string()),
             }
         })
         .collect();
@@ -239,7 +241,7 @@ async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::R
     responses(
         (status = 204, description = "Applied (or already known)"),
         (status = 404, description = "Not a workload of this node", body = ErrorResponse),
-        (status = 409, description = "`stale_attempt`: the attempt is over", body = ErrorResponse)
+        (status = 409, description = "`stale_attempt`: the attempt is over; `attempt_token_mismatch`: not the token the attempt was assigned with (nothing changed)", body = ErrorResponse)
     )
 )]
 async fn event(
@@ -265,7 +267,9 @@ async fn event(
     // telemetry flush locks all its nodes first, in id order (fleet::telemetry), then GPUs and
     // grants: this one node lock keeps the same order.
     sqlx::query("SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE").bind(node_id).execute(&mut *tx).await?;
-    let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, attempt, &event).await?;
+    // A token that is not a token matches nothing.
+    let token = report.attempt_token.as_deref().map(|t| t.parse::<Uuid>().unwrap_or(Uuid::nil()));
+    let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, attempt, token, &event).await?;
     let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });
     if freed {
         sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
@@ -287,6 +291,14 @@ async fn event(
             format!("attempt {} is over; the current attempt is {current}", report.attempt),
         )),
         EventOutcome::NotFound => Err(ApiError::NotFound("workload on this node")),
+        EventOutcome::TokenMismatch => Err(ApiError::conflict(
+            "attempt_token_mismatch",
+            format!(
+                "the event does not carry the token attempt {} was assigned with: only the agent told to run it reports \
+                 for it",
+                report.attempt
+            ),
+        )),
     }
 }
 

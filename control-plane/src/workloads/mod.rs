@@ -139,6 +139,11 @@ impl SubmitWorkload {
             if value.contains('\0') {
                 return Err(format!("env {key} contains a NUL byte"));
             }
+            // A container's environment reaches its engine as a file of lines (never on a host
+            // process's own environment): a value cannot span lines there.
+            if self.container.is_some() && value.contains(['\n', '\r']) {
+                return Err(format!("env {key}: a container's environment value cannot hold a line break"));
+            }
         }
         if self.slo.latency_ms == Some(0) {
             return Err("slo.latency_ms must be at least 1".into());

@@ -159,6 +159,8 @@ pub enum EventOutcome {
     StaleAttempt { current: i32 },
     /// No such workload on this node.
     NotFound,
+    /// The event's attempt token is not the one its attempt was assigned with: nothing changed.
+    TokenMismatch,
 }
 
 #[derive(sqlx::FromRow)]
@@ -167,21 +169,26 @@ struct Locked {
     state: WorkloadState,
     attempt: i32,
     node_id: Option<Uuid>,
+    attempt_token: Option<Uuid>,
 }
 
-/// Applies an agent's event exactly once per (workload, attempt, event).
+/// Applies an agent's event exactly once per (workload, attempt, event). `token` is the one the
+/// event carries: for the current attempt on this node it must be the one the attempt was
+/// assigned with (work placed before tokens were issued has none to match).
 pub async fn apply_agent_event(
     tx: &mut Tx<'_>,
     node_id: Uuid,
     workload_id: Uuid,
     attempt: i32,
+    token: Option<Uuid>,
     event: &AgentEvent,
 ) -> sqlx::Result<EventOutcome> {
-    let Some(w): Option<Locked> =
-        sqlx::query_as("SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE")
-            .bind(workload_id)
-            .fetch_optional(&mut **tx)
-            .await?
+    let Some(w): Option<Locked> = sqlx::query_as(
+        "SELECT tenant_id, state, attempt, node_id, attempt_token FROM workloads WHERE id = $1 FOR UPDATE",
+    )
+    .bind(workload_id)
+    .fetch_optional(&mut **tx)
+    .await?
     else {
         return Ok(EventOutcome::NotFound);
     };
@@ -192,6 +199,9 @@ pub async fn apply_agent_event(
         // The attempt is current but no longer on this node: it was requeued while the agent was
         // away, and will get a new attempt when placed again.
         return Ok(if w.state.is_on_node() { EventOutcome::NotFound } else { EventOutcome::Unchanged });
+    }
+    if w.attempt_token.is_some() && token != w.attempt_token {
+        return Ok(EventOutcome::TokenMismatch);
     }
     use WorkloadState as S;
     let (to, detail, exit_code, message) = match (event, w.state) {

@@ -230,6 +230,7 @@ pub fn run(workload_id: Uuid, command: &str, gpus: &[u32], grace_ms: u64) -> Ass
         container: None,
         cpu_millis: None,
         memory_mb: None,
+        attempt_token: None,
     }
 }
 
