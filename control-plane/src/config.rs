@@ -57,6 +57,15 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_MAX_POLICY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_policy_bytes: usize,
 
+    /// The most policy versions a tenant may keep stored (all its policies together); uploads past
+    /// it are refused before compiling. An upload of bytes its policy already has stores nothing.
+    #[arg(long, env = "AIRTIME_POLICY_VERSIONS_PER_TENANT", default_value_t = 100)]
+    pub policy_versions_per_tenant: u32,
+
+    /// The most bytes of policy modules a tenant may keep stored (all its versions together).
+    #[arg(long, env = "AIRTIME_POLICY_BYTES_PER_TENANT", default_value_t = 64 * 1024 * 1024)]
+    pub policy_bytes_per_tenant: u64,
+
     /// Requests running longer than this are answered 408. Agent long-polls stay below it.
     #[arg(long, env = "AIRTIME_REQUEST_TIMEOUT_MS", default_value_t = 60000)]
     pub request_timeout_ms: u64,
@@ -127,6 +136,17 @@ pub struct Config {
     /// several, or separate them with commas in the environment variable. None: no host mounts.
     #[arg(long = "container-mount-prefix", env = "AIRTIME_CONTAINER_MOUNT_PREFIXES", value_delimiter = ',', value_parser = parse_mount_prefix)]
     pub container_mount_prefixes: Vec<String>,
+
+    /// The bearer token that shows `/metrics` with tenant and service names (per-tenant GPU-seconds,
+    /// services' replicas, demand and load). Without it `/metrics` holds fleet-wide figures only.
+    #[arg(long, env = "AIRTIME_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<crate::auth::SecretString>,
+
+    /// What-if runs one tenant may have queued or running at once; more are refused. Runs are
+    /// taken in turns across tenants (each tenant's oldest first), so one tenant's queue never
+    /// makes another's run wait behind all of it.
+    #[arg(long, env = "AIRTIME_WHAT_IF_RUNS_PER_TENANT", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub what_if_runs_per_tenant: u32,
 
     /// The longest a what-if replay (both of its replays together) may take, in seconds.
     #[arg(long, env = "AIRTIME_WHAT_IF_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]

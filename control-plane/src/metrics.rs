@@ -75,7 +75,9 @@ impl Metrics {
         self.queue_depth.store(depth as u64, Ordering::Relaxed);
     }
 
-    pub async fn render(&self, db: &PgPool) -> sqlx::Result<String> {
+    /// The exposition; `named`: with the figures that name tenants and services (the caller gave
+    /// the `--metrics-token`), else fleet-wide figures only.
+    pub async fn render(&self, db: &PgPool, named: bool) -> sqlx::Result<String> {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -135,8 +137,15 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE airtime_gpus_allocated gauge");
         let _ = writeln!(out, "airtime_gpus_allocated {}", held_milli as f64 / 1000.0);
-        render_services(&mut out, db).await?;
-        render_gpu_seconds(&mut out, db).await?;
+        if named {
+            render_services(&mut out, db).await?;
+            render_gpu_seconds(&mut out, db).await?;
+        } else {
+            let _ = writeln!(
+                out,
+                "# Tenant and service figures: send the control plane's --metrics-token as a bearer token."
+            );
+        }
         Ok(out)
     }
 }

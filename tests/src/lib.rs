@@ -244,6 +244,9 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// The session signing secret every test control plane runs with (unless a test passes its own).
 pub const TEST_JWT_SECRET: &str = "airtime-test-signing-secret-0123456789abcdef";
+/// The `--metrics-token` every test control plane runs with: `/metrics` names tenants and services
+/// only to a caller that sends it ([`ControlPlane::metrics`]).
+pub const TEST_METRICS_TOKEN: &str = "airtime-test-metrics-token";
 /// The platform admin the harness bootstraps, and its password.
 pub const ADMIN_EMAIL: &str = "admin@airtime.test";
 pub const ADMIN_PASSWORD: &str = "harness admin password 0f the tests";
@@ -279,6 +282,11 @@ impl ControlPlane {
             .context("bootstrapping the platform admin")?;
         let secret_given = extra.iter().any(|a| a.starts_with("--jwt-secret"));
         let secret: &[&str] = if secret_given { &[] } else { &["--jwt-secret", TEST_JWT_SECRET] };
+        let metrics: &[&str] = if extra.iter().any(|a| a.starts_with("--metrics-token")) {
+            &[]
+        } else {
+            &["--metrics-token", TEST_METRICS_TOKEN]
+        };
         // A restart on the same address passes its own --listen; otherwise any free port.
         let listen: &[&str] =
             if extra.iter().any(|a| a.starts_with("--listen")) { &[] } else { &["--listen", "127.0.0.1:0"] };
@@ -297,6 +305,7 @@ impl ControlPlane {
             .args(["--database-url", &db.url])
             .args(beat)
             .args(secret)
+            .args(metrics)
             .args(extra)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()))
             .envs(env.iter().copied())
@@ -341,6 +350,15 @@ impl ControlPlane {
     /// Its process id (to pause it, as a stalled machine would).
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// `/metrics`, with the metrics token (tenants and services named) or as anyone.
+    pub async fn metrics(&self, with_token: bool) -> anyhow::Result<String> {
+        let mut request = reqwest::Client::new().get(format!("{}/metrics", self.url));
+        if with_token {
+            request = request.header("authorization", format!("Bearer {TEST_METRICS_TOKEN}"));
+        }
+        Ok(request.send().await?.error_for_status()?.text().await?)
     }
 
     /// A client acting as the bootstrapped platform admin.

@@ -419,7 +419,22 @@ async fn every_route_answers_every_caller_as_its_declared_access_allows() {
     let db = TestDb::create().await.unwrap();
     // Rate limits off: the matrix sends hundreds of mutations with the same credentials; streams
     // (log follow, the live feed) close after a second.
-    let cp = ControlPlane::start(&db, &["--mutations-per-minute", "0", "--log-follow-default-s", "1"]).await.unwrap();
+    // Every route gets fresh fixtures: a policy and a what-if run per call, past the per-tenant bounds.
+    let cp = ControlPlane::start(
+        &db,
+        &[
+            "--mutations-per-minute",
+            "0",
+            "--log-follow-default-s",
+            "1",
+            "--policy-versions-per-tenant",
+            "100000",
+            "--what-if-runs-per-tenant",
+            "100000",
+        ],
+    )
+    .await
+    .unwrap();
     let admin = cp.api();
     let anonymous = cp.anonymous();
 

@@ -249,10 +249,13 @@ async fn a_hanging_tenant_policy_delays_no_one_else_and_stays_suspended_when_rea
     let failures_after = mallory.ok(&format!("/api/v1/policies/{policy}/failures")).await.unwrap();
     assert!(failures_after.as_array().unwrap().len() <= count_before + 2, "{failures_after}");
 
-    // And Mallory can take her policy out of service herself.
+    // And Mallory can take her policy out of service herself; turning it off and on again does not
+    // clear its record either.
     let off = mallory.post(&format!("/api/v1/policies/{policy}/deactivate"), &json!({})).await.unwrap();
     assert_eq!(off.status, 200, "{}", off.body);
     assert!(off.body["active_version"].is_null(), "{}", off.body);
+    let on = mallory.created(&format!("/api/v1/policies/{policy}/activate"), &json!({})).await.unwrap();
+    assert!(on["consecutive_failures"].as_i64().unwrap() >= 2, "deactivation reset the count: {on}");
     cp.stop().await;
 }
 
@@ -421,5 +424,108 @@ async fn a_container_only_node_refuses_process_work_and_a_stolen_credential_forg
     // The agent's own events still count: Alice's cancellation ends her work as ever.
     admin.post(&format!("/api/v1/workloads/{alices}/cancel"), &json!({})).await.unwrap();
     workload_reaches(&admin, &alices, "cancelled", WAIT).await.unwrap();
+    cp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_one_tenant_admin_invited_first_never_collects_another_tenants_invitation() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
+    let alice = cp.api_as(&cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap());
+    let tenants = cp.api().ok("/api/v1/tenants").await.unwrap();
+    let alice_id =
+        tenants.as_array().unwrap().iter().find(|t| t["name"] == "alice").unwrap()["id"].as_str().unwrap().to_owned();
+
+    // Mallory pre-claims a name Alice will invite, with a password of her choosing, and logs in.
+    let name = "bob@shared.test";
+    let password = "mallory chose this password";
+    let invited =
+        mallory.post("/api/v1/users", &json!({"email": name, "password": password, "role": "viewer"})).await.unwrap();
+    assert_eq!(invited.status, 202, "{}", invited.body);
+    let session =
+        cp.anonymous().created("/api/v1/auth/login", &json!({"email": name, "password": password})).await.unwrap();
+    let bob = cp.api_as(session["token"].as_str().unwrap());
+
+    // Alice invites that name as her tenant's admin: the same answer as ever, pending on her side.
+    let asked = alice
+        .post(
+            "/api/v1/users",
+            &json!({"email": name, "password": "alice's own choice of password", "role": "tenant_admin"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(asked.status, 202, "{}", asked.body);
+    assert_eq!(asked.body["status"], "invited");
+    let pending = alice.ok(&format!("/api/v1/tenants/{alice_id}/invitations")).await.unwrap();
+    assert!(pending.to_string().contains(name), "{pending}");
+
+    // The account Mallory controls never sees it, cannot accept it, and is no member of Alice's.
+    let mine = bob.ok("/api/v1/auth/invitations").await.unwrap();
+    assert_eq!(mine, json!([]), "the held invitation is offered to the pre-claimed account");
+    let accepted = bob.post("/api/v1/auth/invitations/accept", &json!({"tenant": "alice"})).await.unwrap();
+    assert_eq!(accepted.status, 422, "Mallory's account joined Alice's tenant: {}", accepted.body);
+    let login = cp
+        .anonymous()
+        .post("/api/v1/auth/login", &json!({"email": name, "password": password, "tenant": "alice"}))
+        .await
+        .unwrap();
+    assert!(login.status >= 400, "{}", login.body);
+    cp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_policy_storage_is_bounded_and_checked_before_any_compilation() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(
+        &db,
+        &[
+            "--policy-versions-per-tenant",
+            "3",
+            "--policy-bytes-per-tenant",
+            "4000000",
+            "--policy-compile-timeout-ms",
+            "300",
+        ],
+    )
+    .await
+    .unwrap();
+    let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
+    let upload = |name: &'static str, wasm: Vec<u8>| {
+        let mallory = mallory.clone();
+        async move { mallory.post_raw(&format!("/api/v1/policies?name={name}"), "application/wasm", wasm).await.unwrap() }
+    };
+
+    // A bad name is refused before the module is compiled (this one is slower than the deadline).
+    let started = Instant::now();
+    let bad = upload("Not-A-Name", many_functions(19_000)).await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(bad.body["error"]["code"], "invalid_name", "{}", bad.body);
+    assert!(started.elapsed() < Duration::from_millis(300), "answered after {:?}", started.elapsed());
+
+    // The same bytes again store nothing: the policy as it was, one version.
+    let module = deciding(b"first", b"", None);
+    assert_eq!(upload("storm", module.clone()).await.status, 201);
+    for _ in 0..5 {
+        let again = upload("storm", module.clone()).await;
+        assert_eq!(again.status, 200, "{}", again.body);
+        assert_eq!(again.body["versions"].as_array().unwrap().len(), 1, "{}", again.body);
+    }
+    // New bytes count, up to the tenant's most versions; past it, refused before compiling.
+    assert_eq!(upload("storm", deciding(b"second", b"", None)).await.status, 201);
+    assert_eq!(upload("other", deciding(b"third", b"", None)).await.status, 201);
+    let started = Instant::now();
+    let full = upload("storm", many_functions(19_000)).await;
+    assert_eq!(full.status, 409, "{}", full.body);
+    assert_eq!(full.body["error"]["code"], "policy_quota", "{}", full.body);
+    assert!(started.elapsed() < Duration::from_millis(300), "answered after {:?}", started.elapsed());
+    let (versions, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), COALESCE(sum(octet_length(wasm)), 0)::bigint FROM policy_versions v \
+         JOIN policies p ON p.id = v.policy_id JOIN tenants t ON t.id = p.tenant_id WHERE t.name = 'mallory'",
+    )
+    .fetch_one(&db.pool().await.unwrap())
+    .await
+    .unwrap();
+    assert!(versions == 3 && bytes < 4_000_000, "{versions} versions, {bytes} bytes stored");
     cp.stop().await;
 }

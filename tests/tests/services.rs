@@ -156,7 +156,7 @@ async fn rising_traffic_scales_a_service_up_by_preempting_training_which_resumes
     assert!(last["detail"].as_str().unwrap_or_default().contains("scale down"), "{history}");
 
     // Prometheus sees the replicas and the demand.
-    let metrics = reqwest::get(f.cp.api().url("/metrics")).await.unwrap().text().await.unwrap();
+    let metrics = f.cp.metrics(true).await.unwrap();
     assert!(
         metrics.contains(r#"airtime_service_replicas{service="chat",tenant="default",variant="gpu",kind="desired"} 1"#),
         "{metrics}"

@@ -129,8 +129,11 @@ async fn gpu_hours_and_cost_match_a_hand_computation_raw_and_rolled_up() {
     assert_eq!(rolled, 2, "one row for the tenant and class that held it (both grants), one for the unheld time");
     let from_rollup = api.ok(&range(3600)).await.unwrap();
     check(&from_rollup);
-    // Prometheus has the same GPU-seconds as counters.
-    let metrics = reqwest::get(format!("{}/metrics", cp.url)).await.unwrap().text().await.unwrap();
+    // Prometheus has the same GPU-seconds as counters, for a scraper holding the metrics token;
+    // anyone else sees no tenant's name there.
+    let outsider = cp.metrics(false).await.unwrap();
+    assert!(!outsider.contains("tenant="), "/metrics names tenants to anyone:\n{outsider}");
+    let metrics = cp.metrics(true).await.unwrap();
     for line in [
         r#"airtime_gpu_seconds_total{state="allocated",tenant="default",class="training"} 165"#,
         r#"airtime_gpu_seconds_total{state="busy",tenant="default",class="training"} 120"#,

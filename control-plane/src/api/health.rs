@@ -48,7 +48,8 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     Ok(axum::Json(json!({"status": "ready"})))
 }
 
-/// Prometheus metrics (fleet-wide aggregates; no tenant's workload is named).
+/// Prometheus metrics: fleet-wide aggregates for anyone; with `Authorization: Bearer <the
+/// control plane's --metrics-token>` also the figures that name tenants and services.
 #[utoipa::path(
     get,
     path = "/metrics",
@@ -57,12 +58,25 @@ async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
     extensions(("x-airtime-access" = json!("public"))),
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"))
 )]
-async fn metrics(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
-    let mut body = state.metrics.render(&state.db).await?;
+async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> ApiResult<impl IntoResponse> {
+    let named = state.config.metrics_token.as_ref().is_some_and(|token| {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        constant_time_eq(given.as_bytes(), token.expose().as_bytes())
+    });
+    let mut body = state.metrics.render(&state.db, named).await?;
     body.push_str(&format!(
         "# HELP airtime_policy_modules_compiled Policy modules kept compiled (refused uploads never are).\n\
          # TYPE airtime_policy_modules_compiled gauge\nairtime_policy_modules_compiled {}\n",
         state.policies.cached_modules()
     ));
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body))
+}
+
+/// Compares two secrets in time that depends on their lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -7,7 +7,11 @@
 //! password is hashed either way, so the time taken says nothing either):
 //! - a login name without an account gets one, with the password the tenant admin chose; its first
 //!   login accepts the invitation (it is the account they made);
-//! - a login name with an account gets an invitation its owner accepts or declines here.
+//! - a login name with an account gets an invitation its owner accepts or declines here — unless
+//!   the account was made through another tenant's invitation: then its password is that tenant
+//!   admin's choice, and the invitation is held (the inviting tenant sees it pending, the account
+//!   cannot accept it), so no tenant admin can pre-claim a name and collect other tenants'
+//!   invitations to it. A platform admin adds such a person directly.
 //!
 //! Until then the tenant sees the invitation only. Platform admins add users directly.
 
@@ -63,25 +67,37 @@ pub(crate) async fn invite(
     let (tenant,): (String,) =
         sqlx::query_as("SELECT name FROM tenants WHERE id = $1").bind(tenant_id).fetch_one(&mut *tx).await?;
     let created = sqlx::query(
-        "INSERT INTO users (id, email, password_hash, platform_admin) VALUES ($1, $2, $3, false) ON CONFLICT DO NOTHING",
+        "INSERT INTO users (id, email, password_hash, platform_admin, created_by_tenant) \
+         VALUES ($1, $2, $3, false, $4) ON CONFLICT DO NOTHING",
     )
     .bind(Uuid::now_v7())
     .bind(email)
     .bind(&hash)
+    .bind(tenant_id)
     .execute(&mut *tx)
     .await?
     .rows_affected()
         == 1;
+    // An existing account made through another tenant's invitation: that tenant's admin chose its
+    // password, so the invitation waits for a platform admin.
+    let (made_through,): (Option<Uuid>,) =
+        sqlx::query_as("SELECT created_by_tenant FROM users WHERE lower(email) = lower($1)")
+            .bind(email)
+            .fetch_optional(&mut *tx)
+            .await?
+            .unwrap_or((None,));
+    let held = made_through.is_some_and(|t| t != tenant_id);
     sqlx::query(
-        "INSERT INTO membership_invitations (email, tenant_id, role, created_account, invited_by) \
-         VALUES (lower($1), $2, $3, $4, $5) \
-         ON CONFLICT (email, tenant_id) DO UPDATE SET role = EXCLUDED.role, invited_at = now()",
+        "INSERT INTO membership_invitations (email, tenant_id, role, created_account, invited_by, held) \
+         VALUES (lower($1), $2, $3, $4, $5, $6) \
+         ON CONFLICT (email, tenant_id) DO UPDATE SET role = EXCLUDED.role, invited_at = now(), held = EXCLUDED.held",
     )
     .bind(email)
     .bind(tenant_id)
     .bind(role)
     .bind(created)
     .bind(caller.user_id)
+    .bind(held)
     .execute(&mut *tx)
     .await?;
     audit::record(
@@ -136,10 +152,12 @@ const SELECT: &str = "SELECT i.email, i.tenant_id, t.name AS tenant, i.role, i.i
 async fn mine(State(auth): State<Arc<AuthContext>>, caller: Caller) -> ApiResult<axum::Json<Vec<InvitationView>>> {
     caller.require_role(Role::Viewer)?;
     let email = own_email(&auth, &caller).await?;
-    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!("{SELECT} WHERE i.email = lower($1) ORDER BY t.name")))
-        .bind(&email)
-        .fetch_all(&auth.db)
-        .await?;
+    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{SELECT} WHERE i.email = lower($1) AND NOT i.held ORDER BY t.name"
+    )))
+    .bind(&email)
+    .fetch_all(&auth.db)
+    .await?;
     Ok(axum::Json(rows))
 }
 
@@ -171,7 +189,7 @@ async fn accept(
     let mut tx = auth.db.begin().await?;
     let taken: Option<InvitationView> = sqlx::query_as(
         "WITH taken AS (DELETE FROM membership_invitations i USING tenants t \
-                        WHERE t.id = i.tenant_id AND t.name = $2 AND i.email = lower($1) \
+                        WHERE t.id = i.tenant_id AND t.name = $2 AND i.email = lower($1) AND NOT i.held \
                         RETURNING i.email, i.tenant_id, t.name AS tenant, i.role, i.invited_at) \
          SELECT * FROM taken",
     )

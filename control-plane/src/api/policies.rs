@@ -129,8 +129,9 @@ fn module_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiR
     security(("session" = []), ("api_token" = [])),
     extensions(("x-airtime-access" = json!("tenant_admin"))),
     responses(
+        (status = 200, description = "These bytes are a version of this policy already: nothing stored", body = PolicyView),
         (status = 201, description = "Stored (checked and trial-evaluated first)", body = PolicyView),
-        (status = 409, description = "A built-in policy's name", body = ErrorResponse),
+        (status = 409, description = "A built-in policy's name; `policy_quota`: the tenant keeps its most versions or bytes", body = ErrorResponse),
         (status = 413, body = ErrorResponse),
         (status = 415, body = ErrorResponse),
         (status = 422, description = "The module was refused", body = ErrorResponse),
@@ -146,7 +147,25 @@ async fn upload(
 ) -> ApiResult<(StatusCode, axum::Json<PolicyView>)> {
     caller.require_role(crate::auth::Role::TenantAdmin)?;
     let body = module_body(&headers, body)?;
-    state.policies.vet(caller.tenant_filter(), body.to_vec()).await.map_err(refused)?;
+    // What costs nothing is checked before what costs a compilation: the name, bytes the policy
+    // has already (stored once), and the tenant's room.
+    policies::check_name(&query.name)?;
+    let tenant = caller.tenant_filter();
+    if let Some(view) = policies::same_bytes(&state.db, tenant, &query.name, &policies::sha256_hex(&body)).await? {
+        return Ok((StatusCode::OK, axum::Json(view)));
+    }
+    if let Some(tenant) = tenant {
+        let config = &state.config;
+        policies::check_tenant_room(
+            &state.db,
+            tenant,
+            body.len(),
+            config.policy_versions_per_tenant,
+            config.policy_bytes_per_tenant,
+        )
+        .await?;
+    }
+    state.policies.vet(tenant, body.to_vec()).await.map_err(refused)?;
     let view =
         policies::store_upload(&state.db, caller.tenant_filter(), &query.name, &body, &AuditActor::from(&caller))
             .await?;
@@ -336,7 +355,8 @@ async fn what_if(
     Json(req): Json<crate::what_if::WhatIfRequest>,
 ) -> ApiResult<(StatusCode, [(header::HeaderName, String); 1], axum::Json<crate::what_if::WhatIfView>)> {
     let owner = authorize(&state, &caller, id, Need::Manage).await?;
-    let run = crate::what_if::create(&state.db, id, owner, &req, &caller.scope()).await?;
+    let run = crate::what_if::create(&state.db, id, owner, &req, &caller.scope(), state.config.what_if_runs_per_tenant)
+        .await?;
     let location = format!("/api/v1/what-if/{}", run.id);
     Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)], axum::Json(run)))
 }

@@ -72,11 +72,8 @@ pub async fn activate(
             ));
         }
     }
-    let previous: Option<(Uuid,)> =
-        sqlx::query_as("SELECT policy_version_id FROM policy_activations WHERE scope = $1 FOR UPDATE")
-            .bind(&scope)
-            .fetch_optional(&mut *tx)
-            .await?;
+    // Concurrent activations of one scope queue here.
+    sqlx::query("SELECT 1 FROM policy_activations WHERE scope = $1 FOR UPDATE").bind(&scope).execute(&mut *tx).await?;
     sqlx::query(
         "INSERT INTO policy_activations (scope, policy_version_id, params) VALUES ($1, $2, $3) \
          ON CONFLICT (scope) DO UPDATE SET policy_version_id = EXCLUDED.policy_version_id, \
@@ -88,14 +85,18 @@ pub async fn activate(
     .execute(&mut *tx)
     .await?;
     // A new version starts with a clean record; re-activating the version that was failing keeps
-    // its history, so a policy that is suspended and re-activated is suspended at its next failure
-    // rather than given another full run of failed cycles.
-    if previous.map(|(v,)| v) != Some(version_id) {
-        sqlx::query("UPDATE policies SET consecutive_failures = 0 WHERE id = $1")
-            .bind(policy_id)
-            .execute(&mut *tx)
-            .await?;
-    }
+    // its history — whether it was suspended, replaced or deactivated meanwhile — so a policy that
+    // is re-activated is suspended at its next failure rather than given another full run of failed
+    // cycles. The version failing is the one of the policy's latest failure.
+    sqlx::query(
+        "UPDATE policies SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0 \
+         AND (SELECT f.policy_version_id FROM policy_failures f JOIN policy_versions v ON v.id = f.policy_version_id \
+              WHERE v.policy_id = $1 ORDER BY f.id DESC LIMIT 1) IS DISTINCT FROM $2",
+    )
+    .bind(policy_id)
+    .bind(version_id)
+    .execute(&mut *tx)
+    .await?;
     audit::record(
         &mut tx,
         actor,

@@ -19,7 +19,9 @@ pub use failures::{
     shadow_results,
 };
 pub use lifecycle::{activate, deactivate, delete, rollback, set_limits, start_shadow, stop_shadow};
-pub use store::{PolicyView, VersionView, get, list, owner, sha256_hex, store_upload};
+pub use store::{
+    PolicyView, VersionView, check_name, check_tenant_room, get, list, owner, same_bytes, sha256_hex, store_upload,
+};
 
 /// The built-in policy every scope falls back to when its own policy fails.
 pub const FALLBACK_POLICY: &str = "priority-best-fit";

@@ -189,13 +189,8 @@ async fn view(db: &PgPool, row: PolicyRow) -> sqlx::Result<PolicyView> {
 
 /// Stores an uploaded module that passed `vet` as the next version of the named policy: a platform
 /// policy (`tenant_id` None) or the tenant's own. Audited in the same transaction.
-pub async fn store_upload(
-    db: &PgPool,
-    tenant_id: Option<Uuid>,
-    name: &str,
-    wasm: &[u8],
-    actor: &AuditActor,
-) -> domain::Result<PolicyView> {
+/// Why `name` cannot name a policy, if it cannot: checked before anything is compiled.
+pub fn check_name(name: &str) -> domain::Result<()> {
     let valid_name = !name.is_empty()
         && name.len() <= 63
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -206,6 +201,78 @@ pub async fn store_upload(
             "policy name must be 1 to 63 lowercase letters, digits or '-', not starting with '-'",
         ));
     }
+    Ok(())
+}
+
+/// The tenant's policy named `name` when one of its versions holds exactly these bytes (by
+/// sha256): an upload of them again stores nothing.
+pub async fn same_bytes(
+    db: &PgPool,
+    tenant_id: Option<Uuid>,
+    name: &str,
+    sha256: &str,
+) -> domain::Result<Option<PolicyView>> {
+    let found: Option<(Uuid,)> = sqlx::query_as(
+        "SELECT p.id FROM policies p JOIN policy_versions v ON v.policy_id = p.id \
+         WHERE p.tenant_id IS NOT DISTINCT FROM $1 AND p.name = $2 AND p.deleted_at IS NULL AND NOT p.builtin \
+           AND v.sha256 = $3 LIMIT 1",
+    )
+    .bind(tenant_id)
+    .bind(name)
+    .bind(sha256)
+    .fetch_optional(db)
+    .await?;
+    match found {
+        Some((id,)) => Ok(get(db, id).await?),
+        None => Ok(None),
+    }
+}
+
+/// Refuses an upload of `size` more bytes that would take a tenant past its stored versions or
+/// bytes (`--policy-versions-per-tenant`, `--policy-bytes-per-tenant`): checked before compiling.
+pub async fn check_tenant_room(
+    db: &PgPool,
+    tenant_id: Uuid,
+    size: usize,
+    max_versions: u32,
+    max_bytes: u64,
+) -> domain::Result<()> {
+    let (versions, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), COALESCE(sum(octet_length(v.wasm)), 0)::bigint FROM policy_versions v \
+         JOIN policies p ON p.id = v.policy_id WHERE p.tenant_id = $1 AND p.deleted_at IS NULL",
+    )
+    .bind(tenant_id)
+    .fetch_one(db)
+    .await?;
+    if versions >= i64::from(max_versions) {
+        return Err(domain::Error::conflict(
+            "policy_quota",
+            format!(
+                "this tenant keeps {versions} policy versions, its most (--policy-versions-per-tenant \
+                 {max_versions}); delete a policy first"
+            ),
+        ));
+    }
+    if bytes.max(0) as u64 + size as u64 > max_bytes {
+        return Err(domain::Error::conflict(
+            "policy_quota",
+            format!(
+                "this tenant keeps {bytes} bytes of policy modules; {size} more would pass its most \
+                 (--policy-bytes-per-tenant {max_bytes}); delete a policy first"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn store_upload(
+    db: &PgPool,
+    tenant_id: Option<Uuid>,
+    name: &str,
+    wasm: &[u8],
+    actor: &AuditActor,
+) -> domain::Result<PolicyView> {
+    check_name(name)?;
     let mut tx = db.begin().await?;
     let existing: Option<(bool,)> =
         sqlx::query_as("SELECT builtin FROM policies WHERE tenant_id IS NOT DISTINCT FROM $2 AND name = $1")

@@ -67,13 +67,15 @@ const VIEW_COLUMNS: &str = "id, policy_id, policy_version_id, scope_tenant_id, h
      requested_by, created_at, started_at, finished_at";
 
 /// Queues a replay of `policy` (owned by `owner`: `None` for a platform policy) for the caller,
-/// audited. The caller has been authorised to manage the policy.
+/// audited. The caller has been authorised to manage the policy. A tenant may have at most
+/// `per_tenant` runs queued or running.
 pub async fn create(
     db: &PgPool,
     policy: Uuid,
     owner: Option<Uuid>,
     req: &WhatIfRequest,
     scope: &Scope,
+    per_tenant: u32,
 ) -> domain::Result<WhatIfView> {
     if !(1..=168).contains(&req.hours) {
         return Err(domain::Error::invalid("invalid_what_if", "hours must be between 1 and 168"));
@@ -95,6 +97,25 @@ pub async fn create(
     let (version,) = version.ok_or(domain::Error::NotFound("policy version"))?;
     let id = Uuid::now_v7();
     let viewer = if scope.is_platform_admin() { None } else { scope.tenant };
+    if let Some(tenant) = viewer {
+        // One tenant's runs are counted under a lock of its row, so concurrent requests queue.
+        sqlx::query("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE").bind(tenant).execute(&mut *tx).await?;
+        let (open,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM what_if_runs WHERE viewer_tenant_id = $1 AND state IN ('queued', 'running')",
+        )
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await?;
+        if open >= i64::from(per_tenant) {
+            return Err(domain::Error::conflict(
+                "what_if_limit",
+                format!(
+                    "this tenant has {open} what-if runs queued or running, its most (--what-if-runs-per-tenant \
+                     {per_tenant}); wait for one to finish"
+                ),
+            ));
+        }
+    }
     let view: WhatIfView = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO what_if_runs (id, requested_by, viewer_tenant_id, policy_id, policy_version_id, scope_tenant_id, \
              params, hours) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {VIEW_COLUMNS}"
