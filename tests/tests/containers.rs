@@ -382,18 +382,27 @@ async fn a_containers_env_reaches_the_container_and_nothing_on_the_agents_side()
                        "CONTAINERS_CONF": "/nonexistent.conf", "NOTE": "a value with spaces = and more"}}),
     )
     .await;
-    let w = workload_reaches(&api, &id, "succeeded", WAIT).await.unwrap();
-    // The container got its whole environment…
+    let w = eventually("the workload to end", WAIT, || {
+        let (api, path) = (api.clone(), format!("/api/v1/workloads/{id}"));
+        async move {
+            let w = api.ok(&path).await?;
+            Ok(["succeeded", "failed"].contains(&w["state"].as_str().unwrap_or_default()).then_some(w))
+        }
+    })
+    .await
+    .unwrap();
+    // No host process the agent started ran the tenant's library or its podman…
+    let preloaded_into = std::fs::read_to_string(&preloaded).unwrap_or_default();
+    assert!(preloaded_into.is_empty(), "the tenant's LD_PRELOAD ran on the host, in: {preloaded_into:?} ({w})");
+    assert!(!path_marker.exists(), "the tenant's PATH chose the podman the agent ran ({w})");
+    // …nor did its CONTAINERS_CONF steer the engine: the container ran, with its whole environment.
+    assert_eq!(w["state"], "succeeded", "{w}");
     let line = format!(
         "preload={} path={} conf=/nonexistent.conf note=a value with spaces = and more",
         library.display(),
         evil_bin.display()
     );
     logs_with(&api, &id, &line).await;
-    // …and no host process the agent started ran the tenant's library or its podman.
-    let preloaded_into = std::fs::read_to_string(&preloaded).unwrap_or_default();
-    assert!(preloaded_into.is_empty(), "the tenant's LD_PRELOAD ran on the host, in: {preloaded_into:?} ({w})");
-    assert!(!path_marker.exists(), "the tenant's PATH chose the podman the agent ran ({w})");
     // The environment file the engine read is gone with the container.
     let left: Vec<_> = std::fs::read_dir(agent.state_dir().join("run"))
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
