@@ -529,3 +529,66 @@ async fn a_tenants_policy_storage_is_bounded_and_checked_before_any_compilation(
     assert!(versions == 3 && bytes < 4_000_000, "{versions} versions, {bytes} bytes stored");
     cp.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_what_if_flood_is_capped_and_another_tenants_run_takes_its_turn() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &["--what-if-runs-per-tenant", "4"]).await.unwrap();
+    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "2:L4:24576"]).await.unwrap();
+    nodes_ready(&cp.api(), 1).await.unwrap();
+    let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
+    let alice = cp.api_as(&cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap());
+    let hers = activate_own(&mallory, "flood", deciding(b"mallory", b"", None)).await;
+    let alices = activate_own(&alice, "mine", deciding(b"alice", b"", None)).await;
+    let ask = |api: &Api, policy: &str| {
+        let (api, path) = (api.clone(), format!("/api/v1/policies/{policy}/what-if"));
+        async move { api.post(&path, &json!({"hours": 168})).await.unwrap() }
+    };
+
+    // Mallory queues a week's replay over and over: past her cap, refused.
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let queued = ask(&mallory, &hers).await;
+        assert_eq!(queued.status, 202, "{}", queued.body);
+        runs.push(queued.body["id"].as_str().unwrap().to_owned());
+    }
+    let refused = ask(&mallory, &hers).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "what_if_limit", "{}", refused.body);
+
+    // Alice's one run is taken in its turn, not after all of Mallory's.
+    let queued = ask(&alice, &alices).await;
+    assert_eq!(queued.status, 202, "{}", queued.body);
+    let finished = |api: &Api, id: String| {
+        let (api, path) = (api.clone(), format!("/api/v1/what-if/{id}"));
+        eventually("the what-if run to finish", Duration::from_secs(120), move || {
+            let (api, path) = (api.clone(), path.clone());
+            async move {
+                let run = api.ok(&path).await?;
+                Ok(matches!(run["state"].as_str(), Some("succeeded" | "failed")).then_some(run))
+            }
+        })
+    };
+    let alices_run = queued.body["id"].as_str().unwrap().to_owned();
+    let run = finished(&alice, alices_run.clone()).await.unwrap();
+    assert_eq!(run["state"], "succeeded", "{run}");
+    for id in &runs {
+        finished(&mallory, id.clone()).await.unwrap();
+    }
+    let (before,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM what_if_runs m WHERE m.id = ANY($1::uuid[]) \
+         AND m.started_at < (SELECT a.started_at FROM what_if_runs a WHERE a.id = $2::uuid)",
+    )
+    .bind(&runs)
+    .bind(&alices_run)
+    .fetch_one(&db.pool().await.unwrap())
+    .await
+    .unwrap();
+    let timeline: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT id::text, created_at::text, started_at::text FROM what_if_runs ORDER BY started_at")
+            .fetch_all(&db.pool().await.unwrap())
+            .await
+            .unwrap();
+    assert!(before <= 2, "Alice's run ({alices_run}) started after {before} of Mallory's 4: {timeline:?}");
+    cp.stop().await;
+}

@@ -1,7 +1,8 @@
 //! The background runner of what-if replays. Every control-plane replica runs one: it claims the
-//! next queued run in turns across tenants — each tenant's oldest, the oldest of those first, so
-//! one tenant's queue of runs never holds another's behind all of it — (`FOR UPDATE SKIP LOCKED`,
-//! so two replicas never take the same one), reads
+//! next queued run in turns across tenants — the run whose tenant has had the fewest runs started
+//! since it was asked for (or queued ahead of it), the oldest first among equals, so one tenant's
+//! queue never holds another's behind all of it — (`FOR UPDATE SKIP LOCKED`, so two replicas never
+//! take the same one), reads
 //! the history, and replays it twice — the active policies, then the candidate in its level — on
 //! one OS thread of its own, outside the async runtime and the policy catalogue's lanes, so a
 //! replay takes at most one core and never delays a scheduling cycle. A replay past
@@ -99,11 +100,12 @@ async fn claim(db: &PgPool) -> sqlx::Result<Option<Claimed>> {
         "UPDATE what_if_runs SET state = 'running', started_at = coalesce(started_at, now()), heartbeat_at = now(), \
              progress = 0 \
          WHERE id = (SELECT w.id FROM what_if_runs w \
-                     JOIN (SELECT id, row_number() OVER (PARTITION BY viewer_tenant_id ORDER BY created_at) AS turn \
-                           FROM what_if_runs WHERE state = 'queued' \
-                              OR (state = 'running' AND heartbeat_at < now() - interval '{STALE_AFTER}')) q \
-                       ON q.id = w.id \
-                     ORDER BY q.turn, w.created_at LIMIT 1 FOR UPDATE OF w SKIP LOCKED) \
+                     WHERE w.state = 'queued' OR (w.state = 'running' AND w.heartbeat_at < now() - interval '{STALE_AFTER}') \
+                     ORDER BY (SELECT count(*) FROM what_if_runs r \
+                               WHERE r.viewer_tenant_id IS NOT DISTINCT FROM w.viewer_tenant_id AND r.id <> w.id \
+                                 AND (r.started_at >= w.created_at OR (r.state = 'queued' AND r.created_at < w.created_at))), \
+                              w.created_at \
+                     LIMIT 1 FOR UPDATE SKIP LOCKED) \
          RETURNING id, policy_version_id, scope_tenant_id, viewer_tenant_id, params, hours"
     )))
     .fetch_optional(db)
