@@ -89,8 +89,9 @@ pub struct Config {
     pub cycle_budget_ms: u64,
 
     /// Longest an upload's compilation may take, in milliseconds; past it the upload is refused
-    /// (the work already started finishes in the background, holding its compile slot). The trial
-    /// evaluation that follows is bounded by the policy's own deadline.
+    /// and the compilation stopped (it runs first in a process of its own, killed at the deadline,
+    /// which frees its core and its compile slot). The trial evaluation that follows is bounded by
+    /// the policy's own deadline.
     #[arg(long, env = "AIRTIME_POLICY_COMPILE_TIMEOUT_MS", default_value_t = 20000)]
     pub policy_compile_timeout_ms: u64,
 
@@ -147,6 +148,11 @@ pub struct Config {
     /// makes another's run wait behind all of it.
     #[arg(long, env = "AIRTIME_WHAT_IF_RUNS_PER_TENANT", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub what_if_runs_per_tenant: u32,
+
+    /// The control plane's own binary, which compiles uploads in a process killed at the compile
+    /// deadline (set by `main`; not a flag).
+    #[arg(skip)]
+    pub compile_probe: Option<PathBuf>,
 
     /// The longest a what-if replay (both of its replays together) may take, in seconds.
     #[arg(long, env = "AIRTIME_WHAT_IF_TIMEOUT_S", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]

@@ -3,8 +3,14 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args_os().nth(1).is_some_and(|a| a == airtime_control_plane::policies::catalog::COMPILE_PROBE_ARG) {
+        std::process::exit(airtime_control_plane::policies::catalog::compile_probe_main());
+    }
     let config = match Config::try_from_args(std::env::args_os()) {
-        Ok(config) => config,
+        Ok(mut config) => {
+            config.compile_probe = std::env::current_exe().ok();
+            config
+        }
         Err(airtime_control_plane::config::ConfigError::Parse(err)) => err.exit(),
         Err(err) => {
             eprintln!("error: {err}");

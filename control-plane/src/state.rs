@@ -63,7 +63,8 @@ impl AppState {
     pub async fn new(db: PgPool, config: Config) -> anyhow::Result<Self> {
         let policies =
             PolicyCatalog::new(config.policy_compiles, Duration::from_millis(config.policy_compile_timeout_ms))
-                .context("starting the policy runtime")?;
+                .context("starting the policy runtime")?
+                .with_compile_probe(config.compile_probe.clone());
         policies.install_builtins(&db).await.context("installing the built-in policies")?;
         let secret = config.signing_secret()?;
         let config_lease = config.leader_lease();

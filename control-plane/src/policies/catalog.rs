@@ -63,6 +63,29 @@ pub struct PolicyCatalog {
     compiling: Arc<Mutex<HashSet<Option<Uuid>>>>,
     compile_timeout: Duration,
     limits: PolicyLimits,
+    /// The control plane's own binary, which compiles each upload first in a process of its own
+    /// ([`COMPILE_PROBE_ARG`]) that is killed at the compile deadline: a compilation past it is
+    /// stopped, its core and its slot freed at once (a thread cannot be stopped). `None`: compiled
+    /// in-process only (the library's tests).
+    probe: Option<std::path::PathBuf>,
+}
+
+/// The first argument that makes the control plane's binary a compile probe: it compiles the
+/// module on its stdin as an upload is compiled and exits 0 (compiled) or 1 (refused).
+pub const COMPILE_PROBE_ARG: &str = "__compile-probe";
+
+/// The compile probe's whole work (see [`COMPILE_PROBE_ARG`]); returns the exit code.
+pub fn compile_probe_main() -> i32 {
+    use std::io::Read as _;
+    let mut wasm = Vec::new();
+    if std::io::stdin().read_to_end(&mut wasm).is_err() {
+        return 2;
+    }
+    match PolicyRuntime::new(RuntimeConfig::default()).map(|runtime| runtime.compile_uncached(&wasm).map(drop)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(_)) => 1,
+        Err(_) => 2,
+    }
 }
 
 /// Which lane an evaluation runs in (see [`PolicyCatalog`]); the scheduling core names it.
@@ -125,7 +148,50 @@ impl PolicyCatalog {
             compiling: Arc::new(Mutex::new(HashSet::new())),
             compile_timeout,
             limits: PolicyLimits::default(),
+            probe: None,
         })
+    }
+
+    /// Uploads are compiled first by `binary` run as a compile probe, killed at the deadline.
+    pub fn with_compile_probe(mut self, binary: Option<std::path::PathBuf>) -> Self {
+        self.probe = binary;
+        self
+    }
+
+    /// Compiles `wasm` in a probe process within the compile timeout; past it the process is
+    /// killed. `Ok(())`: it compiled, or was refused (the in-process compilation says why).
+    async fn probe_compile(&self, binary: &std::path::Path, wasm: &[u8]) -> Result<(), VetError> {
+        use tokio::io::AsyncWriteExt as _;
+        let deadline = tokio::time::Instant::now() + self.compile_timeout;
+        let spawned = tokio::process::Command::new(binary)
+            .arg(COMPILE_PROBE_ARG)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(error) => {
+                tracing::warn!(%error, "cannot start the compile probe; compiling in-process");
+                return Ok(());
+            }
+        };
+        let feed = async {
+            if let Some(mut stdin) = child.stdin.take() {
+                let _ = stdin.write_all(wasm).await;
+            }
+            child.wait().await
+        };
+        match tokio::time::timeout_at(deadline, feed).await {
+            Ok(Ok(status)) if status.code() == Some(0) || status.code() == Some(1) => Ok(()),
+            Ok(_) => Err(VetError::Refused(PolicyError::Internal { message: "the compile probe failed".into() })),
+            Err(_) => {
+                // Killed now: the compilation's core and its slot are free at the deadline.
+                let _ = child.kill().await;
+                Err(VetError::TooSlow { timeout: self.compile_timeout })
+            }
+        }
     }
 
     /// How many compiled modules the runtime keeps (refused uploads are never kept).
@@ -343,6 +409,9 @@ impl PolicyCatalog {
     /// Compiles a module in a compile slot, within the compile timeout, without caching it.
     async fn compile_bounded(&self, owner: Option<Uuid>, wasm: Vec<u8>) -> Result<CompiledPolicy, VetError> {
         let slot = self.compile_slot(owner)?;
+        if let Some(binary) = &self.probe {
+            self.probe_compile(binary, &wasm).await?;
+        }
         let runtime = self.runtime.clone();
         let work = tokio::task::spawn_blocking(move || {
             let _slot = slot; // held until the compilation really ends
