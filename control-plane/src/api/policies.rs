@@ -130,6 +130,7 @@ fn module_body(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiR
     extensions(("x-airtime-access" = json!("tenant_admin"))),
     responses(
         (status = 200, description = "These bytes are a version of this policy already: nothing stored", body = PolicyView),
+        (status = 400, description = "`invalid_name`: checked before the module is compiled", body = ErrorResponse),
         (status = 201, description = "Stored (checked and trial-evaluated first)", body = PolicyView),
         (status = 409, description = "A built-in policy's name; `policy_quota`: the tenant keeps its most versions or bytes", body = ErrorResponse),
         (status = 413, body = ErrorResponse),
@@ -345,6 +346,7 @@ async fn start_shadow(
     responses(
         (status = 202, description = "Queued", body = crate::what_if::WhatIfView),
         (status = 404, body = ErrorResponse),
+        (status = 409, description = "`what_if_limit`: the tenant has its most runs queued or running", body = ErrorResponse),
         (status = 422, body = ErrorResponse)
     )
 )]
