@@ -30,6 +30,8 @@ const POLICIES: &[(&str, &str)] = &[
     ("baseline-fifo", "baseline_fifo"),
     ("baseline-static-partition", "baseline_static_partition"),
     ("baseline-strict-priority", "baseline_strict_priority"),
+    ("baseline-best-fit", "baseline_best_fit"),
+    ("baseline-random", "baseline_random"),
 ];
 
 fn main() {

@@ -23,7 +23,7 @@
 //! Every structure follows the rules of [`Plan`]: a GPU is free when the plan says so (no share of
 //! it held or given), a need fits a GPU as [`GpuNeed::fits`] says (memory, an allowed model, MIG
 //! instances only for their profile). Shares of one GPU are placed with
-//! [`Plan::best_fit_share`] or [`Plan::least_fragmenting_share`]; tell the indexes afterwards
+//! [`Plan::best_fit_share`] or [`crate::frag::FragPlacer`]; tell the indexes afterwards
 //! what the placement changed, as for any other.
 //!
 //! ```

@@ -14,32 +14,41 @@
 //! leaves the most capacity usable by what comes next; best fit alone packs shares onto the
 //! fullest GPU even when the sliver it leaves fits nothing that arrives.
 
+use std::collections::BTreeMap;
+
 use crate::abi::{Snapshot, WHOLE_GPU_MILLI};
+use crate::plan::Plan;
+use crate::view::model_allowed;
+
+/// The share of the work the typical kinds cover: the most popular kinds are kept until they
+/// account for this much of it, as Weng et al.'s simulator keeps its "typical pods" (95%).
+pub const TYPICAL_SHARE: f64 = 0.95;
 
 /// One kind of task in the mix.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TaskKind {
+pub struct TaskKind<'a> {
     /// Thousandths of each GPU: below 1000 for a share of one GPU.
     pub milli: u32,
     /// GPUs, all on one node (1 for a share).
     pub count: u32,
     /// Host CPU it needs on the node, thousandths of a core.
     pub cpu_millis: u32,
+    /// The GPU models it may use (a workload's `gpu_models`, comma-separated); empty for any.
+    pub models: &'a str,
     /// Its share of the mix (the weights sum to 1).
     pub weight: f64,
 }
 
 /// The work that typically arrives: kinds of task and their popularity.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Workmix {
-    kinds: Vec<TaskKind>,
+pub struct Workmix<'a> {
+    kinds: Vec<TaskKind<'a>>,
 }
 
-impl Workmix {
-    /// A mix of `(milli, count, cpu_millis, weight)` kinds; weights are normalised, kinds with
-    /// no weight, no GPUs or no capacity dropped.
-    pub fn new(kinds: impl IntoIterator<Item = TaskKind>) -> Workmix {
-        let mut kinds: Vec<TaskKind> =
+impl<'a> Workmix<'a> {
+    /// A mix of kinds; weights are normalised, kinds with no weight, no GPUs or no capacity dropped.
+    pub fn new(kinds: impl IntoIterator<Item = TaskKind<'a>>) -> Workmix<'a> {
+        let mut kinds: Vec<TaskKind<'a>> =
             kinds.into_iter().filter(|k| k.weight > 0.0 && k.count > 0 && k.milli > 0).collect();
         let total: f64 = kinds.iter().map(|k| k.weight).sum();
         for kind in &mut kinds {
@@ -49,89 +58,505 @@ impl Workmix {
     }
 
     /// The mix of a snapshot's own GPU work, pending and running (not MIG requests, which use
-    /// instances rather than capacity): what the cluster runs is the best guess of what arrives
-    /// next. Kinds are grouped by GPU demand, each weighted by how many workloads have it, and take
-    /// the smallest CPU ask of their group.
-    pub fn of(snapshot: &Snapshot<'_>) -> Workmix {
-        let mut kinds: Vec<TaskKind> = Vec::new();
-        for w in snapshot.workloads.iter().filter(|w| w.needs_gpu() && !w.asks_mig()) {
+    /// instances rather than capacity): what the cluster runs and waits for is the best guess of
+    /// what arrives next. Kinds are told apart by GPU demand, host CPU and allowed models, each
+    /// weighted by how many workloads have it; the most popular are kept until they cover
+    /// [`TYPICAL_SHARE`] of the work (the long tail adds cost, not direction).
+    pub fn of(snapshot: &Snapshot<'a>) -> Workmix<'a> {
+        Workmix::typical(snapshot.workloads.iter().filter(|w| w.needs_gpu() && !w.asks_mig()).map(|w| {
             let (milli, count) = if w.is_share() { (w.gpu_milli, 1) } else { (WHOLE_GPU_MILLI, w.gpu_count) };
-            match kinds.iter_mut().find(|k| k.milli == milli && k.count == count) {
-                Some(kind) => {
-                    kind.weight += 1.0;
-                    kind.cpu_millis = kind.cpu_millis.min(w.cpu_millis);
-                }
-                None => kinds.push(TaskKind { milli, count, cpu_millis: w.cpu_millis, weight: 1.0 }),
-            }
+            (milli, count, w.cpu_millis, w.gpu_models.trim())
+        }))
+    }
+
+    /// The typical mix of a list of tasks, each `(thousandths of each GPU, GPUs, host CPU, allowed
+    /// models)`: equal tasks are one kind weighted by how many there are, and the most popular kinds
+    /// are kept until they cover [`TYPICAL_SHARE`] of the tasks. Tasks without GPUs are left out
+    /// (every placement changes what they see alike).
+    pub fn typical(tasks: impl IntoIterator<Item = (u32, u32, u32, &'a str)>) -> Workmix<'a> {
+        let mut counts: BTreeMap<Shape<'a>, u32> = BTreeMap::new();
+        for task in tasks.into_iter().filter(|t| t.0 > 0 && t.1 > 0) {
+            *counts.entry(task).or_default() += 1;
         }
-        Workmix::new(kinds)
+        let mut kinds: Vec<(Shape<'a>, u32)> = counts.into_iter().collect();
+        // Most popular first; equal counts in key order, so the mix does not depend on the order of
+        // the snapshot.
+        kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let total: u32 = kinds.iter().map(|k| k.1).sum();
+        let mut covered = 0u32;
+        let mut typical = Vec::new();
+        for ((milli, count, cpu_millis, models), n) in kinds {
+            if f64::from(covered) >= TYPICAL_SHARE * f64::from(total) {
+                break;
+            }
+            covered += n;
+            typical.push(TaskKind { milli, count, cpu_millis, models, weight: f64::from(n) });
+        }
+        Workmix::new(typical)
     }
 
     /// The kinds, weights summing to 1 (empty for a mix of nothing).
-    pub fn kinds(&self) -> &[TaskKind] {
+    pub fn kinds(&self) -> &[TaskKind<'a>] {
         &self.kinds
     }
 
     /// Expected fragmented capacity of a node, in thousandths of a GPU: its GPUs' free thousandths
-    /// (`free`, one per GPU, 0..=1000) and its free CPU. 0 for an empty mix.
-    pub fn node_fragmentation(&self, free: impl Iterator<Item = u32> + Clone, cpu_free: u32) -> f64 {
+    /// and models (`free`, one per GPU, 0..=1000) and its free CPU. 0 for an empty mix.
+    pub fn node_fragmentation<'m>(&self, free: impl Iterator<Item = (u32, &'m str)> + Clone, cpu_free: u32) -> f64 {
         self.kinds.iter().map(|kind| kind.weight * f64::from(task_fragmentation(free.clone(), cpu_free, kind))).sum()
     }
 }
 
-/// `F(m)` for one node: the free thousandths `kind` could not use there.
-pub fn task_fragmentation(free: impl Iterator<Item = u32> + Clone, cpu_free: u32, kind: &TaskKind) -> u32 {
-    let total: u32 = free.clone().map(|f| f.min(WHOLE_GPU_MILLI)).sum();
+/// `F(m)` for one node: the free thousandths `kind` could not use there. `free` is each GPU's free
+/// thousandths and model: a GPU of a model the kind may not use is fragmented for it.
+pub fn task_fragmentation<'m>(
+    free: impl Iterator<Item = (u32, &'m str)> + Clone,
+    cpu_free: u32,
+    kind: &TaskKind<'_>,
+) -> u32 {
+    let total: u32 = free.clone().map(|(f, _)| f.min(WHOLE_GPU_MILLI)).sum();
     let share = kind.count == 1 && kind.milli < WHOLE_GPU_MILLI;
     let need = if share { kind.milli } else { WHOLE_GPU_MILLI };
-    let usable_gpus = free.clone().filter(|&f| f >= need).count() as u32;
-    if cpu_free < kind.cpu_millis || usable_gpus < kind.count {
+    if cpu_free < kind.cpu_millis {
         return total;
     }
-    free.filter(|&f| f < need).map(|f| f.min(WHOLE_GPU_MILLI)).sum()
+    let mut usable_gpus = 0u32;
+    let mut unusable = 0u32;
+    for (f, model) in free {
+        if f >= need && model_allowed(kind.models, model) {
+            usable_gpus += 1;
+        } else {
+            unusable += f.min(WHOLE_GPU_MILLI);
+        }
+    }
+    if usable_gpus < kind.count { total } else { unusable }
 }
 
+/// Where a workload goes, and what it adds to the fleet's expected fragmentation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    pub node: u32,
+    /// The GPUs it takes (none for CPU work).
+    pub gpus: Vec<u32>,
+    /// Expected fragmentation added, thousandths of a GPU (negative: the node becomes more usable).
+    pub added: f64,
+}
+
+/// A node's state as far as fragmentation goes: free CPU and each (non-MIG) GPU's free thousandths
+/// and model, sorted. Nodes in the same state fragment alike, so the measure is computed once per
+/// state a cycle sees, not once per node.
+type NodeState<'a> = (u32, Vec<(u32, &'a str)>);
+
+/// What a workload asks of a node's state: GPUs, thousandths of each, host CPU, allowed models.
+type Shape<'a> = (u32, u32, u32, &'a str);
+
+/// Deterministic hashing (SipHash with fixed keys): the same decisions on every host and in Wasm.
+type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+type Map<K, V> = std::collections::HashMap<K, V, Fixed>;
+
+/// Fragmentation gradient descent (Weng et al., ATC '23) as a placement action: place a workload
+/// where it adds the least expected fragmentation for the [`Workmix`], ties to the tightest fit.
+/// Whole GPUs, shares and CPU work on GPU nodes alike, with host CPU counted (CPU work on a GPU node
+/// strands its GPUs for every kind that then lacks the cores).
+///
+/// Built once per cycle (the mix is fixed for it). It interns each node state it meets and
+/// remembers, per state and shape of work, the best it could add there, so a placement looks at
+/// each node through two lookups and evaluates GPUs only on nodes that could beat the best so far.
+/// A node's state is re-read when its free CPU or GPU thousandths moved, whoever placed there.
+#[derive(Debug, Clone)]
+pub struct FragPlacer<'a> {
+    mix: Workmix<'a>,
+    measured: Map<NodeState<'a>, f64>,
+    /// Per node: (its state's id, free CPU and free thousandths when it was read).
+    node_state: Vec<Option<(u32, u32, u32)>>,
+    states: Vec<NodeState<'a>>,
+    state_ids: Map<NodeState<'a>, u32>,
+    /// Per (state, shape): the least it could add there and the free left, if it fits at all.
+    best_on_state: Map<(u32, Shape<'a>), Option<(f64, u64)>>,
+}
+
+impl<'a> FragPlacer<'a> {
+    pub fn new(mix: Workmix<'a>) -> Self {
+        FragPlacer {
+            mix,
+            measured: Map::default(),
+            node_state: Vec::new(),
+            states: Vec::new(),
+            state_ids: Map::default(),
+            best_on_state: Map::default(),
+        }
+    }
+
+    pub fn mix(&self) -> &Workmix<'a> {
+        &self.mix
+    }
+
+    fn measure(&mut self, state: &NodeState<'a>) -> f64 {
+        if let Some(&f) = self.measured.get(state) {
+            return f;
+        }
+        let f = self.mix.node_fragmentation(state.1.iter().copied(), state.0);
+        self.measured.insert(state.clone(), f);
+        f
+    }
+
+    /// The id of `node`'s state under `plan`, read again when its free CPU or GPUs moved.
+    fn state_of(&mut self, plan: &Plan<'_, 'a>, node: u32) -> u32 {
+        let snapshot = plan.snapshot();
+        let cpu = plan.cpu_free(node);
+        let milli: u32 = snapshot.node_gpus(node).map(|(g, _)| plan.free_milli(g)).sum();
+        if self.node_state.len() < snapshot.nodes.len() {
+            self.node_state.resize(snapshot.nodes.len(), None);
+        }
+        if let Some(Some((id, c, m))) = self.node_state.get(node as usize)
+            && (*c, *m) == (cpu, milli)
+        {
+            return *id;
+        }
+        let state = (
+            cpu,
+            sorted(
+                snapshot.node_gpus(node).filter(|(_, g)| !g.is_mig()).map(|(g, gpu)| (plan.free_milli(g), gpu.model)),
+            ),
+        );
+        let id = match self.state_ids.get(&state) {
+            Some(&id) => id,
+            None => {
+                let id = self.states.len() as u32;
+                self.states.push(state.clone());
+                self.state_ids.insert(state, id);
+                id
+            }
+        };
+        if let Some(slot) = self.node_state.get_mut(node as usize) {
+            *slot = Some((id, cpu, milli));
+        }
+        id
+    }
+
+    /// The least `shape` could add on a node in state `id` if every GPU the state shows were open
+    /// to it, and the free left then: a bound no node in that state can beat.
+    fn bound(&mut self, id: u32, shape: Shape<'a>) -> Option<(f64, u64)> {
+        if let Some(&known) = self.best_on_state.get(&(id, shape)) {
+            return known;
+        }
+        let state = self.states[id as usize].clone();
+        let (count, milli, cpu, models) = shape;
+        let mut best: Option<(f64, u64)> = None;
+        if state.0 >= cpu {
+            let before = self.measure(&state);
+            let share = count == 1 && milli < WHOLE_GPU_MILLI;
+            let need = if share { milli } else { WHOLE_GPU_MILLI };
+            // (positions in the state taken, thousandths taken from each)
+            let mut options: Vec<(Vec<usize>, u32)> = Vec::new();
+            if count == 0 {
+                options.push((Vec::new(), 0));
+            } else if share {
+                let mut seen: Vec<(u32, &str)> = Vec::new();
+                for (i, &(f, m)) in state.1.iter().enumerate() {
+                    if f >= need && model_allowed(models, m) && !seen.contains(&(f, m)) {
+                        seen.push((f, m));
+                        options.push((vec![i], need));
+                        // A free GPU that is not shared goes whole to a share.
+                        if f >= WHOLE_GPU_MILLI {
+                            options.push((vec![i], WHOLE_GPU_MILLI));
+                        }
+                    }
+                }
+            } else {
+                let whole: Vec<usize> = (0..state.1.len())
+                    .filter(|&i| state.1[i].0 >= WHOLE_GPU_MILLI && model_allowed(models, state.1[i].1))
+                    .take(count as usize)
+                    .collect();
+                if whole.len() == count as usize {
+                    options.push((whole, WHOLE_GPU_MILLI));
+                }
+            }
+            for (taken, amount) in options {
+                let after: NodeState<'a> =
+                    (
+                        state.0 - cpu,
+                        sorted(state.1.iter().enumerate().map(|(i, &(f, m))| {
+                            if taken.contains(&i) { (f.saturating_sub(amount), m) } else { (f, m) }
+                        })),
+                    );
+                let left = after.1.iter().map(|&(f, _)| u64::from(f)).sum::<u64>() + u64::from(after.0) / 1000;
+                let added = self.measure(&after) - before;
+                if best.is_none_or(|b| (added, left) < b) {
+                    best = Some((added, left));
+                }
+            }
+        }
+        self.best_on_state.insert((id, shape), best);
+        best
+    }
+
+    /// The placement of `workload` on one of `nodes` (with its CPU and memory free, a node that can
+    /// run it) adding the least expected fragmentation; `usable(gpu)` may rule out GPUs (say, ones
+    /// reserved for the head of the queue). A share takes one shareable GPU with room (or a free
+    /// GPU that is not shared, whole); whole-GPU work takes free GPUs that fit it, the tightest by
+    /// memory; CPU work takes no GPU. Ties go to the node left with the least free (best fit), then
+    /// the lowest index. `None` when it fits nowhere, or asks for a MIG instance (which does not
+    /// fragment capacity).
+    pub fn place(
+        &mut self,
+        plan: &Plan<'_, 'a>,
+        workload: u32,
+        nodes: impl IntoIterator<Item = u32>,
+        usable: impl Fn(u32) -> bool,
+    ) -> Option<Placement> {
+        let snapshot = plan.snapshot();
+        let w = snapshot.workload(workload)?;
+        if w.asks_mig() {
+            return None;
+        }
+        let need = w.gpu_need();
+        let shape: Shape<'a> = (need.count, need.milli, w.cpu_millis, w.gpu_models.trim());
+        // (added, free left, node, gpus)
+        let mut best: Option<(f64, u64, u32, Vec<u32>)> = None;
+        for node in nodes {
+            if !plan.can_run(w, node) || plan.cpu_free(node) < w.cpu_millis || plan.memory_free(node) < w.memory_mb {
+                continue;
+            }
+            if need.count > 0 && !w.is_share() && plan.free_gpu_count(node) < need.count {
+                continue;
+            }
+            let id = self.state_of(plan, node);
+            let Some(bound) = self.bound(id, shape) else { continue };
+            if best.as_ref().is_some_and(|b| (b.0, b.1, b.2) <= (bound.0, bound.1, node)) {
+                continue;
+            }
+            if let Some((added, left, gpus)) = self.on_node(plan, w, &need, node, id, &usable)
+                && best.as_ref().is_none_or(|b| (added, left, node) < (b.0, b.1, b.2))
+            {
+                best = Some((added, left, node, gpus));
+            }
+        }
+        best.map(|(added, _, node, gpus)| Placement { node, gpus, added })
+    }
+
+    /// The best placement on one node, the GPUs as they are (memory, reservations, sharing).
+    fn on_node(
+        &mut self,
+        plan: &Plan<'_, 'a>,
+        w: &crate::abi::Workload<'a>,
+        need: &crate::view::GpuNeed<'_>,
+        node: u32,
+        id: u32,
+        usable: &impl Fn(u32) -> bool,
+    ) -> Option<(f64, u64, Vec<u32>)> {
+        let snapshot = plan.snapshot();
+        let state = self.states[id as usize].clone();
+        let before = self.measure(&state);
+        let gpus: Vec<(u32, u32, &'a str)> = snapshot
+            .node_gpus(node)
+            .filter(|(_, g)| !g.is_mig())
+            .map(|(g, gpu)| (g, plan.free_milli(g), gpu.model))
+            .collect();
+        let cpu_after = state.0 - w.cpu_millis;
+        let mut options: Vec<(Vec<u32>, u32)> = Vec::new();
+        if need.count == 0 {
+            options.push((Vec::new(), 0));
+        } else if w.is_share() {
+            let mut seen: Vec<(u32, &str, bool)> = Vec::new();
+            for &(g, f, m) in &gpus {
+                let gpu = &snapshot.gpus[g as usize];
+                let shared = gpu.is_shareable();
+                let fits = if shared { plan.fits_share(w, g) } else { plan.is_gpu_free(g) && need.fits(gpu) };
+                if !usable(g) || !fits || seen.contains(&(f, m, shared)) {
+                    continue;
+                }
+                seen.push((f, m, shared));
+                options.push((vec![g], if shared { w.gpu_milli } else { WHOLE_GPU_MILLI }));
+            }
+        } else {
+            let mut fitting: Vec<(u32, u32)> = plan
+                .free_gpus(node)
+                .filter(|(g, gpu)| !gpu.is_mig() && need.fits(gpu) && usable(*g))
+                .map(|(g, gpu)| (gpu.memory_free_mb(), g))
+                .collect();
+            if (fitting.len() as u32) < need.count {
+                return None;
+            }
+            fitting.sort_unstable();
+            options.push((fitting.iter().take(need.count as usize).map(|&(_, g)| g).collect(), WHOLE_GPU_MILLI));
+        }
+        let mut best: Option<(f64, u64, Vec<u32>)> = None;
+        for (taken, milli) in options {
+            let after: NodeState<'a> = (
+                cpu_after,
+                sorted(
+                    gpus.iter()
+                        .map(|&(g, f, m)| if taken.contains(&g) { (f.saturating_sub(milli), m) } else { (f, m) }),
+                ),
+            );
+            let left = after.1.iter().map(|&(f, _)| u64::from(f)).sum::<u64>() + u64::from(after.0) / 1000;
+            let added = self.measure(&after) - before;
+            if best.as_ref().is_none_or(|b| (added, left) < (b.0, b.1)) {
+                best = Some((added, left, taken));
+            }
+        }
+        best
+    }
+}
+
+/// A node's GPUs as (free, model), sorted: the key of its state.
+fn sorted<'m>(gpus: impl Iterator<Item = (u32, &'m str)>) -> Vec<(u32, &'m str)> {
+    let mut v: Vec<(u32, &'m str)> = gpus.collect();
+    v.sort_unstable();
+    v
+}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::{Sharing, decode_snapshot};
+    use crate::testing::SnapshotFixture;
 
-    fn kind(milli: u32, count: u32, weight: f64) -> TaskKind {
-        TaskKind { milli, count, cpu_millis: 0, weight }
+    fn kind(milli: u32, count: u32, weight: f64) -> TaskKind<'static> {
+        TaskKind { milli, count, cpu_millis: 0, models: "", weight }
+    }
+
+    fn any<const N: usize>(free: [u32; N]) -> impl Iterator<Item = (u32, &'static str)> + Clone {
+        free.into_iter().map(|f| (f, "V100"))
     }
 
     #[test]
     fn a_share_cannot_use_a_sliver_smaller_than_itself() {
         // GPUs with 300, 600 and 1000 free; a half-GPU task can use the 600 and the 1000.
-        let free = [300, 600, 1000];
-        assert_eq!(task_fragmentation(free.into_iter(), 0, &kind(500, 1, 1.0)), 300);
+        assert_eq!(task_fragmentation(any([300, 600, 1000]), 0, &kind(500, 1, 1.0)), 300);
         // A quarter fits everywhere: nothing is fragmented for it.
-        assert_eq!(task_fragmentation(free.into_iter(), 0, &kind(250, 1, 1.0)), 0);
+        assert_eq!(task_fragmentation(any([300, 600, 1000]), 0, &kind(250, 1, 1.0)), 0);
     }
 
     #[test]
     fn whole_gpu_work_cannot_use_partly_held_gpus() {
-        let free = [300, 600, 1000, 1000];
-        assert_eq!(task_fragmentation(free.into_iter(), 0, &kind(1000, 2, 1.0)), 900);
+        assert_eq!(task_fragmentation(any([300, 600, 1000, 1000]), 0, &kind(1000, 2, 1.0)), 900);
         // Three whole GPUs do not exist here: every free thousandth is fragmented for it.
-        assert_eq!(task_fragmentation(free.into_iter(), 0, &kind(1000, 3, 1.0)), 2900);
+        assert_eq!(task_fragmentation(any([300, 600, 1000, 1000]), 0, &kind(1000, 3, 1.0)), 2900);
     }
 
     #[test]
     fn a_node_without_the_cpu_is_all_fragment() {
-        let free = [1000, 1000];
-        let needs_cpu = TaskKind { milli: 500, count: 1, cpu_millis: 4000, weight: 1.0 };
-        assert_eq!(task_fragmentation(free.into_iter(), 3999, &needs_cpu), 2000);
-        assert_eq!(task_fragmentation(free.into_iter(), 4000, &needs_cpu), 0);
+        let needs_cpu = TaskKind { milli: 500, count: 1, cpu_millis: 4000, models: "", weight: 1.0 };
+        assert_eq!(task_fragmentation(any([1000, 1000]), 3999, &needs_cpu), 2000);
+        assert_eq!(task_fragmentation(any([1000, 1000]), 4000, &needs_cpu), 0);
+    }
+
+    #[test]
+    fn a_node_of_a_model_the_kind_may_not_use_is_all_fragment_for_it() {
+        let t4_only = TaskKind { milli: 1000, count: 1, cpu_millis: 0, models: "T4", weight: 1.0 };
+        assert_eq!(task_fragmentation(any([1000, 500]), 0, &t4_only), 1500);
+        let t4 = [(1000, "T4"), (500, "T4")];
+        assert_eq!(task_fragmentation(t4.into_iter(), 0, &t4_only), 500);
     }
 
     #[test]
     fn the_expectation_weighs_each_kind_by_its_popularity() {
         let mix = Workmix::new([kind(500, 1, 3.0), kind(1000, 1, 1.0)]);
         assert!((mix.kinds()[0].weight - 0.75).abs() < 1e-12);
-        let free = [300, 1000];
         // Half-GPU tasks: 300 fragmented; whole-GPU tasks: 300 fragmented.
-        assert!((mix.node_fragmentation(free.into_iter(), 0) - 300.0).abs() < 1e-9);
-        assert_eq!(Workmix::default().node_fragmentation(free.into_iter(), 0), 0.0);
+        assert!((mix.node_fragmentation(any([300, 1000]), 0) - 300.0).abs() < 1e-9);
+        assert_eq!(Workmix::default().node_fragmentation(any([300, 1000]), 0), 0.0);
+    }
+
+    #[test]
+    fn the_mix_keeps_the_typical_kinds_and_drops_the_long_tail() {
+        let mut fixture = SnapshotFixture::new().node("n", 8, "V100", 16384);
+        for i in 0..96 {
+            fixture = fixture.pending(&format!("common{i}"), 1, 0);
+        }
+        for i in 0..4 {
+            fixture = fixture.pending(&format!("rare{i}"), 2, 0);
+        }
+        let bytes = fixture.encode();
+        let snapshot = decode_snapshot(&bytes).unwrap();
+        let mix = Workmix::of(&snapshot);
+        assert_eq!(mix.kinds().len(), 1, "{mix:?}");
+        assert_eq!(mix.kinds()[0].count, 1);
+    }
+
+    /// The fleet's whole expected fragmentation under a plan: what brute force minimises.
+    fn fleet_fragmentation(plan: &Plan<'_, '_>, mix: &Workmix<'_>) -> f64 {
+        let snapshot = plan.snapshot();
+        (0..snapshot.nodes.len() as u32)
+            .map(|node| {
+                let free: Vec<(u32, &str)> =
+                    snapshot.node_gpus(node).map(|(g, gpu)| (plan.free_milli(g), gpu.model)).collect();
+                mix.node_fragmentation(free.into_iter(), plan.cpu_free(node))
+            })
+            .sum()
+    }
+
+    #[test]
+    fn the_placer_finds_what_brute_force_over_every_placement_finds() {
+        // A small shared fleet in a messy state, and a workload of every kind: the placer's choice
+        // adds exactly the least fragmentation of all the placements the plan would accept.
+        let fixture = SnapshotFixture::new()
+            .node("a", 4, "V100", 16384)
+            .node("b", 2, "T4", 16384)
+            .node("c", 4, "V100", 16384)
+            .sharing("a", Sharing::Mps)
+            .sharing("b", Sharing::Mps)
+            .sharing("c", Sharing::Mps)
+            .running_share("r1", "a", 0, 300, 0)
+            .running_share("r2", "a", 1, 700, 0)
+            .running_share("r3", "b", 0, 500, 0)
+            .running_share("r4", "c", 2, 250, 0)
+            .running("r5", "c", &[0])
+            .pending_share("half", 500, 0)
+            .pending_share("fifth", 200, 0)
+            .pending("one", 1, 0)
+            .pending("two", 2, 0)
+            .pending_with("cpu", 0, 0, |w| w.cpu_millis = 2000)
+            .pending_with("t4", 1, 0, |w| w.gpu_models = "T4".into());
+        let bytes = fixture.encode();
+        let snapshot = decode_snapshot(&bytes).unwrap();
+        let mix = Workmix::new([
+            kind(500, 1, 4.0),
+            kind(1000, 2, 1.0),
+            TaskKind { milli: 250, count: 1, cpu_millis: 3000, models: "", weight: 2.0 },
+            TaskKind { milli: 1000, count: 1, cpu_millis: 0, models: "T4", weight: 1.0 },
+        ]);
+        let mut placer = FragPlacer::new(mix.clone());
+        let plan = Plan::new(&snapshot);
+        let before = fleet_fragmentation(&plan, &mix);
+        for (index, w) in snapshot.workloads.iter().enumerate().filter(|(_, w)| w.is_pending()) {
+            let index = index as u32;
+            let chosen = placer.place(&plan, index, 0..3, |_| true).expect("fits somewhere");
+            // Brute force: every node, every GPU set of the right size the plan accepts.
+            let mut least = f64::INFINITY;
+            for node in 0..3u32 {
+                let gpus: Vec<u32> = snapshot.node_gpus(node).map(|(g, _)| g).collect();
+                let count = w.gpu_count as usize;
+                let mut sets: Vec<Vec<u32>> = vec![Vec::new()];
+                for _ in 0..count {
+                    let mut next = Vec::new();
+                    for set in &sets {
+                        for &g in gpus.iter().filter(|&&g| set.last().is_none_or(|&l| g > l)) {
+                            let mut longer = set.clone();
+                            longer.push(g);
+                            next.push(longer);
+                        }
+                    }
+                    sets = next;
+                }
+                for set in sets {
+                    let mut trial = plan.clone();
+                    if trial.place(index, node, set, "trial").is_ok() {
+                        least = least.min(fleet_fragmentation(&trial, &mix) - before);
+                    }
+                }
+            }
+            assert!(
+                (chosen.added - least).abs() < 1e-9,
+                "{}: placer adds {}, the least is {least}",
+                w.name,
+                chosen.added
+            );
+            let mut trial = plan.clone();
+            trial.place(index, chosen.node, chosen.gpus.clone(), "chosen").expect("the plan accepts it");
+            assert!((fleet_fragmentation(&trial, &mix) - before - chosen.added).abs() < 1e-9);
+        }
     }
 
     #[test]
@@ -141,7 +566,7 @@ mod tests {
         // remaining 500 still does. The gradient picks A.
         let mix = Workmix::new([kind(500, 1, 1.0)]);
         let delta = |before: [u32; 1], after: [u32; 1]| {
-            mix.node_fragmentation(after.into_iter(), 0) - mix.node_fragmentation(before.into_iter(), 0)
+            mix.node_fragmentation(any(after), 0) - mix.node_fragmentation(any(before), 0)
         };
         let on_a = delta([700], [500]);
         let on_b = delta([500], [300]);

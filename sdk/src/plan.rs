@@ -21,7 +21,6 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::abi::{Decision, Gpu, Snapshot, WHOLE_GPU_MILLI};
-use crate::frag::Workmix;
 
 /// Decisions so far, and what they took.
 #[derive(Debug, Clone)]
@@ -288,53 +287,6 @@ impl<'s, 'a> Plan<'s, 'a> {
             .flat_map(|node| self.snapshot.node_gpus(node).map(move |(g, _)| (node, g)))
             .filter(|&(_, g)| self.fits_share(w, g))
             .min_by_key(|&(_, g)| (self.free_milli(g), g))
-    }
-
-    /// For a share of one GPU: the shareable GPU on one of `nodes` (with the workload's CPU and
-    /// memory free) where placing it adds the least expected fragmentation for `mix` — the work
-    /// that typically arrives ([`crate::frag`], after Weng et al., ATC '23) — ties going to the GPU
-    /// left with the least free (best fit), then the lowest index. `None` when no shareable GPU has
-    /// room (or `workload` is not a share). Returns `(node, gpu, added fragmentation in
-    /// thousandths of a GPU)`.
-    pub fn least_fragmenting_share(
-        &self,
-        workload: u32,
-        nodes: impl IntoIterator<Item = u32>,
-        mix: &Workmix,
-    ) -> Option<(u32, u32, f64)> {
-        let w = self.snapshot.workload(workload)?;
-        if !w.is_share() {
-            return None;
-        }
-        let mut best: Option<(f64, u32, u32, u32)> = None;
-        let mut free = Vec::new();
-        for node in nodes {
-            if !self.can_run(w, node) || self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
-                continue;
-            }
-            let candidates: Vec<u32> =
-                self.snapshot.node_gpus(node).map(|(g, _)| g).filter(|&g| self.fits_share(w, g)).collect();
-            if candidates.is_empty() {
-                continue;
-            }
-            free.clear();
-            free.extend(
-                self.snapshot.node_gpus(node).filter(|(_, g)| !g.is_mig()).map(|(g, _)| (g, self.free_milli(g))),
-            );
-            let cpu_after = self.cpu_free(node) - w.cpu_millis;
-            let before = mix.node_fragmentation(free.iter().map(|(_, f)| *f), self.cpu_free(node));
-            for gpu in candidates {
-                let after = mix.node_fragmentation(
-                    free.iter().map(|&(g, f)| if g == gpu { f - w.gpu_milli } else { f }),
-                    cpu_after,
-                );
-                let key = (after - before, self.free_milli(gpu) - w.gpu_milli, gpu, node);
-                if best.is_none_or(|b| (key.0, key.1, key.2) < (b.0, b.1, b.2)) {
-                    best = Some(key);
-                }
-            }
-        }
-        best.map(|(delta, _, gpu, node)| (node, gpu, delta))
     }
 
     /// Preempts `workload` (its GPUs stay taken for this cycle: they free up once it has stopped).

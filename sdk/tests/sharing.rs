@@ -4,7 +4,7 @@
 
 use airtime_policy_sdk::abi::{Decision, Sharing, decode_snapshot};
 use airtime_policy_sdk::check::check_decisions;
-use airtime_policy_sdk::frag::Workmix;
+use airtime_policy_sdk::frag::{FragPlacer, Workmix};
 use airtime_policy_sdk::plan::Plan;
 use airtime_policy_sdk::testing::SnapshotFixture;
 
@@ -111,10 +111,10 @@ fn the_plan_places_shares_where_they_fragment_least() {
     let bytes = fixture.encode();
     let snapshot = decode_snapshot(&bytes).unwrap();
     let plan = Plan::new(&snapshot);
-    let mix = Workmix::of(&snapshot);
+    let mut placer = FragPlacer::new(Workmix::of(&snapshot));
     let small = 4;
-    let (node, gpu, _) = plan.least_fragmenting_share(small, [0], &mix).expect("room");
-    assert_eq!((node, gpu), (0, 0));
+    let placement = placer.place(&plan, small, [0], |_| true).expect("room");
+    assert_eq!((placement.node, placement.gpus), (0, vec![0]));
     let mut plan = plan;
     plan.place(small, 0, vec![0], "least fragmenting").unwrap();
     assert_eq!(plan.free_milli(0), 500);

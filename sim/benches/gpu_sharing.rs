@@ -8,7 +8,7 @@
 //!
 //! - `least fragmenting`: GPUs shared by MPS, shares placed where they add the least expected
 //!   fragmentation for the work that typically arrives (the default);
-//! - `best fit`: GPUs shared, shares placed on the fullest GPU they fit (`{"share_fit": "best_fit"}`);
+//! - `best fit`: GPUs shared, shares placed on the fullest GPU they fit (`{"placement": "best_fit"}`);
 //! - `whole GPUs`: GPUs not shared, every fractional pod holds a whole GPU (Airtime before GPU
 //!   sharing, and any scheduler without it).
 //!
@@ -28,7 +28,7 @@ fn main() {
     let catalog = Catalog::new().expect("the runtime starts");
     let ways = [
         ("least fragmenting", "slo-first", GpuSharing::Mps),
-        ("best fit", r#"slo-first={"share_fit": "best_fit"}"#, GpuSharing::Mps),
+        ("best fit", r#"slo-first={"placement": "best_fit"}"#, GpuSharing::Mps),
         ("whole GPUs", "slo-first", GpuSharing::None),
     ];
     println!("fill the cluster: pods arrive 1/s in file order and stay; slo-first through the production core\n");

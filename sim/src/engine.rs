@@ -631,6 +631,22 @@ pub fn run_watched(
     config: &Config,
     watch: &mut dyn FnMut(Progress) -> ControlFlow<String>,
 ) -> anyhow::Result<Scores> {
+    replay(catalog, fleet, trace, platform, tenant_policies, config, watch, &mut |_| {}).map(|(scores, _)| scores)
+}
+
+/// [`run_watched`], also calling `after_cycle` with the world after each cycle's decisions are
+/// applied, and returning the world as the replay left it (the fill experiment reads both).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn replay(
+    catalog: &Catalog,
+    fleet: &FleetSpec,
+    trace: &Trace,
+    platform: &SimPolicy,
+    tenant_policies: &[(usize, SimPolicy)],
+    config: &Config,
+    watch: &mut dyn FnMut(Progress) -> ControlFlow<String>,
+    after_cycle: &mut dyn FnMut(&World),
+) -> anyhow::Result<(Scores, World)> {
     let mut world = World::build(fleet, trace, config)?;
     // The scored window: what the trace offers arrives in it (its last arrival, or the end of a
     // service's demand, closes it), so every policy is measured over the same owned GPU-hours
@@ -834,6 +850,7 @@ pub fn run_watched(
                 began,
                 &mut |at, event| push(&mut events, at, event),
             )?;
+            after_cycle(&world);
             retry = if changed { config.retry_s.max(1) } else { (retry * 2).min(3600) };
             if world.pending() > 0 && cycle_at.is_none() {
                 cycle_at = Some(t + retry);
@@ -848,7 +865,8 @@ pub fn run_watched(
     }
     let end = until.min(span).max(world.now);
     rec.advance(&mut world, end);
-    Ok(rec.finish(&world, &platform.name, config.seed, started.elapsed()))
+    let scores = rec.finish(&world, &platform.name, config.seed, started.elapsed());
+    Ok((scores, world))
 }
 
 /// The autoscaler's turn, before the policies decide: `services::plan` on the fleet as the core

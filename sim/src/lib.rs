@@ -8,13 +8,14 @@
 //!   each converting to those formats;
 //! - [`policy`]: policies compiled and evaluated by `airtime-policy-host`, through the core's
 //!   `Evaluator` trait;
-//! - [`engine`]: the event-driven replay; [`services`]: elastic inference services in it (their
+//! - [`engine`]: the event-driven replay; [`fill`]: Weng et al.'s fill experiment through it; [`services`]: elastic inference services in it (their
 //!   demand reported, the core's autoscaler run every cycle) and the baselines they are compared
 //!   with; [`score`]: what it measures; [`report`]: the table, the JSON and the plot.
 
 pub mod alibaba;
 pub mod azure;
 pub mod engine;
+pub mod fill;
 pub mod format;
 pub mod generate;
 pub mod policy;

@@ -32,8 +32,41 @@ enum Command {
     Convert(Convert),
     /// Write a synthetic fleet and trace from a seed.
     Generate(GenerateArgs),
+    /// Weng et al.'s fill experiment (USENIX ATC '23) on the Alibaba trace: pods arrive one a
+    /// second and never leave; allocation against arrived demand, per policy, beside the published
+    /// figures.
+    Fill(FillArgs),
     /// List the policies a run can name.
     Policies,
+}
+
+#[derive(Args)]
+struct FillArgs {
+    /// The alibaba-openb-2023 folder.
+    #[arg(long, default_value = "../shared/traces/alibaba-openb-2023")]
+    dir: PathBuf,
+    /// Pod lists of that folder (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "openb_pod_list_default.csv")]
+    pods: Vec<String>,
+    /// A policy as `run` takes it; repeat to compare (default: slo-first, priority-best-fit and the
+    /// reimplemented weng-best-fit and weng-random).
+    #[arg(long = "policy")]
+    policies: Vec<String>,
+    /// Seeds (comma-separated): each shuffles the list and samples its own extra pods.
+    #[arg(long, value_delimiter = ',', default_value = "42,43,44,45,46,47,48,49,50,51")]
+    seeds: Vec<u64>,
+    /// Pods are added until their GPU request reaches this many times the cluster's GPUs.
+    #[arg(long, default_value_t = 1.3)]
+    tune: f64,
+    /// Runs at once (each its own thread and policy runtime).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Write every run's curve and numbers here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write the allocation curves (SVG) here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -237,6 +270,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             for (name, _) in policy::known() {
                 let kind = if airtime_builtin_policies::BASELINES.iter().any(|(n, _)| *n == name) {
                     "baseline"
+                } else if airtime_builtin_policies::FILL_BASELINES.iter().any(|(n, _)| *n == name) {
+                    "fill baseline"
                 } else {
                     "built-in"
                 };
@@ -389,6 +424,93 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{} replica lives over {} day(s) → {}", trace.workloads.len(), days, trace_out.display());
         }
         Command::Run(a) => replay(a)?,
+        Command::Fill(a) => fill(a)?,
+    }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn fill(a: FillArgs) -> anyhow::Result<()> {
+    use airtime_sim::fill;
+    if !(a.tune.is_finite() && a.tune > 0.0 && a.tune <= 10.0) {
+        bail!("--tune must be more than 0 and at most 10 (the published experiment uses 1.3)");
+    }
+    if a.seeds.is_empty() || a.threads == 0 {
+        bail!("give at least one seed and one thread");
+    }
+    let names = if a.policies.is_empty() {
+        ["slo-first", "priority-best-fit", "weng-best-fit", "weng-random"].map(String::from).to_vec()
+    } else {
+        a.policies.clone()
+    };
+    // Every name must load before hours of runs start.
+    let catalog = Catalog::new()?;
+    for name in &names {
+        catalog.load(name)?;
+    }
+    let protocols = a.pods.iter().map(|p| fill::Protocol::load(&a.dir, p)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut jobs: Vec<(usize, &str, u64)> = Vec::new();
+    for (l, _) in protocols.iter().enumerate() {
+        for name in &names {
+            for &seed in &a.seeds {
+                jobs.push((l, name, seed));
+            }
+        }
+    }
+    eprintln!(
+        "filling {} GPUs: {} pod list(s) × {} policies × {} seeds on {} threads",
+        protocols.first().map_or(0, |p| p.capacity_milli / 1000),
+        protocols.len(),
+        names.len(),
+        a.seeds.len(),
+        a.threads
+    );
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..a.threads.min(jobs.len()))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<()> {
+                    let catalog = Catalog::new()?;
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(l, name, seed)) = jobs.get(i) else { return Ok(()) };
+                        let policy = catalog.load(name)?;
+                        let run = fill::run(&catalog, &protocols[l], &policy, seed, a.tune)?;
+                        eprintln!(
+                            "  {:<32} {:<20} seed {seed:<4} {:>6.2}% at 100% arrived, {:>6.2}% at 130%, {} without a place, {} preemptions, {:.0} s",
+                            run.pods_file,
+                            run.policy,
+                            run.at(100),
+                            run.at(130),
+                            run.unplaced,
+                            run.preemptions,
+                            run.wall_s
+                        );
+                        results.lock().map_err(|_| anyhow::anyhow!("a fill thread panicked"))?.push((i, run));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| anyhow::anyhow!("a fill thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let mut runs = results.into_inner().map_err(|_| anyhow::anyhow!("a fill thread panicked"))?;
+    runs.sort_by_key(|(i, _)| *i);
+    let runs: Vec<fill::FillRun> = runs.into_iter().map(|(_, r)| r).collect();
+    let summaries = fill::summarise(&runs);
+    println!("{}", fill::table(&summaries));
+    if let Some(path) = &a.json {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        serde_json::to_writer_pretty(
+            std::io::BufWriter::new(file),
+            &serde_json::json!({"summaries": summaries, "runs": runs}),
+        )?;
+    }
+    if let Some(path) = &a.plot {
+        fill::plot(path, &summaries)?;
     }
     Ok(())
 }

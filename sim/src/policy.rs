@@ -15,12 +15,15 @@ pub const FALLBACK: &str = "priority-best-fit";
 
 /// Airtime's built-in policies and the baselines, as `(name, module)`.
 pub fn known() -> impl Iterator<Item = (&'static str, &'static [u8])> {
-    airtime_builtin_policies::ALL.iter().chain(airtime_builtin_policies::BASELINES.iter()).copied()
+    use airtime_builtin_policies::{ALL, BASELINES, FILL_BASELINES};
+    ALL.iter().chain(BASELINES.iter()).chain(FILL_BASELINES.iter()).copied()
 }
 
-/// The policies a run compares when none are named: every built-in, then every baseline.
+/// The policies a run compares when none are named: every built-in, then every baseline (not the
+/// fill experiment's placement baselines).
 pub fn default_names() -> Vec<String> {
-    known().map(|(name, _)| name.to_owned()).collect()
+    use airtime_builtin_policies::{ALL, BASELINES};
+    ALL.iter().chain(BASELINES.iter()).map(|(name, _)| (*name).to_owned()).collect()
 }
 
 /// A compiled policy with its parameters.

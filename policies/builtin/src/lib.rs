@@ -36,6 +36,12 @@ pub const BASELINE_STATIC_PARTITION: &[u8] =
 /// `policies/baseline-strict-priority`: strict priority with preemption (Kueue's and Slurm's default).
 pub const BASELINE_STRICT_PRIORITY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_strict_priority.wasm"));
 
+/// `policies/baseline-best-fit`: the BestFit scoring of Weng et al.'s simulator (ATC '23).
+pub const BASELINE_BEST_FIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_best_fit.wasm"));
+
+/// `policies/baseline-random`: the Random scoring of Weng et al.'s simulator (ATC '23).
+pub const BASELINE_RANDOM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_random.wasm"));
+
 /// What platform teams run today, written as ordinary policies: the simulator compares Airtime's
 /// policies against these (`airtime-sim`). Not in [`ALL`]: the control plane does not register them.
 pub const BASELINES: &[(&str, &[u8])] = &[
@@ -43,6 +49,11 @@ pub const BASELINES: &[(&str, &[u8])] = &[
     ("static-partition", BASELINE_STATIC_PARTITION),
     ("strict-priority", BASELINE_STRICT_PRIORITY),
 ];
+
+/// The placement baselines of Weng et al.'s fill experiment, reimplemented from their simulator:
+/// `airtime-sim fill` compares against these (and checks its protocol by them). Not in [`ALL`] nor in
+/// [`BASELINES`]: they place and never queue by priority, so a replay of mixed work says little.
+pub const FILL_BASELINES: &[(&str, &[u8])] = &[("weng-best-fit", BASELINE_BEST_FIT), ("weng-random", BASELINE_RANDOM)];
 
 /// Every built-in policy: (name, module bytes).
 pub const ALL: &[(&str, &[u8])] = &[

@@ -37,6 +37,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use airtime_policy_sdk::fit::{NodeRoom, NodesByFree, RoomIndex, gpu_list};
+use airtime_policy_sdk::frag::FragPlacer;
 use airtime_policy_sdk::prelude::*;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,22 +47,28 @@ pub struct SloFirst;
 /// of one shape fit the GPUs or fail alike.
 type Shape<'a> = (u32, u32, &'a str, &'a str, bool);
 
+/// Everything that decides where a workload fits: GPUs, thousandths and memory of each, models,
+/// MIG profile, a container engine, host CPU and memory.
+type FullShape<'a> = (u32, u32, u32, &'a str, &'a str, bool, (u32, u32));
+
 airtime_policy_sdk::export_policy!(SloFirst);
 
-/// Where a share of one GPU goes: the least fragmenting fit (the default) or plain best fit (the
-/// fullest GPU it fits on), for comparing the two on the same policy (`{"share_fit": "best_fit"}`).
+/// Where work goes: the least fragmenting fit (the default: fragmentation gradient descent for
+/// whole GPUs, shares and CPU work on GPU nodes) or plain best fit (the node with the fewest free
+/// GPUs left, the fullest GPU a share fits on), for comparing the two on the same policy
+/// (`{"placement": "best_fit"}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ShareFit {
+enum Placement {
     LeastFragmenting,
     BestFit,
 }
 
-fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<ShareFit, Failure> {
-    match params.str("share_fit")? {
-        None | Some("least_fragmenting") => Ok(ShareFit::LeastFragmenting),
-        Some("best_fit") => Ok(ShareFit::BestFit),
+fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<Placement, Failure> {
+    match params.str("placement")? {
+        None | Some("least_fragmenting") => Ok(Placement::LeastFragmenting),
+        Some("best_fit") => Ok(Placement::BestFit),
         Some(other) => {
-            Err(Failure::from(format!("share_fit must be \"least_fragmenting\" or \"best_fit\", not {other:?}")))
+            Err(Failure::from(format!("placement must be \"least_fragmenting\" or \"best_fit\", not {other:?}")))
         }
     }
 }
@@ -92,16 +99,17 @@ impl Policy for SloFirst {
     }
 
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
-        let share_fit = read_params(ctx.params())?;
+        let placement = read_params(ctx.params())?;
         let settings = snapshot.settings_or_default();
         let mut plan = Plan::new(snapshot);
         // Held capacity per tenant in thousandths of a GPU: a quarter-GPU share counts 250.
         let mut tenant_gpus: Vec<u32> = snapshot.tenants.iter().map(Tenant::held_milli).collect();
         let guaranteed = |t: u32| snapshot.tenant(t).map_or(0, |t| t.guaranteed_gpus);
         let guaranteed_milli = |t: u32| guaranteed(t).saturating_mul(WHOLE_GPU_MILLI);
-        // What typically arrives, for placing shares where they fragment least: built on the first
-        // share, so a cycle without shares pays nothing for it.
-        let mut mix: Option<Workmix> = None;
+        // What typically arrives, for placing work where it fragments least: built at the first
+        // placement that asks, so a cycle that places nothing pays nothing for it.
+        let mut placer: Option<FragPlacer<'s>> = None;
+        let least_fragmenting = placement == Placement::LeastFragmenting;
         let tenant_name = |t: u32| snapshot.tenant(t).map_or("?", |t| t.name);
 
         let mut order = snapshot.pending_by_priority();
@@ -124,6 +132,7 @@ impl Policy for SloFirst {
         // A cycle only takes resources, so a shape that found no room (or no victims) finds none
         // later in the same cycle: remembered, so 10,000 pending workloads cost one search a shape.
         let mut no_fit: BTreeSet<Shape<'_>> = BTreeSet::new();
+        let mut unplaceable: BTreeSet<FullShape<'_>> = BTreeSet::new();
         let mut no_victims: BTreeSet<(Shape<'_>, bool)> = BTreeSet::new();
         let mut no_vacating: BTreeSet<Shape<'_>> = BTreeSet::new();
         let mut protected_by_shape: BTreeMap<(Shape<'_>, bool), (u32, u64)> = BTreeMap::new();
@@ -142,7 +151,14 @@ impl Policy for SloFirst {
             }
             // CPU-only work, and CPU-capable work while a CPU node has room.
             if !w.needs_gpu() || w.cpu_capable {
-                if let Some(node) = fleet.cpu_node(snapshot, &plan, w) {
+                let mut node = fleet.cpu_node(snapshot, &plan, w);
+                // CPU work on GPU nodes: where its cores strand the least GPU capacity.
+                if !w.needs_gpu() && least_fragmenting && node.is_some_and(|n| snapshot.nodes[n as usize].gpu_count > 0)
+                {
+                    let placer = placer.get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)));
+                    node = placer.place(&plan, index, snapshot.ready_nodes().map(|(n, _)| n), |_| true).map(|p| p.node);
+                }
+                if let Some(node) = node {
                     let n = &snapshot.nodes[node as usize];
                     let reason = if w.needs_gpu() {
                         format!(
@@ -196,20 +212,24 @@ impl Policy for SloFirst {
                 continue;
             }
 
+            // Everything that decides where it fits: a shape that found no place this cycle finds
+            // none later in it (a cycle only takes capacity; reservations only grow).
+            let full_shape =
+                (need.count, need.milli, need.memory_mb, w.gpu_models, w.mig_profile, w.container, host_of(w));
+            let placeable = !unplaceable.contains(&full_shape);
             // A share of one GPU: the shareable GPU where it adds the least fragmentation for what
             // typically arrives (not the node reserved for the head's gang).
-            if w.is_share() {
+            if w.is_share() && placeable {
                 let open = snapshot
                     .ready_nodes()
                     .map(|(node, _)| node)
                     .filter(|&node| !snapshot.node_gpus(node).any(|(g, _)| reserved[g as usize]));
-                let fit = match share_fit {
-                    ShareFit::LeastFragmenting => plan
-                        .least_fragmenting_share(index, open, mix.get_or_insert_with(|| Workmix::of(snapshot)))
-                        .map(|(n, g, added)| {
-                            (n, g, format!("the least fragmenting fit (+{added:.0}/1000 expected unusable)"))
-                        }),
-                    ShareFit::BestFit => plan.best_fit_share(index, open).map(|(n, g)| (n, g, "best fit".to_owned())),
+                let fit = match placement {
+                    Placement::LeastFragmenting => placer
+                        .get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)))
+                        .place(&plan, index, open, |g| snapshot.gpus[g as usize].is_shareable())
+                        .map(|p| (p.node, p.gpus[0], fragment_words(p.added))),
+                    Placement::BestFit => plan.best_fit_share(index, open).map(|(n, g)| (n, g, "best fit".to_owned())),
                 };
                 if let Some((node, gpu, how)) = fit {
                     let n = &snapshot.nodes[node as usize];
@@ -235,21 +255,35 @@ impl Policy for SloFirst {
             let host = (w.cpu_millis, w.memory_mb);
             // `no_fit` remembers GPU shapes that found no GPUs at all; host CPU and memory vary per
             // workload, so a failure for want of them is not remembered.
-            let fit = if no_fit.contains(&shape) {
+            let fit = if no_fit.contains(&shape) || !placeable {
                 None
+            } else if least_fragmenting && need.mig_profile.is_empty() {
+                placer
+                    .get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)))
+                    .place(&plan, index, snapshot.ready_nodes().map(|(n, _)| n), |g| !reserved[g as usize])
+                    .map(|p| {
+                        let left = plan.free_gpu_count(p.node)
+                            - p.gpus.iter().filter(|&&g| plan.is_gpu_free(g)).count() as u32;
+                        (p.node, p.gpus, left, fragment_words(p.added))
+                    })
             } else {
                 best_fit(snapshot, &plan, &fleet, w, &need, host, &reserved)
+                    .map(|(n, g, left)| (n, g, left, String::new()))
             };
+            if fit.is_none() {
+                unplaceable.insert(full_shape);
+            }
             if fit.is_none()
                 && !no_fit.contains(&shape)
                 && best_fit(snapshot, &plan, &fleet, w, &need, (0, 0), &reserved).is_none()
             {
                 no_fit.insert(shape);
             }
-            if let Some((node, gpus, left)) = fit {
+            if let Some((node, gpus, left, how)) = fit {
                 let n = &snapshot.nodes[node as usize];
+                let how = if how.is_empty() { "best fit".to_owned() } else { how };
                 let mut reason = format!(
-                    "best fit on {}: {} (leaves {left} free there); {} priority {}",
+                    "{how} on {}: {} (leaves {left} free there); {} priority {}",
                     n.name,
                     gpu_list(snapshot, &gpus),
                     w.class.as_str(),
@@ -448,6 +482,17 @@ impl Policy for SloFirst {
     }
 }
 
+/// The host CPU and memory a workload asks for.
+fn host_of(w: &Workload<'_>) -> (u32, u32) {
+    (w.cpu_millis, w.memory_mb)
+}
+
+/// How a fragmentation-aware placement is explained: what it adds to the capacity no typical
+/// workload could use.
+fn fragment_words(added: f64) -> String {
+    format!("the least fragmenting fit ({added:+.0}/1000 GPU expected unusable)")
+}
+
 /// "no ready node", or for a container workload (which looks only at the nodes with a container
 /// engine) "no ready node that runs containers".
 fn no_node(w: &Workload<'_>) -> &'static str {
@@ -632,6 +677,18 @@ fn soonest_node(snapshot: &Snapshot<'_>, plan: &Plan<'_, '_>, w: &Workload<'_>, 
         .map(|(node, _)| node)
 }
 
+/// What running a workload is worth, to weigh a preemption: its GPU capacity times its class's
+/// worth per GPU (customer-facing inference 8, batch inference 2, the rest 1), so a burst may stop
+/// training or batch inference of its own size, never other customer-facing work.
+fn worth(w: &Workload<'_>) -> u64 {
+    let per_gpu = match w.class {
+        WorkloadClass::RealtimeInference => 8,
+        WorkloadClass::BatchInference => 2,
+        _ => 1,
+    };
+    u64::from(w.gpu_demand_milli()) * per_gpu
+}
+
 /// What a victim search looks at.
 struct Search<'p, 's, 'a> {
     plan: &'p Plan<'s, 'a>,
@@ -674,9 +731,14 @@ fn choose_victims(
                     }
             })
             .collect();
-        candidates.sort_by_key(|(v, vw)| (snapshot.effective_priority(vw), std::cmp::Reverse(vw.started_ms), *v));
+        // Cheapest to stop first: the lowest priority, then checkpointable work (it resumes), then
+        // the fewest GPU-seconds a restart from scratch would throw away.
+        let lost = |vw: &Workload<'_>| {
+            if vw.checkpointable { 0 } else { vw.running_ms(now).saturating_mul(u64::from(vw.gpu_demand_milli())) }
+        };
+        candidates.sort_by_key(|(v, vw)| (snapshot.effective_priority(vw), !vw.checkpointable, lost(vw), *v));
         let mut gained = free;
-        let mut chosen = Vec::new();
+        let mut chosen: Vec<u32> = Vec::new();
         for (v, vw) in candidates {
             if gained >= need.count {
                 break;
@@ -698,7 +760,23 @@ fn choose_victims(
             gained += frees;
             chosen.push(v);
         }
-        if gained >= need.count && !chosen.is_empty() && best.as_ref().is_none_or(|(_, b)| chosen.len() < b.len()) {
+        // Never lose airtime: the preemptor must fit once they stop (its host CPU and memory too),
+        // what they free must be used at once — no more GPU capacity stopped than started, or the
+        // rest stands idle while they wait again — and for a burst the work stopped must be worth
+        // less than the work started (by the classes' worth per GPU).
+        let freed =
+            |f: fn(&Workload<'_>) -> u64| -> u64 { chosen.iter().map(|&v| f(&snapshot.workloads[v as usize])).sum() };
+        let fits_after = u64::from(plan.cpu_free(node)) + freed(|vw| u64::from(vw.cpu_millis))
+            >= u64::from(workload.cpu_millis)
+            && u64::from(plan.memory_free(node)) + freed(|vw| u64::from(vw.memory_mb)) >= u64::from(workload.memory_mb);
+        let used = freed(|vw| u64::from(vw.gpu_demand_milli())) <= u64::from(workload.gpu_demand_milli());
+        let no_loss = used && (matches!(cause, Cause::Reclaim { .. }) || freed(worth) < worth(workload));
+        if gained >= need.count
+            && !chosen.is_empty()
+            && fits_after
+            && no_loss
+            && best.as_ref().is_none_or(|(_, b)| chosen.len() < b.len())
+        {
             best = Some((node, chosen));
         }
     }

@@ -21,12 +21,58 @@ fn a_burst_of_customer_traffic_preempts_preemptible_training() {
             w.preemptible = true;
             w.priority = 50;
         })
-        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .pending_with("chat", 2, 0, |w| w.class = WorkloadClass::RealtimeInference)
         .evaluate(&SloFirst)
         .expect("runs");
     assert!(outcome.is_preempted("train"));
     assert!(outcome.reason("train").unwrap().contains("real-time inference chat"), "{:?}", outcome.reason("train"));
     assert!(outcome.reason("chat").unwrap().contains("preempting train"), "{:?}", outcome.reason("chat"));
+}
+
+#[test]
+fn a_burst_stops_no_more_than_it_uses() {
+    // A quarter of a GPU of customer traffic does not stop four GPUs of training: 3.75 GPUs would
+    // stand idle while the training waits again.
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("gpu-a", 4, "H100", 81920)
+        .running_with("train", "gpu-a", &[0, 1, 2, 3], |w| {
+            w.class = WorkloadClass::Training;
+            w.preemptible = true;
+        })
+        .pending_with("chat", 1, 0, |w| {
+            w.class = WorkloadClass::RealtimeInference;
+            w.gpu_milli = 250;
+        })
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(!outcome.is_preempted("train"), "{:?}", outcome.reason("train"));
+}
+
+#[test]
+fn a_burst_never_stops_work_when_it_would_still_not_fit() {
+    // The victim frees its GPU but the burst needs more host CPU than the node would then have:
+    // stopping it would only lose work.
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node_with("gpu-a", 2, "H100", 81920, |n| {
+            n.cpu_millis = 16_000;
+            n.cpu_millis_free = 16_000;
+        })
+        .running_with("hog", "gpu-a", &[0], |w| w.cpu_millis = 14_000)
+        .running_with("train", "gpu-a", &[1], |w| {
+            w.class = WorkloadClass::Training;
+            w.preemptible = true;
+            w.cpu_millis = 1_000;
+        })
+        .pending_with("chat", 1, 0, |w| {
+            w.class = WorkloadClass::RealtimeInference;
+            w.cpu_millis = 4_000;
+        })
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(!outcome.is_preempted("train"), "{:?}", outcome.reason("train"));
+    assert!(outcome.placed_on("chat").is_none());
 }
 
 #[test]
