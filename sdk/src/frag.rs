@@ -14,7 +14,7 @@
 //! leaves the most capacity usable by what comes next; best fit alone packs shares onto the
 //! fullest GPU even when the sliver it leaves fits nothing that arrives.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::abi::{Snapshot, WHOLE_GPU_MILLI};
 use crate::plan::Plan;
@@ -150,8 +150,38 @@ type NodeState<'a> = (u32, Vec<(u32, &'a str)>);
 /// What a workload asks of a node's state: GPUs, thousandths of each, host CPU, allowed models.
 type Shape<'a> = (u32, u32, u32, &'a str);
 
-/// Deterministic hashing (SipHash with fixed keys): the same decisions on every host and in Wasm.
-type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+/// Deterministic, fast hashing for the placer's memos (the multiply-rotate hash of rustc's
+/// `FxHasher`): the same on every host and in Wasm, and a fraction of SipHash's cost on the short
+/// keys hashed here. Not for keys an adversary chooses — a tenant's own module only slows itself.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type Fixed = std::hash::BuildHasherDefault<Fx>;
 type Map<K, V> = std::collections::HashMap<K, V, Fixed>;
 
 /// Fragmentation gradient descent (Weng et al., ATC '23) as a placement action: place a workload
@@ -173,7 +203,20 @@ pub struct FragPlacer<'a> {
     state_ids: Map<NodeState<'a>, u32>,
     /// Per (state, shape): the least it could add there and the free left, if it fits at all.
     best_on_state: Map<(u32, Shape<'a>), Option<(f64, u64)>>,
+    /// The ready nodes by (state id, the most memory one of their GPUs has), built at the first
+    /// placement: a placement weighs each group once, then looks at nodes of the best groups only.
+    groups: BTreeMap<(u32, u32), BTreeSet<u32>>,
+    /// Per node: the group it is filed in.
+    filed: Vec<Option<(u32, u32)>>,
+    indexed: bool,
+    /// Moves whenever a node changes group.
+    version: u64,
+    /// Per shape: the groups it fits, best bound first, as of a version.
+    ranked: Map<Shape<'a>, (u64, Ranked)>,
 }
+
+/// Groups with the bound of a shape there: (added, free left, group), best first.
+type Ranked = std::rc::Rc<Vec<(f64, u64, (u32, u32))>>;
 
 impl<'a> FragPlacer<'a> {
     pub fn new(mix: Workmix<'a>) -> Self {
@@ -184,6 +227,53 @@ impl<'a> FragPlacer<'a> {
             states: Vec::new(),
             state_ids: Map::default(),
             best_on_state: Map::default(),
+            groups: BTreeMap::new(),
+            filed: Vec::new(),
+            indexed: false,
+            version: 0,
+            ranked: Map::default(),
+        }
+    }
+
+    /// Files every ready node in its group, once.
+    fn index(&mut self, plan: &Plan<'_, 'a>) {
+        if self.indexed {
+            return;
+        }
+        self.indexed = true;
+        let snapshot = plan.snapshot();
+        self.filed = vec![None; snapshot.nodes.len()];
+        for (node, _) in snapshot.ready_nodes() {
+            self.file(plan, node);
+        }
+    }
+
+    /// Files `node` in the group of its state now.
+    fn file(&mut self, plan: &Plan<'_, 'a>, node: u32) {
+        let id = self.state_of(plan, node);
+        let memory = plan.snapshot().node_gpus(node).filter(|(_, g)| !g.is_mig()).map(|(_, g)| g.memory_mb).max();
+        let key = (id, memory.unwrap_or(0));
+        let Some(slot) = self.filed.get_mut(node as usize) else { return };
+        if *slot == Some(key) {
+            return;
+        }
+        if let Some(old) = slot.replace(key)
+            && let Some(group) = self.groups.get_mut(&old)
+        {
+            group.remove(&node);
+            if group.is_empty() {
+                self.groups.remove(&old);
+            }
+        }
+        self.groups.entry(key).or_default().insert(node);
+        self.version += 1;
+    }
+
+    /// Tells the placer that work was placed on `node` (by it or otherwise), so its group is right
+    /// for the next placement. (A node it was not told of is re-filed when next looked at.)
+    pub fn placed(&mut self, plan: &Plan<'_, 'a>, node: u32) {
+        if self.indexed {
+            self.file(plan, node);
         }
     }
 
@@ -291,18 +381,19 @@ impl<'a> FragPlacer<'a> {
         best
     }
 
-    /// The placement of `workload` on one of `nodes` (with its CPU and memory free, a node that can
-    /// run it) adding the least expected fragmentation; `usable(gpu)` may rule out GPUs (say, ones
-    /// reserved for the head of the queue). A share takes one shareable GPU with room (or a free
-    /// GPU that is not shared, whole); whole-GPU work takes free GPUs that fit it, the tightest by
-    /// memory; CPU work takes no GPU. Ties go to the node left with the least free (best fit), then
-    /// the lowest index. `None` when it fits nowhere, or asks for a MIG instance (which does not
-    /// fragment capacity).
+    /// The placement of `workload` on a ready node `allowed` says it may use (with its CPU and
+    /// memory free, a node that can run it) adding the least expected fragmentation; `usable(gpu)`
+    /// may rule out GPUs (say, ones reserved for the head of the queue). A share takes one
+    /// shareable GPU with room (or a free GPU that is not shared, whole); whole-GPU work takes free
+    /// GPUs that fit it, the tightest by memory; CPU work takes no GPU. Ties go to the node left
+    /// with the least free (best fit), then the lowest index. `None` when it fits nowhere, or asks
+    /// for a MIG instance (which does not fragment capacity). Call [`placed`](Self::placed) after
+    /// placing anything, so the next search starts from the right groups.
     pub fn place(
         &mut self,
         plan: &Plan<'_, 'a>,
         workload: u32,
-        nodes: impl IntoIterator<Item = u32>,
+        allowed: impl Fn(u32) -> bool,
         usable: impl Fn(u32) -> bool,
     ) -> Option<Placement> {
         let snapshot = plan.snapshot();
@@ -312,27 +403,71 @@ impl<'a> FragPlacer<'a> {
         }
         let need = w.gpu_need();
         let shape: Shape<'a> = (need.count, need.milli, w.cpu_millis, w.gpu_models.trim());
+        self.index(plan);
+        let candidates = self.rank(shape);
         // (added, free left, node, gpus)
         let mut best: Option<(f64, u64, u32, Vec<u32>)> = None;
-        for node in nodes {
-            if !plan.can_run(w, node) || plan.cpu_free(node) < w.cpu_millis || plan.memory_free(node) < w.memory_mb {
+        let mut moved: Vec<u32> = Vec::new();
+        for &(added_at_best, left_at_best, key) in candidates.iter() {
+            if need.count > 0 && need.memory_mb > key.1 {
                 continue;
             }
-            if need.count > 0 && !w.is_share() && plan.free_gpu_count(node) < need.count {
-                continue;
+            if best.as_ref().is_some_and(|b| (b.0, b.1) < (added_at_best, left_at_best)) {
+                break;
             }
-            let id = self.state_of(plan, node);
-            let Some(bound) = self.bound(id, shape) else { continue };
-            if best.as_ref().is_some_and(|b| (b.0, b.1, b.2) <= (bound.0, bound.1, node)) {
-                continue;
+            let Some(group) = self.groups.remove(&key) else { continue };
+            for &node in &group {
+                if best.as_ref().is_some_and(|b| (b.0, b.1, b.2) <= (added_at_best, left_at_best, node)) {
+                    break;
+                }
+                if !allowed(node)
+                    || !plan.can_run(w, node)
+                    || plan.cpu_free(node) < w.cpu_millis
+                    || plan.memory_free(node) < w.memory_mb
+                {
+                    continue;
+                }
+                let id = self.state_of(plan, node);
+                if id != key.0 {
+                    moved.push(node);
+                }
+                if let Some((added, left, gpus)) = self.on_node(plan, w, &need, node, id, &usable) {
+                    if best.as_ref().is_none_or(|b| (added, left, node) < (b.0, b.1, b.2)) {
+                        best = Some((added, left, node, gpus));
+                    }
+                    // No later node of the group beats the bound it met.
+                    if id == key.0 && (added, left) == (added_at_best, left_at_best) {
+                        break;
+                    }
+                }
             }
-            if let Some((added, left, gpus)) = self.on_node(plan, w, &need, node, id, &usable)
-                && best.as_ref().is_none_or(|b| (added, left, node) < (b.0, b.1, b.2))
-            {
-                best = Some((added, left, node, gpus));
-            }
+            self.groups.insert(key, group);
+        }
+        for node in moved {
+            self.file(plan, node);
         }
         best.map(|(added, _, node, gpus)| Placement { node, gpus, added })
+    }
+
+    /// The groups where `shape` fits, best bound first: no node of a group can do better than its
+    /// bound. Kept per shape until a node changes group.
+    fn rank(&mut self, shape: Shape<'a>) -> Ranked {
+        if let Some((version, ranked)) = self.ranked.get(&shape)
+            && *version == self.version
+        {
+            return ranked.clone();
+        }
+        let keys: Vec<(u32, u32)> = self.groups.keys().copied().collect();
+        let mut ranked: Vec<(f64, u64, (u32, u32))> = Vec::new();
+        for key in keys {
+            if let Some((added, left)) = self.bound(key.0, shape) {
+                ranked.push((added, left, key));
+            }
+        }
+        ranked.sort_by(|x, y| (x.0, x.1, x.2).partial_cmp(&(y.0, y.1, y.2)).unwrap_or(std::cmp::Ordering::Equal));
+        let ranked = std::rc::Rc::new(ranked);
+        self.ranked.insert(shape, (self.version, ranked.clone()));
+        ranked
     }
 
     /// The best placement on one node, the GPUs as they are (memory, reservations, sharing).
@@ -522,7 +657,7 @@ mod tests {
         let before = fleet_fragmentation(&plan, &mix);
         for (index, w) in snapshot.workloads.iter().enumerate().filter(|(_, w)| w.is_pending()) {
             let index = index as u32;
-            let chosen = placer.place(&plan, index, 0..3, |_| true).expect("fits somewhere");
+            let chosen = placer.place(&plan, index, |_| true, |_| true).expect("fits somewhere");
             // Brute force: every node, every GPU set of the right size the plan accepts.
             let mut least = f64::INFINITY;
             for node in 0..3u32 {

@@ -113,7 +113,7 @@ fn the_plan_places_shares_where_they_fragment_least() {
     let plan = Plan::new(&snapshot);
     let mut placer = FragPlacer::new(Workmix::of(&snapshot));
     let small = 4;
-    let placement = placer.place(&plan, small, [0], |_| true).expect("room");
+    let placement = placer.place(&plan, small, |node| node == 0, |_| true).expect("room");
     assert_eq!((placement.node, placement.gpus), (0, vec![0]));
     let mut plan = plan;
     plan.place(small, 0, vec![0], "least fragmenting").unwrap();

@@ -156,7 +156,7 @@ impl Policy for SloFirst {
                 if !w.needs_gpu() && least_fragmenting && node.is_some_and(|n| snapshot.nodes[n as usize].gpu_count > 0)
                 {
                     let placer = placer.get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)));
-                    node = placer.place(&plan, index, snapshot.ready_nodes().map(|(n, _)| n), |_| true).map(|p| p.node);
+                    node = placer.place(&plan, index, |_| true, |_| true).map(|p| p.node);
                 }
                 if let Some(node) = node {
                     let n = &snapshot.nodes[node as usize];
@@ -169,6 +169,9 @@ impl Policy for SloFirst {
                         format!("placed on {} ({} mCPU free)", n.name, plan.cpu_free(node))
                     };
                     fleet.place(&mut plan, index, node, Vec::new(), reason)?;
+                    if let Some(p) = placer.as_mut() {
+                        p.placed(&plan, node);
+                    }
                     continue;
                 }
                 if !w.needs_gpu() {
@@ -227,7 +230,12 @@ impl Policy for SloFirst {
                 let fit = match placement {
                     Placement::LeastFragmenting => placer
                         .get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)))
-                        .place(&plan, index, open, |g| snapshot.gpus[g as usize].is_shareable())
+                        .place(
+                            &plan,
+                            index,
+                            |node| !snapshot.node_gpus(node).any(|(g, _)| reserved[g as usize]),
+                            |g| snapshot.gpus[g as usize].is_shareable(),
+                        )
                         .map(|p| (p.node, p.gpus[0], fragment_words(p.added))),
                     Placement::BestFit => plan.best_fit_share(index, open).map(|(n, g)| (n, g, "best fit".to_owned())),
                 };
@@ -247,6 +255,9 @@ impl Policy for SloFirst {
                     );
                     tenant_gpus[t as usize] += demand;
                     fleet.place(&mut plan, index, node, vec![gpu], reason)?;
+                    if let Some(p) = placer.as_mut() {
+                        p.placed(&plan, node);
+                    }
                     continue;
                 }
             }
@@ -260,7 +271,7 @@ impl Policy for SloFirst {
             } else if least_fragmenting && need.mig_profile.is_empty() {
                 placer
                     .get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)))
-                    .place(&plan, index, snapshot.ready_nodes().map(|(n, _)| n), |g| !reserved[g as usize])
+                    .place(&plan, index, |_| true, |g| !reserved[g as usize])
                     .map(|p| {
                         let left = plan.free_gpu_count(p.node)
                             - p.gpus.iter().filter(|&&g| plan.is_gpu_free(g)).count() as u32;
@@ -304,6 +315,9 @@ impl Policy for SloFirst {
                 };
                 tenant_gpus[t as usize] += held;
                 fleet.place(&mut plan, index, node, gpus, reason)?;
+                if let Some(p) = placer.as_mut() {
+                    p.placed(&plan, node);
+                }
                 continue;
             }
 
