@@ -18,7 +18,8 @@ fn slice() -> Option<Protocol> {
         fill: true,
         ..airtime_sim::alibaba::Options::default()
     };
-    let (fleet, trace) = airtime_sim::alibaba::load(&dir.join("alibaba-openb-2023"), &options).expect("the trace loads");
+    let (fleet, trace) =
+        airtime_sim::alibaba::load(&dir.join("alibaba-openb-2023"), &options).expect("the trace loads");
     let capacity_milli = fleet.gpu_count() * 1000;
     Some(Protocol { pods_file: "openb_pod_list_default.csv".into(), fleet, pods: trace.workloads, capacity_milli })
 }
