@@ -775,16 +775,22 @@ fn choose_victims(
             chosen.push(v);
         }
         // Never lose airtime: the preemptor must fit once they stop (its host CPU and memory too),
-        // what they free must be used at once — no more GPU capacity stopped than started, or the
-        // rest stands idle while they wait again — and for a burst the work stopped must be worth
-        // less than the work started (by the classes' worth per GPU).
+        // and for a burst the work stopped must be worth less than the work started (by the
+        // classes' worth per GPU). What they free must be used at once — no more GPU capacity
+        // stopped than started, or the rest stands idle while they wait again — except for a burst
+        // whose victims are all checkpointable: they lose nothing, and what the burst leaves of
+        // their GPUs goes back to the queue (customer traffic does not wait on a bigger job).
         let freed =
             |f: fn(&Workload<'_>) -> u64| -> u64 { chosen.iter().map(|&v| f(&snapshot.workloads[v as usize])).sum() };
         let fits_after = u64::from(plan.cpu_free(node)) + freed(|vw| u64::from(vw.cpu_millis))
             >= u64::from(workload.cpu_millis)
             && u64::from(plan.memory_free(node)) + freed(|vw| u64::from(vw.memory_mb)) >= u64::from(workload.memory_mb);
         let used = freed(|vw| u64::from(vw.gpu_demand_milli())) <= u64::from(workload.gpu_demand_milli());
-        let no_loss = used && (matches!(cause, Cause::Reclaim { .. }) || freed(worth) < worth(workload));
+        let resumable = chosen.iter().all(|&v| snapshot.workloads[v as usize].checkpointable);
+        let no_loss = match cause {
+            Cause::Burst(_) => (used || resumable) && freed(worth) < worth(workload),
+            Cause::Reclaim { .. } => used,
+        };
         if gained >= need.count
             && !chosen.is_empty()
             && fits_after

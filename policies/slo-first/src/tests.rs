@@ -19,9 +19,10 @@ fn a_burst_of_customer_traffic_preempts_preemptible_training() {
         .running_with("train", "gpu-a", &[0, 1], |w| {
             w.class = WorkloadClass::Training;
             w.preemptible = true;
+            w.checkpointable = true;
             w.priority = 50;
         })
-        .pending_with("chat", 2, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
         .evaluate(&SloFirst)
         .expect("runs");
     assert!(outcome.is_preempted("train"));
@@ -30,9 +31,9 @@ fn a_burst_of_customer_traffic_preempts_preemptible_training() {
 }
 
 #[test]
-fn a_burst_stops_no_more_than_it_uses() {
-    // A quarter of a GPU of customer traffic does not stop four GPUs of training: 3.75 GPUs would
-    // stand idle while the training waits again.
+fn a_burst_stops_no_more_than_it_uses_of_work_that_would_lose_its_progress() {
+    // A quarter of a GPU of customer traffic does not stop four GPUs of training that keeps no
+    // checkpoint: 3.75 GPUs would stand idle and the run would start over.
     let outcome = SnapshotFixture::new()
         .settings(settings())
         .node("gpu-a", 4, "H100", 81920)
