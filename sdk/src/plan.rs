@@ -274,6 +274,36 @@ impl<'s, 'a> Plan<'s, 'a> {
         })
     }
 
+    /// The GPUs `workload` would take on `node` if it fits there now, host CPU and memory too: none
+    /// for CPU work; for a share, the GPU `rank` puts first of those that hold it (a shareable GPU
+    /// with room, or a free GPU that is not shared, taken whole); for whole GPUs, the first free ones
+    /// that fit, in device order. `None` where it does not fit.
+    pub fn gpus_on<K: Ord>(&self, workload: u32, node: u32, rank: impl Fn(u32) -> K) -> Option<Vec<u32>> {
+        let w = self.snapshot.workload(workload)?;
+        if !self.can_run(w, node) || self.cpu_free(node) < w.cpu_millis || self.memory_free(node) < w.memory_mb {
+            return None;
+        }
+        let need = w.gpu_need();
+        if need.count == 0 {
+            return Some(Vec::new());
+        }
+        if w.is_share() {
+            return self
+                .snapshot
+                .node_gpus(node)
+                .filter(
+                    |&(g, gpu)| {
+                        if gpu.is_shareable() { self.fits_share(w, g) } else { self.is_gpu_free(g) && need.fits(gpu) }
+                    },
+                )
+                .min_by_key(|&(g, _)| (rank(g), g))
+                .map(|(g, _)| vec![g]);
+        }
+        let gpus: Vec<u32> =
+            self.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(g, _)| g).take(need.count as usize).collect();
+        (gpus.len() == need.count as usize).then_some(gpus)
+    }
+
     /// For a share of one GPU: the shareable GPU on one of `nodes` (with the workload's CPU and
     /// memory free) that the share fills tightest — the least free left on it (best fit), then the
     /// lowest index. `None` when no shareable GPU has room (or `workload` is not a share).

@@ -46,7 +46,7 @@ impl Policy for BestFit {
             // (integer score, tie-break hash, node, gpus)
             let mut best: Option<(i64, u64, u32, Vec<u32>)> = None;
             for &node in &ready {
-                let Some(gpus) = gpus_on(&plan, w, node) else { continue };
+                let Some(gpus) = plan.gpus_on(index, node, |g| plan.free_milli(g)) else { continue };
                 let gpu_free: u32 = snapshot.node_gpus(node).map(|(g, _)| plan.free_milli(g)).sum();
                 let score = 0.5 * f64::from(plan.cpu_free(node) - w.cpu_millis) / MAX_SPEC_CPU_MILLI
                     + 0.5 * f64::from(gpu_free.saturating_sub(w.gpu_demand_milli() * u32::from(w.needs_gpu())))
@@ -80,32 +80,6 @@ type Shape<'s> = (u32, u32, u32, &'s str, u32, u32, bool);
 
 fn shape<'s>(w: &Workload<'s>) -> Shape<'s> {
     (w.gpu_count, w.gpu_milli, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.container)
-}
-
-/// The GPUs `w` would take on `node` under their rules, if it fits there (host CPU and memory too).
-fn gpus_on(plan: &Plan<'_, '_>, w: &Workload<'_>, node: u32) -> Option<Vec<u32>> {
-    if !plan.can_run(w, node) || plan.cpu_free(node) < w.cpu_millis || plan.memory_free(node) < w.memory_mb {
-        return None;
-    }
-    let need = w.gpu_need();
-    if need.count == 0 {
-        return Some(Vec::new());
-    }
-    let snapshot = plan.snapshot();
-    if w.is_share() {
-        return snapshot
-            .node_gpus(node)
-            .filter(
-                |&(g, gpu)| {
-                    if gpu.is_shareable() { plan.fits_share(w, g) } else { plan.is_gpu_free(g) && need.fits(gpu) }
-                },
-            )
-            .min_by_key(|&(g, _)| (plan.free_milli(g), g))
-            .map(|(g, _)| vec![g]);
-    }
-    let gpus: Vec<u32> =
-        plan.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(g, _)| g).take(need.count as usize).collect();
-    (gpus.len() == need.count as usize).then_some(gpus)
 }
 
 /// A stable pseudo-random tie-break (FNV-1a of the workload's id, mixed with the node).

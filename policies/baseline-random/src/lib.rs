@@ -37,7 +37,9 @@ impl Policy for Random {
             // The feasible node with the smallest draw: a uniform choice among them.
             let choice = ready
                 .iter()
-                .filter_map(|&node| gpus_on(&plan, w, node).map(|gpus| (draw(w.id, 0, node), node, gpus)))
+                .filter_map(|&node| {
+                    plan.gpus_on(index, node, |g| draw(w.id, 1, g)).map(|gpus| (draw(w.id, 0, node), node, gpus))
+                })
                 .min_by_key(|(d, node, _)| (*d, *node));
             match choice {
                 Some((_, node, gpus)) => {
@@ -62,33 +64,6 @@ type Shape<'s> = (u32, u32, u32, &'s str, u32, u32, bool);
 
 fn shape<'s>(w: &Workload<'s>) -> Shape<'s> {
     (w.gpu_count, w.gpu_milli, w.gpu_memory_mb, w.gpu_models, w.cpu_millis, w.memory_mb, w.container)
-}
-
-/// The GPUs `w` would take on `node`, if it fits there (host CPU and memory too): for a share, a
-/// random GPU that holds it.
-fn gpus_on(plan: &Plan<'_, '_>, w: &Workload<'_>, node: u32) -> Option<Vec<u32>> {
-    if !plan.can_run(w, node) || plan.cpu_free(node) < w.cpu_millis || plan.memory_free(node) < w.memory_mb {
-        return None;
-    }
-    let need = w.gpu_need();
-    if need.count == 0 {
-        return Some(Vec::new());
-    }
-    let snapshot = plan.snapshot();
-    if w.is_share() {
-        return snapshot
-            .node_gpus(node)
-            .filter(
-                |&(g, gpu)| {
-                    if gpu.is_shareable() { plan.fits_share(w, g) } else { plan.is_gpu_free(g) && need.fits(gpu) }
-                },
-            )
-            .min_by_key(|&(g, _)| (draw(w.id, 1, g), g))
-            .map(|(g, _)| vec![g]);
-    }
-    let gpus: Vec<u32> =
-        plan.free_gpus(node).filter(|(_, gpu)| need.fits(gpu)).map(|(g, _)| g).take(need.count as usize).collect();
-    (gpus.len() == need.count as usize).then_some(gpus)
 }
 
 /// A stable pseudo-random draw for (workload, what is drawn, candidate): FNV-1a, then a
