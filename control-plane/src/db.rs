@@ -23,3 +23,8 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
     MIGRATOR.run(&pool).await.context("applying database migrations")?;
     Ok(pool)
 }
+
+/// Whether the database answers a trivial statement (readiness).
+pub async fn ping(db: &PgPool) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1").execute(db).await.map(|_| ())
+}

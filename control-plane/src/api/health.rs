@@ -38,10 +38,7 @@ async fn healthz() -> impl IntoResponse {
     responses((status = 200, description = "Ready", content_type = "application/json"), (status = 503, body = crate::api::openapi::ErrorResponse))
 )]
 async fn readyz(State(state): State<AppState>) -> ApiResult<impl IntoResponse> {
-    sqlx::query("SELECT 1")
-        .execute(&state.db)
-        .await
-        .map_err(|_| ApiError::Unavailable("the database is not reachable".into()))?;
+    crate::db::ping(&state.db).await.map_err(|_| ApiError::Unavailable("the database is not reachable".into()))?;
     if let Some(stalled) = state.metrics.stalled() {
         return Err(ApiError::Unavailable(stalled));
     }

@@ -434,16 +434,9 @@ async fn dry_run_version(
     Json(req): Json<VersionRequest>,
 ) -> ApiResult<axum::Json<DryRun>> {
     caller.require_platform_admin()?;
-    let version_id: Option<(Uuid,)> = sqlx::query_as(
-        "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
-         WHERE v.policy_id = $1 AND p.deleted_at IS NULL AND v.deleted_at IS NULL \
-         AND ($2::int IS NULL OR v.version = $2) ORDER BY v.version DESC LIMIT 1",
-    )
-    .bind(id)
-    .bind(req.version)
-    .fetch_optional(&state.db)
-    .await?;
-    let (version_id,) = version_id.ok_or(ApiError::NotFound("policy version"))?;
+    let mut conn = state.db.acquire().await?;
+    let version_id = crate::policies::store::version_id(&mut conn, id, req.version).await?;
+    drop(conn);
     let selected = state.policies.version(&state.db, version_id, req.params).await?;
     Ok(axum::Json(scheduler::dry_run(&state.scheduler(), &selected).await?))
 }

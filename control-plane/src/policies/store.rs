@@ -326,14 +326,13 @@ pub(super) async fn scope_of(conn: &mut sqlx::PgConnection, policy_id: Uuid) -> 
     Ok(tenant_id.map(|t| t.to_string()).unwrap_or_else(|| PLATFORM_SCOPE.to_owned()))
 }
 
-pub(super) async fn version_id(
-    conn: &mut sqlx::PgConnection,
-    policy_id: Uuid,
-    version: Option<i32>,
-) -> domain::Result<Uuid> {
+/// The id of a policy's version `version` (its newest when `None`), neither it nor its policy
+/// deleted.
+pub async fn version_id(conn: &mut sqlx::PgConnection, policy_id: Uuid, version: Option<i32>) -> domain::Result<Uuid> {
     let row: Option<(Uuid,)> = sqlx::query_as(
-        "SELECT id FROM policy_versions WHERE policy_id = $1 AND deleted_at IS NULL \
-         AND ($2::int IS NULL OR version = $2) ORDER BY version DESC LIMIT 1",
+        "SELECT v.id FROM policy_versions v JOIN policies p ON p.id = v.policy_id \
+         WHERE v.policy_id = $1 AND p.deleted_at IS NULL AND v.deleted_at IS NULL \
+         AND ($2::int IS NULL OR v.version = $2) ORDER BY v.version DESC LIMIT 1",
     )
     .bind(policy_id)
     .bind(version)
