@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Property-based tests of the whole API against its own served OpenAPI document (schemathesis from
 # PyPI, pinned), as a platform admin, with a fixed seed and a bounded number of examples per
-# operation. Fails on any 5xx or any answer that breaks the document's schema. `make test` runs it
+# operation. Fails on any 5xx or any answer that breaks the document's schema, and first on a
+# web/src/api/schema.d.ts that is not the served document's. `make test` runs it
 # after the cargo tests; the binaries are the ones `cargo test --workspace` left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,21 @@ RUST_LOG=warn "$bin_dir/airtime-control-plane" --database-url "$admin_url/$db" -
   >target/api-fuzz-control-plane.log 2>&1 &
 cp_pid=$!
 for _ in $(seq 1 100); do curl -fsS "$base/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+
+# The dashboard's API types (web/src/api/schema.d.ts) must be those of the document served here:
+# generate them again with the pinned openapi-typescript (web/scripts/gen-api.mjs, what
+# `npm run gen:api` runs) and compare.
+schema_dir="$(mktemp -d)"
+trap 'rm -rf "$schema_dir"; cleanup' EXIT
+curl -fsS "$base/api/v1/openapi.json" -o "$schema_dir/openapi.json"
+(cd web && node scripts/gen-api.mjs "$schema_dir/openapi.json" "$schema_dir/schema.d.ts") \
+  || { echo "airtime: generating the dashboard's API types failed (is web/node_modules there? make web)" >&2; exit 1; }
+if ! diff -u web/src/api/schema.d.ts "$schema_dir/schema.d.ts"; then
+  echo "airtime: web/src/api/schema.d.ts is not the served OpenAPI document's: with the control plane up," >&2
+  echo "         run \`npm run gen:api\` in web/ (AIRTIME_OPENAPI=<its /api/v1/openapi.json URL> if not on :8080) and commit it" >&2
+  exit 1
+fi
+echo "airtime: web/src/api/schema.d.ts matches the served OpenAPI document"
 session="$(curl -fsS "$base/api/v1/auth/login" -H 'content-type: application/json' \
   -d "{\"email\": \"fuzz@airtime.test\", \"password\": \"$password\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')"
 # An API token, not the session: the stateful phase follows links from GET /auth/me to

@@ -1,7 +1,7 @@
 import { useEffect, useState, useSyncExternalStore, type FormEvent } from "react";
 import { useQueryClient } from "@tanstack/react-query";
-import { ApiError, api, onSessionChange, setToken, token } from "./api/client";
-import type { Me, Session } from "./api/types";
+import { ApiError, api, onSessionChange, setToken, token, unwrap } from "./api/client";
+import type { Me } from "./api/types";
 import { can, type Can } from "./lib/roles";
 import { Link, navigate, usePath } from "./lib/router";
 import { setTheme, useTheme } from "./lib/theme";
@@ -95,10 +95,7 @@ function Login() {
     setError("");
     setBusy(true);
     try {
-      const session = await api<Session>("/api/v1/auth/login", {
-        method: "POST",
-        body: { email, password, ...(tenant ? { tenant } : {}) },
-      });
+      const session = await unwrap(api.POST("/api/v1/auth/login", { body: { email, password, ...(tenant ? { tenant } : {}) } }));
       setPassword("");
       setToken(session.token);
     } catch (err) {

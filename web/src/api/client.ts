@@ -1,5 +1,10 @@
-// The REST client: the session token (from POST /api/v1/auth/login) stays in this tab's
-// sessionStorage, as the first dashboard kept it, and goes with every request as a bearer token.
+// The REST client: openapi-fetch typed by the generated schema's `paths`, so a path, its
+// parameters, its body and its answer are checked against the control plane's OpenAPI document.
+// The session token (from POST /api/v1/auth/login) stays in this tab's sessionStorage, as the first
+// dashboard kept it, and goes with every request as a bearer token.
+import createClient, { type Middleware } from "openapi-fetch";
+import type { paths } from "./schema";
+
 export const TOKEN_KEY = "airtime.session";
 
 export class ApiError extends Error {
@@ -27,46 +32,67 @@ export function setToken(value: string | null): void {
   listeners.forEach((l) => l());
 }
 
-export interface RequestOptions {
-  method?: string;
-  body?: unknown;
-  raw?: Blob | ArrayBuffer;
-  contentType?: string;
-  signal?: AbortSignal;
+/** Which request each answer is to, for the message of an error without a body. */
+const requested = new WeakMap<Response, string>();
+
+/** The session as a bearer token on the way out; a refused session (401) is ended on the way back. */
+const session: Middleware = {
+  onRequest({ request }) {
+    const value = token();
+    if (value) request.headers.set("Authorization", `Bearer ${value}`);
+    return request;
+  },
+  onResponse({ request, response, schemaPath }) {
+    if (response.status === 401 && schemaPath !== "/api/v1/auth/login" && request.headers.has("Authorization")) setToken(null);
+    const url = new URL(request.url);
+    requested.set(response, url.pathname + url.search);
+    return undefined;
+  },
+};
+
+/** Same-origin requests; fetch is looked up at each call, so a test can stand in for it. */
+export const api = createClient<paths>({
+  baseUrl: location.origin,
+  headers: { Accept: "application/json" },
+  fetch: (request) => globalThis.fetch(request),
+});
+api.use(session);
+
+/** What each of the client's methods answers (openapi-fetch's FetchResponse, reduced to what is read here). */
+interface Answer<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
 }
 
-export async function api<T>(path: string, options: RequestOptions = {}): Promise<T> {
-  const headers: Record<string, string> = { Accept: "application/json" };
-  const session = token();
-  if (session) headers.Authorization = `Bearer ${session}`;
-  let body: BodyInit | undefined;
-  if (options.raw !== undefined) {
-    body = options.raw;
-    headers["Content-Type"] = options.contentType ?? "application/octet-stream";
-  } else if (options.body !== undefined) {
-    body = JSON.stringify(options.body);
-    headers["Content-Type"] = "application/json";
-  }
-  const response = await fetch(path, { method: options.method ?? "GET", headers, body, signal: options.signal });
-  const text = await response.text();
-  let parsed: unknown = undefined;
-  try {
-    parsed = text ? JSON.parse(text) : undefined;
-  } catch {
-    parsed = undefined;
-  }
+function errorBody(body: unknown): { code?: string; message?: string } {
+  if (typeof body !== "object" || body === null || !("error" in body)) return {};
+  const inner: unknown = body.error;
+  if (typeof inner !== "object" || inner === null) return {};
+  return {
+    code: "code" in inner && typeof inner.code === "string" ? inner.code : undefined,
+    message: "message" in inner && typeof inner.message === "string" ? inner.message : undefined,
+  };
+}
+
+/**
+ * The body of a successful answer; an error answer throws an ApiError with the code and message of
+ * the API's error body (`{"error": {"code", "message"}}`), or `http_error` and the status without one.
+ */
+export async function unwrap<T>(call: Promise<Answer<T>>): Promise<T> {
+  const { data, error, response } = await call;
   if (!response.ok) {
-    const err = (parsed as { error?: { code?: string; message?: string } } | undefined)?.error;
-    if (response.status === 401 && !path.endsWith("/auth/login") && session) setToken(null);
-    throw new ApiError(response.status, err?.code ?? "http_error", err?.message ?? `${path}: HTTP ${response.status}`);
+    const body = errorBody(error);
+    throw new ApiError(response.status, body.code ?? "http_error", body.message ?? `${requested.get(response) ?? "the API"}: HTTP ${response.status}`);
   }
-  return parsed as T;
+  // A success whose schema declares no body (204) reads as undefined, which its type (never) covers.
+  return data as T;
 }
 
-/** For endpoints that may not exist yet (or not for this role): null unless they answer 200. */
-export async function optional<T>(path: string, options: RequestOptions = {}): Promise<T | null> {
+/** For endpoints that may not exist yet (or not for this role): null unless they answer 2xx. */
+export async function optional<T>(call: Promise<Answer<T>>): Promise<T | null> {
   try {
-    return await api<T>(path, options);
+    return await unwrap(call);
   } catch (err) {
     if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) return null;
     throw err;

@@ -58,7 +58,98 @@ export interface paths {
          *     the same), within the retention limits per workload and per tenant. Chunks of workloads this
          *     node did not run are ignored and counted.
          */
-        post: operations["logs"];
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description The agent's own node */
+                    node_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    /**
+                     * @example {
+                     *       "chunks": [
+                     *         {
+                     *           "attempt": 1,
+                     *           "seq": 0,
+                     *           "stream": "stdout",
+                     *           "text": "epoch 1: loss 0.42\n",
+                     *           "workload_id": "00000000-0000-0000-0000-000000000000"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LogBatch"];
+                };
+            };
+            responses: {
+                /** @description Stored */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Stored"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -243,7 +334,70 @@ export interface paths {
             cookie?: never;
         };
         /** Decisions, newest first, with the policy version that made each and its reason. */
-        get: operations["list"];
+        get: {
+            parameters: {
+                query?: {
+                    workload_id?: string;
+                    tenant?: string;
+                    kind?: string;
+                    /** @description Only decisions with a smaller id (paging backwards). */
+                    before?: number;
+                    /** @description Most recent first; at most 1000, 100 by default. */
+                    limit?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Decisions */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["DecisionView"][];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         post?: never;
         delete?: never;
@@ -341,7 +495,62 @@ export interface paths {
          *     caller's tenant's workloads; every tenant's for platform admins). A few hundred bytes whatever
          *     the fleet's size.
          */
-        get: operations["summary"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The summary */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FleetSummary"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         post?: never;
         delete?: never;
@@ -516,7 +725,62 @@ export interface paths {
             cookie?: never;
         };
         /** The platform's policies and the caller's tenant's own (every policy for platform admins). */
-        get: operations["list"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Policies with their versions */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PolicyView"][];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         /**
          * Upload a policy module as the next version of the named policy: a platform policy for a
@@ -666,7 +930,73 @@ export interface paths {
             cookie?: never;
         };
         /** What the policy logged from inside, newest first. */
-        get: operations["logs"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Policy id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Logs (a platform policy's: platform admins only) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["LogView"][];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         post?: never;
         delete?: never;
@@ -794,13 +1124,181 @@ export interface paths {
          * The caller's tenant's live services with their replicas and demand (every tenant's for
          *     platform admins).
          */
-        get: operations["list"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Services */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ServiceView"][];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         /**
          * Create a service in the caller's tenant (platform admins name any tenant in `tenant`). Its
          *     first `min_replicas` replicas start at the next scheduling cycle; load reports scale it.
          */
-        post: operations["create"];
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    /**
+                     * @example {
+                     *       "behavior": {
+                     *         "scale_down_window_s": 300,
+                     *         "scale_up_window_s": 0,
+                     *         "stale_after_s": 60
+                     *       },
+                     *       "capacity": 15,
+                     *       "class": "realtime_inference",
+                     *       "cpu_variant": {
+                     *         "capacity": 4,
+                     *         "command": [
+                     *           "sh",
+                     *           "-c",
+                     *           "exec sleep 3600"
+                     *         ],
+                     *         "cpu_millis": 2000,
+                     *         "memory_mb": 1024
+                     *       },
+                     *       "max_replicas": 8,
+                     *       "min_replicas": 1,
+                     *       "name": "chat",
+                     *       "replica": {
+                     *         "command": [
+                     *           "sh",
+                     *           "-c",
+                     *           "exec sleep 3600"
+                     *         ],
+                     *         "resources": {
+                     *           "cpu_millis": 1000,
+                     *           "gpu_count": 1,
+                     *           "memory_mb": 1024
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreateService"];
+                };
+            };
+            responses: {
+                /** @description Created */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ServiceView"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The tenant has a live service of that name */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Invalid, or an unknown tenant */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -815,7 +1313,73 @@ export interface paths {
             cookie?: never;
         };
         /** A service with its replicas, demand and latest scale decisions. */
-        get: operations["detail"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Service id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The service */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ServiceDetail"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         post?: never;
         /**
@@ -863,7 +1427,91 @@ export interface paths {
         get?: never;
         put?: never;
         /** Mint a token that may report this service's load and nothing else (shown once). */
-        post: operations["create_token"];
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Service id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "chat-gateway"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreateServiceToken"];
+                };
+            };
+            responses: {
+                /** @description Created; `token` is shown only now */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ServiceTokenView"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Invalid name */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -881,7 +1529,75 @@ export interface paths {
         put?: never;
         post?: never;
         /** Revoke one of a service's tokens. */
-        delete: operations["revoke_token"];
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Service id */
+                    id: string;
+                    /** @description Token id */
+                    token_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Revoked */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ServiceTokenView"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -935,10 +1651,148 @@ export interface paths {
             cookie?: never;
         };
         /** Every tenant for platform admins; the caller's own tenant for everyone else. */
-        get: operations["list"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Tenants */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TenantView"][];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         /** Create a tenant with its quota (platform admins). */
-        post: operations["create"];
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    /**
+                     * @example {
+                     *       "guaranteed_gpus": 8,
+                     *       "name": "research",
+                     *       "weight": 2
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreateTenant"];
+                };
+            };
+            responses: {
+                /** @description Created */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TenantView"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The name is taken */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -957,7 +1811,62 @@ export interface paths {
          *     its waiting work and the most common reason that work gives. Every tenant for platform admins;
          *     the caller's own tenant for everyone else.
          */
-        get: operations["summary"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Standing of each tenant */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TenantStanding"][];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         post?: never;
         delete?: never;
@@ -1028,7 +1937,80 @@ export interface paths {
         };
         get: operations["list_tokens"];
         put?: never;
-        post: operations["create_token"];
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    /**
+                     * @example {
+                     *       "expires_in_days": 30,
+                     *       "name": "ci-deploy"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreateToken"];
+                };
+            };
+            responses: {
+                /** @description The token, shown this once */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CreatedToken"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -1045,7 +2027,73 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        delete: operations["revoke_token"];
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Token id; its owner may revoke it too */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Revoked */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ApiTokenView"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -1160,7 +2208,76 @@ export interface paths {
             cookie?: never;
         };
         /** The caller's tenant's workloads, most recent first (every tenant's for platform admins). */
-        get: operations["list"];
+        get: {
+            parameters: {
+                query?: {
+                    state?: components["schemas"]["WorkloadState"];
+                    tenant?: string;
+                    class?: components["schemas"]["WorkloadClass"];
+                    node_id?: string;
+                    /** @description A service's replicas. */
+                    service_id?: string;
+                    /**
+                     * @description The next page: only workloads submitted before this one (the last one of the previous
+                     *     page; keyset pagination, so a page costs the same however deep it is).
+                     */
+                    before?: string;
+                    /** @description Most recent first; at most 1000, 100 by default. */
+                    limit?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Workloads */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WorkloadView"][];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         /** Submit a workload into the caller's tenant (platform admins name any tenant in `tenant`). */
         post: operations["submit"];
@@ -1178,7 +2295,73 @@ export interface paths {
             cookie?: never;
         };
         /** A workload with its state history and the decisions about it. */
-        get: operations["detail"];
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description Workload id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The workload */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WorkloadDetail"];
+                    };
+                };
+                /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         post?: never;
         delete?: never;
@@ -1221,7 +2404,88 @@ export interface paths {
          *     the workload has ended and its output is in, or after `wait_s` (follow on with `after` set to
          *     the last line's `cursor`).
          */
-        get: operations["logs"];
+        get: {
+            parameters: {
+                query?: {
+                    /** @description One attempt (1, 2, …); every attempt when absent. */
+                    attempt?: number;
+                    /** @description `stdout` or `stderr`; both when absent. */
+                    stream?: components["schemas"]["LogStream"];
+                    /** @description Only the last this many lines (at most 10,000). */
+                    tail?: number;
+                    /** @description Only output stored after this cursor (from an earlier answer's `cursor`). */
+                    after?: number;
+                    /**
+                     * @description Keep the answer open and send output as it arrives (JSON Lines), until the workload ends
+                     *     or `wait_s` passes (a client reconnects with `after` set to the last line's cursor).
+                     */
+                    follow?: boolean;
+                    /** @description With `follow`: the longest the answer stays open, seconds (default `--log-follow-default-s`, 20; at most 3600). */
+                    wait_s?: number;
+                };
+                header?: never;
+                path: {
+                    /** @description Workload id */
+                    id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Its output (JSON Lines of `LogLine` when following) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Logs"];
+                    };
+                };
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description No credential, or an invalid, expired or revoked one */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description The caller's role does not allow this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Too many requests (from this credential or address); see Retry-After */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
         put?: never;
         post?: never;
         delete?: never;
@@ -1254,7 +2518,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics (fleet-wide aggregates; no tenant's workload is named). */
+        /**
+         * Prometheus metrics: fleet-wide aggregates for anyone; with `Authorization: Bearer <the
+         *     control plane's --metrics-token>` also the figures that name tenants and services.
+         */
         get: operations["metrics"];
         put?: never;
         post?: never;
@@ -1319,6 +2586,12 @@ export interface components {
             action: components["schemas"]["AssignmentAction"];
             /** Format: int32 */
             attempt: number;
+            /**
+             * @description Issued with this attempt's placement: every event the agent reports for the attempt
+             *     carries it back, and an event for the attempt without it is refused (`attempt_token`).
+             *     Absent for work placed before control planes issued tokens.
+             */
+            attempt_token?: string | null;
             command: string[];
             container?: components["schemas"]["ContainerSpec"] | null;
             /**
@@ -1365,7 +2638,7 @@ export interface components {
             actor_name: string;
             /** Format: date-time */
             at: string;
-            detail: Record<string, never>;
+            detail: Record<string, unknown>;
             /** Format: int64 */
             id: number;
             source_ip?: string | null;
@@ -1603,6 +2876,8 @@ export interface components {
         EventReport: {
             /** Format: int32 */
             attempt: number;
+            /** @description The attempt's token, as its assignment gave it. */
+            attempt_token?: string | null;
             event: components["schemas"]["EventKind"];
             /**
              * Format: int32
@@ -2179,7 +3454,7 @@ export interface components {
             hostname: string;
             /** Format: uuid */
             id: string;
-            labels: Record<string, never>;
+            labels: Record<string, unknown>;
             /** Format: date-time */
             last_seen_at: string;
             /** Format: int64 */
@@ -2194,7 +3469,7 @@ export interface components {
         };
         PolicyView: {
             /** @description The parameters the active version runs with. */
-            active_params?: Record<string, never> | null;
+            active_params?: Record<string, unknown> | null;
             /** Format: int32 */
             active_version?: number | null;
             builtin: boolean;
@@ -2205,7 +3480,7 @@ export interface components {
             /** Format: uuid */
             id: string;
             /** @description Per-evaluation limits (defaults where absent). */
-            limits: Record<string, never>;
+            limits: Record<string, unknown>;
             name: string;
             /** Format: int32 */
             shadow_version?: number | null;
@@ -2221,9 +3496,9 @@ export interface components {
          *     applied or stored.
          */
         Preview: {
-            candidate_settings: Record<string, never>;
+            candidate_settings: Record<string, unknown>;
             changes: components["schemas"]["PreviewChange"][];
-            current_settings: Record<string, never>;
+            current_settings: Record<string, unknown>;
             /** @description Why a run could not be compared (the policy failed on one of them). */
             error?: string | null;
             placed_now: number;
@@ -2561,7 +3836,7 @@ export interface components {
             /** Format: int64 */
             cycle_id: number;
             /** @description The decisions that differed, one object each. */
-            diff: Record<string, never>[];
+            diff: Record<string, unknown>[];
             /** Format: int32 */
             differed: number;
             error?: string | null;
@@ -2794,7 +4069,7 @@ export interface components {
         };
         VersionRequest: {
             /** @description JSON parameters handed to the policy in every snapshot. */
-            params?: Record<string, never>;
+            params?: Record<string, unknown>;
             /**
              * Format: int32
              * @description The version; the latest when absent.
@@ -2806,7 +4081,7 @@ export interface components {
             active: boolean;
             /** Format: uuid */
             id: string;
-            params: Record<string, never>;
+            params: Record<string, unknown>;
             sha256: string;
             /** @description Evaluated beside the active version every cycle, never applied. */
             shadow: boolean;
@@ -2854,7 +4129,7 @@ export interface components {
             progress: number;
             requested_by: string;
             /** @description `{candidate, active, workloads, window_s, from}`: the simulator's scores of each replay. */
-            result?: Record<string, never> | null;
+            result?: Record<string, unknown> | null;
             /**
              * Format: uuid
              * @description The tenant whose level the candidate replaces; none for a platform policy.
@@ -2909,7 +4184,7 @@ export interface components {
              * @description Deadline (batch work).
              */
             deadline?: string | null;
-            env: Record<string, never>;
+            env: Record<string, unknown>;
             /** Format: int32 */
             exit_code?: number | null;
             /** Format: int32 */
@@ -3101,98 +4376,6 @@ export interface operations {
             };
         };
     };
-    logs: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description The agent's own node */
-                node_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                /**
-                 * @example {
-                 *       "chunks": [
-                 *         {
-                 *           "attempt": 1,
-                 *           "seq": 0,
-                 *           "stream": "stdout",
-                 *           "text": "epoch 1: loss 0.42\n",
-                 *           "workload_id": "00000000-0000-0000-0000-000000000000"
-                 *         }
-                 *       ]
-                 *     }
-                 */
-                "application/json": components["schemas"]["LogBatch"];
-            };
-        };
-        responses: {
-            /** @description Stored */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Stored"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
     telemetry: {
         parameters: {
             query?: never;
@@ -3346,7 +4529,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description `stale_attempt`: the attempt is over */
+            /** @description `stale_attempt`: the attempt is over; `attempt_token_mismatch`: not the token the attempt was assigned with (nothing changed) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3916,70 +5099,6 @@ export interface operations {
             };
         };
     };
-    list: {
-        parameters: {
-            query?: {
-                workload_id?: string;
-                tenant?: string;
-                kind?: string;
-                /** @description Only decisions with a smaller id (paging backwards). */
-                before?: number;
-                /** @description Most recent first; at most 1000, 100 by default. */
-                limit?: number;
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Decisions */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["DecisionView"][];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
     list_enrolment_tokens: {
         parameters: {
             query?: never;
@@ -4302,65 +5421,14 @@ export interface operations {
             };
         };
     };
-    summary: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The summary */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["FleetSummary"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
     list_gpus: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Only GPUs after this one (the last GPU of the previous page). */
+                after?: string;
+                /** @description At most this many GPUs, 1 to 1000; all when absent. */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4680,7 +5748,12 @@ export interface operations {
     };
     list_nodes: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Only nodes (or GPUs of nodes) whose name sorts after this one. */
+                after?: string;
+                /** @description At most this many nodes (or GPUs), 1 to 1000; all when absent. */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4913,62 +5986,6 @@ export interface operations {
             };
         };
     };
-    list: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Policies with their versions */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["PolicyView"][];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
     upload: {
         parameters: {
             query: {
@@ -4990,6 +6007,15 @@ export interface operations {
             };
         };
         responses: {
+            /** @description These bytes are a version of this policy already: nothing stored */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyView"];
+                };
+            };
             /** @description Stored (checked and trial-evaluated first) */
             201: {
                 headers: {
@@ -4999,7 +6025,7 @@ export interface operations {
                     "application/json": components["schemas"]["PolicyView"];
                 };
             };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            /** @description `invalid_name`: checked before the module is compiled */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5026,7 +6052,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
-            /** @description A built-in policy's name */
+            /** @description A built-in policy's name; `policy_quota`: the tenant keeps its most versions or bytes */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5095,7 +6121,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": Record<string, unknown>;
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
@@ -5471,7 +6497,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": Record<string, unknown>;
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
@@ -5601,7 +6627,7 @@ export interface operations {
         requestBody: {
             content: {
                 /** @example {} */
-                "application/json": Record<string, never>;
+                "application/json": Record<string, unknown>;
             };
         };
         responses: {
@@ -5650,73 +6676,6 @@ export interface operations {
                 };
             };
             422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    logs: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description Policy id */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Logs (a platform policy's: platform admins only) */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["LogView"][];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6159,6 +7118,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+            /** @description `what_if_limit`: the tenant has its most runs queued or running */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -6193,7 +7161,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": Record<string, unknown>;
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
@@ -6216,243 +7184,6 @@ export interface operations {
             };
             /** @description The caller's role does not allow this */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    list: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Services */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ServiceView"][];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    create: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                /**
-                 * @example {
-                 *       "behavior": {
-                 *         "scale_down_window_s": 300,
-                 *         "scale_up_window_s": 0,
-                 *         "stale_after_s": 60
-                 *       },
-                 *       "capacity": 15,
-                 *       "class": "realtime_inference",
-                 *       "cpu_variant": {
-                 *         "capacity": 4,
-                 *         "command": [
-                 *           "sh",
-                 *           "-c",
-                 *           "exec sleep 3600"
-                 *         ],
-                 *         "cpu_millis": 2000,
-                 *         "memory_mb": 1024
-                 *       },
-                 *       "max_replicas": 8,
-                 *       "min_replicas": 1,
-                 *       "name": "chat",
-                 *       "replica": {
-                 *         "command": [
-                 *           "sh",
-                 *           "-c",
-                 *           "exec sleep 3600"
-                 *         ],
-                 *         "resources": {
-                 *           "cpu_millis": 1000,
-                 *           "gpu_count": 1,
-                 *           "memory_mb": 1024
-                 *         }
-                 *       }
-                 *     }
-                 */
-                "application/json": components["schemas"]["CreateService"];
-            };
-        };
-        responses: {
-            /** @description Created */
-            201: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ServiceView"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The tenant has a live service of that name */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Invalid, or an unknown tenant */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    detail: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description Service id */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The service */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ServiceDetail"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6729,160 +7460,6 @@ export interface operations {
             };
         };
     };
-    create_token: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description Service id */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                /**
-                 * @example {
-                 *       "name": "chat-gateway"
-                 *     }
-                 */
-                "application/json": components["schemas"]["CreateServiceToken"];
-            };
-        };
-        responses: {
-            /** @description Created; `token` is shown only now */
-            201: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ServiceTokenView"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Invalid name */
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    revoke_token: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description Service id */
-                id: string;
-                /** @description Token id */
-                token_id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Revoked */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ServiceTokenView"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
     read: {
         parameters: {
             query?: never;
@@ -7083,202 +7660,6 @@ export interface operations {
                 };
             };
             422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    list: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Tenants */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["TenantView"][];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    create: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                /**
-                 * @example {
-                 *       "guaranteed_gpus": 8,
-                 *       "name": "research",
-                 *       "weight": 2
-                 *     }
-                 */
-                "application/json": components["schemas"]["CreateTenant"];
-            };
-        };
-        responses: {
-            /** @description Created */
-            201: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["TenantView"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The name is taken */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    summary: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Standing of each tenant */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["TenantStanding"][];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7619,147 +8000,6 @@ export interface operations {
             };
             /** @description The caller's role does not allow this */
             403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    create_token: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                /**
-                 * @example {
-                 *       "expires_in_days": 30,
-                 *       "name": "ci-deploy"
-                 *     }
-                 */
-                "application/json": components["schemas"]["CreateToken"];
-            };
-        };
-        responses: {
-            /** @description The token, shown this once */
-            201: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["CreatedToken"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            422: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    revoke_token: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description Token id; its owner may revoke it too */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Revoked */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ApiTokenView"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8229,7 +8469,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": Record<string, unknown>;
                 };
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
@@ -8268,71 +8508,6 @@ export interface operations {
                 };
             };
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    list: {
-        parameters: {
-            query?: {
-                state?: components["schemas"]["WorkloadState"];
-                tenant?: string;
-                class?: components["schemas"]["WorkloadClass"];
-                node_id?: string;
-                /** @description A service's replicas. */
-                service_id?: string;
-                /** @description Most recent first; at most 1000, 100 by default. */
-                limit?: number;
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Workloads */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["WorkloadView"][];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8439,73 +8614,6 @@ export interface operations {
             };
         };
     };
-    detail: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description Workload id */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The workload */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["WorkloadDetail"];
-                };
-            };
-            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
     cancel: {
         parameters: {
             query?: never;
@@ -8564,88 +8672,6 @@ export interface operations {
             };
             /** @description Already finished */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description Too many requests (from this credential or address); see Retry-After */
-            429: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-        };
-    };
-    logs: {
-        parameters: {
-            query?: {
-                /** @description One attempt (1, 2, …); every attempt when absent. */
-                attempt?: number;
-                /** @description `stdout` or `stderr`; both when absent. */
-                stream?: components["schemas"]["LogStream"];
-                /** @description Only the last this many lines (at most 10,000). */
-                tail?: number;
-                /** @description Only output stored after this cursor (from an earlier answer's `cursor`). */
-                after?: number;
-                /**
-                 * @description Keep the answer open and send output as it arrives (JSON Lines), until the workload ends
-                 *     or `wait_s` passes (a client reconnects with `after` set to the last line's cursor).
-                 */
-                follow?: boolean;
-                /** @description With `follow`: the longest the answer stays open, seconds (default `--log-follow-default-s`, 20; at most 3600). */
-                wait_s?: number;
-            };
-            header?: never;
-            path: {
-                /** @description Workload id */
-                id: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Its output (JSON Lines of `LogLine` when following) */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Logs"];
-                };
-            };
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description No credential, or an invalid, expired or revoked one */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            /** @description The caller's role does not allow this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorResponse"];
-                };
-            };
-            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,5 +1,6 @@
-// The API's shapes, generated from the control plane's OpenAPI document (`npm run gen:api`),
-// plus the fields of endpoints that are being added (optional until they land).
+// The API's shapes: short names for the schemas of the control plane's OpenAPI document, generated
+// into schema.d.ts by `npm run gen:api` (`make test` fails when that file differs from the served
+// document). Declare no API shape by hand here: alias the schema's.
 import type { components } from "./schema";
 
 type S = components["schemas"];
@@ -9,13 +10,8 @@ export type Session = S["Session"];
 export type NodeView = S["NodeView"];
 export type GpuView = S["GpuView"];
 export type GpuShare = S["GpuShareView"];
-export type Workload = S["WorkloadView"] & {
-  /** Its position among the pending work competing for the same resources (when the API says). */
-  queue_position?: number | null;
-  /** What it is short of, e.g. "needs 4 GPUs of H100 on one node; the best node has 2 free". */
-  shortfall?: string | null;
-};
-export type WorkloadDetail = Workload & { history: S["WorkloadEvent"][]; decisions: Decision[] };
+export type Workload = S["WorkloadView"];
+export type WorkloadDetail = S["WorkloadDetail"];
 export type WorkloadClass = S["WorkloadClass"];
 export type SubmitWorkload = S["SubmitWorkload"];
 export type Decision = S["DecisionView"];
@@ -31,46 +27,16 @@ export type ShadowResult = S["ShadowResultView"];
 export type WhatIf = S["WhatIfView"];
 export type Logs = S["Logs"];
 
-export interface UsageNumbers {
-  owned_gpu_hours: number;
-  allocated_gpu_hours: number;
-  busy_gpu_hours: number;
-  idle_gpu_hours: number;
-  idle_cost: number;
-  owned_cost: number;
-}
-export type GroupBy = "none" | "tenant" | "class" | "node" | "gpu_model";
-export interface UsageReport {
-  from: string;
-  to: string;
-  step_s: number;
-  group_by: GroupBy;
-  totals: UsageNumbers;
-  groups: (UsageNumbers & { group: string })[];
-  series: (UsageNumbers & { at: string; group: string })[];
-}
-export interface HeldIdle {
-  workload_id: string;
-  name: string;
-  tenant: string;
-  gpus: number;
-  idle_for_s: number;
-  cost_so_far: number;
-  class?: string;
-  held_since?: string;
-}
+/** GET /api/v1/usage. */
+export type UsageNumbers = S["UsageNumbers"];
+export type GroupBy = S["GroupBy"];
+export type UsageReport = S["UsageReport"];
+/** GET /api/v1/fleet/held-idle. */
+export type HeldIdle = S["HeldIdle"];
 
-export type PreviewAction = "place" | "preempt" | "keep_pending" | "none";
-export interface PreviewOutcome {
-  action: PreviewAction;
-  node: string | null;
-  reason: string;
-}
-export interface PriorityPreview {
-  changes: { workload_id: string; name: string; tenant: string; current: PreviewOutcome; candidate: PreviewOutcome }[];
-  placed_now: number;
-  placed_with_candidate: number;
-}
+/** POST /api/v1/settings/priorities/preview. */
+export type PriorityPreview = S["Preview"];
+export type PreviewOutcome = S["PreviewOutcome"];
 
 export const WORKLOAD_CLASSES: WorkloadClass[] = [
   "realtime_inference",
@@ -81,7 +47,7 @@ export const WORKLOAD_CLASSES: WorkloadClass[] = [
   "embeddings",
   "evaluation",
 ];
-export const ACTIVE_STATES = ["pending", "scheduled", "running", "preempting", "cancelling"];
+export const ACTIVE_STATES: S["WorkloadState"][] = ["pending", "scheduled", "running", "preempting", "cancelling"];
 
 /** GET /api/v1/gpus/{id}/history. */
 export type GpuHistory = S["GpuHistory"];

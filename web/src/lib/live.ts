@@ -2,7 +2,7 @@
 // change invalidates the queries it affects, so a page shows it within a moment instead of at the
 // next poll, and polling slows down while the feed is connected. EventSource cannot send the
 // bearer token, so the stream is read with fetch; a dropped stream reconnects from the last id.
-import { useEffect, useSyncExternalStore } from "react";
+import { useEffect, useState, useSyncExternalStore } from "react";
 import { useQueryClient, type QueryClient } from "@tanstack/react-query";
 import { token } from "../api/client";
 
@@ -78,6 +78,27 @@ export function useLive(): boolean {
     },
     () => connected,
   );
+}
+
+/**
+ * The time (ms since the epoch), read again when each `periodMs` boundary passes: a render reads
+ * this instead of calling Date.now, so a range derived from it (and the query key built on that
+ * range) stays put between renders and moves on once a period.
+ */
+export function useClock(periodMs: number): number {
+  const [now, setNow] = useState(() => Date.now());
+  useEffect(() => {
+    let timer: ReturnType<typeof setTimeout>;
+    const wait = () => {
+      timer = setTimeout(() => {
+        setNow(Date.now());
+        wait();
+      }, periodMs - (Date.now() % periodMs) + 1);
+    };
+    wait();
+    return () => clearTimeout(timer);
+  }, [periodMs]);
+  return now;
 }
 
 /** Poll every `ms` without the feed; every 15 s (a safety net) while it is connected. */

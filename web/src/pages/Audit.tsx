@@ -2,7 +2,7 @@ import { useState } from "react";
 import { useQuery } from "@tanstack/react-query";
 import { createColumnHelper } from "@tanstack/react-table";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
+import { api, unwrap } from "../api/client";
 import type { AuditEntry } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { ErrorNote, PageHeader, Section } from "../components/ui";
@@ -23,7 +23,7 @@ export function Audit(_: PageProps) {
   const [action, setAction] = useState("");
   const audit = useQuery({
     queryKey: ["audit", action],
-    queryFn: () => api<AuditEntry[]>(`/api/v1/audit?limit=1000${action ? `&action=${encodeURIComponent(action)}` : ""}`),
+    queryFn: () => unwrap(api.GET("/api/v1/audit", { params: { query: { limit: 1000, ...(action ? { action } : {}) } } })),
     refetchInterval: 10_000,
   });
   return (

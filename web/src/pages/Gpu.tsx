@@ -4,13 +4,12 @@ import { useMemo, useState } from "react";
 import { useQuery } from "@tanstack/react-query";
 import type { EChartsCoreOption } from "echarts/core";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
-import type { GpuHistory, GpuView } from "../api/types";
+import { api, unwrap } from "../api/client";
 import { Chart } from "../components/Chart";
 import { Badge, ErrorNote, Loading, PageHeader, Section, Stat } from "../components/ui";
 import { duration, gib, pct, words } from "../lib/format";
 import { historyRange, historySeries } from "../lib/history";
-import { pollEvery } from "../lib/live";
+import { pollEvery, useClock } from "../lib/live";
 import { Link } from "../lib/router";
 
 const RANGES = [
@@ -22,14 +21,13 @@ const RANGES = [
 
 export function GpuPage({ id }: PageProps & { id: string }) {
   const [minutes, setMinutes] = useState(60);
-  const gpu = useQuery({ queryKey: ["gpu", id], queryFn: () => api<GpuView>(`/api/v1/gpus/${encodeURIComponent(id)}`), refetchInterval: pollEvery(5000) });
+  const gpu = useQuery({ queryKey: ["gpu", id], queryFn: () => unwrap(api.GET("/api/v1/gpus/{id}", { params: { path: { id } } })), refetchInterval: pollEvery(5000) });
   // The range moves on every 10 s, so the query key (and the cache) stays put between renders.
-  const tick = Math.floor(Date.now() / 10_000);
-  // eslint-disable-next-line react-hooks/exhaustive-deps
-  const r = useMemo(() => historyRange(minutes), [minutes, tick]);
+  const now = useClock(10_000);
+  const r = useMemo(() => historyRange(minutes, now), [minutes, now]);
   const history = useQuery({
     queryKey: ["gpu-history", id, minutes, r.to],
-    queryFn: () => api<GpuHistory>(`/api/v1/gpus/${encodeURIComponent(id)}/history?${new URLSearchParams({ from: r.from, to: r.to, step_s: String(r.step_s) })}`),
+    queryFn: () => unwrap(api.GET("/api/v1/gpus/{id}/history", { params: { path: { id }, query: r } })),
     refetchInterval: 10_000,
     placeholderData: (prev) => prev,
   });

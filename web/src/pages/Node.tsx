@@ -4,13 +4,13 @@ import { useMemo, useState } from "react";
 import { useQuery } from "@tanstack/react-query";
 import type { EChartsCoreOption } from "echarts/core";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
-import type { NodeHistory, NodeView, Workload } from "../api/types";
+import { api, unwrap } from "../api/client";
+import type { Workload } from "../api/types";
 import { Chart } from "../components/Chart";
 import { Badge, ErrorNote, Loading, PageHeader, Section, Stat, StateBadge } from "../components/ui";
 import { duration, gib, money, pct } from "../lib/format";
 import { historyRange, nodeSeries } from "../lib/history";
-import { pollEvery } from "../lib/live";
+import { pollEvery, useClock } from "../lib/live";
 import { useWorkloads } from "../lib/queries";
 import { Link } from "../lib/router";
 import { GpuTile, Legend } from "./Fleet";
@@ -26,19 +26,17 @@ export function NodePage({ id }: PageProps & { id: string }) {
   const [minutes, setMinutes] = useState(60);
   const node = useQuery({
     queryKey: ["node", id],
-    queryFn: () => api<NodeView>(`/api/v1/nodes/${encodeURIComponent(id)}`),
+    queryFn: () => unwrap(api.GET("/api/v1/nodes/{id}", { params: { path: { id } } })),
     refetchInterval: pollEvery(5000),
   });
   const workloads = useWorkloads();
   const names = useMemo(() => new Map((workloads.data ?? []).map((w: Workload) => [w.id, w.name])), [workloads.data]);
   // The range moves on every 10 s, so the query key (and the cache) stays put between renders.
-  const tick = Math.floor(Date.now() / 10_000);
-  // eslint-disable-next-line react-hooks/exhaustive-deps
-  const r = useMemo(() => historyRange(minutes), [minutes, tick]);
+  const now = useClock(10_000);
+  const r = useMemo(() => historyRange(minutes, now), [minutes, now]);
   const history = useQuery({
     queryKey: ["node-history", id, minutes, r.to],
-    queryFn: () =>
-      api<NodeHistory>(`/api/v1/nodes/${encodeURIComponent(id)}/history?${new URLSearchParams({ from: r.from, to: r.to, step_s: String(r.step_s) })}`),
+    queryFn: () => unwrap(api.GET("/api/v1/nodes/{id}/history", { params: { path: { id }, query: r } })),
     refetchInterval: 10_000,
     placeholderData: (prev) => prev,
   });

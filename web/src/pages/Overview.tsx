@@ -7,6 +7,7 @@ import { ErrorNote, Loading, PageHeader, Section, Stat } from "../components/ui"
 import { duration, gpuHours, gpus, money, pct, words } from "../lib/format";
 import { useFleetSummary, useHeldIdle, useTenantSummary, useUsage, useWorkloads } from "../lib/queries";
 import { Link } from "../lib/router";
+import { useClock } from "../lib/live";
 import { pendingByReason, summaryNow, range, seriesByStep, shares, topByIdleCost } from "../lib/usage";
 import type { HeldIdle, TenantStanding } from "../api/types";
 import { createColumnHelper } from "@tanstack/react-table";
@@ -112,9 +113,8 @@ export function TenantsTable({ rows }: { rows: TenantStanding[] }) {
 
 function UsagePanels({ hours }: { hours: number }) {
   // The range is fixed per minute so the query key (and the cache) stays put between renders.
-  const minute = Math.floor(Date.now() / 60000);
-  // eslint-disable-next-line react-hooks/exhaustive-deps
-  const r = useMemo(() => range(hours), [hours, minute]);
+  const now = useClock(60_000);
+  const r = useMemo(() => range(hours, now), [hours, now]);
   const overall = useUsage({ ...r, group_by: "none" });
   const byTenant = useUsage({ ...r, group_by: "tenant" });
   const byClass = useUsage({ ...r, group_by: "class" });

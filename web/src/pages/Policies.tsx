@@ -1,8 +1,8 @@
 import { useRef, useState, type DragEvent, type FormEvent } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
-import type { Policy, PolicyFailure, PolicyLog, ShadowResult, WhatIf } from "../api/types";
+import { api, unwrap } from "../api/client";
+import type { Policy, ShadowResult } from "../api/types";
 import { Badge, ErrorNote, Loading, PageHeader, Section } from "../components/ui";
 import { ago, gpuHours, money, pct, time, words } from "../lib/format";
 import { scoreRows, shadowDiffRows, type ScoreRow } from "../lib/compare";
@@ -81,12 +81,16 @@ function Upload({ onUploaded }: { onUploaded: (p: Policy) => void }) {
   const upload = useMutation({
     mutationFn: async () => {
       if (!file) throw new Error("Choose a .wasm module first.");
-      const bytes = await file.arrayBuffer();
-      return api<Policy>(`/api/v1/policies?name=${encodeURIComponent(name || file.name.replace(/\.wasm$/, ""))}`, {
-        method: "POST",
-        raw: bytes,
-        contentType: "application/wasm",
-      });
+      const bytes = new Uint8Array(await file.arrayBuffer());
+      // The document declares the module as bytes (an array of integers); they go as binary.
+      return unwrap(
+        api.POST("/api/v1/policies", {
+          params: { query: { name: name || file.name.replace(/\.wasm$/, "") } },
+          headers: { "Content-Type": "application/wasm" },
+          body: Array.from(bytes),
+          bodySerializer: (b) => Uint8Array.from(b),
+        }),
+      );
     },
     onSuccess: (p) => {
       client.invalidateQueries({ queryKey: ["policies"] });
@@ -160,25 +164,25 @@ function PolicyDetail({ policy, can }: { policy: Policy; can: PageProps["can"] }
   };
   const action = useMutation({
     mutationFn: async (what: "activate" | "dry-run" | "rollback" | "deactivate" | "shadow" | "unshadow" | "what-if") => {
-      const base = `/api/v1/policies/${policy.id}`;
+      const path = { params: { path: { id: policy.id } } };
       const p = what === "activate" || what === "dry-run" || what === "shadow" || what === "what-if" ? parsed() : {};
       if (p === null) throw new Error("Parameters must be a JSON object.");
       switch (what) {
         case "activate":
-          return api(`${base}/activate`, { method: "POST", body: { version, params: p } });
+          return unwrap(api.POST("/api/v1/policies/{id}/activate", { ...path, body: { version, params: p } }));
         case "dry-run":
-          setDry(await api<DryRun>(`${base}/dry-run`, { method: "POST", body: { version, params: p } }));
+          setDry(await unwrap(api.POST("/api/v1/policies/{id}/dry-run", { ...path, body: { version, params: p } })));
           return null;
         case "rollback":
-          return api(`${base}/rollback`, { method: "POST" });
+          return unwrap(api.POST("/api/v1/policies/{id}/rollback", path));
         case "deactivate":
-          return api(`${base}/deactivate`, { method: "POST" });
+          return unwrap(api.POST("/api/v1/policies/{id}/deactivate", path));
         case "shadow":
-          return api(`${base}/shadow`, { method: "PUT", body: { version, params: p } });
+          return unwrap(api.PUT("/api/v1/policies/{id}/shadow", { ...path, body: { version, params: p } }));
         case "unshadow":
-          return api(`${base}/shadow`, { method: "DELETE" });
+          return unwrap(api.DELETE("/api/v1/policies/{id}/shadow", path));
         case "what-if": {
-          const run = await api<WhatIf>(`${base}/what-if`, { method: "POST", body: { version, params: p, hours: 24 } });
+          const run = await unwrap(api.POST("/api/v1/policies/{id}/what-if", { ...path, body: { version, params: p, hours: 24 } }));
           setWhatIfId(run.id);
           return run;
         }
@@ -186,11 +190,11 @@ function PolicyDetail({ policy, can }: { policy: Policy; can: PageProps["can"] }
     },
     onSettled: refresh,
   });
-  const failures = useQuery({ queryKey: ["policy", policy.id, "failures"], queryFn: () => api<PolicyFailure[]>(`/api/v1/policies/${policy.id}/failures`), refetchInterval: 10_000 });
-  const logs = useQuery({ queryKey: ["policy", policy.id, "logs"], queryFn: () => api<PolicyLog[]>(`/api/v1/policies/${policy.id}/logs`), refetchInterval: 10_000 });
+  const failures = useQuery({ queryKey: ["policy", policy.id, "failures"], queryFn: () => unwrap(api.GET("/api/v1/policies/{id}/failures", { params: { path: { id: policy.id } } })), refetchInterval: 10_000 });
+  const logs = useQuery({ queryKey: ["policy", policy.id, "logs"], queryFn: () => unwrap(api.GET("/api/v1/policies/{id}/logs", { params: { path: { id: policy.id } } })), refetchInterval: 10_000 });
   const shadow = useQuery({
     queryKey: ["policy", policy.id, "shadow"],
-    queryFn: () => api<ShadowResult[]>(`/api/v1/policies/${policy.id}/shadow-results`),
+    queryFn: () => unwrap(api.GET("/api/v1/policies/{id}/shadow-results", { params: { path: { id: policy.id } } })),
     refetchInterval: 10_000,
   });
   return (
@@ -433,7 +437,7 @@ function scoreValue(r: ScoreRow, v: number): string {
 function WhatIfRun({ id }: { id: string }) {
   const run = useQuery({
     queryKey: ["what-if", id],
-    queryFn: () => api<WhatIf>(`/api/v1/what-if/${id}`),
+    queryFn: () => unwrap(api.GET("/api/v1/what-if/{id}", { params: { path: { id } } })),
     refetchInterval: (q) => (q.state.data && ["done", "failed", "succeeded"].includes(q.state.data.state) ? false : 1500),
   });
   const r = run.data;

@@ -1,7 +1,7 @@
-import { useEffect, useState, type FormEvent } from "react";
+import { useState, type FormEvent } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import type { PageProps } from "../App";
-import { ApiError, api } from "../api/client";
+import { ApiError, api, unwrap } from "../api/client";
 import type { PreviewOutcome, PrioritySettings, PriorityPreview } from "../api/types";
 import { ErrorNote, Loading, PageHeader, Section } from "../components/ui";
 import { words } from "../lib/format";
@@ -40,19 +40,19 @@ type PreviewAnswer = { absent: true } | { absent: false; preview: PriorityPrevie
 export function Priorities({ can }: PageProps) {
   const saved = usePriorities();
   const client = useQueryClient();
-  const [form, setForm] = useState<PrioritySettings | null>(null);
+  // The form shows the saved settings until the first edit, then the edited ones.
+  const [edited, setForm] = useState<PrioritySettings | null>(null);
+  const form = edited ?? saved.data ?? null;
   const [done, setDone] = useState("");
-  useEffect(() => {
-    if (saved.data && form === null) setForm(saved.data);
-  }, [saved.data, form]);
   const dirty = !!form && !!saved.data && JSON.stringify(form) !== JSON.stringify(saved.data);
   const preview = useQuery({
     queryKey: ["priorities", "preview", form],
     enabled: dirty && can.editPriorities,
     retry: false,
     queryFn: async (): Promise<PreviewAnswer> => {
+      if (!form) throw new Error("No settings to preview."); // not enabled until there are
       try {
-        return { absent: false, preview: await api<PriorityPreview>("/api/v1/settings/priorities/preview", { method: "POST", body: form }) };
+        return { absent: false, preview: await unwrap(api.POST("/api/v1/settings/priorities/preview", { body: form })) };
       } catch (err) {
         if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return { absent: true };
         throw err;
@@ -60,7 +60,7 @@ export function Priorities({ can }: PageProps) {
     },
   });
   const save = useMutation({
-    mutationFn: (body: PrioritySettings) => api<PrioritySettings>("/api/v1/settings/priorities", { method: "PUT", body }),
+    mutationFn: (body: PrioritySettings) => unwrap(api.PUT("/api/v1/settings/priorities", { body })),
     onSuccess: (s) => {
       client.setQueryData(["priorities"], s);
       setForm(s);
@@ -149,7 +149,12 @@ function Preview({ answer, error, loading }: { answer: PreviewAnswer | undefined
     <Section title="What these settings would change now" id="preview">
       <ErrorNote error={error} />
       {!answer && loading && <Loading what="the preview" />}
-      {answer && !answer.absent && (
+      {answer && !answer.absent && answer.preview.error && (
+        <p className="error" role="alert" data-testid="preview-error">
+          The two runs could not be compared: {answer.preview.error}
+        </p>
+      )}
+      {answer && !answer.absent && !answer.preview.error && (
         <>
           <p data-testid="preview-summary">
             Placed now: <strong>{answer.preview.placed_now}</strong> · with these settings: <strong>{answer.preview.placed_with_candidate}</strong> ·{" "}

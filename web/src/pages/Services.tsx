@@ -6,8 +6,8 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { createColumnHelper } from "@tanstack/react-table";
 import type { EChartsCoreOption } from "echarts/core";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
-import type { ScaleEvent, Service, ServiceDetail } from "../api/types";
+import { api, unwrap } from "../api/client";
+import type { ScaleEvent, Service } from "../api/types";
 import { Chart } from "../components/Chart";
 import { DataTable } from "../components/DataTable";
 import { Badge, ErrorNote, Loading, PageHeader, Section, Stat, StateBadge } from "../components/ui";
@@ -16,7 +16,7 @@ import { replicaSeries } from "../lib/compare";
 import { pollEvery } from "../lib/live";
 import { Link, navigate } from "../lib/router";
 
-const useServices = () => useQuery({ queryKey: ["services"], queryFn: () => api<Service[]>("/api/v1/services"), refetchInterval: pollEvery(5000) });
+const useServices = () => useQuery({ queryKey: ["services"], queryFn: () => unwrap(api.GET("/api/v1/services")), refetchInterval: pollEvery(5000) });
 
 const load = (v: number | null | undefined, s: Pick<Service, "metric">) => (v == null ? "—" : `${Math.round(v * 100) / 100} ${words(s.metric)}`);
 
@@ -77,11 +77,11 @@ export function ServicePage({ id, can }: PageProps & { id: string }) {
   const client = useQueryClient();
   const detail = useQuery({
     queryKey: ["service", id],
-    queryFn: () => api<ServiceDetail>(`/api/v1/services/${encodeURIComponent(id)}`),
+    queryFn: () => unwrap(api.GET("/api/v1/services/{id}", { params: { path: { id } } })),
     refetchInterval: pollEvery(5000),
   });
   const remove = useMutation({
-    mutationFn: () => api<Service>(`/api/v1/services/${encodeURIComponent(id)}`, { method: "DELETE" }),
+    mutationFn: () => unwrap(api.DELETE("/api/v1/services/{id}", { params: { path: { id } } })),
     onSuccess: () => void client.invalidateQueries({ queryKey: ["service", id] }),
   });
   const s = detail.data;

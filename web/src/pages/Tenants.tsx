@@ -1,8 +1,7 @@
 import { useState, type FormEvent } from "react";
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
-import type { Tenant } from "../api/types";
+import { api, unwrap } from "../api/client";
 import { ErrorNote, Loading, PageHeader, Section } from "../components/ui";
 import { gpus, words } from "../lib/format";
 import { useTenantSummary, useTenants } from "../lib/queries";
@@ -64,7 +63,7 @@ function CreateTenant() {
   const [name, setName] = useState("");
   const [guaranteed, setGuaranteed] = useState(0);
   const create = useMutation({
-    mutationFn: () => api<Tenant>("/api/v1/tenants", { method: "POST", body: { name, guaranteed_gpus: guaranteed } }),
+    mutationFn: () => unwrap(api.POST("/api/v1/tenants", { body: { name, guaranteed_gpus: guaranteed } })),
     onSuccess: () => {
       setName("");
       client.invalidateQueries({ queryKey: ["tenants"] });

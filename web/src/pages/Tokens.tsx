@@ -5,7 +5,7 @@ import { useState, type FormEvent } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { createColumnHelper } from "@tanstack/react-table";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
+import { api, unwrap } from "../api/client";
 import type { ApiToken, CreatedToken, Me, Role } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { ErrorNote, Loading, PageHeader, Section } from "../components/ui";
@@ -25,10 +25,10 @@ export function Tokens({ me, can }: PageProps) {
   const [showRevoked, setShowRevoked] = useState(false);
   const tokens = useQuery({
     queryKey: ["tokens", showRevoked],
-    queryFn: () => api<ApiToken[]>(`/api/v1/tokens${showRevoked ? "?include_revoked=true" : ""}`),
+    queryFn: () => unwrap(api.GET("/api/v1/tokens", { params: { query: showRevoked ? { include_revoked: true } : {} } })),
   });
   const revoke = useMutation({
-    mutationFn: (id: string) => api<ApiToken>(`/api/v1/tokens/${encodeURIComponent(id)}`, { method: "DELETE" }),
+    mutationFn: (id: string) => unwrap(api.DELETE("/api/v1/tokens/{id}", { params: { path: { id } } })),
     onSuccess: () => void client.invalidateQueries({ queryKey: ["tokens"] }),
   });
   const col = createColumnHelper<ApiToken>();
@@ -79,7 +79,7 @@ function CreateToken({ role, inTenant }: { role: Role; inTenant: boolean }) {
   const [days, setDays] = useState(90);
   const [created, setCreated] = useState<CreatedToken | null>(null);
   const create = useMutation({
-    mutationFn: () => api<CreatedToken>("/api/v1/tokens", { method: "POST", body: { name, role: asRole, expires_in_days: days } }),
+    mutationFn: () => unwrap(api.POST("/api/v1/tokens", { body: { name, role: asRole, expires_in_days: days } })),
     onSuccess: (t) => {
       setCreated(t);
       setName("");

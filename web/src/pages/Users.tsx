@@ -5,7 +5,7 @@ import { useState, type FormEvent } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { createColumnHelper } from "@tanstack/react-table";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
+import { api, unwrap } from "../api/client";
 import type { Role, User } from "../api/types";
 import { DataTable } from "../components/DataTable";
 import { Badge, ErrorNote, Loading, PageHeader, Section } from "../components/ui";
@@ -14,9 +14,9 @@ import { rolesUpTo } from "../lib/roles";
 
 export function Users({ me, can }: PageProps) {
   const client = useQueryClient();
-  const users = useQuery({ queryKey: ["users"], queryFn: () => api<User[]>("/api/v1/users") });
+  const users = useQuery({ queryKey: ["users"], queryFn: () => unwrap(api.GET("/api/v1/users")) });
   const toggle = useMutation({
-    mutationFn: (u: User) => api<User>(`/api/v1/users/${encodeURIComponent(u.id)}`, { method: "PATCH", body: { disabled: !u.disabled } }),
+    mutationFn: (u: User) => unwrap(api.PATCH("/api/v1/users/{id}", { params: { path: { id: u.id } }, body: { disabled: !u.disabled } })),
     onSuccess: () => void client.invalidateQueries({ queryKey: ["users"] }),
   });
   const col = createColumnHelper<User>();
@@ -65,10 +65,7 @@ function AddUser({ platformAdmin, role, tenant }: { platformAdmin: boolean; role
   const [done, setDone] = useState("");
   const add = useMutation({
     mutationFn: () =>
-      api<User | { status: string }>("/api/v1/users", {
-        method: "POST",
-        body: { email, password, role: asRole, ...(platformAdmin && inTenant ? { tenant: inTenant } : {}) },
-      }),
+      unwrap(api.POST("/api/v1/users", { body: { email, password, role: asRole, ...(platformAdmin && inTenant ? { tenant: inTenant } : {}) } })),
     onSuccess: (r) => {
       setDone("id" in r ? `${email} can sign in now.` : `${email} is invited: they join when they sign in or accept.`);
       setEmail("");

@@ -1,11 +1,11 @@
 import { pollEvery } from "../lib/live";
 import { useState, type FormEvent } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { createColumnHelper, type ColumnDef } from "@tanstack/react-table";
+import { createColumnHelper } from "@tanstack/react-table";
 import type { PageProps } from "../App";
-import { api } from "../api/client";
-import { ACTIVE_STATES, WORKLOAD_CLASSES, type Logs, type SubmitWorkload, type Workload, type WorkloadClass, type WorkloadDetail } from "../api/types";
-import { DataTable } from "../components/DataTable";
+import { api, unwrap } from "../api/client";
+import { ACTIVE_STATES, WORKLOAD_CLASSES, type SubmitWorkload, type Workload, type WorkloadClass } from "../api/types";
+import { DataTable, type Column } from "../components/DataTable";
 import { ErrorNote, Loading, PageHeader, Section, StateBadge } from "../components/ui";
 import { ago, duration, gpusAsked, time, words } from "../lib/format";
 import { LIVE_MS, useTenants, useWorkloads } from "../lib/queries";
@@ -22,7 +22,7 @@ const TABS: { id: Tab; label: string; states: string[] }[] = [
 function CancelButton({ w }: { w: Workload }) {
   const client = useQueryClient();
   const cancel = useMutation({
-    mutationFn: () => api<Workload>(`/api/v1/workloads/${w.id}/cancel`, { method: "POST" }),
+    mutationFn: () => unwrap(api.POST("/api/v1/workloads/{id}/cancel", { params: { path: { id: w.id } } })),
     onSettled: () => client.invalidateQueries({ queryKey: ["workloads"] }),
   });
   if (!ACTIVE_STATES.includes(w.state) || w.state === "cancelling") return null;
@@ -44,8 +44,7 @@ function CancelButton({ w }: { w: Workload }) {
 
 const col = createColumnHelper<Workload>();
 function columns(tab: Tab, canCancel: boolean) {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const cs: ColumnDef<Workload, any>[] = [
+  const cs: Column<Workload>[] = [
     ...(tab === "queue"
       ? [col.accessor((w) => w.queue_position ?? null, { id: "position", header: "#", cell: (c) => c.getValue() ?? "" })]
       : []),
@@ -140,7 +139,7 @@ function SubmitForm({ platformAdmin }: { platformAdmin: boolean }) {
   const [command, setCommand] = useState("sleep 60");
   const [tenant, setTenant] = useState("");
   const submit = useMutation({
-    mutationFn: (body: SubmitWorkload) => api<Workload>("/api/v1/workloads", { method: "POST", body }),
+    mutationFn: (body: SubmitWorkload) => unwrap(api.POST("/api/v1/workloads", { body })),
     onSuccess: (w) => {
       setName("");
       client.invalidateQueries({ queryKey: ["workloads"] });
@@ -234,13 +233,13 @@ function SubmitForm({ platformAdmin }: { platformAdmin: boolean }) {
 export function WorkloadPage({ id, can }: PageProps & { id: string }) {
   const detail = useQuery({
     queryKey: ["workload", id],
-    queryFn: () => api<WorkloadDetail>(`/api/v1/workloads/${id}`),
+    queryFn: () => unwrap(api.GET("/api/v1/workloads/{id}", { params: { path: { id } } })),
     refetchInterval: pollEvery(LIVE_MS),
   });
   const active = detail.data ? ACTIVE_STATES.includes(detail.data.state) : true;
   const logs = useQuery({
     queryKey: ["workload", id, "logs"],
-    queryFn: () => api<Logs>(`/api/v1/workloads/${id}/logs?tail=200`),
+    queryFn: () => unwrap(api.GET("/api/v1/workloads/{id}/logs", { params: { path: { id }, query: { tail: 200 } } })),
     refetchInterval: active ? LIVE_MS : false,
   });
   if (detail.isPending) return <Loading what="the workload" />;
