@@ -32,6 +32,7 @@ const POLICIES: &[(&str, &str)] = &[
     ("baseline-strict-priority", "baseline_strict_priority"),
     ("baseline-best-fit", "baseline_best_fit"),
     ("baseline-random", "baseline_random"),
+    ("baseline-fgd", "baseline_fgd"),
 ];
 
 fn main() {

@@ -6,8 +6,9 @@
 //!
 //! One implementation: the structural rules are the SDK's own [`Checker`] (what a policy's unit
 //! tests apply through `airtime_policy_sdk::check::check_decisions`), run on the same ABI snapshot
-//! the policy read; the host adds its rules through [`Checker::check_with`] — scope, quota and the
-//! preemption settings. The control plane's cycle, the simulator and a policy's tests therefore
+//! the policy read (the preemption settings included: the snapshot shows them, ABI 1.5); the host
+//! adds the rules only it knows through [`Checker::check_with`] — scope and quota. The control
+//! plane's cycle, the simulator and a policy's tests therefore
 //! refuse exactly the same decisions.
 
 use std::borrow::Cow;
@@ -78,7 +79,8 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
         }
         let decision = decision(&proposal);
         let verdict = checker.check_with(&decision, |_| match &proposal {
-            Proposal::Preempt { .. } => preemption_allowed(fleet, index),
+            // The preemption rules are the SDK checker's (the snapshot shows them, ABI 1.5).
+            Proposal::Preempt { .. } => Ok(()),
             Proposal::Place { gpus, .. } => within_quota(fleet, index, placement_milli(fleet, index, gpus), &held),
             Proposal::KeepPending { .. } => Ok(()),
         });
@@ -132,32 +134,6 @@ fn within_quota(fleet: &FleetView, workload: usize, milli: u32, held: &[u32]) ->
             tenant.guaranteed_gpus,
             w.name,
             gpus_in_words(u64::from(milli))
-        ));
-    }
-    Ok(())
-}
-
-/// The platform's preemption rules, which no policy can override: minimum runtime, the cap on
-/// preemptions per hour, and (when set) only checkpointable work.
-pub fn preemption_allowed(fleet: &FleetView, workload: usize) -> Result<(), String> {
-    let w = &fleet.workloads[workload];
-    let rules = &fleet.settings;
-    if rules.checkpointable_only && !w.checkpointable {
-        return Err(format!("preempt: only checkpointable work may be preempted, and {} is not", w.name));
-    }
-    if let Some(started) = w.started_at {
-        let ran = (fleet.now - started).num_seconds();
-        if ran < i64::from(rules.min_runtime_s) {
-            return Err(format!(
-                "preempt: workload {} has run {ran} s of its protected {} s minimum runtime",
-                w.name, rules.min_runtime_s
-            ));
-        }
-    }
-    if w.preemptions_last_hour >= rules.max_preemptions_per_hour.max(0) as u32 {
-        return Err(format!(
-            "preempt: workload {} was already preempted {} times in the last hour (cap {})",
-            w.name, w.preemptions_last_hour, rules.max_preemptions_per_hour
         ));
     }
     Ok(())

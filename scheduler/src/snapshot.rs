@@ -146,6 +146,7 @@ fn build_inner<'a>(
                 gpu_milli: w.gpu_milli,
                 mig_profile: &w.mig_profile,
                 container: w.container,
+                preemptions_last_hour: w.preemptions_last_hour,
                 // A replica of a service outside this view names none (a tenant view keeps only
                 // its own services, and remaps the index).
                 service: w.replica_of.filter(|r| r.service < fleet.services.len()).map(|r| to_index(r.service)),
@@ -249,6 +250,7 @@ fn settings(fleet: &FleetView) -> abi::Settings {
         max_preemptions_per_hour: s.max_preemptions_per_hour.max(0) as u32,
         // The host resolves the time window, so policies need no clock or calendar logic.
         night_training_bonus: if s.is_night(hour) { s.night_training_bonus } else { 0 },
+        checkpointable_only: s.checkpointable_only,
     }
 }
 

@@ -176,7 +176,7 @@ extern "C" {
 #define AIRTIME_WORKLOAD_NODE 72u                /* u32: node index (running only), else NONE */
 #define AIRTIME_WORKLOAD_FLAGS 76u               /* u32 */
 #define AIRTIME_WORKLOAD_EXPECTED_DURATION_S 80u /* u32: 0 unknown */
-#define AIRTIME_WORKLOAD_RESERVED 84u            /* u32 */
+#define AIRTIME_WORKLOAD_PREEMPTIONS_LAST_HOUR 84u /* u32, 1.5: at the settings' cap the host refuses another */
 #define AIRTIME_WORKLOAD_GPU_MILLI 88u           /* u32, 1.2: share of each GPU; 1000 whole, less: a share of one */
 #define AIRTIME_WORKLOAD_MIG_PROFILE 92u         /* string, 1.2: MIG profile it must run on; empty: none */
 #define AIRTIME_WORKLOAD_RESERVED_2 100u         /* u32 */
@@ -196,6 +196,8 @@ extern "C" {
 #define AIRTIME_SETTINGS_GRACE_PERIOD_S 12u          /* u32 */
 #define AIRTIME_SETTINGS_MAX_PREEMPTIONS_PER_HOUR 16u /* u32 */
 #define AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS 20u    /* i32: 0 outside the night window */
+#define AIRTIME_SETTINGS_FLAGS 24u                   /* u32, 1.5: AIRTIME_SETTINGS_FLAG_* */
+#define AIRTIME_SETTINGS_FLAG_CHECKPOINTABLE_ONLY 0x1u /* 1.5: only checkpointable work may be preempted */
 
 /* Service, 80 bytes (ABI 1.3): an elastic inference service of the scope and the host's
  * autoscaler plan for it. Its replicas are ordinary workloads naming it (AIRTIME_WORKLOAD_SERVICE);
@@ -246,7 +248,7 @@ AIRTIME_STATIC_ASSERT(AIRTIME_NODE_FLAGS + 4 == AIRTIME_NODE_SIZE, "node record"
 AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "gpu record");
 AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_REPLICA_VARIANT + 4 == AIRTIME_WORKLOAD_SIZE, "workload record");
 AIRTIME_STATIC_ASSERT(AIRTIME_SERVICE_RESERVED + 4 == AIRTIME_SERVICE_SIZE, "service record");
-AIRTIME_STATIC_ASSERT(AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS + 12 == AIRTIME_SETTINGS_SIZE, "settings record");
+AIRTIME_STATIC_ASSERT(AIRTIME_SETTINGS_FLAGS + 8 == AIRTIME_SETTINGS_SIZE, "settings record");
 AIRTIME_STATIC_ASSERT(AIRTIME_DECISION_REASON + 8 == AIRTIME_DECISION_SIZE, "decision record");
 AIRTIME_STATIC_ASSERT(sizeof(void *) == 4 && sizeof(size_t) == 4, "the ABI is wasm32: pointers are i32");
 
@@ -783,6 +785,7 @@ typedef struct airtime_workload {
     uint32_t node;  /* running only; AIRTIME_NONE otherwise */
     uint32_t flags; /* AIRTIME_WORKLOAD_FLAG_* */
     uint32_t expected_duration_s;
+    uint32_t preemptions_last_hour; /* 1.5 */
     uint32_t gpu_milli;      /* 1.2: share of each GPU; 1000 whole */
     airtime_str mig_profile; /* 1.2: empty: none */
     uint32_t service;         /* 1.3: service index it is a replica of; AIRTIME_NONE: a job */
@@ -807,6 +810,7 @@ typedef struct airtime_service {
 typedef struct airtime_settings {
     uint32_t burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, max_preemptions_per_hour;
     int32_t night_training_bonus;
+    uint32_t flags; /* 1.5: AIRTIME_SETTINGS_FLAG_* */
 } airtime_settings;
 
 static inline bool airtime_read_tenant(const airtime_snapshot *s, uint32_t i, airtime_tenant *out) {
@@ -879,6 +883,7 @@ static inline bool airtime_read_workload(const airtime_snapshot *s, uint32_t i, 
     out->node = airtime_get_u32(r + AIRTIME_WORKLOAD_NODE);
     out->flags = airtime_get_u32(r + AIRTIME_WORKLOAD_FLAGS);
     out->expected_duration_s = airtime_get_u32(r + AIRTIME_WORKLOAD_EXPECTED_DURATION_S);
+    out->preemptions_last_hour = airtime_get_u32(r + AIRTIME_WORKLOAD_PREEMPTIONS_LAST_HOUR);
     out->gpu_milli = airtime_get_u32(r + AIRTIME_WORKLOAD_GPU_MILLI);
     out->mig_profile = airtime_string_at(s, r + AIRTIME_WORKLOAD_MIG_PROFILE);
     out->service = airtime_get_u32(r + AIRTIME_WORKLOAD_SERVICE);
@@ -922,6 +927,7 @@ static inline bool airtime_read_settings(const airtime_snapshot *s, airtime_sett
     out->grace_period_s = airtime_get_u32(r + AIRTIME_SETTINGS_GRACE_PERIOD_S);
     out->max_preemptions_per_hour = airtime_get_u32(r + AIRTIME_SETTINGS_MAX_PREEMPTIONS_PER_HOUR);
     out->night_training_bonus = airtime_get_i32(r + AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS);
+    out->flags = airtime_get_u32(r + AIRTIME_SETTINGS_FLAGS);
     return true;
 }
 

@@ -26,11 +26,13 @@ pub use error::{AbiError, BufferKind, Location, Table};
 
 /// The ABI version this SDK speaks; a module's `airtime_abi_version` export returns it.
 pub const ABI_VERSION: u32 = 1;
-/// The minor version of this SDK's records (1.4: container workloads and the nodes that run them,
+/// The minor version of this SDK's records (1.5: the preemption rules a policy needs to propose
+/// only what the host accepts — a workload's preemptions in the last hour and checkpointable-only;
+/// 1.4: container workloads and the nodes that run them,
 /// as flag bits; 1.3: elastic inference services). Minor versions only append fields or flag bits
 /// (tables carry their stride; 1.3 appends the services table's descriptor after the 88 header
-/// bytes earlier guests read), so guests built for 1.0 to 1.3 keep working.
-pub const ABI_MINOR_VERSION: u32 = 4;
+/// bytes earlier guests read), so guests built for 1.0 to 1.4 keep working.
+pub const ABI_MINOR_VERSION: u32 = 5;
 /// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
 pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
@@ -260,6 +262,9 @@ pub struct Workload<'a> {
     /// Runs in an OCI image: only a node with [`Node::containers`] can take it (flag bit 4;
     /// ABI 1.4).
     pub container: bool,
+    /// Times it was preempted in the last hour: at the settings' `max_preemptions_per_hour` the
+    /// host refuses to preempt it again (ABI 1.5; 0 from older hosts).
+    pub preemptions_last_hour: u32,
 }
 
 impl Default for Workload<'_> {
@@ -289,6 +294,7 @@ impl Default for Workload<'_> {
             service: None,
             replica_variant: ReplicaVariant::None,
             container: false,
+            preemptions_last_hour: 0,
         }
     }
 }
@@ -354,6 +360,8 @@ pub struct Settings {
     /// Priority added to training and fine-tuning now: the host resolves the platform's night
     /// window, so this is 0 outside it.
     pub night_training_bonus: i32,
+    /// Only checkpointable work may be preempted (flag bit 0 at offset 24; ABI 1.5).
+    pub checkpointable_only: bool,
 }
 
 macro_rules! code_enum {

@@ -7,7 +7,8 @@
 //! that are free (not held, not given earlier in the cycle), of an allowed model, with enough free
 //! memory by live telemetry; a container workload only on a node with a container engine (ABI
 //! 1.4); a CPU placement (no GPUs) only for CPU-only or CPU-capable work; a preemption only of
-//! running, preemptible work.
+//! running, preemptible work, and (ABI 1.5) only as the platform's preemption rules allow: not
+//! within the minimum runtime, not past the hourly cap, only checkpointable work when so set.
 //!
 //! Shares (ABI 1.2): a share of one GPU (`gpu_milli` below 1000) on a time-sliced or MPS GPU takes
 //! only its thousandths and its memory slice, and needs both unreserved (counting the cycle's earlier
@@ -17,7 +18,7 @@
 //!
 //! This is the one implementation of those rules: [`check_decisions`] runs a [`Checker`] for a
 //! policy's tests, and the scheduling core (`airtime-scheduler`) runs one in every cycle, adding
-//! the rules only a host knows (tenant scope, quotas, the preemption settings) through
+//! the rules only a host knows (tenant scope, quotas) through
 //! [`Checker::check_with`]. It acts on the decisions that pass and records the problems of those
 //! that do not.
 
@@ -147,6 +148,9 @@ impl<'s, 'a> Checker<'s, 'a> {
                 }
                 if !workload.preemptible {
                     return Err(format!("preempt: workload {} is not preemptible", workload.name));
+                }
+                if let Some(rules) = &snapshot.settings {
+                    preemption_rules(rules, workload, snapshot.now_ms)?;
                 }
                 more(workload)?;
             }
@@ -289,4 +293,27 @@ impl<'s, 'a> Checker<'s, 'a> {
         }
         Ok(())
     }
+}
+/// The platform's preemption rules, which no policy can override (ABI 1.5 shows them all):
+/// minimum runtime, the cap on preemptions per hour, and (when set) only checkpointable work.
+fn preemption_rules(rules: &crate::abi::Settings, w: &Workload<'_>, now_ms: u64) -> Result<(), String> {
+    if rules.checkpointable_only && !w.checkpointable {
+        return Err(format!("preempt: only checkpointable work may be preempted, and {} is not", w.name));
+    }
+    if w.started_ms != 0 {
+        let ran = now_ms.saturating_sub(w.started_ms) / 1000;
+        if ran < u64::from(rules.min_runtime_s) {
+            return Err(format!(
+                "preempt: workload {} has run {ran} s of its protected {} s minimum runtime",
+                w.name, rules.min_runtime_s
+            ));
+        }
+    }
+    if w.preemptions_last_hour >= rules.max_preemptions_per_hour {
+        return Err(format!(
+            "preempt: workload {} was already preempted {} times in the last hour (cap {})",
+            w.name, w.preemptions_last_hour, rules.max_preemptions_per_hour
+        ));
+    }
+    Ok(())
 }

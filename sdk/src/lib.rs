@@ -86,6 +86,10 @@
 //! - [`guest`]: [`Policy`](guest::Policy), [`Context`](guest::Context), [`Failure`](guest::Failure),
 //!   [`export_policy!`].
 //! - [`plan`]: [`Plan`](plan::Plan), which keeps a cycle from taking a GPU twice.
+//! - [`actions`]: the steps every policy repeats — order the queue, allocate (best fit or least
+//!   fragmenting), reserve for the head of the queue, preempt for a class or reclaim a guarantee —
+//!   composable, so a policy is a short pipeline of them.
+//! - [`frag`]: fragmentation (Weng et al.'s measure) and [`FragPlacer`](frag::FragPlacer).
 //! - [`fit`]: the placement toolkit, indexes that keep best-fit searches fast (free GPUs per node,
 //!   host room, each node's GPUs tightest first, a per-need memo).
 //! - [`params`]: the policy's JSON parameters, read without `serde`.
@@ -97,6 +101,7 @@
 //!   by priority, the night window) are methods of [`Snapshot`](abi::Snapshot) and its records.
 
 pub mod abi;
+pub mod actions;
 pub mod check;
 pub mod fit;
 pub mod frag;

@@ -136,6 +136,7 @@ pub struct OwnedWorkload {
     pub service: Option<u32>,
     pub replica_variant: ReplicaVariant,
     pub container: bool,
+    pub preemptions_last_hour: u32,
 }
 
 impl Default for OwnedWorkload {
@@ -270,6 +271,7 @@ impl OwnedWorkload {
             service: self.service,
             replica_variant: self.replica_variant,
             container: self.container,
+            preemptions_last_hour: self.preemptions_last_hour,
         }
     }
 }
@@ -399,6 +401,7 @@ impl From<&Workload<'_>> for OwnedWorkload {
             service: w.service,
             replica_variant: w.replica_variant,
             container: w.container,
+            preemptions_last_hour: w.preemptions_last_hour,
         }
     }
 }

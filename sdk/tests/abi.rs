@@ -125,6 +125,7 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 service: None,
                 replica_variant: ReplicaVariant::None,
                 container: true,
+                preemptions_last_hour: 2,
             },
             Workload {
                 id: "0190c6a4-0000-7000-8000-000000000002",
@@ -158,6 +159,7 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
             grace_period_s: 30,
             max_preemptions_per_hour: 4,
             night_training_bonus: -3,
+            checkpointable_only: true,
         }),
         params: r#"{"max": 3}"#,
         scope_tenant: Some(1),

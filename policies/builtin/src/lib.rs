@@ -42,6 +42,9 @@ pub const BASELINE_BEST_FIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/b
 /// `policies/baseline-random`: the Random scoring of Weng et al.'s simulator (ATC '23).
 pub const BASELINE_RANDOM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_random.wasm"));
 
+/// `policies/baseline-fgd`: Weng et al.'s FGD (fragmentation gradient descent) on the SDK's placer.
+pub const BASELINE_FGD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_fgd.wasm"));
+
 /// What platform teams run today, written as ordinary policies: the simulator compares Airtime's
 /// policies against these (`airtime-sim`). Not in [`ALL`]: the control plane does not register them.
 pub const BASELINES: &[(&str, &[u8])] = &[
@@ -53,7 +56,8 @@ pub const BASELINES: &[(&str, &[u8])] = &[
 /// The placement baselines of Weng et al.'s fill experiment, reimplemented from their simulator:
 /// `airtime-sim fill` compares against these (and checks its protocol by them). Not in [`ALL`] nor in
 /// [`BASELINES`]: they place and never queue by priority, so a replay of mixed work says little.
-pub const FILL_BASELINES: &[(&str, &[u8])] = &[("weng-best-fit", BASELINE_BEST_FIT), ("weng-random", BASELINE_RANDOM)];
+pub const FILL_BASELINES: &[(&str, &[u8])] =
+    &[("weng-best-fit", BASELINE_BEST_FIT), ("weng-random", BASELINE_RANDOM), ("weng-fgd", BASELINE_FGD)];
 
 /// Every built-in policy: (name, module bytes).
 pub const ALL: &[(&str, &[u8])] = &[

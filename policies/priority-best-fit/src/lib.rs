@@ -30,6 +30,7 @@
 
 use std::collections::BTreeMap;
 
+use airtime_policy_sdk::actions::{Holdings, Ranking, queue};
 use airtime_policy_sdk::fit::{Candidate, FitMemo, NodeRoom, NodesByFree, RoomIndex, TightestGpus, push_number};
 use airtime_policy_sdk::prelude::*;
 
@@ -59,12 +60,10 @@ impl Policy for PriorityBestFit {
         let (max_placements, prefer_nvlink) = read_params(ctx.params())?;
         let settings = snapshot.settings_or_default();
 
-        let mut order = snapshot.pending_by_priority();
-        order.sort_by_key(|(index, w)| {
-            let realtime_first = settings.realtime_first && w.class == WorkloadClass::RealtimeInference;
-            // Stable sort: within equal keys, the SDK's order (priority, submission, index) stays.
-            (!realtime_first, std::cmp::Reverse(snapshot.effective_priority(w)), w.submitted_ms, *index)
-        });
+        // The SDK's ordering action: real-time inference first when the settings say so, then
+        // effective priority, then submission (guarantees are not this policy's concern).
+        let ranking = Ranking { realtime_first: settings.realtime_first, guaranteed_first: false };
+        let order = queue(snapshot, &Holdings::of(snapshot), ranking);
 
         let mut cycle = Cycle::new(snapshot);
         let mut failed_shapes: BTreeMap<Shape<'s>, String> = BTreeMap::new();

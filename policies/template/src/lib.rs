@@ -1,22 +1,24 @@
 //! A starting point for an Airtime policy. Copy this directory, rename the package in
 //! `Cargo.toml`, and change [`Template::evaluate`].
 //!
-//! As written it is "first fit": pending workloads, highest priority first, each on the first ready
-//! node with enough free GPUs that fit it; everything else waits with a reason. It reads one
-//! parameter, `max_placements`, and logs a summary line.
+//! As written it is a page of the SDK's actions (`airtime_policy_sdk::actions`), the steps every
+//! policy repeats: the queue ranked by the platform's settings (real-time inference first when they
+//! say so, then priority, then submission), each workload allocated by best fit — CPU work on a
+//! CPU node (or the tightest node with room), a share on the fullest GPU that holds it, whole GPUs
+//! on the node left with the fewest free — and everything else waiting with a reason; the first
+//! GPU workload that does not fit reserves the node where it will fit first, so small work cannot
+//! starve it. It reads one parameter, `max_placements`, and logs a summary line.
 //!
-//! First fit looks at every ready node for every workload, which is fine for a few hundred nodes.
-//! For best fit at fleet scale (1,000 nodes, 10,000 pending, in milliseconds), use the SDK's
-//! placement toolkit, [`airtime_policy_sdk::fit`]: nodes grouped by free GPUs (`NodesByFree`), host
-//! room (`RoomIndex`), each node's GPUs tightest first with NVLink domains (`TightestGpus`) and a
-//! per-need memo (`FitMemo`) — the structures `priority-best-fit`, `cost-aware`, `fair-share` and
-//! `slo-first` are built on. The module docs of `fit` show the loop.
+//! To go further, swap [`Fit::BestFit`] for [`Fit::LeastFragmenting`] (Weng et al.'s
+//! fragmentation-aware placement, what `slo-first` uses), or let real-time work preempt with
+//! [`VictimSearch`](airtime_policy_sdk::actions::VictimSearch) — `policies/slo-first` shows both.
 //!
 //! Build: `cargo build --release --target wasm32-unknown-unknown -p airtime-policy-template`
 //! (the module is `target/wasm32-unknown-unknown/release/airtime_policy_template.wasm`).
 //! Test: `cargo test -p airtime-policy-template`. Try it on a snapshot:
 //! `airtime-policy run <module.wasm> --snapshot snapshot.json`.
 
+use airtime_policy_sdk::actions::{Allocator, Fit, Holdings, Ranking, Reservation, queue};
 use airtime_policy_sdk::prelude::*;
 
 /// The policy. Keep it stateless: a fresh instance runs each evaluation anyway.
@@ -45,46 +47,47 @@ impl Policy for Template {
 
         // The plan refuses to take a GPU twice or decide a workload twice.
         let mut plan = Plan::new(snapshot);
+        let mut alloc = Allocator::new(&plan, Fit::BestFit);
+        let mut reservation = Reservation::new(snapshot);
         // A container workload runs only on a node with a container engine (ABI 1.4).
         let any_engine = snapshot.ready_nodes().any(|(_, n)| n.containers);
+        let ranking = Ranking { guaranteed_first: false, ..Ranking::of(snapshot) };
         let mut placed = 0;
-        for (index, workload) in snapshot.pending_by_priority() {
+        for (index, w) in queue(snapshot, &Holdings::of(snapshot), ranking) {
             if placed == max_placements {
                 plan.keep_pending(index, format!("at most {max_placements} placements per cycle"))?;
                 continue;
             }
-            if workload.container && !any_engine {
+            if w.container && !any_engine {
                 plan.keep_pending(index, "no ready node runs containers")?;
                 continue;
             }
-            if !workload.needs_gpu() {
-                // CPU work: the first ready node that can run it with the CPU and memory free.
-                let node = snapshot.ready_nodes().find(|&(n, node)| {
-                    node.can_run(workload)
-                        && plan.cpu_free(n) >= workload.cpu_millis
-                        && plan.memory_free(n) >= workload.memory_mb
-                });
-                let node = node.map(|(n, _)| n);
-                match node {
-                    Some(node) => {
-                        plan.place(index, node, Vec::new(), "first fit on CPU")?;
-                        placed += 1;
-                    }
-                    None => plan.keep_pending(index, "no ready node has the CPU and memory free")?,
-                }
-                continue;
-            }
-            // The first ready node that can run it with the GPUs, CPU and memory free
-            // (`Plan::first_fit` skips nodes that cannot run it).
-            let need = workload.gpu_need();
-            let choice = plan.first_fit(index, snapshot.ready_nodes().map(|(n, _)| n));
-            match choice {
-                Some((node, gpus)) => {
-                    let reason = format!("first fit on {}", snapshot.nodes[node as usize].name);
-                    plan.place(index, node, gpus, reason)?;
+            let fit = if !w.needs_gpu() {
+                alloc.cpu(&plan, index).map(|node| (node, Vec::new(), "best fit on CPU".to_owned()))
+            } else {
+                let share = if w.is_share() { alloc.share(&plan, index, |_| true) } else { None };
+                share
+                    .or_else(|| alloc.gpus(&plan, index, |g| !reservation.is_reserved(g)))
+                    .map(|a| (a.node, a.gpus, a.how))
+            };
+            match fit {
+                Some((node, gpus, how)) => {
+                    let reason = format!("{how} on {}", snapshot.nodes[node as usize].name);
+                    alloc.place(&mut plan, index, node, gpus, reason)?;
                     placed += 1;
                 }
-                None => plan.keep_pending(index, format!("no ready node has {}", need.describe("free")))?,
+                None if !w.needs_gpu() => plan.keep_pending(index, "no ready node has the CPU and memory free")?,
+                None => {
+                    let need = w.gpu_need();
+                    let mut reason = format!("no ready node has {}", need.describe("free"));
+                    if let Some(node) = reservation.claim_for_head(&plan, w, &need) {
+                        reason.push_str(&format!(
+                            "; the free GPUs of {} are kept for it",
+                            snapshot.nodes[node as usize].name
+                        ));
+                    }
+                    plan.keep_pending(index, reason)?;
+                }
             }
         }
         ctx.info(format_args!("placed {placed} workloads"));
@@ -99,7 +102,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn places_on_the_first_node_that_fits() {
+    fn places_by_best_fit_highest_priority_first() {
         let outcome = SnapshotFixture::new()
             .node("a100", 4, "A100", 40960)
             .node("h100", 8, "H100", 81920)
@@ -110,8 +113,8 @@ mod tests {
             .evaluate(&Template)
             .expect("valid decisions");
         assert_eq!(outcome.placement("big"), Some(("h100", vec![0, 1])));
-        assert_eq!(outcome.placement("small"), Some(("a100", vec![0])));
-        assert_eq!(outcome.placement("embed"), Some(("a100", vec![])), "first fit: any ready node with CPU");
+        assert_eq!(outcome.placement("small"), Some(("a100", vec![0])), "the node left with the fewest free GPUs");
+        assert_eq!(outcome.placement("embed"), Some(("cpu", vec![])), "CPU work on a CPU node");
         assert_eq!(outcome.logs[0].message, "placed 3 workloads");
     }
 
@@ -123,6 +126,22 @@ mod tests {
             .evaluate(&Template)
             .expect("valid decisions");
         assert_eq!(outcome.reason("gang"), Some("no ready node has 4 free GPUs with ≥ 1024 MiB"));
+    }
+
+    #[test]
+    fn the_first_gang_that_does_not_fit_keeps_its_node_from_smaller_work() {
+        let outcome = SnapshotFixture::new()
+            .node("n1", 4, "H100", 81920)
+            .running("busy", "n1", &[0, 1])
+            .pending_with("gang", 4, 1024, |w| w.priority = 5)
+            .pending("small", 1, 1024)
+            .evaluate(&Template)
+            .expect("valid decisions");
+        assert_eq!(
+            outcome.reason("gang"),
+            Some("no ready node has 4 free GPUs with ≥ 1024 MiB; the free GPUs of n1 are kept for it")
+        );
+        assert!(outcome.is_kept_pending("small"), "{:?}", outcome.reason("small"));
     }
 
     #[test]
@@ -149,7 +168,11 @@ mod tests {
         let outcome = fixture.evaluate(&Template).expect("valid decisions");
         assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
         assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
-        assert_eq!(outcome.placed_on("plain"), Some("bare"), "work not in a container runs anywhere");
+        assert_eq!(
+            outcome.placed_on("plain"),
+            Some("engine"),
+            "work not in a container runs anywhere: best fit packs it"
+        );
         let bytes = fixture.encode();
         let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
         assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);

@@ -304,13 +304,14 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
     if let Some(t) = &s.settings {
         lines.push(format!(
             "settings 0 burst_reserve_gpus={} realtime_first={} min_runtime_s={} grace_period_s={} \
-             max_preemptions_per_hour={} night_training_bonus={}",
+             max_preemptions_per_hour={} night_training_bonus={} flags={}",
             t.burst_reserve_gpus,
             u32::from(t.realtime_first),
             t.min_runtime_s,
             t.grace_period_s,
             t.max_preemptions_per_hour,
-            t.night_training_bonus
+            t.night_training_bonus,
+            u32::from(t.checkpointable_only)
         ));
     }
     for (i, t) in s.tenants.iter().enumerate() {
@@ -374,7 +375,8 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
         lines.push(format!(
             "workload {i} id=[{}] name=[{}] tenant={} class={} state={} priority={} gpu_count={} gpu_memory_mb={} \
              gpu_models=[{}] cpu_millis={} memory_mb={} submitted_ms={} started_ms={} node={} flags={flags} \
-             expected_duration_s={} in_scope={} gpu_milli={} mig_profile=[{}] service={} replica_variant={}",
+             expected_duration_s={} in_scope={} gpu_milli={} mig_profile=[{}] service={} replica_variant={} \
+             preemptions_last_hour={}",
             w.id,
             w.name,
             w.tenant,
@@ -394,7 +396,8 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
             w.gpu_milli,
             w.mig_profile,
             index(w.service),
-            w.replica_variant.code()
+            w.replica_variant.code(),
+            w.preemptions_last_hour
         ));
     }
     for (i, v) in s.services.iter().enumerate() {
@@ -438,6 +441,7 @@ fn every_field() -> SnapshotFixture {
             grace_period_s: 30,
             max_preemptions_per_hour: 7,
             night_training_bonus: -5,
+            checkpointable_only: true,
         })
         .tenant_with("beta", |t| {
             t.guaranteed_gpus = 8;
@@ -472,6 +476,7 @@ fn every_field() -> SnapshotFixture {
             w.checkpointable = true;
             w.cpu_capable = true;
             w.expected_duration_s = 3600;
+            w.preemptions_last_hour = 0xFFFF_FFFD;
             w.submitted_ms = u64::MAX - 1;
             w.gpu_milli = 375;
         })

@@ -88,6 +88,7 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         field_u64(&w, "grace_period_s", settings.grace_period_s);
         field_u64(&w, "max_preemptions_per_hour", settings.max_preemptions_per_hour);
         field_i64(&w, "night_training_bonus", settings.night_training_bonus);
+        field_u64(&w, "flags", settings.flags);
     }
     airtime_tenant t;
     for (uint32_t i = 0; airtime_read_tenant(&s, i, &t); i++) {
@@ -159,6 +160,7 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         field_str(&w, "mig_profile", x.mig_profile);
         field_u64(&w, "service", x.service);
         field_u64(&w, "replica_variant", x.replica_variant);
+        field_u64(&w, "preemptions_last_hour", x.preemptions_last_hour);
     }
     airtime_service v;
     for (uint32_t i = 0; airtime_read_service(&s, i, &v); i++) {

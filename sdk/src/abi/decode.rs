@@ -167,6 +167,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             gang: flags & 8 != 0,
             container: flags & 16 != 0,
             expected_duration_s: u32_at(rec, 80),
+            preemptions_last_hour: u32_at(rec, 84),
             gpu_milli: u32_at(rec, 88),
             mig_profile: buf.string(at, "mig_profile", rec, 92)?,
             service: index(at, "service", u32_at(rec, 104), Table::Services, service_count)?,
@@ -181,6 +182,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
             grace_period_s: u32_at(rec, 12),
             max_preemptions_per_hour: u32_at(rec, 16),
             night_training_bonus: i32_at(rec, 20),
+            checkpointable_only: u32_at(rec, 24) & 1 != 0,
         });
     }
     for (i, rec) in services.records() {

@@ -131,7 +131,7 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
             | u32::from(workload.container) << 4;
         put_u32(&mut out, flags);
         put_u32(&mut out, workload.expected_duration_s);
-        put_u32(&mut out, 0);
+        put_u32(&mut out, workload.preemptions_last_hour);
         put_u32(&mut out, workload.gpu_milli);
         heap.put(&mut out, workload.mig_profile);
         put_u32(&mut out, 0);
@@ -145,7 +145,7 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         put_u32(&mut out, settings.grace_period_s);
         put_u32(&mut out, settings.max_preemptions_per_hour);
         put_i32(&mut out, settings.night_training_bonus);
-        put_u32(&mut out, 0);
+        put_u32(&mut out, u32::from(settings.checkpointable_only));
         put_u32(&mut out, 0);
     }
     for service in &snapshot.services {
