@@ -1,12 +1,8 @@
 #!/usr/bin/env node
 // Generates src/api/schema.d.ts from the control plane's OpenAPI document with the pinned
-// openapi-typescript, as its CLI would (same header), with one option and one repair:
-// - emptyObjectsUnknown (see below);
-// - an operationId that several operations share (utoipa names an operation after its handler, and
-//   several modules have a `list` or a `detail`; OpenAPI requires them unique) is dropped from
-//   those operations, so they are written inline in `paths`. Otherwise every such path refers to
-//   one `operations["list"]`, and GET /workloads is typed as GET /decisions. It says which it drops;
-//   once the server's ids are unique, the repair does nothing.
+// openapi-typescript, as its CLI would (same header), with one option: emptyObjectsUnknown (see
+// below). Operations are keyed by their operationId, which the server keeps unique (a control-plane
+// unit test, `every_operation_has_an_id_of_its_own`).
 //
 //   node scripts/gen-api.mjs <URL or file of openapi.json> <output .d.ts>
 //
@@ -29,22 +25,7 @@ const text = /^https?:\/\//.test(source)
   : fs.readFileSync(source, "utf8");
 const doc = JSON.parse(text);
 
-const METHODS = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
-const byId = new Map();
-for (const [path, item] of Object.entries(doc.paths ?? {})) {
-  for (const method of METHODS) {
-    const op = item?.[method];
-    if (op?.operationId) byId.set(op.operationId, [...(byId.get(op.operationId) ?? []), { path, method, op }]);
-  }
-}
-for (const [id, uses] of byId) {
-  if (uses.length < 2) continue;
-  console.warn(`gen-api: operationId "${id}" is used by ${uses.map((u) => `${u.method.toUpperCase()} ${u.path}`).join(", ")}: written inline`);
-  for (const { op } of uses) delete op.operationId;
-}
-
-// openapi-typescript's own configuration (Redocly's "minimal" rules, which the CLI uses too, and
-// unique operationIds, which now hold). emptyObjectsUnknown: a free-form object (a policy's
+// openapi-typescript's own configuration (Redocly's "minimal" rules, which the CLI uses too). emptyObjectsUnknown: a free-form object (a policy's
 // `params`, an audit entry's `detail`: `type: object` and nothing more) is Record<string, unknown>,
 // not Record<string, never>, which no object with a field could be sent as.
 const ast = await openapiTS(doc, { silent: true, emptyObjectsUnknown: true });

@@ -306,6 +306,7 @@ async fn event(
 /// the same), within the retention limits per workload and per tenant. Chunks of workloads this
 /// node did not run are ignored and counted.
 #[utoipa::path(
+    operation_id = "agent_logs",
     post,
     path = "/nodes/{node_id}/logs",
     tag = "agent",

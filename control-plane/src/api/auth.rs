@@ -321,6 +321,7 @@ pub struct CreatedToken {
 }
 
 #[utoipa::path(
+    operation_id = "auth_create_token",
     post,
     path = "/tokens",
     tag = "auth",
@@ -374,6 +375,7 @@ async fn create_token(
 }
 
 #[utoipa::path(
+    operation_id = "auth_revoke_token",
     delete,
     path = "/tokens/{id}",
     tag = "auth",

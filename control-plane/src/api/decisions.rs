@@ -17,6 +17,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 /// Decisions, newest first, with the policy version that made each and its reason.
 #[utoipa::path(
+    operation_id = "decisions_list",
     get,
     path = "/decisions",
     tag = "decisions",

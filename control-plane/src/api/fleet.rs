@@ -34,6 +34,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// caller's tenant's workloads; every tenant's for platform admins). A few hundred bytes whatever
 /// the fleet's size.
 #[utoipa::path(
+    operation_id = "fleet_summary",
     get,
     path = "/fleet/summary",
     tag = "fleet",

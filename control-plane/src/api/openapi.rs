@@ -230,6 +230,27 @@ mod tests {
     }
 
     #[test]
+    fn every_operation_has_an_id_of_its_own() {
+        // Generated clients key operations by id (openapi-typescript's `operations`): two handlers
+        // with one name would share one type.
+        use clap::Parser;
+        let config = crate::config::Config::parse_from(["airtime-control-plane", "--database-url", "postgres://none"]);
+        let (_, doc) = crate::api::router(&config).split_for_parts();
+        let doc = serde_json::to_value(&doc).expect("json");
+        let mut seen: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("path item") {
+                let Some(id) = op.get("operationId").and_then(|v| v.as_str()) else { continue };
+                let here = format!("{method} {path}");
+                if let Some(first) = seen.insert(id.to_owned(), here.clone()) {
+                    panic!("operationId {id:?} names both {first} and {here}");
+                }
+            }
+        }
+        assert!(seen.len() > 50, "{} operations", seen.len());
+    }
+
+    #[test]
     fn the_document_lists_every_access_level_and_security_scheme() {
         let doc = base();
         let schemes = &doc.components.as_ref().expect("components").security_schemes;

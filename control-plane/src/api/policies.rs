@@ -175,6 +175,7 @@ async fn upload(
 
 /// The platform's policies and the caller's tenant's own (every policy for platform admins).
 #[utoipa::path(
+    operation_id = "policies_list",
     get,
     path = "/policies",
     tag = "policies",
@@ -502,6 +503,7 @@ async fn failures(
 
 /// What the policy logged from inside, newest first.
 #[utoipa::path(
+    operation_id = "policies_logs",
     get,
     path = "/policies/{id}/logs",
     tag = "policies",

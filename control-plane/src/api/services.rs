@@ -30,6 +30,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// Create a service in the caller's tenant (platform admins name any tenant in `tenant`). Its
 /// first `min_replicas` replicas start at the next scheduling cycle; load reports scale it.
 #[utoipa::path(
+    operation_id = "services_create",
     post,
     path = "/services",
     tag = "services",
@@ -60,6 +61,7 @@ async fn create(
 /// The caller's tenant's live services with their replicas and demand (every tenant's for
 /// platform admins).
 #[utoipa::path(
+    operation_id = "services_list",
     get,
     path = "/services",
     tag = "services",
@@ -73,6 +75,7 @@ async fn list(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::
 
 /// A service with its replicas, demand and latest scale decisions.
 #[utoipa::path(
+    operation_id = "services_detail",
     get,
     path = "/services/{id}",
     tag = "services",
@@ -171,6 +174,7 @@ async fn report_load(
 
 /// Mint a token that may report this service's load and nothing else (shown once).
 #[utoipa::path(
+    operation_id = "services_create_token",
     post,
     path = "/services/{id}/tokens",
     tag = "services",
@@ -195,6 +199,7 @@ async fn create_token(
 
 /// Revoke one of a service's tokens.
 #[utoipa::path(
+    operation_id = "services_revoke_token",
     delete,
     path = "/services/{id}/tokens/{token_id}",
     tag = "services",

@@ -58,6 +58,7 @@ fn yes() -> bool {
 /// its waiting work and the most common reason that work gives. Every tenant for platform admins;
 /// the caller's own tenant for everyone else.
 #[utoipa::path(
+    operation_id = "tenants_summary",
     get,
     path = "/tenants/summary",
     tag = "tenants",
@@ -74,6 +75,7 @@ async fn summary(
 
 /// Every tenant for platform admins; the caller's own tenant for everyone else.
 #[utoipa::path(
+    operation_id = "tenants_list",
     get,
     path = "/tenants",
     tag = "tenants",
@@ -94,6 +96,7 @@ async fn list(caller: Caller, State(state): State<AppState>) -> ApiResult<axum::
 
 /// Create a tenant with its quota (platform admins).
 #[utoipa::path(
+    operation_id = "tenants_create",
     post,
     path = "/tenants",
     tag = "tenants",

@@ -70,6 +70,7 @@ async fn submit(
 
 /// The caller's tenant's workloads, most recent first (every tenant's for platform admins).
 #[utoipa::path(
+    operation_id = "workloads_list",
     get,
     path = "/workloads",
     tag = "workloads",
@@ -89,6 +90,7 @@ async fn list(
 
 /// A workload with its state history and the decisions about it.
 #[utoipa::path(
+    operation_id = "workloads_detail",
     get,
     path = "/workloads/{id}",
     tag = "workloads",
@@ -139,6 +141,7 @@ async fn cancel(
 /// the workload has ended and its output is in, or after `wait_s` (follow on with `after` set to
 /// the last line's `cursor`).
 #[utoipa::path(
+    operation_id = "workloads_logs",
     get,
     path = "/workloads/{id}/logs",
     tag = "workloads",

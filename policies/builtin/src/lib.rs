@@ -42,7 +42,7 @@ pub const BASELINE_BEST_FIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/b
 /// `policies/baseline-random`: the Random scoring of Weng et al.'s simulator (ATC '23).
 pub const BASELINE_RANDOM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_random.wasm"));
 
-/// `policies/baseline-fgd`: Weng et al.'s FGD (fragmentation gradient descent) on the SDK's placer.
+/// `policies/baseline-fgd`: Weng et al.'s FGD measure on the SDK's exact placer, alone.
 pub const BASELINE_FGD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/baseline_fgd.wasm"));
 
 /// What platform teams run today, written as ordinary policies: the simulator compares Airtime's
@@ -57,7 +57,7 @@ pub const BASELINES: &[(&str, &[u8])] = &[
 /// `airtime-sim fill` compares against these (and checks its protocol by them). Not in [`ALL`] nor in
 /// [`BASELINES`]: they place and never queue by priority, so a replay of mixed work says little.
 pub const FILL_BASELINES: &[(&str, &[u8])] =
-    &[("weng-best-fit", BASELINE_BEST_FIT), ("weng-random", BASELINE_RANDOM), ("weng-fgd", BASELINE_FGD)];
+    &[("weng-best-fit", BASELINE_BEST_FIT), ("weng-random", BASELINE_RANDOM), ("fgd", BASELINE_FGD)];
 
 /// Every built-in policy: (name, module bytes).
 pub const ALL: &[(&str, &[u8])] = &[

@@ -27,7 +27,9 @@
 //!   fewest victims make room (the customer-facing burst);
 //! - work a tenant is guaranteed that does not fit reclaims GPUs from tenants borrowing beyond
 //!   their guarantee;
-//! - work that has not run `min_runtime_s` is protected, and the waiting workload says for how long.
+//! - work that has not run `min_runtime_s` is protected, and the waiting workload says for how long;
+//! - no preemption loses airtime: the preemptor fits once the victims stop, uses all they free (a
+//!   burst never stops a bigger job), and a burst stops only work worth less than itself.
 //!
 //! Victims are stopped with the checkpoint signal and requeued; while they stop (the policy sees
 //! them as `stopping`), the waiting workload does not preempt more.

@@ -15,8 +15,8 @@ fn settings() -> Settings {
 fn a_burst_of_customer_traffic_preempts_preemptible_training() {
     let outcome = SnapshotFixture::new()
         .settings(settings())
-        .node("gpu-a", 2, "H100", 81920)
-        .running_with("train", "gpu-a", &[0, 1], |w| {
+        .node("gpu-a", 1, "H100", 81920)
+        .running_with("train", "gpu-a", &[0], |w| {
             w.class = WorkloadClass::Training;
             w.preemptible = true;
             w.checkpointable = true;
@@ -48,6 +48,25 @@ fn a_burst_stops_no_more_than_it_uses_of_work_that_would_lose_its_progress() {
         .evaluate(&SloFirst)
         .expect("runs");
     assert!(!outcome.is_preempted("train"), "{:?}", outcome.reason("train"));
+}
+
+#[test]
+fn a_burst_stops_no_job_bigger_than_itself_even_one_that_resumes() {
+    // Two GPUs of checkpointable training would lose no progress, but one of them would stand idle
+    // while the burst uses the other: allocation would fall.
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("gpu-a", 2, "H100", 81920)
+        .running_with("train", "gpu-a", &[0, 1], |w| {
+            w.class = WorkloadClass::Training;
+            w.preemptible = true;
+            w.checkpointable = true;
+        })
+        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(!outcome.is_preempted("train"), "{:?}", outcome.reason("train"));
+    assert!(outcome.is_kept_pending("chat"));
 }
 
 #[test]

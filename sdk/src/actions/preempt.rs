@@ -13,9 +13,9 @@
 //! **No preemption loses airtime**: the preemptor must fit once the victims stop (its host CPU and
 //! memory too), what they free must be used at once — no more GPU capacity stopped than started —
 //! and, when the preemptor outranks its victims, the work stopped must be worth less than the work
-//! started ([`worth`]). One exception: work that outranks may stop checkpointable work bigger than
-//! itself (customer traffic does not wait on a bigger training run; the victims lose no progress,
-//! and what the preemptor leaves of their GPUs goes back to the queue). Of the nodes where
+//! started ([`worth`]). So a burst never stops a job bigger than itself, even one that could resume
+//! from a checkpoint: the GPUs it would not use would stand idle (in the fill experiment, that is
+//! allocation falling as demand rises); the platform's burst reserve is the tool for keeping room. Of the nodes where
 //! that holds, the one needing the fewest victims wins, then the least worth stopped.
 
 use crate::abi::{Snapshot, Workload, WorkloadClass, WorkloadState};
@@ -253,12 +253,8 @@ impl VictimSearch<'_, '_, '_> {
             >= u64::from(w.cpu_millis)
             && u64::from(plan.memory_free(node)) + freed(|vw| u64::from(vw.memory_mb)) >= u64::from(w.memory_mb);
         let used_at_once = freed(|vw| u64::from(vw.gpu_demand_milli())) <= u64::from(w.gpu_demand_milli());
-        let resumable = set.iter().all(|&v| snapshot.workloads[v as usize].checkpointable);
-        let no_loss = match cause {
-            Cause::Outranks => (used_at_once || resumable) && freed(worth) < worth(w),
-            Cause::Reclaims => used_at_once,
-        };
-        fits_after && no_loss
+        let worth_more = cause == Cause::Reclaims || freed(worth) < worth(w);
+        fits_after && used_at_once && worth_more
     }
 }
 
@@ -376,12 +372,7 @@ mod tests {
                 }
         };
         let used = freed(&|x| u64::from(x.gpu_count) * 1000) <= u64::from(w.gpu_count) * 1000;
-        let resumable = set.iter().all(|&v| snapshot.workloads[v as usize].checkpointable);
-        let no_loss = if w.class == WorkloadClass::RealtimeInference {
-            (used || resumable) && freed(&worth_of) < worth_of(w)
-        } else {
-            used
-        };
+        let no_loss = used && (w.class != WorkloadClass::RealtimeInference || freed(&worth_of) < worth_of(w));
         !set.is_empty()
             && free + freed_gpus >= w.gpu_count
             && u64::from(cpu_free) + freed(&|x| u64::from(x.cpu_millis)) >= u64::from(w.cpu_millis)
