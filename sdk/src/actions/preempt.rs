@@ -187,8 +187,11 @@ impl VictimSearch<'_, '_, '_> {
             {
                 continue;
             }
-            let frees =
-                snapshot.node_gpus(node).filter(|(_, gpu)| gpu.holder == Some(v) && usable(need, gpu)).count() as u32;
+            // A GPU it shares with other work stays taken when it alone stops.
+            let frees = snapshot
+                .node_gpus(node)
+                .filter(|(_, gpu)| gpu.holder == Some(v) && gpu.sharers <= 1 && usable(need, gpu))
+                .count() as u32;
             if frees == 0 {
                 continue;
             }
@@ -356,7 +359,7 @@ mod tests {
             if !allowed {
                 return false;
             }
-            freed_gpus += snapshot.node_gpus(node).filter(|(_, g)| g.holder == Some(v)).count() as u32;
+            freed_gpus += snapshot.node_gpus(node).filter(|(_, g)| g.holder == Some(v) && g.sharers <= 1).count() as u32;
         }
         let free = snapshot.node_gpus(node).filter(|(_, g)| g.holder.is_none()).count() as u32;
         let cpu_free = snapshot.nodes[node as usize].cpu_millis_free;
