@@ -34,6 +34,10 @@
 //! Victims are stopped with the checkpoint signal and requeued; while they stop (the policy sees
 //! them as `stopping`), the waiting workload does not preempt more.
 //!
+//! **Consolidation.** The head of the queue — a gang that fits on no node although the fleet has
+//! the GPUs — gets a node by moving checkpointable, lower-ranked work that fits elsewhere right now
+//! (it resumes from its checkpoint there); its pending reason says which work moves where from.
+//!
 //! **Built from the SDK's actions** (`airtime_policy_sdk::actions`): the queue is
 //! [`queue`] with the settings' [`Ranking`]; placement is the [`Allocator`] (least fragmenting by
 //! default); the head of the queue keeps a [`Reservation`]; preemption is one [`VictimSearch`]
@@ -48,7 +52,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use airtime_policy_sdk::actions::reserve::usable;
 use airtime_policy_sdk::actions::{
-    Allocator, Cause, Fit, Holdings, Preemption, Ranking, Reservation, RunningByNode, VictimRules, VictimSearch, queue,
+    Allocator, Cause, Fit, Holdings, Preemption, Ranking, Reservation, RunningByNode, VictimRules, VictimSearch,
+    consolidate, queue,
 };
 use airtime_policy_sdk::fit::gpu_list;
 use airtime_policy_sdk::prelude::*;
@@ -326,10 +331,42 @@ impl<'p, 's> Cycle<'p, 's> {
                 }
             }
         }
-        if self.preempt_for(index, w)? {
+        if self.preempt_for(index, w)? || self.consolidate_for(index, w)? {
             return Ok(());
         }
         self.reserve_or_explain(index, w)
+    }
+
+    /// The head of the queue, a gang waiting behind fragmentation, gets a node by moving
+    /// checkpointable lower-ranked work that fits elsewhere now: `true` when a move is planned.
+    fn consolidate_for(&mut self, index: u32, w: &'p Workload<'s>) -> Result<bool, Failure> {
+        if self.reservation.head().is_some() || w.is_share() {
+            return Ok(false);
+        }
+        let need = w.gpu_need();
+        let (reserved, already) = (self.reservation.table(), &self.victim);
+        let Some(mv) = consolidate(&self.plan, w, &need, reserved, already, &self.running, self.rules) else {
+            return Ok(false);
+        };
+        let node = self.snapshot.nodes[mv.node as usize].name;
+        for &v in &mv.moved {
+            let vw = &self.snapshot.workloads[v as usize];
+            self.victim[v as usize] = true;
+            self.holdings.give_back(vw.tenant, vw.gpu_demand_milli());
+            let why = format!(
+                "moved off {node} to make room for {} (consolidation); requeued, resumes from its checkpoint on another node",
+                w.name
+            );
+            self.plan.preempt(v, why)?;
+        }
+        self.reservation.claim_node_for_head(&self.plan, w, mv.node, &need);
+        let names: Vec<&str> = mv.moved.iter().map(|&v| self.snapshot.workloads[v as usize].name).collect();
+        let reason = format!(
+            "consolidating: moving {} off {node} (they fit elsewhere and resume from their checkpoints); placed there once they stop",
+            names.join(", ")
+        );
+        self.plan.keep_pending(index, reason)?;
+        Ok(true)
     }
 
     /// Whether only the head's reservation stops `w`: it would fit if the reserved GPUs were free.

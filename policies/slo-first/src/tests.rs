@@ -377,3 +377,30 @@ fn a_tenant_quota_counts_a_quarter_gpu_as_a_quarter() {
     assert!(outcome.is_kept_pending("e"));
     assert!(outcome.reason("e").unwrap().contains("holds 1 of its 1 guaranteed GPUs"), "{:?}", outcome.reason("e"));
 }
+
+#[test]
+fn a_gang_behind_fragmentation_moves_checkpointable_work_that_fits_elsewhere() {
+    // 6 GPUs free over two nodes, 4 on neither: the checkpointable 1-GPU job on b moves to a.
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .node("a", 4, "H100", 81920)
+        .node("b", 4, "H100", 81920)
+        .running_with("serving", "a", &[0], |w| w.class = WorkloadClass::BatchInference)
+        .running_with("sweep", "b", &[0], |w| {
+            w.class = WorkloadClass::Training;
+            w.preemptible = true;
+            w.checkpointable = true;
+            w.started_ms -= HOUR_MS;
+        })
+        .pending_with("gang", 4, 0, |w| {
+            w.class = WorkloadClass::Training;
+            w.priority = 10;
+        })
+        .evaluate(&SloFirst)
+        .expect("runs");
+    assert!(outcome.is_preempted("sweep"), "{:?}", outcome.reason("sweep"));
+    assert!(outcome.reason("sweep").unwrap().contains("consolidation"), "{:?}", outcome.reason("sweep"));
+    let reason = outcome.reason("gang").unwrap();
+    assert!(reason.starts_with("consolidating: moving sweep off b"), "{reason}");
+    assert!(!outcome.is_preempted("serving"));
+}

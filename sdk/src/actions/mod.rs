@@ -12,16 +12,20 @@
 //!    customer-facing traffic) or a tenant reclaiming its guarantee from borrowers — applying every
 //!    rule the host enforces (minimum runtime, the hourly cap, checkpointable-only), so a policy
 //!    never proposes what the host refuses, and the rule that no preemption loses airtime.
+//! 5. [`consolidate`]: a gang that waits behind fragmentation gets a node by moving checkpointable,
+//!    lower-ranked work that fits elsewhere right now.
 //!
 //! `slo-first` (the default platform policy) is these four in a row; `priority-best-fit` and the
 //! tenant template use the ordering and the allocator.
 
 pub mod allocate;
+pub mod consolidate;
 pub mod order;
 pub mod preempt;
 pub mod reserve;
 
 pub use allocate::{Allocation, Allocator, Fit};
+pub use consolidate::{Move, consolidate};
 pub use order::{Holdings, Ranking, queue};
 pub use preempt::{Cause, Preemption, RunningByNode, VictimRules, VictimSearch, worth};
 pub use reserve::Reservation;

@@ -359,7 +359,8 @@ mod tests {
             if !allowed {
                 return false;
             }
-            freed_gpus += snapshot.node_gpus(node).filter(|(_, g)| g.holder == Some(v) && g.sharers <= 1).count() as u32;
+            freed_gpus +=
+                snapshot.node_gpus(node).filter(|(_, g)| g.holder == Some(v) && g.sharers <= 1).count() as u32;
         }
         let free = snapshot.node_gpus(node).filter(|(_, g)| g.holder.is_none()).count() as u32;
         let cpu_free = snapshot.nodes[node as usize].cpu_millis_free;

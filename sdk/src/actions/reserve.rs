@@ -61,6 +61,23 @@ impl<'a> Reservation<'a> {
         Some(node)
     }
 
+    /// Makes `w` the head, keeping the free GPUs of `node` (one being cleared for it, say): `false`
+    /// when a head is already chosen.
+    pub fn claim_node_for_head(
+        &mut self,
+        plan: &Plan<'_, '_>,
+        w: &Workload<'a>,
+        node: u32,
+        need: &GpuNeed<'_>,
+    ) -> bool {
+        if self.head.is_some() {
+            return false;
+        }
+        self.keep_node(plan, node, need);
+        self.head = Some(w.name);
+        true
+    }
+
     /// A node that can run `w` where the free unreserved GPUs plus those held by stopping work
     /// would hold its gang: room already being vacated (by an earlier preemption) to wait for.
     pub fn vacating_node(&self, plan: &Plan<'_, '_>, w: &Workload<'_>, need: &GpuNeed<'_>) -> Option<u32> {
