@@ -391,3 +391,15 @@ fn the_http_scan_finds_a_planted_api_error_and_ignores_words_in_comments_and_str
     assert_eq!(http_in("fn f(caller: &Caller) {}"), vec![(1, "fn f(caller: &Caller) {}".to_owned())]);
     assert!(http_in("fn f(scope: &Scope) -> domain::Result<()> {}").is_empty());
 }
+
+/// ARCHITECTURE.md's words, code and tables included.
+fn architecture_words() -> usize {
+    read(&root().join("ARCHITECTURE.md")).split_whitespace().count()
+}
+
+#[test]
+fn the_architecture_stays_a_map_of_at_most_4500_words() {
+    // A map read in minutes before changing code; narratives belong in docs/design/ (issue 37).
+    let words = architecture_words();
+    assert!(words <= 4_500, "ARCHITECTURE.md has {words} words: move detail to docs/design/, keep the map");
+}

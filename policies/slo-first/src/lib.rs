@@ -46,7 +46,8 @@
 //! are tried and the words each decision is explained with.
 //!
 //! Params (JSON, optional): `placement` — `"least_fragmenting"` (the default: fragmentation
-//! gradient descent for whole GPUs, shares and CPU work on GPU nodes) or `"best_fit"`.
+//! gradient descent for whole GPUs, shares and CPU work on GPU nodes) or `"best_fit"`;
+//! `consolidate` (default true) — whether a gang behind fragmentation may move work.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -71,14 +72,24 @@ type Shape<'a> = (u32, u32, &'a str, &'a str, bool);
 /// MIG profile, a container engine, host CPU and memory.
 type FullShape<'a> = (u32, u32, u32, &'a str, &'a str, bool, (u32, u32));
 
-fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<Fit, Failure> {
-    match params.str("placement")? {
-        None | Some("least_fragmenting") => Ok(Fit::LeastFragmenting),
-        Some("best_fit") => Ok(Fit::BestFit),
+/// The parameters: how work is placed, and whether a gang behind fragmentation may move work.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    fit: Fit,
+    consolidate: bool,
+}
+
+fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<Params, Failure> {
+    let fit = match params.str("placement")? {
+        None | Some("least_fragmenting") => Fit::LeastFragmenting,
+        Some("best_fit") => Fit::BestFit,
         Some(other) => {
-            Err(Failure::from(format!("placement must be \"least_fragmenting\" or \"best_fit\", not {other:?}")))
+            return Err(Failure::from(format!(
+                "placement must be \"least_fragmenting\" or \"best_fit\", not {other:?}"
+            )));
         }
-    }
+    };
+    Ok(Params { fit, consolidate: params.get_or("consolidate", true)? })
 }
 
 impl Policy for SloFirst {
@@ -87,8 +98,8 @@ impl Policy for SloFirst {
     }
 
     fn evaluate<'s>(&self, snapshot: &Snapshot<'s>, ctx: &mut Context<'s>) -> Result<Vec<Decision<'s>>, Failure> {
-        let fit = read_params(ctx.params())?;
-        let mut cycle = Cycle::new(snapshot, fit);
+        let params = read_params(ctx.params())?;
+        let mut cycle = Cycle::new(snapshot, params);
         for (index, w) in queue(snapshot, &cycle.holdings, Ranking::of(snapshot)) {
             cycle.decide(index, w)?;
         }
@@ -128,12 +139,14 @@ struct Cycle<'p, 's> {
     any_stopping: bool,
     any_engine: bool,
     memo: Memo<'s>,
+    /// A gang behind fragmentation may move checkpointable work (param `consolidate`).
+    consolidate: bool,
 }
 
 impl<'p, 's> Cycle<'p, 's> {
-    fn new(snapshot: &'p Snapshot<'s>, fit: Fit) -> Self {
+    fn new(snapshot: &'p Snapshot<'s>, params: Params) -> Self {
         let plan = Plan::new(snapshot);
-        let alloc = Allocator::new(&plan, fit);
+        let alloc = Allocator::new(&plan, params.fit);
         Cycle {
             snapshot,
             settings: snapshot.settings_or_default(),
@@ -146,6 +159,7 @@ impl<'p, 's> Cycle<'p, 's> {
             any_stopping: snapshot.workloads.iter().any(|w| w.state == WorkloadState::Stopping),
             any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
             memo: Memo::default(),
+            consolidate: params.consolidate,
             plan,
         }
     }
@@ -340,7 +354,7 @@ impl<'p, 's> Cycle<'p, 's> {
     /// The head of the queue, a gang waiting behind fragmentation, gets a node by moving
     /// checkpointable lower-ranked work that fits elsewhere now: `true` when a move is planned.
     fn consolidate_for(&mut self, index: u32, w: &'p Workload<'s>) -> Result<bool, Failure> {
-        if self.reservation.head().is_some() || w.is_share() {
+        if !self.consolidate || self.reservation.head().is_some() || w.is_share() {
             return Ok(false);
         }
         let need = w.gpu_need();
