@@ -24,7 +24,26 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
     Ok(pool)
 }
 
-/// Whether the database answers a trivial statement (readiness).
-pub async fn ping(db: &PgPool) -> sqlx::Result<()> {
-    sqlx::query("SELECT 1").execute(db).await.map(|_| ())
+/// How long readiness waits for the database: a probe with a one-second timeout must see "not
+/// ready" (503), not its own timeout, while the pool's acquire (5 s) would still be waiting.
+pub const PING_WITHIN: Duration = Duration::from_millis(800);
+
+/// Whether the database answers a trivial statement within `within` — a connection acquired and
+/// `SELECT 1` answered (readiness). An unreachable database (refused, or silent behind a
+/// partition) and an exhausted pool are both a failure at `within`, not at the acquire timeout.
+pub async fn ping(db: &PgPool, within: Duration) -> Result<(), PingError> {
+    match tokio::time::timeout(within, sqlx::query("SELECT 1").execute(db)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(PingError::Failed(e)),
+        Err(_) => Err(PingError::TimedOut(within)),
+    }
+}
+
+/// Why the database did not answer a ping.
+#[derive(Debug, thiserror::Error)]
+pub enum PingError {
+    #[error("the database refused or failed: {0}")]
+    Failed(sqlx::Error),
+    #[error("the database did not answer within {0:?}")]
+    TimedOut(Duration),
 }

@@ -2,7 +2,8 @@
 //! lease, under a running fleet: two control plane replicas and an agent with work running, on a
 //! cluster of the test's own (never the shared server). Through both faults the fleet keeps one
 //! scheduler (no two committed cycles ever overlap), takes no node for lost for silence it could
-//! not have heard, restarts no running work, and schedules again once the database is back.
+//! not have heard, restarts no running work, and schedules again once the database is back; while
+//! the database is stopped, `/readyz` answers 503 within a second.
 
 #![allow(clippy::unwrap_used)]
 
@@ -97,10 +98,32 @@ async fn the_database_restarted_and_stopped_under_two_replicas_leaves_one_schedu
     // database was down: it must count only those 1.5 s, not the 9.5 s since its last heartbeat.
     let agent_pid = agent.pid();
     send_signal(agent_pid, Signal::SIGSTOP).unwrap();
+    let ready = first.anonymous().get("/readyz").await.unwrap();
+    assert_eq!(ready.status, 200, "readiness before the stop: {}", ready.body);
     cluster.stop().await.unwrap();
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let stopped = tokio::time::Instant::now();
+    // Readiness says "not ready" within a second all through the stop (the pool's acquire would
+    // wait 5 s: a probe with a one-second timeout saw its own timeout, not a 503), on both replicas.
+    for _ in 0..3 {
+        for replica in [&first, &second] {
+            let asked = tokio::time::Instant::now();
+            let ready = replica.anonymous().get("/readyz").await.unwrap();
+            let took = asked.elapsed();
+            assert_eq!(ready.status, 503, "readiness with the database stopped: {}", ready.body);
+            assert_eq!(ready.body["error"]["code"], "unavailable", "{}", ready.body);
+            assert!(took < Duration::from_secs(1), "readiness took {took:?} with the database stopped");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(8).saturating_sub(stopped.elapsed())).await;
     cluster.start().await.unwrap();
     answers(&api).await;
+    eventually("readiness once the database is back", WAIT, || {
+        let anonymous = first.anonymous();
+        async move { Ok((anonymous.get("/readyz").await?.status == 200).then_some(())) }
+    })
+    .await
+    .unwrap();
     let resume = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         send_signal(agent_pid, Signal::SIGCONT).unwrap();
