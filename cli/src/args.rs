@@ -84,8 +84,9 @@ pub enum Command {
         /// Workload id.
         id: String,
     },
-    /// The fleet's nodes and their GPUs.
-    Nodes,
+    /// The fleet's nodes and their GPUs (the default); one node; cordon, drain and uncordon a
+    /// node for maintenance (platform admins).
+    Nodes(NodesArgs),
     /// Scheduling policies: list, upload, try, shadow, activate, roll back.
     #[command(subcommand, alias = "policy")]
     Policies(PolicyCommand),
@@ -94,6 +95,75 @@ pub enum Command {
     Priorities(PriorityCommand),
     /// GPU-hours owned, allocated, busy and idle, and what the idle ones cost, by group.
     Usage(UsageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodesArgs {
+    #[command(subcommand)]
+    pub command: Option<NodeCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Every node with its state and GPUs (what `airtime nodes` alone shows).
+    #[command(alias = "ls")]
+    List,
+    /// One node: its state, its operator's hold, and what runs on it.
+    Get {
+        /// Node name or id.
+        node: String,
+    },
+    /// Stop new placements on a node; what runs there runs on. Survives agent and control-plane
+    /// restarts.
+    Cordon {
+        /// Node name or id.
+        node: String,
+        /// Why (kept on the node and in the audit log).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Cordon a node and move its work off: checkpointable and preemptible work is stopped with
+    /// the checkpoint signal and requeued, service replicas are replaced elsewhere before they
+    /// stop, other work is left to finish (or stopped and requeued at --deadline).
+    Drain {
+        /// Node name or id.
+        node: String,
+        /// Why (kept on the node and in the audit log).
+        #[arg(long)]
+        reason: Option<String>,
+        /// After this long (`90s`, `10m`, `2h`, `1d`), the work left on the node is stopped and
+        /// requeued too; without it, that work is left to finish.
+        #[arg(long, value_parser = parse_duration)]
+        deadline: Option<u32>,
+        /// Wait until nothing is left on the node, printing what still runs as it changes.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up (exit 1) after this long.
+        #[arg(long, value_parser = parse_duration, default_value = "1h", requires = "wait")]
+        timeout: u32,
+    },
+    /// Lift a cordon or drain: the node takes work again.
+    Uncordon {
+        /// Node name or id.
+        node: String,
+    },
+}
+
+/// `90s`, `10m`, `2h`, `1d` (or plain seconds) as seconds, up to a week.
+fn parse_duration(text: &str) -> Result<u32, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 10m, 2h or 1d"))?;
+    let factor = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?}: the unit is s, m, h or d")),
+    };
+    match n.checked_mul(factor) {
+        Some(s) if s <= 7 * 86_400 => Ok(s as u32),
+        _ => Err(format!("{text:?} is longer than a week")),
+    }
 }
 
 #[derive(Debug, Args)]

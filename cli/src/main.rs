@@ -7,6 +7,7 @@ mod args;
 mod client;
 mod config;
 mod error;
+mod nodes;
 mod output;
 mod policies;
 mod units;
@@ -77,7 +78,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::List(args) => workloads::list(&client, args, out).await,
         Command::Logs(args) => workloads::logs(&client, args, out).await,
         Command::Cancel { id } => workloads::cancel(&client, id, out).await,
-        Command::Nodes => nodes(&client, out).await,
+        Command::Nodes(args) => nodes::run(&client, args.command.as_ref(), out).await,
         Command::Policies(command) => policies::run(&client, command, out).await,
         Command::Priorities(command) => priorities(&client, command, out).await,
         Command::Usage(args) => usage(&client, args, out).await,
@@ -220,47 +221,6 @@ async fn usage(client: &Client, args: &args::UsageArgs, out: Output) -> Result<(
             hours(&g["idle_gpu_hours"]),
             money(&g["idle_cost"]),
             money(&g["owned_cost"]),
-        ]);
-    }
-    output::print(&t);
-    Ok(())
-}
-
-async fn nodes(client: &Client, out: Output) -> Result<(), Failure> {
-    let list = client.get("/nodes").await?;
-    if out == Output::Json {
-        output::json(&list);
-        return Ok(());
-    }
-    let mut t = output::table(&["ID", "NAME", "STATE", "GPUS", "HELD", "CPU", "MEMORY", "CPU UTIL", "SEEN"]);
-    for n in list.as_array().into_iter().flatten() {
-        let gpus = n["gpus"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let mut models: Vec<(String, usize)> = Vec::new();
-        for g in gpus {
-            let model = output::cell(&g["model"]);
-            match models.iter_mut().find(|(m, _)| *m == model) {
-                Some(entry) => entry.1 += 1,
-                None => models.push((model, 1)),
-            }
-        }
-        let mut gpu_text = models.iter().map(|(m, c)| format!("{c}× {m}")).collect::<Vec<_>>().join(", ");
-        if gpu_text.is_empty() {
-            gpu_text = "-".into();
-        } else if n["simulated"] == true {
-            gpu_text.push_str(" (simulated)");
-        }
-        let held = gpus.iter().filter(|g| g["held"] == true).count();
-        let util = n["telemetry"]["cpu_util"].as_f64().map_or_else(|| "-".into(), |u| format!("{:.0}%", u * 100.0));
-        t.add_row(vec![
-            output::cell(&n["id"]),
-            output::cell(&n["name"]),
-            output::cell(&n["state"]),
-            gpu_text,
-            if gpus.is_empty() { "-".into() } else { format!("{held}/{}", gpus.len()) },
-            output::cpu(&n["cpu_millis"]),
-            output::mib(&n["memory_mb"]),
-            util,
-            output::age(&n["last_seen_at"]),
         ]);
     }
     output::print(&t);

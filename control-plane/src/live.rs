@@ -162,7 +162,9 @@ pub async fn read(
         changes.push((Change::PolicyFailure { tenant_id, at, failure, message }, next));
     }
     let states: Vec<(Uuid, String, NodeState)> =
-        sqlx::query_as("SELECT id, name, state FROM nodes ORDER BY name").fetch_all(db).await?;
+        sqlx::query_as("SELECT id, name, node_shown_state(state, cordon) FROM nodes ORDER BY name")
+            .fetch_all(db)
+            .await?;
     for (node_id, name, state) in states {
         if nodes.insert(node_id, state) != Some(state) {
             changes.push((Change::Node { node_id, name, state }, next));

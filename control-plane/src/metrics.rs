@@ -112,8 +112,10 @@ impl Metrics {
         }
 
         let nodes: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM nodes GROUP BY state").fetch_all(db).await?;
-        let _ = writeln!(out, "# HELP airtime_nodes Nodes by state.");
+            sqlx::query_as("SELECT node_shown_state(state, cordon), count(*) FROM nodes GROUP BY 1")
+                .fetch_all(db)
+                .await?;
+        let _ = writeln!(out, "# HELP airtime_nodes Nodes by state (cordoned and draining: held by an operator).");
         let _ = writeln!(out, "# TYPE airtime_nodes gauge");
         for state in NodeState::ALL {
             let n = nodes.iter().find(|(s, _)| s == state.as_str()).map(|(_, n)| *n).unwrap_or(0);

@@ -99,19 +99,31 @@ impl WorkloadState {
 #[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(type_name = "text", rename_all = "snake_case"))]
 #[serde(rename_all = "snake_case")]
 pub enum NodeState {
+    /// Heard from and taking work.
     Ready,
+    /// Held by an operator: takes no new work; what runs there runs on.
+    Cordoned,
+    /// Cordoned, and its work is being moved off (checkpointed and requeued, replaced elsewhere,
+    /// or left to finish by a deadline).
     Draining,
+    /// Not heard from; its work is requeued once its lease has run out.
     Lost,
 }
 
 impl NodeState {
-    pub const ALL: [NodeState; 3] = [Self::Ready, Self::Draining, Self::Lost];
+    pub const ALL: [NodeState; 4] = [Self::Ready, Self::Cordoned, Self::Draining, Self::Lost];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ready => "ready",
+            Self::Cordoned => "cordoned",
             Self::Draining => "draining",
             Self::Lost => "lost",
         }
+    }
+
+    /// Whether new work may be placed on it.
+    pub fn takes_work(self) -> bool {
+        self == Self::Ready
     }
 }

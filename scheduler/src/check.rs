@@ -277,6 +277,18 @@ mod tests {
     }
 
     #[test]
+    fn no_placement_lands_on_a_cordoned_or_draining_node_whatever_the_policy_says() {
+        for state in [NodeState::Cordoned, NodeState::Draining, NodeState::Lost] {
+            let mut f = fleet();
+            f.nodes[0].state = state;
+            let checked = check(&f, Scope::Platform, vec![place(0, 0, &[0]), place(1, 0, &[])]);
+            assert!(checked.accepted.is_empty(), "{state:?}: {checked:?}");
+            assert_eq!(checked.refused.len(), 2, "{state:?}: {checked:?}");
+            assert!(checked.refused[0].reason.contains("node n1 is"), "{:?}", checked.refused[0]);
+        }
+    }
+
+    #[test]
     fn preemption_rules_protect_young_often_preempted_and_uncheckpointable_work() {
         let mut f = fleet();
         f.workloads[3].preemptible = true;

@@ -19,6 +19,10 @@
 //! 5. **No capacity dip**: new replicas start at once; a placed replica drains only while the
 //!    placed replicas left behind still carry the demand, so a move from GPU to CPU waits for the
 //!    CPU replicas to run. Pending replicas are cancelled first (they never served).
+//! 6. **Replaced before moved**: a replica on a draining node (an operator's drain) counts for the
+//!    desired replicas but not as one that stays, so its replacement starts elsewhere at once; it
+//!    drains only once the running replicas that stay carry what the service should have. Only on
+//!    fresh load reports: while they are stale every replica is held, replaced or not.
 //!
 //! Replicas are workloads of the service's class: the policies place them like any other work
 //! (real-time inference outranks training and batch work, and may preempt lendable work under the
@@ -137,7 +141,7 @@ pub struct ScalePlan {
     pub service: usize,
     /// The replicas it should have.
     pub desired: Replicas,
-    /// Replicas placed now (scheduled or running).
+    /// Replicas placed now (scheduled or running), those on draining nodes included.
     pub placed: Replicas,
     /// Replicas waiting for a place.
     pub pending: Replicas,
@@ -165,20 +169,29 @@ pub fn plan(fleet: &FleetView) -> Vec<ScalePlan> {
     (0..fleet.services.len()).map(|s| plan_one(fleet, s)).collect()
 }
 
-/// A service's replicas now, by state: placed (scheduled, running) and pending, as workload indexes
-/// newest first. Work being preempted or cancelled is on its way out and counts for neither.
+/// A service's replicas now, by state: placed (scheduled, running) on nodes that stay, placed on
+/// draining nodes (leaving), and pending, as workload indexes newest first. Work being preempted
+/// or cancelled is on its way out and counts for none.
 struct Current {
     placed: Vec<(usize, ReplicaVariant)>,
     pending: Vec<(usize, ReplicaVariant)>,
+    /// On a draining node: replaced elsewhere first, then drained.
+    leaving: Vec<(usize, ReplicaVariant)>,
 }
 
 fn current(fleet: &FleetView, service: usize) -> Current {
     let mut placed = Vec::new();
     let mut pending = Vec::new();
+    let mut leaving = Vec::new();
     for (i, w) in fleet.workloads.iter().enumerate() {
         let Some(replica) = w.replica_of.filter(|r| r.service == service) else { continue };
         match w.state {
             WorkloadState::Pending => pending.push((i, replica.variant)),
+            WorkloadState::Scheduled | WorkloadState::Running
+                if w.node.and_then(|n| fleet.nodes.get(n)).is_some_and(|n| n.state == NodeState::Draining) =>
+            {
+                leaving.push((i, replica.variant));
+            }
             WorkloadState::Scheduled | WorkloadState::Running => placed.push((i, replica.variant)),
             _ => {}
         }
@@ -186,9 +199,10 @@ fn current(fleet: &FleetView, service: usize) -> Current {
     // Newest first: the last started drains first, the last queued is cancelled first.
     let started = |i: &usize| fleet.workloads[*i].started_at.unwrap_or(fleet.workloads[*i].submitted_at);
     placed.sort_by(|a, b| started(&b.0).cmp(&started(&a.0)).then(b.0.cmp(&a.0)));
+    leaving.sort_by(|a, b| started(&b.0).cmp(&started(&a.0)).then(b.0.cmp(&a.0)));
     pending
         .sort_by(|a, b| fleet.workloads[b.0].submitted_at.cmp(&fleet.workloads[a.0].submitted_at).then(b.0.cmp(&a.0)));
-    Current { placed, pending }
+    Current { placed, pending, leaving }
 }
 
 fn count(replicas: &[(usize, ReplicaVariant)]) -> Replicas {
@@ -208,7 +222,11 @@ fn plan_one(fleet: &FleetView, s: usize) -> ScalePlan {
     let cur = current(fleet, s);
     let placed = count(&cur.placed);
     let pending = count(&cur.pending);
+    let leaving = count(&cur.leaving);
+    // The replicas that stay; with the leaving ones, what the service has now (the desired count
+    // is worked out from that, so a drain neither raises nor lowers it).
     let have = Replicas { gpu: placed.gpu + pending.gpu, cpu: placed.cpu + pending.cpu };
+    let have_all = Replicas { gpu: have.gpu + leaving.gpu, cpu: have.cpu + leaving.cpu };
     let unit = service.metric.unit();
     let cpu_room = cpu_room(fleet, service);
 
@@ -223,13 +241,13 @@ fn plan_one(fleet: &FleetView, s: usize) -> ScalePlan {
         let headroom = headroom(service, now);
         let for_up = split(service, up + headroom, placed.cpu + cpu_room);
         let for_down = split(service, down + headroom, placed.cpu + cpu_room);
-        let have_capacity = have.capacity(service);
+        let have_capacity = have_all.capacity(service);
         let (desired, provisioned, verb) = if for_up.capacity(service) > have_capacity + 1e-9 {
             (for_up, up + headroom, "scale up")
-        } else if for_down.capacity(service) + 1e-9 < have_capacity || for_down.total() < have.total() {
+        } else if for_down.capacity(service) + 1e-9 < have_capacity || for_down.total() < have_all.total() {
             (for_down, down + headroom, "scale down")
         } else {
-            (have, down + headroom, "hold")
+            (have_all, down + headroom, "hold")
         };
         let desired = bound(service, desired, cpu_room + placed.cpu);
         let mut reason = format!("{verb}: demand {} {unit}", number(latest_sample.value));
@@ -246,7 +264,7 @@ fn plan_one(fleet: &FleetView, s: usize) -> ScalePlan {
         }
         (desired, Some(provisioned), reason)
     } else {
-        let held = bound(service, have, cpu_room + placed.cpu);
+        let held = bound(service, have_all, cpu_room + placed.cpu);
         let silence = match service.loads.last() {
             Some(l) => format!("no load report for {} s", (now - l.at).num_seconds()),
             None => "no load report yet".to_string(),
@@ -260,8 +278,58 @@ fn plan_one(fleet: &FleetView, s: usize) -> ScalePlan {
         (held, None, reason)
     };
 
-    let (start, drain) = changes(service, &cur, have, desired, demand);
+    // Replicas on draining nodes are replaced only on a known demand (or stopped with a deleted
+    // service): holding on stale reports cannot tell a replacement from a replica that was there,
+    // so it holds them all, and the drain's deadline stops and requeues what is left.
+    let replaces = demand.is_some() || service.draining;
+    let (start, mut drain) = changes(service, &cur, if replaces { have } else { have_all }, desired, demand);
+    let mut reason = reason;
+    if !cur.leaving.is_empty() {
+        if replaces {
+            let moved = leaving_drains(fleet, service, &cur, desired);
+            let _ = write!(
+                reason,
+                "; {} on draining nodes, {} replaced and stopping",
+                in_words(service, leaving),
+                moved.len()
+            );
+            drain.extend(moved);
+        } else {
+            let _ = write!(
+                reason,
+                "; {} on draining nodes, not replaced without fresh load reports",
+                in_words(service, leaving)
+            );
+        }
+    }
+    let placed = Replicas { gpu: placed.gpu + leaving.gpu, cpu: placed.cpu + leaving.cpu };
     ScalePlan { service: s, desired, placed, pending, demand, latest, start, drain, reason }
+}
+
+/// The replicas on draining nodes that may stop now: all of a deleted service's; otherwise, newest
+/// first, each while the running replicas that stay, with the leaving ones still kept, carry the
+/// capacity of the desired replicas — so a replica stops only once its replacement runs.
+fn leaving_drains(fleet: &FleetView, service: &ServiceEntry, cur: &Current, desired: Replicas) -> Vec<usize> {
+    if service.draining {
+        return cur.leaving.iter().map(|(w, _)| *w).collect();
+    }
+    let running: f64 = cur
+        .placed
+        .iter()
+        .filter(|(w, _)| fleet.workloads[*w].state == WorkloadState::Running)
+        .map(|(_, v)| service.capacity_of(*v))
+        .sum();
+    let mut kept: f64 = cur.leaving.iter().map(|(_, v)| service.capacity_of(*v)).sum();
+    let needed = desired.capacity(service);
+    let mut drain = Vec::new();
+    for &(w, v) in &cur.leaving {
+        let after = kept - service.capacity_of(v);
+        if running + after + 1e-9 >= needed {
+            kept = after;
+            drain.push(w);
+        }
+    }
+    drain
 }
 
 /// Two standard deviations of the report-to-report noise in the burst window (none with fewer

@@ -77,9 +77,11 @@ fn build_inner<'a>(
             .iter()
             .map(|n| abi::Node {
                 name: &n.name,
+                // A cordoned node is `draining` to policies: the ABI's word for a node that takes
+                // no new work (its own meaning since ABI 1.0), so every guest already leaves it alone.
                 state: match n.state {
                     NodeState::Ready => abi::NodeState::Ready,
-                    NodeState::Draining => abi::NodeState::Draining,
+                    NodeState::Cordoned | NodeState::Draining => abi::NodeState::Draining,
                     NodeState::Lost => abi::NodeState::Lost,
                 },
                 cpu_millis: n.cpu_millis,

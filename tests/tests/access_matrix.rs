@@ -223,6 +223,8 @@ struct World {
     a_member: Api,
     tenant_a: String,
     node_x: String,
+    /// A node the maintenance routes (cordon, drain, uncordon) name, so node X keeps taking work.
+    node_m: String,
     gpu_x: String,
     spare_credentials: std::sync::Mutex<Vec<String>>,
     /// Tenant A's service whose tokens the token routes name (both path parameters must agree).
@@ -305,6 +307,9 @@ impl World {
                 (self.spare_credentials.lock().unwrap().pop().expect("enough spare node credentials"), false)
             }
             ("/api/v1/nodes/{id}" | "/api/v1/nodes/{id}/history", "id") => (self.node_x.clone(), false),
+            ("/api/v1/nodes/{id}/cordon" | "/api/v1/nodes/{id}/drain" | "/api/v1/nodes/{id}/uncordon", "id") => {
+                (self.node_m.clone(), false)
+            }
             ("/api/v1/gpus/{id}" | "/api/v1/gpus/{id}/history", "id") => (self.gpu_x.clone(), false),
             (_, "node_id") => (self.node_x.clone(), false),
             (_, "workload_id") => (self.workload_on_x().await, false),
@@ -506,6 +511,11 @@ async fn every_route_answers_every_caller_as_its_declared_access_allows() {
     let node_y_credential = enrol("node-y").await;
     let x = cp.api_as(&node_x_credential).created("/api/v1/agent/register", &registration).await.unwrap();
     let node_x = x["node_id"].as_str().unwrap().to_owned();
+    let mut maintained = registration.clone();
+    maintained["name"] = json!("node-m");
+    let node_m_credential = enrol("node-m").await;
+    let m = cp.api_as(&node_m_credential).created("/api/v1/agent/register", &maintained).await.unwrap();
+    let node_m = m["node_id"].as_str().unwrap().to_owned();
     let heartbeat = {
         let x_api = cp.api_as(&node_x_credential);
         let path = format!("/api/v1/agent/nodes/{node_x}/telemetry");
@@ -577,6 +587,7 @@ async fn every_route_answers_every_caller_as_its_declared_access_allows() {
         a_member: cp.api_as(&a_member),
         tenant_a,
         node_x,
+        node_m,
         gpu_x,
         spare_credentials: std::sync::Mutex::new(spare),
         token_service: tokio::sync::OnceCell::new(),

@@ -9,10 +9,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use crate::api::extract::{Path, Query};
+use crate::api::extract::{Json, Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::fleet::maintenance::{self, Hold};
 use crate::fleet::node_history::NodeHistory;
 use crate::fleet::{self, GpuHistory, GpuView, HISTORY_RULES, NodeView};
 use crate::state::AppState;
@@ -22,6 +23,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_nodes))
         .routes(routes!(get_node))
+        .routes(routes!(cordon_node))
+        .routes(routes!(drain_node))
+        .routes(routes!(uncordon_node))
         .routes(routes!(node_history))
         .routes(routes!(list_gpus))
         .routes(routes!(get_gpu))
@@ -51,6 +55,128 @@ fn redact_node(caller: &Caller, node: &mut NodeView) {
     for gpu in &mut node.gpus {
         gpu.redact_holder(|t| caller.can_read_tenant(t));
     }
+    for work in node.work.iter_mut().flatten() {
+        work.redact(|t| caller.can_read_tenant(t));
+    }
+}
+
+/// A cordon: why (kept on the node and in the audit log).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CordonRequest {
+    /// Why, at most 500 characters ("GPU 3 replaced on Tuesday").
+    pub reason: Option<String>,
+}
+
+/// A drain: why, and how long the work that is left to finish may take.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    /// Why, at most 500 characters.
+    pub reason: Option<String>,
+    /// Seconds from now after which the work still on the node (what is neither checkpointable,
+    /// preemptible nor a service replica) is stopped and requeued too; at most a week. Absent:
+    /// that work is left to finish.
+    pub deadline_s: Option<u32>,
+}
+
+/// Applies `hold` to node `id` and answers the node as it is now, with what still runs there.
+async fn hold_node(
+    caller: &Caller,
+    state: &AppState,
+    id: Uuid,
+    hold: Hold,
+    reason: Option<&str>,
+) -> ApiResult<axum::Json<NodeView>> {
+    let stopped = maintenance::set_hold(&state.db, &caller.scope(), id, hold, reason).await?;
+    // Placements elsewhere may follow (and, on uncordon, onto it); stopped work changes the
+    // node's desired state.
+    if stopped > 0 {
+        state.desired.announce();
+    }
+    state.wake.wake();
+    let mut node = fleet::get_node(&state.db, id).await?.ok_or(ApiError::NotFound("node"))?;
+    redact_node(caller, &mut node);
+    Ok(axum::Json(node))
+}
+
+/// Cordons a node: it takes no new work (the scheduler's check refuses any placement there) and
+/// its work runs on. The hold survives its agent's restarts and the control plane's; a drain in
+/// progress stops moving work. Audited.
+#[utoipa::path(
+    post,
+    path = "/nodes/{id}/cordon",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "Node id")),
+    request_body(content = CordonRequest, example = json!({"reason": "fan replacement"})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses(
+        (status = 200, description = "The node, cordoned", body = NodeView),
+        (status = 403, body = ErrorResponse),
+        (status = 404, body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn cordon_node(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Json(req): Json<CordonRequest>,
+) -> ApiResult<axum::Json<NodeView>> {
+    hold_node(&caller, &state, id, Hold::Cordon, req.reason.as_deref()).await
+}
+
+/// Drains a node: cordons it and moves its work off — checkpointable and preemptible work is
+/// stopped with the checkpoint signal and requeued, service replicas are replaced on other nodes
+/// before they stop, other work is left to finish (stopped and requeued at `deadline_s` if given).
+/// `GET /nodes/{id}` shows what is left (`work`, `maintenance.remaining`, `maintenance.drained`).
+/// Audited.
+#[utoipa::path(
+    post,
+    path = "/nodes/{id}/drain",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "Node id")),
+    request_body(content = DrainRequest, example = json!({"reason": "kernel upgrade", "deadline_s": 3600})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses(
+        (status = 200, description = "The node, draining, with what still runs there", body = NodeView),
+        (status = 403, body = ErrorResponse),
+        (status = 404, body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn drain_node(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Json(req): Json<DrainRequest>,
+) -> ApiResult<axum::Json<NodeView>> {
+    hold_node(&caller, &state, id, Hold::Drain { deadline_s: req.deadline_s }, req.reason.as_deref()).await
+}
+
+/// Lifts a cordon or drain: the node takes work again (work already stopped stays requeued).
+/// Audited.
+#[utoipa::path(
+    post,
+    path = "/nodes/{id}/uncordon",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "Node id")),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses(
+        (status = 200, description = "The node, taking work", body = NodeView),
+        (status = 403, body = ErrorResponse),
+        (status = 404, body = ErrorResponse)
+    )
+)]
+async fn uncordon_node(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+) -> ApiResult<axum::Json<NodeView>> {
+    hold_node(&caller, &state, id, Hold::Uncordon, None).await
 }
 
 /// Every node with its GPUs and latest telemetry.
@@ -73,7 +199,8 @@ async fn list_nodes(
     Ok(axum::Json(nodes))
 }
 
-/// One node with its GPUs and latest telemetry.
+/// One node with its GPUs and latest telemetry, its operator's hold (cordon or drain) and what
+/// runs on it (`work`: each workload and what a drain does with it).
 #[utoipa::path(
     get,
     path = "/nodes/{id}",

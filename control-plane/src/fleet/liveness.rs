@@ -2,7 +2,7 @@
 //! and takes no new work; its workloads go back to the queue once its lease
 //! (`--node-fence-after-ms`), the grace period and a margin have passed, by when its agent has
 //! fenced them (stopped them itself). Closed
-//! hours of GPU usage are rolled up; old telemetry history is pruned.
+//! hours of GPU usage are rolled up; old telemetry history is pruned; node drains advance.
 //!
 //! Silence is measured only over time this control plane could have heard the agent: since it
 //! started, or since the database last came back, whichever is later (`hearing_since`, in the
@@ -83,6 +83,17 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 tracing::error!(error = %err, "checking node liveness");
                 hearing_since = None;
             }
+        }
+        // Drains move work off their nodes as it becomes movable, and stop what is left at their
+        // deadline (`fleet::maintenance`).
+        match crate::fleet::maintenance::advance_drains(&state.db).await {
+            Ok(0) => {}
+            Ok(stopped) => {
+                tracing::info!(stopped, "drains told work on their nodes to stop; it is requeued as it exits");
+                state.desired.announce();
+                state.wake.wake();
+            }
+            Err(err) => tracing::error!(error = %err, "advancing node drains"),
         }
         if last_rollup.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
             last_rollup = Some(tokio::time::Instant::now());

@@ -2,6 +2,7 @@
 //! API reads it.
 
 pub mod liveness;
+pub mod maintenance;
 pub mod node_history;
 pub mod registry;
 pub mod telemetry;
@@ -21,7 +22,14 @@ pub struct NodeView {
     pub id: Uuid,
     pub name: String,
     pub hostname: String,
+    /// `ready`, `cordoned` or `draining` (an operator's hold: no new work), or `lost` (silent).
     pub state: NodeState,
+    /// The operator's hold (cordon or drain), with the drain's progress; absent: none.
+    pub maintenance: Option<maintenance::Maintenance>,
+    /// What runs on the node and what a drain does with each (`GET /nodes/{id}` only; whose
+    /// workload it is shown only to its tenant and platform admins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work: Option<Vec<maintenance::NodeWork>>,
     pub cpu_millis: i32,
     pub memory_mb: i64,
     #[schema(value_type = Object)]
@@ -125,6 +133,12 @@ struct NodeRow {
     name: String,
     hostname: String,
     state: NodeState,
+    cordon: Option<NodeState>,
+    cordon_reason: Option<String>,
+    cordoned_at: Option<DateTime<Utc>>,
+    cordoned_by: Option<String>,
+    drain_deadline: Option<DateTime<Utc>>,
+    remaining: Option<i64>,
     cpu_millis: i32,
     memory_mb: i64,
     labels: serde_json::Value,
@@ -208,15 +222,32 @@ const GPU_SELECT: &str = "SELECT g.id, g.node_id, n.name AS node_name, g.device_
      FROM gpus g JOIN nodes n ON n.id = g.node_id \
      WHERE g.present";
 
-const NODE_SELECT: &str = "SELECT id, name, hostname, state, cpu_millis, memory_mb, labels, cost_per_hour, \
+const NODE_SELECT: &str = "SELECT id, name, hostname, node_shown_state(state, cordon) AS state, cordon, \
+     cordon_reason, cordoned_at, cordoned_by, drain_deadline, \
+     CASE WHEN cordon IS NOT NULL THEN (SELECT count(*) FROM workloads w WHERE w.node_id = nodes.id) END AS remaining, \
+     cpu_millis, memory_mb, labels, cost_per_hour, \
      gpu_source, agent_version, container_engine, container_engine_version, container_cdi, registered_at, last_seen_at, cpu_util, memory_used_mb FROM nodes";
 
 fn node_view(r: NodeRow, gpus: Vec<GpuView>) -> NodeView {
+    let maintenance = r.cordon.zip(r.cordoned_at).map(|(mode, since)| {
+        let remaining = r.remaining.unwrap_or(0);
+        maintenance::Maintenance {
+            mode,
+            reason: r.cordon_reason,
+            since,
+            by: r.cordoned_by.unwrap_or_default(),
+            deadline: r.drain_deadline,
+            remaining,
+            drained: mode == NodeState::Draining && remaining == 0,
+        }
+    });
     NodeView {
         id: r.id,
         name: r.name,
         hostname: r.hostname,
         state: r.state,
+        maintenance,
+        work: None,
         cpu_millis: r.cpu_millis,
         memory_mb: r.memory_mb,
         labels: r.labels,
@@ -296,7 +327,9 @@ pub async fn get_node(db: &PgPool, id: Uuid) -> sqlx::Result<Option<NodeView>> {
             .bind(id)
             .fetch_all(db)
             .await?;
-    Ok(Some(node_view(node, gpus.into_iter().map(GpuView::from).collect())))
+    let mut view = node_view(node, gpus.into_iter().map(GpuView::from).collect());
+    view.work = Some(maintenance::work_on(db, id).await?);
+    Ok(Some(view))
 }
 
 /// A page of the GPU list, in node-name and device order: all without a limit; with one, `after`
@@ -335,6 +368,8 @@ pub async fn get_gpu(db: &PgPool, id: Uuid) -> sqlx::Result<Option<GpuView>> {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct FleetSummary {
     pub nodes_ready: i64,
+    /// Held by an operator: no new work, their work runs on.
+    pub nodes_cordoned: i64,
     pub nodes_draining: i64,
     pub nodes_lost: i64,
     /// GPUs (MIG instances counted one each) on nodes that are not lost.
@@ -364,9 +399,10 @@ pub struct ReasonCount {
 
 /// The fleet summary; workload counts and pending reasons only of `tenant` when given.
 pub async fn summary(db: &PgPool, tenant: Option<Uuid>) -> sqlx::Result<FleetSummary> {
-    let (ready, draining, lost): (i64, i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE state = 'ready'), count(*) FILTER (WHERE state = 'draining'), \
-                count(*) FILTER (WHERE state = 'lost') FROM nodes",
+    let (ready, cordoned, draining, lost): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE s = 'ready'), count(*) FILTER (WHERE s = 'cordoned'), \
+                count(*) FILTER (WHERE s = 'draining'), count(*) FILTER (WHERE s = 'lost') \
+         FROM (SELECT node_shown_state(state, cordon) AS s FROM nodes) n",
     )
     .fetch_one(db)
     .await?;
@@ -400,6 +436,7 @@ pub async fn summary(db: &PgPool, tenant: Option<Uuid>) -> sqlx::Result<FleetSum
     .await?;
     Ok(FleetSummary {
         nodes_ready: ready,
+        nodes_cordoned: cordoned,
         nodes_draining: draining,
         nodes_lost: lost,
         gpus,

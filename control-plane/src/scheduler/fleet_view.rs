@@ -251,11 +251,12 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
     let services = crate::services::scale::read(&mut *conn, &tenant_index).await?;
     let service_index: HashMap<Uuid, usize> = services.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
 
-    // Lost nodes take no work; draining ones are shown so policies can see what runs there.
+    // Lost nodes take no work; cordoned and draining ones (an operator's hold, which the host's
+    // check refuses placements on) are shown so policies can see what runs there.
     // Their free CPU and memory are worked out below from the workloads read: a workload holds a
     // node exactly while it is active (a table constraint), and the active ones are all read.
     let node_rows: Vec<NodeRow> = sqlx::query_as(
-        "SELECT n.id, n.name, n.state, n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
+        "SELECT n.id, n.name, node_shown_state(n.state, n.cordon), n.cpu_millis, n.memory_mb, n.cost_per_hour, n.cpu_util, \
                 n.gpu_source = 'simulated', n.container_engine IS NOT NULL \
          FROM nodes n WHERE n.state <> 'lost' ORDER BY n.name",
     )

@@ -114,11 +114,18 @@ pub async fn apply(
         .collect();
     touched.sort_unstable();
     touched.dedup();
+    // The lock also answers which of them an operator cordoned since the cycle read the fleet (a
+    // cordon takes the node's row lock, so none can land between this read and the commit): no
+    // placement goes onto those.
+    let mut cordoned: Vec<(Uuid, String)> = Vec::new();
     if !touched.is_empty() {
-        sqlx::query("SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
-            .bind(&touched)
-            .execute(&mut *tx)
-            .await?;
+        let locked: Vec<(Uuid, String, bool)> = sqlx::query_as(
+            "SELECT id, name, cordon IS NOT NULL FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
+        )
+        .bind(&touched)
+        .fetch_all(&mut *tx)
+        .await?;
+        cordoned = locked.into_iter().filter(|(_, _, held)| *held).map(|(id, name, _)| (id, name)).collect();
     }
     let (cycle_id,): (i64,) = sqlx::query_as(
         "INSERT INTO scheduling_cycles (started_at, finished_at, trigger, policy_version_id, policy_name, \
@@ -237,6 +244,13 @@ pub async fn apply(
         }
     }
 
+    placements.retain(|p| {
+        let node = &fleet.nodes[p.node];
+        let Some((_, name)) = cordoned.iter().find(|(id, _)| *id == node.id) else { return true };
+        let reason = format!("node {name} was cordoned after the cycle read the fleet");
+        late_refusals.push((Refusal { workload: Some(p.workload), reason }, p.decider));
+        false
+    });
     let placed =
         apply_placements(&mut tx, cycle_id, fleet, &placements, record.seen, &mut late_refusals, &mut moves).await?;
     outcome.placed = placed;

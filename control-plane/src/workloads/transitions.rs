@@ -103,6 +103,37 @@ pub async fn request_cancel(
     record_event(conn, id, tenant_id, Some(from), WorkloadState::Cancelling, attempt, detail).await
 }
 
+/// A placed workload is to be stopped and requeued (preempted) for a reason other than a policy's
+/// decision — its node is drained: its agent sends the checkpoint signal (SIGTERM, SIGKILL after the
+/// grace period) and the exit puts it back in the queue. The node's desired state changes.
+/// Answers false, changing nothing, when the workload is no longer scheduled or running.
+pub async fn request_preempt(
+    conn: &mut PgConnection,
+    id: Uuid,
+    tenant_id: Uuid,
+    attempt: i32,
+    detail: &str,
+) -> sqlx::Result<bool> {
+    let moved: Option<(WorkloadState, Option<Uuid>)> = sqlx::query_as(
+        "WITH old AS (SELECT id, state FROM workloads WHERE id = $1 AND attempt = $3 \
+                        AND state IN ('scheduled', 'running') FOR UPDATE) \
+         UPDATE workloads w SET state = 'preempting', preempted_reason = $2, updated_at = now() \
+         FROM old WHERE w.id = old.id RETURNING old.state, w.node_id",
+    )
+    .bind(id)
+    .bind(detail)
+    .bind(attempt)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((from, node_id)) = moved else { return Ok(false) };
+    sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+        .bind(node_id)
+        .execute(&mut *conn)
+        .await?;
+    record_event(conn, id, tenant_id, Some(from), WorkloadState::Preempting, attempt, detail).await?;
+    Ok(true)
+}
+
 /// Everything on a node goes back to the queue (the node was lost, or its agent restarted and runs
 /// nothing): placed, running and preempting work becomes pending again with its GPUs released;
 /// work being cancelled is cancelled.

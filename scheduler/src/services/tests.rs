@@ -288,3 +288,54 @@ fn the_burst_reserve_keeps_room_for_the_last_hours_peak() {
     f.services[0].recent_peak = None;
     assert_eq!(burst_reserve(&f, &plans), 0);
 }
+
+#[test]
+fn a_replica_on_a_draining_node_is_replaced_elsewhere_before_it_stops() {
+    // Two GPU nodes; both replicas run on the first, which an operator drains.
+    let mut f = fleet(chat(), 0);
+    let second = NodeEntry { id: Uuid::new_v4(), name: "gpu-1".into(), ..f.nodes[0].clone() };
+    f.nodes.push(second);
+    f.nodes[0].state = NodeState::Draining;
+    let old = [
+        replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0),
+        replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0),
+    ];
+    // Without fresh reports nothing is replaced (a replacement could not be told from a replica
+    // that was there): both are held.
+    let stale = &plan(&f)[0];
+    assert_eq!(stale.desired, Replicas { gpu: 2, cpu: 0 });
+    assert!(stale.start.is_empty() && stale.drain.is_empty(), "{stale:?}");
+    assert!(stale.reason.contains("not replaced without fresh load reports"), "{}", stale.reason);
+    report(&mut f, &[28.0]);
+
+    // The desired count is unchanged by the drain; both replacements start, nothing stops yet.
+    let first = &plan(&f)[0];
+    assert_eq!(first.desired, Replicas { gpu: 2, cpu: 0 });
+    assert_eq!(first.start, vec![ReplicaVariant::Gpu, ReplicaVariant::Gpu]);
+    assert!(first.drain.is_empty(), "{first:?}");
+    assert!(first.reason.contains("on draining nodes, 0 replaced and stopping"), "{}", first.reason);
+
+    // Placed but not yet running: still nothing stops (no dip below what the service should have).
+    let new = [
+        replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Scheduled, 1),
+        replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Scheduled, 1),
+    ];
+    let waiting = &plan(&f)[0];
+    assert!(waiting.start.is_empty() && waiting.drain.is_empty(), "{waiting:?}");
+
+    // One replacement runs: one old replica stops; both run: both have.
+    f.workloads[new[0]].state = WorkloadState::Running;
+    let one = &plan(&f)[0];
+    assert_eq!((one.start.len(), one.drain.len()), (0, 1), "{one:?}");
+    assert!(old.contains(&one.drain[0]));
+    f.workloads[new[1]].state = WorkloadState::Running;
+    let both = &plan(&f)[0];
+    let mut drained = both.drain.clone();
+    drained.sort_unstable();
+    assert_eq!(drained, old.to_vec());
+
+    // A node that is only cordoned moves nothing.
+    f.nodes[0].state = NodeState::Cordoned;
+    let cordoned = &plan(&f)[0];
+    assert!(cordoned.drain.iter().all(|w| !old.contains(w)), "{cordoned:?}");
+}
