@@ -51,22 +51,32 @@ fn a_burst_stops_no_more_than_it_uses_of_work_that_would_lose_its_progress() {
 }
 
 #[test]
-fn a_burst_stops_no_job_bigger_than_itself_even_one_that_resumes() {
-    // Two GPUs of checkpointable training would lose no progress, but one of them would stand idle
-    // while the burst uses the other: allocation would fall.
-    let outcome = SnapshotFixture::new()
-        .settings(settings())
-        .node("gpu-a", 2, "H100", 81920)
-        .running_with("train", "gpu-a", &[0, 1], |w| {
-            w.class = WorkloadClass::Training;
+fn a_burst_stops_a_bigger_job_only_if_it_resumes_and_nothing_its_size_would_do() {
+    let fleet = || {
+        SnapshotFixture::new()
+            .settings(settings())
+            .node("gpu-a", 2, "H100", 81920)
+            .running_with("train", "gpu-a", &[0, 1], |w| {
+                w.class = WorkloadClass::Training;
+                w.preemptible = true;
+                w.checkpointable = true;
+            })
+            .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
+    };
+    // The only victim is bigger but resumes: customer traffic does not wait on it.
+    let outcome = fleet().evaluate(&SloFirst).expect("runs");
+    assert!(outcome.is_preempted("train"), "{:?}", outcome.reason("chat"));
+    // A job its size elsewhere is stopped instead: nothing stands idle.
+    let outcome = fleet()
+        .node("gpu-b", 1, "H100", 81920)
+        .running_with("eval", "gpu-b", &[0], |w| {
+            w.class = WorkloadClass::Evaluation;
             w.preemptible = true;
             w.checkpointable = true;
         })
-        .pending_with("chat", 1, 0, |w| w.class = WorkloadClass::RealtimeInference)
         .evaluate(&SloFirst)
         .expect("runs");
-    assert!(!outcome.is_preempted("train"), "{:?}", outcome.reason("train"));
-    assert!(outcome.is_kept_pending("chat"));
+    assert!(outcome.is_preempted("eval") && !outcome.is_preempted("train"), "{:?}", outcome.reason("chat"));
 }
 
 #[test]

@@ -13,9 +13,11 @@
 //! **No preemption loses airtime**: the preemptor must fit once the victims stop (its host CPU and
 //! memory too), what they free must be used at once — no more GPU capacity stopped than started —
 //! and, when the preemptor outranks its victims, the work stopped must be worth less than the work
-//! started ([`worth`]). So a burst never stops a job bigger than itself, even one that could resume
-//! from a checkpoint: the GPUs it would not use would stand idle (in the fill experiment, that is
-//! allocation falling as demand rises); the platform's burst reserve is the tool for keeping room. Of the nodes where
+//! started ([`worth`]). One exception, for customer traffic: work that outranks may stop
+//! checkpointable work bigger than itself (it loses no progress) when nothing its size would do —
+//! the search takes the set that frees the least beyond what the preemptor uses first. Without it a
+//! burst waited behind any bigger training run (the replay's and the services' stories), at the
+//! price of GPUs left idle until the queue fills them (in the fill experiment, dips of allocation). Of the nodes where
 //! that holds, the one needing the fewest victims wins, then the least worth stopped.
 
 use crate::abi::{Snapshot, Workload, WorkloadClass, WorkloadState};
@@ -141,17 +143,23 @@ impl VictimSearch<'_, '_, '_> {
     /// cause may stop (on top of the host's rules).
     pub fn run(&self, cause: Cause, eligible: impl Fn(&Workload<'_>) -> bool) -> Preemption {
         let snapshot = self.plan.snapshot();
-        let mut best: Option<(usize, u64, u32, Vec<u32>)> = None;
+        // (GPU capacity freed beyond what the preemptor uses, victims, worth stopped, node, victims)
+        let mut best: Option<(u64, usize, u64, u32, Vec<u32>)> = None;
         let mut protected: Option<(u32, u64)> = None;
         for (node, _) in snapshot.ready_nodes().filter(|(_, n)| n.can_run(self.workload)) {
             let Some(victims) = self.on_node(node, cause, &eligible, &mut protected) else { continue };
-            let stopped: u64 = victims.iter().map(|&v| worth(&snapshot.workloads[v as usize])).sum();
-            if best.as_ref().is_none_or(|b| (victims.len(), stopped) < (b.0, b.1)) {
-                best = Some((victims.len(), stopped, node, victims));
+            let of = |f: fn(&Workload<'_>) -> u64| -> u64 {
+                victims.iter().map(|&v| f(&snapshot.workloads[v as usize])).sum()
+            };
+            let surplus =
+                of(|vw| u64::from(vw.gpu_demand_milli())).saturating_sub(u64::from(self.workload.gpu_demand_milli()));
+            let key = (surplus, victims.len(), of(worth));
+            if best.as_ref().is_none_or(|b| key < (b.0, b.1, b.2)) {
+                best = Some((key.0, key.1, key.2, node, victims));
             }
         }
         match (best, protected) {
-            (Some((_, _, node, victims)), _) => Preemption::Victims { node, victims },
+            (Some((_, _, _, node, victims)), _) => Preemption::Victims { node, victims },
             (None, Some((victim, remaining_s))) => Preemption::Protected { victim, remaining_s },
             (None, None) => Preemption::Impossible,
         }
@@ -217,7 +225,11 @@ impl VictimSearch<'_, '_, '_> {
             gained += frees;
             chosen.push(v);
         }
-        if self.makes_room(node, cause, &chosen, gained) {
+        let surplus = |set: &[u32]| -> u64 {
+            let freed: u64 = set.iter().map(|&v| u64::from(snapshot.workloads[v as usize].gpu_demand_milli())).sum();
+            freed.saturating_sub(u64::from(self.workload.gpu_demand_milli()))
+        };
+        if self.makes_room(node, cause, &chosen, gained) && surplus(&chosen) == 0 {
             return Some(chosen);
         }
         let n = candidates.len().min(EXACT_UP_TO);
@@ -230,6 +242,7 @@ impl VictimSearch<'_, '_, '_> {
             }
             let victims = set.iter().map(|&v| &snapshot.workloads[v as usize]);
             let cost = (
+                surplus(&set),
                 victims.clone().map(|vw| snapshot.effective_priority(vw)).max().unwrap_or(i32::MIN),
                 set.len(),
                 victims.clone().filter(|vw| !vw.checkpointable).count(),
@@ -256,14 +269,19 @@ impl VictimSearch<'_, '_, '_> {
             >= u64::from(w.cpu_millis)
             && u64::from(plan.memory_free(node)) + freed(|vw| u64::from(vw.memory_mb)) >= u64::from(w.memory_mb);
         let used_at_once = freed(|vw| u64::from(vw.gpu_demand_milli())) <= u64::from(w.gpu_demand_milli());
-        let worth_more = cause == Cause::Reclaims || freed(worth) < worth(w);
-        fits_after && used_at_once && worth_more
+        let resumable = set.iter().all(|&v| snapshot.workloads[v as usize].checkpointable);
+        let no_loss = match cause {
+            Cause::Outranks => (used_at_once || resumable) && freed(worth) < worth(w),
+            Cause::Reclaims => used_at_once,
+        };
+        fits_after && no_loss
     }
 }
 
-/// What a set of victims costs, the least first: its highest priority, its size, how many of them
-/// cannot checkpoint, the GPU-milliseconds of work lost.
-type Cost = (i32, usize, usize, u64);
+/// What a set of victims costs, the least first: the GPU capacity it frees beyond what the
+/// preemptor uses, its highest priority, its size, how many of them cannot checkpoint, the
+/// GPU-milliseconds of work lost.
+type Cost = (u64, i32, usize, usize, u64);
 
 /// Up to how many candidates on one node the search tries every subset of, when the cheapest in
 /// order do not make room (2^12 sets at most, on such a node only).
@@ -376,7 +394,12 @@ mod tests {
                 }
         };
         let used = freed(&|x| u64::from(x.gpu_count) * 1000) <= u64::from(w.gpu_count) * 1000;
-        let no_loss = used && (w.class != WorkloadClass::RealtimeInference || freed(&worth_of) < worth_of(w));
+        let resumable = set.iter().all(|&v| snapshot.workloads[v as usize].checkpointable);
+        let no_loss = if w.class == WorkloadClass::RealtimeInference {
+            (used || resumable) && freed(&worth_of) < worth_of(w)
+        } else {
+            used
+        };
         !set.is_empty()
             && free + freed_gpus >= w.gpu_count
             && u64::from(cpu_free) + freed(&|x| u64::from(x.cpu_millis)) >= u64::from(w.cpu_millis)
