@@ -461,10 +461,57 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One node with its GPUs and latest telemetry. */
+        /**
+         * One node with its GPUs and latest telemetry, its operator's hold (cordon or drain) and what
+         *     runs on it (`work`: each workload and what a drain does with it).
+         */
         get: operations["get_node"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/nodes/{id}/cordon": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cordons a node: it takes no new work (the scheduler's check refuses any placement there) and
+         *     its work runs on. The hold survives its agent's restarts and the control plane's; a drain in
+         *     progress stops moving work. Audited.
+         */
+        post: operations["cordon_node"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/nodes/{id}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Drains a node: cordons it and moves its work off — checkpointable and preemptible work is
+         *     stopped with the checkpoint signal and requeued, service replicas are replaced on other nodes
+         *     before they stop, other work is left to finish (stopped and requeued at `deadline_s` if given).
+         *     `GET /nodes/{id}` shows what is left (`work`, `maintenance.remaining`, `maintenance.drained`).
+         *     Audited.
+         */
+        post: operations["drain_node"];
         delete?: never;
         options?: never;
         head?: never;
@@ -485,6 +532,26 @@ export interface paths {
         get: operations["node_history"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/nodes/{id}/uncordon": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Lifts a cordon or drain: the node takes work again (work already stopped stays requeued).
+         *     Audited.
+         */
+        post: operations["uncordon_node"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1275,8 +1342,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Readiness: the database answers and the scheduling loop is not stalled (on the replica that
-         *     leads it: one that failed several cycles in a row says so, with the last error).
+         * Readiness: the database answers within `db::PING_WITHIN` (0.8 s, so a probe with a one-second
+         *     timeout sees 503 rather than its own timeout while the database is unreachable) and the
+         *     scheduling loop is not stalled (on the replica that leads it: one that failed several cycles in
+         *     a row says so, with the last error).
          */
         get: operations["readyz"];
         put?: never;
@@ -1422,6 +1491,11 @@ export interface components {
             /** @description The directory the workload starts in, inside the container (absolute). */
             working_dir?: string | null;
         };
+        /** @description A cordon: why (kept on the node and in the audit log). */
+        CordonRequest: {
+            /** @description Why, at most 500 characters ("GPU 3 replaced on Tuesday"). */
+            reason?: string | null;
+        };
         /** @description A CPU variant: the same model served from CPU, with its own command, resources and capacity. */
         CpuVariantSpec: {
             /**
@@ -1553,6 +1627,23 @@ export interface components {
             version: number;
         };
         /**
+         * @description What a drain does with a workload.
+         * @enum {string}
+         */
+        DrainAction: "requeue" | "replace" | "finish" | "stopping";
+        /** @description A drain: why, and how long the work that is left to finish may take. */
+        DrainRequest: {
+            /**
+             * Format: int32
+             * @description Seconds from now after which the work still on the node (what is neither checkpointable,
+             *     preemptible nor a service replica) is stopped and requeued too; at most a week. Absent:
+             *     that work is left to finish.
+             */
+            deadline_s?: number | null;
+            /** @description Why, at most 500 characters. */
+            reason?: string | null;
+        };
+        /**
          * @description Which container engine a node runs containers with.
          * @enum {string}
          */
@@ -1679,6 +1770,11 @@ export interface components {
             gpus_held: number;
             /** Format: int64 */
             gpus_simulated: number;
+            /**
+             * Format: int64
+             * @description Held by an operator: no new work, their work runs on.
+             */
+            nodes_cordoned: number;
             /** Format: int64 */
             nodes_draining: number;
             /** Format: int64 */
@@ -2067,6 +2163,28 @@ export interface components {
             /** Format: uuid */
             workload_id: string;
         };
+        /** @description A node's hold as the API shows it. */
+        Maintenance: {
+            /** @description Who cordoned or drained it (as the audit log names them). */
+            by: string;
+            /**
+             * Format: date-time
+             * @description When a drain stops and requeues what is still left to finish.
+             */
+            deadline?: string | null;
+            /** @description A drain with nothing left on the node: it may be taken down. */
+            drained: boolean;
+            /** @description `cordoned` or `draining`. */
+            mode: components["schemas"]["NodeState"];
+            reason?: string | null;
+            /**
+             * Format: int64
+             * @description Workloads still on the node (placed, running or stopping).
+             */
+            remaining: number;
+            /** Format: date-time */
+            since: string;
+        };
         Me: {
             /** Format: uuid */
             api_token_id?: string | null;
@@ -2171,7 +2289,7 @@ export interface components {
             samples: number;
         };
         /** @enum {string} */
-        NodeState: "ready" | "draining" | "lost";
+        NodeState: "ready" | "cordoned" | "draining" | "lost";
         NodeTelemetry: {
             /** Format: float */
             cpu_util?: number | null;
@@ -2193,6 +2311,7 @@ export interface components {
             labels: Record<string, unknown>;
             /** Format: date-time */
             last_seen_at: string;
+            maintenance?: components["schemas"]["Maintenance"] | null;
             /** Format: int64 */
             memory_mb: number;
             name: string;
@@ -2200,8 +2319,27 @@ export interface components {
             registered_at: string;
             /** @description True when the node advertises simulated GPUs (`--simulate-gpus`), never real hardware. */
             simulated: boolean;
+            /** @description `ready`, `cordoned` or `draining` (an operator's hold: no new work), or `lost` (silent). */
             state: components["schemas"]["NodeState"];
             telemetry: components["schemas"]["NodeTelemetry"];
+            /**
+             * @description What runs on the node and what a drain does with each (`GET /nodes/{id}` only; whose
+             *     workload it is shown only to its tenant and platform admins).
+             */
+            work?: components["schemas"]["NodeWork"][] | null;
+        };
+        /** @description One workload on a node, and what a drain does with it. */
+        NodeWork: {
+            class: components["schemas"]["WorkloadClass"];
+            drain: components["schemas"]["DrainAction"];
+            /** @description Shown only to its own tenant and platform admins. */
+            name?: string | null;
+            state: components["schemas"]["WorkloadState"];
+            /**
+             * Format: uuid
+             * @description Shown only to its own tenant and platform admins.
+             */
+            workload_id?: string | null;
         };
         PolicyView: {
             /** @description The parameters the active version runs with. */
@@ -4822,6 +4960,173 @@ export interface operations {
             };
         };
     };
+    cordon_node: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Node id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "reason": "fan replacement"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CordonRequest"];
+            };
+        };
+        responses: {
+            /** @description The node, cordoned */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeView"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    drain_node: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Node id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "deadline_s": 3600,
+                 *       "reason": "kernel upgrade"
+                 *     }
+                 */
+                "application/json": components["schemas"]["DrainRequest"];
+            };
+        };
+        responses: {
+            /** @description The node, draining, with what still runs there */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeView"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
     node_history: {
         parameters: {
             query?: {
@@ -4869,6 +5174,72 @@ export interface operations {
                 };
             };
             /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    uncordon_node: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Node id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The node, taking work */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeView"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             403: {
                 headers: {
                     [name: string]: unknown;

@@ -35,6 +35,7 @@ describe("summaryNow", () => {
   it("reads the same headline from GET /fleet/summary as fleetNow computes from every GPU", () => {
     const summary = {
       nodes_ready: 1,
+      nodes_cordoned: 0,
       nodes_draining: 1,
       nodes_lost: 1,
       gpus: 3,

@@ -37,7 +37,7 @@ export function fleetNow(nodes: NodeView[], gpus: GpuView[]): FleetNow {
 /** The same numbers from GET /fleet/summary: a few hundred bytes, whatever the fleet's size. */
 export function summaryNow(s: FleetSummary): FleetNow {
   return {
-    nodes: s.nodes_ready + s.nodes_draining + s.nodes_lost,
+    nodes: s.nodes_ready + s.nodes_cordoned + s.nodes_draining + s.nodes_lost,
     nodesReady: s.nodes_ready,
     gpus: s.gpus,
     simulatedGpus: s.gpus_simulated,
