@@ -28,8 +28,9 @@
 //! - work a tenant is guaranteed that does not fit reclaims GPUs from tenants borrowing beyond
 //!   their guarantee;
 //! - work that has not run `min_runtime_s` is protected, and the waiting workload says for how long;
-//! - no preemption loses airtime: the preemptor fits once the victims stop, uses all they free (a
-//!   burst never stops a bigger job), and a burst stops only work worth less than itself.
+//! - no preemption loses airtime: the preemptor fits once the victims stop, uses all they free
+//!   (a burst stops checkpointable work bigger than itself only when nothing its size would do),
+//!   and a burst stops only work worth less than itself.
 //!
 //! Victims are stopped with the checkpoint signal and requeued; while they stop (the policy sees
 //! them as `stopping`), the waiting workload does not preempt more.
