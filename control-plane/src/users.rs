@@ -370,3 +370,54 @@ async fn ensure_tenant_exists(db: &PgPool, tenant: Uuid) -> domain::Result<()> {
         sqlx::query_as("SELECT id FROM tenants WHERE id = $1").bind(tenant).fetch_optional(db).await?;
     row.map(|_| ()).ok_or(domain::Error::NotFound("tenant"))
 }
+/// What a login checks of an account, found by its login name (case-insensitive).
+#[derive(sqlx::FromRow)]
+pub struct LoginUser {
+    pub id: Uuid,
+    pub email: String,
+    pub password_hash: String,
+    pub platform_admin: bool,
+    pub disabled: bool,
+    pub session_generation: i64,
+}
+
+pub async fn login_user(db: &PgPool, login_name: &str) -> sqlx::Result<Option<LoginUser>> {
+    sqlx::query_as(
+        "SELECT id, email, password_hash, platform_admin, disabled, session_generation FROM users \
+         WHERE lower(email) = lower($1)",
+    )
+    .bind(login_name)
+    .fetch_optional(db)
+    .await
+}
+
+/// A user's tenants (id, name) and role in each, by tenant name.
+pub async fn login_memberships(db: &PgPool, user: Uuid) -> sqlx::Result<Vec<(Uuid, String, Role)>> {
+    sqlx::query_as(
+        "SELECT t.id, t.name, m.role FROM memberships m JOIN tenants t ON t.id = m.tenant_id \
+         WHERE m.user_id = $1 ORDER BY t.name",
+    )
+    .bind(user)
+    .fetch_all(db)
+    .await
+}
+
+/// A user's password hash (PHC string).
+pub async fn password_hash(db: &PgPool, user: Uuid) -> sqlx::Result<String> {
+    let (phc,): (String,) =
+        sqlx::query_as("SELECT password_hash FROM users WHERE id = $1").bind(user).fetch_one(db).await?;
+    Ok(phc)
+}
+
+/// Sets a user's password hash and ends every session they hold.
+pub async fn set_password_hash(conn: &mut sqlx::PgConnection, user: Uuid, hash: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE users SET password_hash = $2, sessions_valid_after = now(), \
+         session_generation = session_generation + 1 WHERE id = $1",
+    )
+    .bind(user)
+    .bind(hash)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use airtime_protocol::agent::{
-    Assignment, AssignmentAction, DesiredState, EventKind, EventReport, LogBatch, Registered,
-};
+use airtime_protocol::agent::{DesiredState, EventKind, EventReport, LogBatch, Registered};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
@@ -19,8 +17,8 @@ use crate::api::extract::{Json, Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::NodeCaller;
 use crate::error::{ApiError, ApiResult};
+use crate::fleet::desired;
 use crate::fleet::registry::{self, Registration, TelemetryReport};
-use crate::model::{WHOLE_GPU_MILLI, WorkloadState};
 use crate::state::AppState;
 use crate::workloads::transitions::{self, AgentEvent, EventOutcome};
 
@@ -63,11 +61,7 @@ async fn register(
     node.ensure_node_name(&req.name)?;
     let node_id = registry::register(&state.db, &req).await?;
     // The credential is bound to the node's id from now on (ids are stable per name).
-    sqlx::query("UPDATE node_credentials SET node_id = $1 WHERE id = $2")
-        .bind(node_id)
-        .bind(node.credential_id)
-        .execute(&state.db)
-        .await?;
+    registry::bind_credential(&state.db, node_id, node.credential_id).await?;
     tracing::info!(node = %req.name, %node_id, gpus = req.gpus.len(), source = ?req.gpu_source, "node registered");
     state.desired.announce();
     state.wake.wake();
@@ -145,85 +139,15 @@ async fn assignments(
     // Subscribe before reading, so a change between the read and the wait is not missed.
     let mut changes = state.desired.subscribe();
     loop {
-        let version = desired_version(&state, node_id).await?.ok_or_else(node_not_found)?;
+        let version = desired::version(&state.db, node_id).await?.ok_or_else(node_not_found)?;
         if version > q.after || q.after == 0 || tokio::time::Instant::now() >= deadline {
-            return Ok(axum::Json(desired_state(&state, node_id, version).await?));
+            return Ok(axum::Json(desired::state(&state.db, node_id, version).await?));
         }
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {}
             changed = changes.changed() => { if changed.is_err() { tokio::time::sleep_until(deadline).await; } }
         }
     }
-}
-
-async fn desired_version(state: &AppState, node_id: Uuid) -> sqlx::Result<Option<u64>> {
-    let row: Option<(i64,)> = sqlx::query_as("SELECT desired_version FROM nodes WHERE id = $1")
-        .bind(node_id)
-        .fetch_optional(&state.db)
-        .await?;
-    Ok(row.map(|(v,)| v.max(0) as u64))
-}
-
-#[derive(sqlx::FromRow)]
-struct AssignmentRow {
-    id: Uuid,
-    attempt: i32,
-    state: WorkloadState,
-    command: Vec<String>,
-    env: serde_json::Value,
-    gpu_indices: Vec<i32>,
-    reason: Option<String>,
-    /// The smallest share among its grants (1000 when it holds whole GPUs), and its memory slice.
-    share_milli: Option<i32>,
-    share_memory_mb: Option<i64>,
-    container: Option<sqlx::types::Json<airtime_protocol::container::ContainerSpec>>,
-    cpu_millis: i32,
-    memory_mb: i64,
-    attempt_token: Option<Uuid>,
-}
-
-async fn desired_state(state: &AppState, node_id: Uuid, version: u64) -> sqlx::Result<DesiredState> {
-    let grace_period_ms = {
-        let mut conn = state.db.acquire().await?;
-        crate::settings::load(&mut conn).await?.grace_period_ms()
-    };
-    let rows: Vec<AssignmentRow> = sqlx::query_as(
-        "SELECT w.id, w.attempt, w.state, w.command, w.env, w.container, w.cpu_millis, w.memory_mb, w.attempt_token, \
-                COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
-                          JOIN gpus g ON g.id = gr.gpu_id WHERE gr.workload_id = w.id), '{}') AS gpu_indices, \
-                (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason, \
-                (SELECT min(gr.milli) FROM gpu_grants gr WHERE gr.workload_id = w.id) AS share_milli, \
-                (SELECT max(gr.memory_mb) FROM gpu_grants gr WHERE gr.workload_id = w.id) AS share_memory_mb \
-         FROM workloads w WHERE w.node_id = $1 ORDER BY w.submitted_at",
-    )
-    .bind(node_id)
-    .fetch_all(&state.db)
-    .await?;
-    let assignments = rows
-        .into_iter()
-        .map(|r| {
-            let run = matches!(r.state, WorkloadState::Scheduled | WorkloadState::Running);
-            Assignment {
-                workload_id: r.id,
-                attempt: u32::try_from(r.attempt).unwrap_or(0),
-                action: if run { AssignmentAction::Run } else { AssignmentAction::Stop },
-                reason: if run { None } else { r.reason },
-                command: r.command,
-                env: serde_json::from_value(r.env).unwrap_or_default(),
-                gpu_indices: r.gpu_indices.into_iter().filter_map(|i| u32::try_from(i).ok()).collect(),
-                grace_period_ms,
-                // Its grant's share: on an MPS GPU the agent starts it with that share of the SMs;
-                // a MIG instance's grant is its share of the physical GPU, run alone on it.
-                gpu_milli: r.share_milli.and_then(|m| u32::try_from(m).ok()).filter(|&m| m < WHOLE_GPU_MILLI),
-                gpu_memory_mb: r.share_memory_mb.and_then(|m| u64::try_from(m).ok()).filter(|&m| m > 0),
-                container: r.container.map(|c| c.0),
-                cpu_millis: u32::try_from(r.cpu_millis).ok().filter(|&c| c > 0),
-                memory_mb: u64::try_from(r.memory_mb).ok().filter(|&m| m > 0),
-                attempt_token: r.attempt_token.map(|t| t.simple().to_string()),
-            }
-        })
-        .collect();
-    Ok(DesiredState { version, assignments })
 }
 
 /// A workload event: started, exited, failed to start.
@@ -260,24 +184,10 @@ async fn event(
     };
     let attempt = i32::try_from(report.attempt)
         .map_err(|_| ApiError::unprocessable("invalid_event", "attempt is out of range"))?;
-    let mut tx = state.db.begin().await?;
-    // The node's row first, as telemetry, liveness and registration lock it (node, then GPUs and
-    // grants): an exit event that released its grants before bumping the node's version could
-    // deadlock with the same agent's heartbeat, which updates the node and then those grants. A
-    // telemetry flush locks all its nodes first, in id order (fleet::telemetry), then GPUs and
-    // grants: this one node lock keeps the same order.
-    sqlx::query("SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE").bind(node_id).execute(&mut *tx).await?;
     // A token that is not a token matches nothing.
     let token = report.attempt_token.as_deref().map(|t| t.parse::<Uuid>().unwrap_or(Uuid::nil()));
-    let outcome = transitions::apply_agent_event(&mut tx, node_id, workload_id, attempt, token, &event).await?;
-    let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });
-    if freed {
-        sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
-            .bind(node_id)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
+    let (outcome, freed) =
+        transitions::record_agent_event(&state.db, node_id, workload_id, attempt, token, &event).await?;
     if freed {
         // Resources came free: schedule again now, and tell the agent its state changed.
         state.desired.announce();

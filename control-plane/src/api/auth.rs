@@ -26,7 +26,7 @@ use crate::api::extract::{Json, Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::audit::{self, AuditActor, AuditEntry, AuditFilter, Change};
 use crate::auth::caller::ClientIp;
-use crate::auth::tokens::{self, API_TOKEN_SELECT, ApiTokenView};
+use crate::auth::tokens::{self, ApiTokenView};
 use crate::auth::{AuthContext, Caller, Role, SecretString, password};
 use crate::error::{ApiError, ApiResult};
 
@@ -80,16 +80,6 @@ pub struct Session {
     pub tenant: Option<String>,
 }
 
-#[derive(sqlx::FromRow)]
-struct LoginUser {
-    id: Uuid,
-    email: String,
-    password_hash: String,
-    platform_admin: bool,
-    disabled: bool,
-    session_generation: i64,
-}
-
 #[utoipa::path(
     post,
     path = "/auth/login",
@@ -109,13 +99,7 @@ async fn login(
         return Err(ApiError::Unauthorized(BAD_LOGIN));
     }
     auth.logins.check(name, ip, Instant::now()).map_err(ApiError::too_many_requests)?;
-    let user: Option<LoginUser> = sqlx::query_as(
-        "SELECT id, email, password_hash, platform_admin, disabled, session_generation FROM users \
-         WHERE lower(email) = lower($1)",
-    )
-    .bind(name)
-    .fetch_optional(&auth.db)
-    .await?;
+    let user = crate::users::login_user(&auth.db, name).await?;
     let phc = user.as_ref().map(|u| u.password_hash.clone());
     let verified = password::verify_blocking(req.password, phc).await;
     let Some(user) = user.filter(|u| verified && !u.disabled) else {
@@ -129,13 +113,7 @@ async fn login(
     let (role, tenant_id, tenant) = if user.platform_admin && req.tenant.is_none() {
         (Role::PlatformAdmin, None, None)
     } else {
-        let memberships: Vec<(Uuid, String, Role)> = sqlx::query_as(
-            "SELECT t.id, t.name, m.role FROM memberships m JOIN tenants t ON t.id = m.tenant_id \
-             WHERE m.user_id = $1 ORDER BY t.name",
-        )
-        .bind(user.id)
-        .fetch_all(&auth.db)
-        .await?;
+        let memberships = crate::users::login_memberships(&auth.db, user.id).await?;
         let chosen = match &req.tenant {
             Some(wanted) => memberships.iter().find(|(_, name, _)| name == wanted),
             None if memberships.len() == 1 => memberships.first(),
@@ -229,23 +207,13 @@ async fn change_password(
         return Err(ApiError::forbidden("change a password with a session, not an API token"));
     }
     password::check_strength(&req.new_password).map_err(|m| ApiError::unprocessable("weak_password", m))?;
-    let (phc,): (String,) = sqlx::query_as("SELECT password_hash FROM users WHERE id = $1")
-        .bind(caller.user_id)
-        .fetch_one(&auth.db)
-        .await?;
+    let phc = crate::users::password_hash(&auth.db, caller.user_id).await?;
     if !password::verify_blocking(req.current_password, Some(phc)).await {
         return Err(ApiError::unprocessable("wrong_password", "the current password is wrong"));
     }
     let hash = password::hash_blocking(req.new_password).await?;
     let mut tx = auth.db.begin().await?;
-    sqlx::query(
-        "UPDATE users SET password_hash = $2, sessions_valid_after = now(), \
-         session_generation = session_generation + 1 WHERE id = $1",
-    )
-    .bind(caller.user_id)
-    .bind(hash)
-    .execute(&mut *tx)
-    .await?;
+    crate::users::set_password_hash(&mut tx, caller.user_id, &hash).await?;
     audit::record(&mut tx, &AuditActor::from(&caller), Change::new("user.password_change", "user", caller.user_id))
         .await?;
     tx.commit().await?;
@@ -282,17 +250,13 @@ async fn list_tokens(
 ) -> ApiResult<axum::Json<Vec<ApiTokenView>>> {
     // Tenant admins see their tenant's tokens, platform admins every token, others their own.
     let owner = if caller.role >= Role::TenantAdmin { None } else { Some(caller.user_id) };
-    let tokens = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{API_TOKEN_SELECT} WHERE ($1::uuid IS NULL OR k.tenant_id = $1) AND ($2::uuid IS NULL OR k.owner_id = $2) \
-           AND ($3::text IS NULL OR t.name = $3) \
-           AND ($4 OR (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()))) \
-         ORDER BY k.created_at DESC"
-    )))
-    .bind(caller.tenant_filter())
-    .bind(owner)
-    .bind(&filter.tenant)
-    .bind(filter.include_revoked)
-    .fetch_all(&auth.db)
+    let tokens = tokens::list_api_tokens(
+        &auth.db,
+        caller.tenant_filter(),
+        owner,
+        filter.tenant.as_deref(),
+        filter.include_revoked,
+    )
     .await?;
     Ok(axum::Json(tokens))
 }
@@ -390,11 +354,7 @@ async fn revoke_token(
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<ApiTokenView>> {
     let mut tx = auth.db.begin().await?;
-    let row: Option<(Option<Uuid>, Uuid)> =
-        sqlx::query_as("SELECT tenant_id, owner_id FROM api_tokens WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
+    let row = tokens::lock_api_token_owner(&mut tx, id).await?;
     let Some((tenant, owner)) = row else {
         return Err(ApiError::NotFound("token"));
     };
@@ -405,18 +365,11 @@ async fn revoke_token(
     if !allowed {
         return Err(ApiError::NotFound("token"));
     }
-    sqlx::query("UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    tokens::revoke_api_token(&mut tx, id).await?;
     audit::record(&mut tx, &AuditActor::from(&caller), Change::new("token.revoke", "api_token", id).tenant(tenant))
         .await?;
     tx.commit().await?;
-    let view = sqlx::query_as(sqlx::AssertSqlSafe(format!("{API_TOKEN_SELECT} WHERE k.id = $1")))
-        .bind(id)
-        .fetch_one(&auth.db)
-        .await?;
-    Ok(axum::Json(view))
+    Ok(axum::Json(tokens::api_token(&auth.db, id).await?))
 }
 
 // ---------------------------------------------------------------------------------------------

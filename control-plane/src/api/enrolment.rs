@@ -19,7 +19,7 @@ use crate::api::extract::{Json, Path};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::audit::{self, AuditActor, Change};
 use crate::auth::caller::ClientIp;
-use crate::auth::tokens::{self, ENROLMENT_SELECT, EnrolmentTokenView, NODE_CREDENTIAL_SELECT, NodeCredentialView};
+use crate::auth::tokens::{self, EnrolmentTokenView, NodeCredentialView};
 use crate::auth::{AuthContext, Caller, SecretString};
 use crate::error::{ApiError, ApiResult};
 
@@ -117,10 +117,7 @@ async fn list_enrolment_tokens(
     caller: Caller,
 ) -> ApiResult<axum::Json<Vec<EnrolmentTokenView>>> {
     caller.require_platform_admin()?;
-    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!("{ENROLMENT_SELECT} ORDER BY created_at DESC LIMIT 1000")))
-        .fetch_all(&auth.db)
-        .await?;
-    Ok(axum::Json(rows))
+    Ok(axum::Json(tokens::list_enrolment_tokens(&auth.db).await?))
 }
 
 #[utoipa::path(
@@ -139,14 +136,7 @@ async fn revoke_enrolment_token(
 ) -> ApiResult<axum::Json<EnrolmentTokenView>> {
     caller.require_platform_admin()?;
     let mut tx = auth.db.begin().await?;
-    let view: Option<EnrolmentTokenView> = sqlx::query_as(
-        "UPDATE enrolment_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 \
-         RETURNING id, prefix, node_name, created_by, created_at, expires_at, used_at, revoked_at",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let view = view.ok_or(ApiError::NotFound("enrolment token"))?;
+    let view = tokens::revoke_enrolment_token(&mut tx, id).await?.ok_or(ApiError::NotFound("enrolment token"))?;
     audit::record(&mut tx, &AuditActor::from(&caller), Change::new("enrolment_token.revoke", "enrolment_token", id))
         .await?;
     tx.commit().await?;
@@ -166,11 +156,7 @@ async fn list_node_credentials(
     caller: Caller,
 ) -> ApiResult<axum::Json<Vec<NodeCredentialView>>> {
     caller.require_platform_admin()?;
-    let rows =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_CREDENTIAL_SELECT} ORDER BY node_name, created_at DESC")))
-            .fetch_all(&auth.db)
-            .await?;
-    Ok(axum::Json(rows))
+    Ok(axum::Json(tokens::list_node_credentials(&auth.db).await?))
 }
 
 /// Revokes a node's credential: its agent is refused from now on (a compromised or retired host).
@@ -190,14 +176,7 @@ async fn revoke_node_credential(
 ) -> ApiResult<axum::Json<NodeCredentialView>> {
     caller.require_platform_admin()?;
     let mut tx = auth.db.begin().await?;
-    let view: Option<NodeCredentialView> = sqlx::query_as(
-        "UPDATE node_credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 \
-         RETURNING id, node_name, node_id, prefix, created_at, last_used_at, revoked_at",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let view = view.ok_or(ApiError::NotFound("node credential"))?;
+    let view = tokens::revoke_node_credential(&mut tx, id).await?.ok_or(ApiError::NotFound("node credential"))?;
     audit::record(
         &mut tx,
         &AuditActor::from(&caller),

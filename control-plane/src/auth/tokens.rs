@@ -284,6 +284,87 @@ pub async fn enrol(
     Ok(Ok((view, secret.token, token_id)))
 }
 
+/// The newest 1,000 enrolment tokens, never their secrets.
+pub async fn list_enrolment_tokens(db: &sqlx::PgPool) -> sqlx::Result<Vec<EnrolmentTokenView>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{ENROLMENT_SELECT} ORDER BY created_at DESC LIMIT 1000")))
+        .fetch_all(db)
+        .await
+}
+
+/// Revokes an enrolment token (again is a no-op); `None` when there is no such token.
+pub async fn revoke_enrolment_token(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<EnrolmentTokenView>> {
+    sqlx::query_as(
+        "UPDATE enrolment_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 \
+         RETURNING id, prefix, node_name, created_by, created_at, expires_at, used_at, revoked_at",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Every node credential, never its secret.
+pub async fn list_node_credentials(db: &sqlx::PgPool) -> sqlx::Result<Vec<NodeCredentialView>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{NODE_CREDENTIAL_SELECT} ORDER BY node_name, created_at DESC")))
+        .fetch_all(db)
+        .await
+}
+
+/// Revokes a node credential (again is a no-op); `None` when there is no such credential.
+pub async fn revoke_node_credential(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<NodeCredentialView>> {
+    sqlx::query_as(
+        "UPDATE node_credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 \
+         RETURNING id, node_name, node_id, prefix, created_at, last_used_at, revoked_at",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// API tokens, newest first: of `tenant` (id) and `owner` when given, of the tenant named
+/// `tenant_name` when given, revoked and expired ones only with `include_revoked`.
+pub async fn list_api_tokens(
+    db: &sqlx::PgPool,
+    tenant: Option<Uuid>,
+    owner: Option<Uuid>,
+    tenant_name: Option<&str>,
+    include_revoked: bool,
+) -> sqlx::Result<Vec<ApiTokenView>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{API_TOKEN_SELECT} WHERE ($1::uuid IS NULL OR k.tenant_id = $1) AND ($2::uuid IS NULL OR k.owner_id = $2) \
+           AND ($3::text IS NULL OR t.name = $3) \
+           AND ($4 OR (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()))) \
+         ORDER BY k.created_at DESC"
+    )))
+    .bind(tenant)
+    .bind(owner)
+    .bind(tenant_name)
+    .bind(include_revoked)
+    .fetch_all(db)
+    .await
+}
+
+/// An API token's tenant and owner, its row locked for the transaction; `None` when there is none.
+pub async fn lock_api_token_owner(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<(Option<Uuid>, Uuid)>> {
+    sqlx::query_as("SELECT tenant_id, owner_id FROM api_tokens WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Revokes an API token (again is a no-op).
+pub async fn revoke_api_token(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// One API token, never its secret.
+pub async fn api_token(db: &sqlx::PgPool, id: Uuid) -> sqlx::Result<ApiTokenView> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{API_TOKEN_SELECT} WHERE k.id = $1"))).bind(id).fetch_one(db).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

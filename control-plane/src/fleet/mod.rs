@@ -1,6 +1,7 @@
 //! The fleet: nodes, their GPUs and telemetry. Agents write what is (registration, telemetry); the
 //! API reads it.
 
+pub mod desired;
 pub mod liveness;
 pub mod maintenance;
 pub mod node_history;

@@ -9,6 +9,16 @@ pub use airtime_protocol::agent::{
     GpuInventory, GpuSample, Registration, TelemetryReport, check_registration, check_telemetry,
 };
 
+/// Binds a node credential to the node it registered as (ids are stable per name).
+pub async fn bind_credential(db: &PgPool, node_id: Uuid, credential_id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("UPDATE node_credentials SET node_id = $1 WHERE id = $2")
+        .bind(node_id)
+        .bind(credential_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Registers a node, or refreshes one that registered before under the same name. A node that
 /// registers again has a freshly started agent that runs nothing: what it ran before is requeued.
 pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {

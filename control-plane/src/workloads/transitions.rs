@@ -203,6 +203,33 @@ struct Locked {
     attempt_token: Option<Uuid>,
 }
 
+/// An agent's event for one attempt, in its own transaction: the node's row locked first (as
+/// telemetry, liveness and registration lock it: node, then GPUs and grants — an exit that released
+/// its grants before bumping the node's version could deadlock with the same agent's heartbeat),
+/// then [`apply_agent_event`], then the node's desired version bumped when the event freed
+/// resources. Returns the outcome and whether resources came free.
+pub async fn record_agent_event(
+    db: &sqlx::PgPool,
+    node_id: Uuid,
+    workload_id: Uuid,
+    attempt: i32,
+    token: Option<Uuid>,
+    event: &AgentEvent,
+) -> sqlx::Result<(EventOutcome, bool)> {
+    let mut tx = db.begin().await?;
+    sqlx::query("SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE").bind(node_id).execute(&mut *tx).await?;
+    let outcome = apply_agent_event(&mut tx, node_id, workload_id, attempt, token, event).await?;
+    let freed = outcome == EventOutcome::Applied && !matches!(event, AgentEvent::Started { .. });
+    if freed {
+        sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
+            .bind(node_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok((outcome, freed))
+}
+
 /// Applies an agent's event exactly once per (workload, attempt, event). `token` is the one the
 /// event carries: for the current attempt on this node it must be the one the attempt was
 /// assigned with (work placed before tokens were issued has none to match).
