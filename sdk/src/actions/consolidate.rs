@@ -137,15 +137,15 @@ mod tests {
         w.started_ms -= 3_600_000;
     }
 
-    #[test]
-    fn a_gang_behind_fragmentation_gets_a_node_by_moving_what_fits_elsewhere() {
-        // Two 4-GPU nodes, each with one GPU taken: 6 free, a 4-GPU gang fits on neither. Moving
-        // the 1-GPU job off b (it fits on a) frees b whole.
+    /// Two 4-GPU nodes: `a` with `on_a` GPUs taken by "stays", `b` with one taken by "moves"
+    /// (edited by `edit`); a 4-GPU gang of priority 5 waits. What consolidation plans for it.
+    fn plan_for_gang(on_a: u32, edit: Edit) -> Option<Move> {
+        let devices: Vec<u32> = (0..on_a).collect();
         let bytes = SnapshotFixture::new()
             .node("a", 4, "H100", 81920)
             .node("b", 4, "H100", 81920)
-            .running_with("stays", "a", &[0], |w| w.priority = 9)
-            .running_with("moves", "b", &[0], movable)
+            .running("stays", "a", &devices)
+            .running_with("moves", "b", &[0], edit)
             .pending_with("gang", 4, 0, |w| w.priority = 5)
             .encode();
         let snapshot = decode_snapshot(&bytes).unwrap();
@@ -153,62 +153,29 @@ mod tests {
         let (_, w) = snapshot.pending().next().unwrap();
         let none = vec![false; snapshot.workloads.len()];
         let reserved = vec![false; snapshot.gpus.len()];
-        let rules = VictimRules::of(&snapshot);
-        let found = consolidate(&plan, w, &w.gpu_need(), &reserved, &none, &RunningByNode::of(&snapshot), rules);
-        assert_eq!(found, Some(Move { node: 1, moved: vec![1] }));
+        let running = RunningByNode::of(&snapshot);
+        consolidate(&plan, w, &w.gpu_need(), &reserved, &none, &running, VictimRules::of(&snapshot))
+    }
+
+    #[test]
+    fn a_gang_behind_fragmentation_gets_a_node_by_moving_what_fits_elsewhere() {
+        // 6 GPUs free, a 4-GPU gang fits on neither node: moving the 1-GPU job off b (it fits on
+        // a) frees b whole. ("stays" on a cannot checkpoint.)
+        assert_eq!(plan_for_gang(1, movable), Some(Move { node: 1, moved: vec![1] }));
     }
 
     #[test]
     fn nothing_moves_that_cannot_checkpoint_outranks_the_gang_or_would_find_no_place() {
-        let cases: [(&str, Edit); 2] = [
-            ("no checkpoint", |w| {
-                w.preemptible = true;
-                w.started_ms -= 3_600_000;
-            }),
-            ("outranks", |w| {
-                movable(w);
-                w.priority = 50;
-            }),
-        ];
-        for (why, edit) in cases {
-            let bytes = SnapshotFixture::new()
-                .node("a", 4, "H100", 81920)
-                .node("b", 4, "H100", 81920)
-                .running("stays", "a", &[0])
-                .running_with("moves", "b", &[0], edit)
-                .pending_with("gang", 4, 0, |w| w.priority = 5)
-                .encode();
-            let snapshot = decode_snapshot(&bytes).unwrap();
-            let plan = Plan::new(&snapshot);
-            let (_, w) = snapshot.pending().next().unwrap();
-            let none = vec![false; snapshot.workloads.len()];
-            let reserved = vec![false; snapshot.gpus.len()];
-            let rules = VictimRules::of(&snapshot);
-            let found = consolidate(&plan, w, &w.gpu_need(), &reserved, &none, &RunningByNode::of(&snapshot), rules);
-            assert_eq!(found, None, "{why}");
-        }
-        // Full elsewhere: the 1-GPU job on b has nowhere to go.
-        let bytes = SnapshotFixture::new()
-            .node("a", 4, "H100", 81920)
-            .node("b", 4, "H100", 81920)
-            .running("full", "a", &[0, 1, 2, 3])
-            .running_with("moves", "b", &[0], movable)
-            .pending_with("gang", 4, 0, |w| w.priority = 5)
-            .encode();
-        let snapshot = decode_snapshot(&bytes).unwrap();
-        let plan = Plan::new(&snapshot);
-        let (_, w) = snapshot.pending().next().unwrap();
-        let none = vec![false; snapshot.workloads.len()];
-        let reserved = vec![false; snapshot.gpus.len()];
-        let found = consolidate(
-            &plan,
-            w,
-            &w.gpu_need(),
-            &reserved,
-            &none,
-            &RunningByNode::of(&snapshot),
-            VictimRules::of(&snapshot),
-        );
-        assert_eq!(found, None, "no place elsewhere");
+        let no_checkpoint: Edit = |w| {
+            w.preemptible = true;
+            w.started_ms -= 3_600_000;
+        };
+        let outranks: Edit = |w| {
+            movable(w);
+            w.priority = 50;
+        };
+        assert_eq!(plan_for_gang(1, no_checkpoint), None, "no checkpoint");
+        assert_eq!(plan_for_gang(1, outranks), None, "outranks the gang");
+        assert_eq!(plan_for_gang(4, movable), None, "a is full: no place elsewhere");
     }
 }
