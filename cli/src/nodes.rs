@@ -111,6 +111,10 @@ fn show(node: &Value, out: Output) {
         ("id", output::cell(&node["id"])),
         ("name", output::cell(&node["name"])),
         ("state", output::cell(&node["state"])),
+        (
+            "agent",
+            format!("{} (protocol {})", output::cell(&node["agent_version"]), output::cell(&node["agent_protocol"])),
+        ),
     ];
     if !m.is_null() {
         rows.push(("reason", output::one_line(&output::cell(&m["reason"]), 120)));
@@ -145,7 +149,9 @@ async fn list(client: &Client, out: Output) -> Result<(), Failure> {
         output::json(&list);
         return Ok(());
     }
-    let mut t = output::table(&["ID", "NAME", "STATE", "GPUS", "HELD", "CPU", "MEMORY", "CPU UTIL", "SEEN"]);
+    let mut t = output::table(&[
+        "ID", "NAME", "STATE", "GPUS", "HELD", "CPU", "MEMORY", "CPU UTIL", "AGENT", "PROTOCOL", "SEEN",
+    ]);
     for n in list.as_array().into_iter().flatten() {
         let gpus = n["gpus"].as_array().map(Vec::as_slice).unwrap_or_default();
         let mut models: Vec<(String, usize)> = Vec::new();
@@ -173,6 +179,8 @@ async fn list(client: &Client, out: Output) -> Result<(), Failure> {
             output::cpu(&n["cpu_millis"]),
             output::mib(&n["memory_mb"]),
             util,
+            output::cell(&n["agent_version"]),
+            output::cell(&n["agent_protocol"]),
             output::age(&n["last_seen_at"]),
         ]);
     }

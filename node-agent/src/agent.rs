@@ -24,8 +24,7 @@ use uuid::Uuid;
 
 use crate::backoff::Backoff;
 use crate::client::{ClientError, ControlPlaneClient};
-use crate::config::OnLostContact;
-use crate::config::{Config, WorkloadOutput};
+use crate::config::{Config, OnLostContact, OnStop, WorkloadOutput};
 use crate::containers::Engine;
 use crate::credential::{self, CredentialError, Secret};
 use crate::logs::{self, LogSink};
@@ -33,6 +32,7 @@ use crate::protocol::{self, Assignment, AssignmentAction, DesiredState, EventRep
 use crate::runner::mps::{self, MpsDaemon};
 use crate::runner::{Exit, GpuSlot, GpuSlots, OutputMode, Runner, WorkloadSpec, orphans};
 use crate::telemetry::{GpuHolders, GpuSettings, Telemetry, TelemetryError};
+use crate::tether::Orphaned;
 
 /// How long each long-poll asks the control plane to hold the request.
 pub const LONG_POLL_WAIT: Duration = Duration::from_millis(25_000);
@@ -171,8 +171,10 @@ pub struct OutgoingEvent {
 }
 
 /// Runs the agent until a stop request arrives on `stop_requests` (or its sender is dropped):
-/// then it stops the workloads with their grace periods, delivers their last events, and
-/// returns. A second request kills the workloads at once.
+/// then it leaves the workloads running under their tethers for the next agent process to adopt
+/// (`--on-stop leave`, the default), or stops them with their grace periods to be requeued
+/// (`--on-stop requeue`, and always for work that cannot outlive the agent), delivers their last
+/// events, and returns. A second request kills workloads being stopped at once.
 pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Result<(), AgentError> {
     check_work_dir(&config.work_dir)?;
     let private_dir = check_isolation(&config)?;
@@ -220,44 +222,64 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         WorkloadOutput::Log => OutputMode::Log,
         WorkloadOutput::Inherit => OutputMode::Inherit,
     };
-    let orphans = orphans::find(&config.name);
-    // Containers an earlier agent left go first: their engine clients are among the orphans and
-    // end with them.
-    let leftover_containers = match &engine {
-        Some(engine) => engine.end_leftovers(&config.name, orphans::ORPHAN_GRACE).await,
-        None => Vec::new(),
-    };
-    orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
     let (runner, mut exits) = Runner::new(config.work_dir.clone(), output, &config.name, slots);
-    let runner = match engine {
+    let runner = match engine.clone() {
         Some(engine) => runner.with_engine(engine),
         None => runner,
     };
-    // Captured output goes to the control plane too (inherited output is the agent's own).
-    let (log_sink, log_source) = LogSink::new();
+    // Captured output goes to the control plane too (inherited output is the agent's own). Chunk
+    // numbers start above every earlier agent process's.
+    let generation = next_generation(&config.state_dir);
+    let (log_sink, log_source) = LogSink::new(logs::first_seq(generation));
     let runner = if output == OutputMode::Log { runner.with_logs(log_sink) } else { runner };
-    // Work dies with its agent unless it is meant to outlive lost contact (`--on-lost-contact
-    // keep`); an agent run as a library (tests) without its binary cannot tether.
-    let runner = match (&config.on_lost_contact, config.tether_binary.clone()) {
-        (OnLostContact::Stop, Some(binary)) => runner.with_tether(binary),
-        _ => runner,
+    // Each workload runs under a tether that outlives this process: while the node's lease lasts
+    // (for the next agent process to adopt it), or regardless with `--on-lost-contact keep`. An
+    // agent run as a library (tests) without its binary cannot tether.
+    let lease_file = config.state_dir.join(LEASE_FILE);
+    let runner = match (config.on_lost_contact, config.tether_binary.clone()) {
+        (OnLostContact::Stop, Some(binary)) => runner.with_tether(binary, Orphaned::WhileLeased(lease_file.clone())),
+        (OnLostContact::Keep, Some(binary)) => runner.with_tether(binary, Orphaned::Keep),
+        (_, None) => runner,
     };
     let mount_prefixes = config
         .container_mount_prefixes
         .iter()
         .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
         .collect();
-    let runner = runner.with_private_dir(private_dir).with_isolation(
-        config.tether_binary.clone(),
-        config.process_user.clone(),
-        config.workloads,
-        mount_prefixes,
-    );
+    let mut runner = runner
+        .with_private_dir(private_dir)
+        .with_attempts_dir(config.state_dir.join("workloads"))
+        .with_isolation(config.tether_binary.clone(), config.process_user.clone(), config.workloads, mount_prefixes);
+    // What an earlier agent process of this node left running is adopted; what it left without a
+    // record (an agent before records, a process that escaped its tether) is ended.
+    let adopted = runner.recover();
+    let adopted_groups: HashSet<u32> = adopted.iter().map(|w| w.pid).collect();
+    let orphans: Vec<orphans::Orphan> =
+        orphans::find(&config.name).into_iter().filter(|o| !adopted_groups.contains(&o.pid)).collect();
+    let adopted_containers: HashSet<String> =
+        adopted.iter().map(|w| crate::containers::container_name(w.workload_id, w.attempt)).collect();
+    // Containers an earlier agent left go first: their engine clients are among the orphans and
+    // end with them.
+    let leftover_containers = match &engine {
+        Some(engine) => engine.end_leftovers(&config.name, &adopted_containers, orphans::ORPHAN_GRACE).await,
+        None => Vec::new(),
+    };
+    orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
+    let mut request = request;
+    request.running =
+        adopted.iter().map(|w| protocol::RunningAttempt { workload_id: w.workload_id, attempt: w.attempt }).collect();
+    let outlives_agent = config.tether_binary.is_some();
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
 
-    let mut registration =
-        tokio::spawn(keep_registered(client.clone(), Arc::clone(&session), request, enrolment, config.lease));
+    let mut registration = tokio::spawn(keep_registered(
+        client.clone(),
+        Arc::clone(&session),
+        request,
+        runner.attempts(),
+        enrolment,
+        config.lease,
+    ));
     let mut heartbeat = tokio::spawn(send_heartbeats(
         client.clone(),
         Arc::clone(&session),
@@ -274,6 +296,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     let mut delivery = tokio::spawn(deliver_events(client, Arc::clone(&session), events_rx, desired_rx.clone()));
 
     let mut reconciler = Reconciler::new(runner, events_tx);
+    reconciler.report_adopted(&adopted);
     reconciler.report_orphans(&orphans);
     reconciler.report_leftover_containers(&leftover_containers);
     let mut latest: Option<Arc<Desired>> = None;
@@ -281,13 +304,11 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     let mut delivery_ended = false;
     let mut fence_check = tokio::time::interval(FENCE_CHECK);
     fence_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut lease_written = 0_u64;
     loop {
         tokio::select! {
             biased;
-            _ = stop_requests.recv() => {
-                tracing::info!("stop requested; stopping workloads (a second request kills them)");
-                break;
-            }
+            _ = stop_requests.recv() => break,
             Some(exit) = exits.recv() => {
                 reconciler.on_exit(exit);
                 // An exit can free GPUs or make room for a newer attempt of the same workload.
@@ -302,6 +323,9 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
                 }
             }
             _ = fence_check.tick() => {
+                if !reconciler.fenced {
+                    lease_written = renew_lease_file(&lease_file, &session, lease_written);
+                }
                 let lease = session.lease().unwrap_or(config.lease);
                 match session.silent_for() {
                     Some(silent) if silent > lease && !reconciler.fenced => {
@@ -329,7 +353,19 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     }
 
     poller.abort();
-    reconciler.stop_all_and_wait(&mut exits, &mut stop_requests).await;
+    let leave = failure.is_none() && outlives_agent && config.on_stop == OnStop::Leave;
+    if leave {
+        let running = reconciler.runner.running().len();
+        tracing::info!(
+            workloads = running,
+            "stop requested; leaving the workloads running for the next agent process (their tethers keep them \
+             while the node's lease lasts)"
+        );
+    } else {
+        tracing::info!("stop requested; stopping workloads to be requeued (a second request kills them)");
+        reconciler.requeue_exits = true;
+        reconciler.stop_all_and_wait(&mut exits, &mut stop_requests).await;
+    }
     // Dropping the reconciler closes the event queue: delivery ends once it is drained.
     drop(reconciler);
     if !delivery_ended && timeout(SHUTDOWN_EVENT_FLUSH, &mut delivery).await.is_err() {
@@ -337,8 +373,11 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         delivery.abort();
     }
     // The runner is gone and its processes with it: the shipper ends once their last output is
-    // delivered (or after the flush time, while the control plane cannot be reached).
-    if timeout(SHUTDOWN_EVENT_FLUSH, &mut shipper).await.is_err() {
+    // delivered (or after the flush time, while the control plane cannot be reached). Left
+    // running, their output is shipped by the next agent from where the control plane's copy ends.
+    if leave {
+        shipper.abort();
+    } else if timeout(SHUTDOWN_EVENT_FLUSH, &mut shipper).await.is_err() {
         tracing::warn!("could not ship every workload's last output before exiting");
         shipper.abort();
     }
@@ -346,6 +385,41 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     registration.abort();
     tracing::info!("node agent stopped");
     failure.map_or(Ok(()), Err)
+}
+
+/// The file in the state directory that holds the node's lease for the workloads' tethers.
+const LEASE_FILE: &str = "lease";
+
+/// Rewrites the lease file when the lease moved (by half a second or more): its deadline is when
+/// the control plane will count the node lost, as a `CLOCK_BOOTTIME` instant. Returns the
+/// deadline written (or `written`, unchanged).
+fn renew_lease_file(file: &Path, session: &Session, written: u64) -> u64 {
+    let (Some(silent), Some(lease)) = (session.silent_for(), session.lease()) else {
+        return written;
+    };
+    let deadline = crate::tether::boottime_ms() + lease.saturating_sub(silent).as_millis() as u64;
+    if deadline < written + 500 {
+        return written;
+    }
+    let partial = file.with_extension("partial");
+    match std::fs::write(&partial, deadline.to_string()).and_then(|()| std::fs::rename(&partial, file)) {
+        Ok(()) => deadline,
+        Err(error) => {
+            tracing::warn!(file = %file.display(), %error, "cannot renew the workloads' lease");
+            written
+        }
+    }
+}
+
+/// This agent process's generation: one more than the last start's, kept in the state directory.
+fn next_generation(state_dir: &Path) -> u64 {
+    let file = state_dir.join("generation");
+    let last: u64 = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+    let next = last + 1;
+    if let Err(error) = std::fs::write(&file, next.to_string()) {
+        tracing::warn!(file = %file.display(), %error, "cannot record the agent's generation");
+    }
+    next
 }
 
 /// How often the agent checks whether the control plane has been silent past the lease.
@@ -437,6 +511,8 @@ fn register_request(config: &Config, telemetry: &Telemetry, engine: Option<&Engi
         gpu_source: inventory.gpu_source,
         gpus: inventory.gpus,
         container_engine: engine.map(Engine::describe),
+        protocol: Some(protocol::protocol_version()),
+        running: Vec::new(),
     }
 }
 
@@ -471,7 +547,8 @@ async fn enrol(client: &ControlPlaneClient, name: &str, enrolment: &Enrolment) -
 async fn keep_registered(
     client: ControlPlaneClient,
     session: Arc<Session>,
-    request: protocol::Registration,
+    mut request: protocol::Registration,
+    running: watch::Receiver<Vec<(Uuid, u32)>>,
     enrolment: Option<Enrolment>,
     default_lease: Duration,
 ) {
@@ -494,6 +571,12 @@ async fn keep_registered(
             }
         }
         let response = loop {
+            // What runs now stays on the node; the control plane requeues the rest of its work.
+            request.running = running
+                .borrow()
+                .iter()
+                .map(|&(workload_id, attempt)| protocol::RunningAttempt { workload_id, attempt })
+                .collect();
             match client.register(&request).await {
                 Ok(response) => break response,
                 Err(error) => {
@@ -724,6 +807,9 @@ struct Reconciler {
     fenced: bool,
     /// Attempts stopped by fencing: their exits ask to be requeued.
     fenced_attempts: HashSet<(Uuid, u32)>,
+    /// Every exit asks to be requeued (the agent stops its work for its own sake: `--on-stop
+    /// requeue`, or work that cannot outlive it).
+    requeue_exits: bool,
 }
 
 impl Reconciler {
@@ -735,6 +821,16 @@ impl Reconciler {
             deferred: HashSet::new(),
             fenced: false,
             fenced_attempts: HashSet::new(),
+            requeue_exits: false,
+        }
+    }
+
+    /// Reports the workloads adopted from an earlier agent process as started (the control plane
+    /// may not have heard that they were), and keeps their attempts from starting again.
+    fn report_adopted(&mut self, adopted: &[crate::runner::RunningWorkload]) {
+        for w in adopted {
+            self.launched.insert((w.workload_id, w.attempt));
+            self.send(w.workload_id, EventReport::started(w.attempt, w.pid));
         }
     }
 
@@ -887,7 +983,8 @@ impl Reconciler {
     fn on_exit(&mut self, exit: Exit) {
         self.runner.reap(&exit);
         let mut event = exit.to_event();
-        event.requeue = self.fenced_attempts.remove(&(exit.workload_id, exit.attempt));
+        event.requeue =
+            self.fenced_attempts.remove(&(exit.workload_id, exit.attempt)) || self.requeue_exits || exit.lost;
         self.send(exit.workload_id, event);
     }
 
@@ -904,7 +1001,7 @@ impl Reconciler {
         stop_requests: &mut mpsc::Receiver<()>,
     ) {
         let longest_grace = self.runner.running().iter().map(|w| w.grace_period).max().unwrap_or_default();
-        self.runner.stop_all("the node agent is shutting down");
+        self.runner.stop_all("the node agent is shutting down; the work is requeued");
         let kill_at = Instant::now() + longest_grace + SHUTDOWN_KILL_MARGIN;
         let mut give_up_at: Option<Instant> = None;
         let mut requests_open = true;

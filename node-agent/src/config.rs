@@ -151,6 +151,14 @@ pub struct Cli {
     #[arg(long, value_enum, env = "AIRTIME_ON_LOST_CONTACT", default_value_t = OnLostContact::Stop)]
     pub on_lost_contact: OnLostContact,
 
+    /// What a stopped agent (SIGTERM: `systemctl restart`, an upgrade, a reboot) does with its
+    /// workloads: `leave` them running under their tethers for the next agent process, which
+    /// adopts them (they are stopped only if none comes back before the node's lease runs out),
+    /// or `requeue` them (stopped with their grace periods and handed back to the scheduler, never
+    /// counted failed).
+    #[arg(long, value_enum, env = "AIRTIME_ON_STOP", default_value_t = OnStop::Leave)]
+    pub on_stop: OnStop,
+
     /// The container engine for container workloads: `auto` (Podman if it answers, else Docker,
     /// else none), `podman`, `docker`, or `none` (the node takes no container work). An engine
     /// named here that does not answer stops the agent at start.
@@ -271,6 +279,7 @@ pub struct Config {
     /// The lease when the control plane does not give one.
     pub lease: Duration,
     pub on_lost_contact: OnLostContact,
+    pub on_stop: OnStop,
     /// The agent's own binary, to run workloads tethered to the agent (`crate::tether`); set by
     /// the binary's `main` (its path is not configuration). `None`: workloads are untethered.
     pub tether_binary: Option<PathBuf>,
@@ -287,6 +296,13 @@ pub struct Config {
 pub enum OnLostContact {
     Stop,
     Keep,
+}
+
+/// What a stopped agent does with its work (`--on-stop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnStop {
+    Leave,
+    Requeue,
 }
 
 /// The MPS control daemon the agent joins or starts for `--gpu-sharing mps` on real GPUs.
@@ -377,6 +393,7 @@ impl Config {
             mps,
             lease: Duration::from_millis(cli.lease_ms),
             on_lost_contact: cli.on_lost_contact,
+            on_stop: cli.on_stop,
             tether_binary: None,
             container_mount_prefixes: cli.container_mount_prefixes,
             workloads: cli.workloads,

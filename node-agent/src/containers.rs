@@ -325,7 +325,12 @@ impl Engine {
 
     /// Ends the containers an earlier agent of this node left behind: stop with `grace`, then
     /// remove. Returns the workload attempts ended.
-    pub async fn end_leftovers(&self, node_name: &str, grace: Duration) -> Vec<(Uuid, u32)> {
+    pub async fn end_leftovers(
+        &self,
+        node_name: &str,
+        adopted: &std::collections::HashSet<String>,
+        grace: Duration,
+    ) -> Vec<(Uuid, u32)> {
         let leftovers = match self.list_ours(node_name).await {
             Ok(list) => list,
             Err(why) => {
@@ -334,7 +339,7 @@ impl Engine {
             }
         };
         let mut ended = Vec::new();
-        for (name, workload_id, attempt) in leftovers {
+        for (name, workload_id, attempt) in leftovers.into_iter().filter(|(name, ..)| !adopted.contains(name)) {
             tracing::warn!(%workload_id, attempt, container = %name, "ending a container an earlier agent left running");
             if let Err(why) = self.stop(&name, grace).await {
                 tracing::warn!(container = %name, %why, "cannot stop the container; removing it");

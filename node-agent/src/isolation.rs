@@ -292,6 +292,11 @@ impl UidPool {
     pub fn give_back(&mut self, uid: u32) {
         self.held.remove(&uid);
     }
+
+    /// Marks `uid` held by a workload this agent adopted.
+    pub fn hold(&mut self, uid: u32) {
+        self.held.insert(uid);
+    }
 }
 
 /// A process workload's own directory under `work_dir`, owned by `uid:gid`, mode 0700 (one left

@@ -4,6 +4,12 @@
 //! control plane cannot be reached the chunks wait, up to [`MAX_BUFFERED_BYTES`]; past that the
 //! oldest are dropped and the next chunk of that stream says how many lines were lost, so an
 //! outage never grows the agent without bound and never blocks a workload's output.
+//!
+//! A line read from a workload's output spool carries the spool offset just past it: once its
+//! chunk is delivered, that offset is *acknowledged* ([`Acknowledged`]), and the runner records it
+//! beside the spool, so an agent that restarts resumes each stream where the control plane's copy
+//! ends. Chunk numbers start from a base the agent raises at every start (its generation), so a
+//! restarted agent's chunks never collide with, and sort after, its predecessor's.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -32,6 +38,30 @@ pub struct LogLine {
     pub attempt: u32,
     pub stream: LogStream,
     pub text: String,
+    /// The offset just past this line in its spool file, when it was read from one.
+    pub end: Option<u64>,
+}
+
+/// Per attempt and stream, the spool offset up to which the control plane has the output.
+#[derive(Debug, Clone, Default)]
+pub struct Acknowledged(std::sync::Arc<std::sync::Mutex<HashMap<Key, u64>>>);
+
+impl Acknowledged {
+    /// The offset acknowledged for a stream (`None`: nothing yet).
+    pub fn get(&self, key: &Key) -> Option<u64> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied()
+    }
+
+    /// Forgets a stream whose spool is gone.
+    pub fn forget(&self, key: &Key) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+    }
+
+    fn advance(&self, key: Key, end: u64) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = map.entry(key).or_insert(end);
+        *at = (*at).max(end);
+    }
 }
 
 /// Where the runner puts output lines.
@@ -39,14 +69,24 @@ pub struct LogLine {
 pub struct LogSink {
     tx: mpsc::Sender<LogLine>,
     lost: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    acknowledged: Acknowledged,
 }
 
 impl LogSink {
-    /// A sink and the receiver [`ship`] reads.
-    pub fn new() -> (LogSink, LogSource) {
+    /// A sink and the receiver [`ship`] reads; chunks are numbered from `first_seq` on.
+    pub fn new(first_seq: u64) -> (LogSink, LogSource) {
         let (tx, rx) = mpsc::channel(CHANNEL_LINES);
         let lost = std::sync::Arc::default();
-        (LogSink { tx, lost: std::sync::Arc::clone(&lost) }, LogSource { rx, lost })
+        let acknowledged = Acknowledged::default();
+        (
+            LogSink { tx, lost: std::sync::Arc::clone(&lost), acknowledged: acknowledged.clone() },
+            LogSource { rx, lost, acknowledged, first_seq },
+        )
+    }
+
+    /// What the control plane has of each spooled stream.
+    pub fn acknowledged(&self) -> &Acknowledged {
+        &self.acknowledged
     }
 
     /// Hands a line over; waits only while the collector catches up (it never waits on the
@@ -62,9 +102,30 @@ impl LogSink {
 pub struct LogSource {
     rx: mpsc::Receiver<LogLine>,
     lost: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    acknowledged: Acknowledged,
+    first_seq: u64,
 }
 
-type Key = (Uuid, u32, LogStream);
+#[cfg(test)]
+impl LogSource {
+    /// The next line handed over (tests read the sink directly).
+    pub(crate) async fn next_line(&mut self) -> Option<LogLine> {
+        self.rx.recv().await
+    }
+}
+
+/// A stream of one attempt: workload, attempt, stdout or stderr.
+pub type Key = (Uuid, u32, LogStream);
+
+/// How many bits of a chunk number count chunks within one agent process; the bits above hold
+/// the agent's generation ([`first_seq`]).
+const SEQ_BITS: u32 = 40;
+
+/// The first chunk number of the agent process of `generation` (raised at every agent start):
+/// above every number an earlier process used, with 2^40 chunks of room (64 PiB of output).
+pub fn first_seq(generation: u64) -> u64 {
+    (generation & ((1 << (63 - SEQ_BITS)) - 1)) << SEQ_BITS
+}
 
 /// Lines grouped into chunks, oldest first, bounded in bytes.
 #[derive(Default)]
@@ -72,6 +133,10 @@ pub struct Chunker {
     ready: VecDeque<LogChunk>,
     open: HashMap<Key, LogChunk>,
     next_seq: HashMap<Key, u64>,
+    /// The first chunk number of a stream not seen yet.
+    first_seq: u64,
+    /// Per chunk (stream and number), the spool offset just past its last line.
+    ends: HashMap<(Key, u64), u64>,
     /// Lines lost per stream, told in its next chunk.
     dropped: HashMap<Key, u64>,
     bytes: usize,
@@ -92,8 +157,9 @@ impl Chunker {
         self.bytes += text.len();
         let dropped = self.dropped.remove(&key).unwrap_or(0);
         let next_seq = &mut self.next_seq;
+        let first_seq = self.first_seq;
         let chunk = self.open.entry(key).or_insert_with(|| {
-            let seq = next_seq.entry(key).or_insert(0);
+            let seq = next_seq.entry(key).or_insert(first_seq);
             let chunk = LogChunk {
                 workload_id: key.0,
                 attempt: key.1,
@@ -107,9 +173,13 @@ impl Chunker {
         });
         chunk.dropped_lines += dropped;
         chunk.text.push_str(&text);
+        if let Some(end) = line.end {
+            self.ends.insert((key, chunk.seq), end);
+        }
         while self.bytes > MAX_BUFFERED_BYTES {
             let Some(oldest) = self.ready.pop_front() else { break };
             self.bytes -= oldest.text.len();
+            self.ends.remove(&((oldest.workload_id, oldest.attempt, oldest.stream), oldest.seq));
             let lines = oldest.text.lines().count() as u64 + oldest.dropped_lines;
             *self.dropped.entry((oldest.workload_id, oldest.attempt, oldest.stream)).or_default() += lines;
         }
@@ -146,10 +216,15 @@ impl Chunker {
         out
     }
 
-    /// The first `n` chunks were delivered.
-    pub fn delivered(&mut self, n: usize) {
+    /// The first `n` chunks were delivered (or refused for good): their spool offsets are
+    /// acknowledged.
+    pub fn delivered(&mut self, n: usize, acknowledged: &Acknowledged) {
         for chunk in self.ready.drain(..n.min(self.ready.len())) {
             self.bytes -= chunk.text.len();
+            let key = (chunk.workload_id, chunk.attempt, chunk.stream);
+            if let Some(end) = self.ends.remove(&(key, chunk.seq)) {
+                acknowledged.advance(key, end);
+            }
         }
     }
 
@@ -174,8 +249,8 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Uuid>,
 {
-    let LogSource { mut rx, lost } = source;
-    let chunker = std::sync::Arc::new(std::sync::Mutex::new(Chunker::default()));
+    let LogSource { mut rx, lost, acknowledged, first_seq } = source;
+    let chunker = std::sync::Arc::new(std::sync::Mutex::new(Chunker { first_seq, ..Chunker::default() }));
     let collector = {
         let chunker = std::sync::Arc::clone(&chunker);
         tokio::spawn(async move {
@@ -209,7 +284,7 @@ where
             let node = node_id().await;
             match client.post_logs(node, &batch).await {
                 Ok(()) => {
-                    with(&mut |c| c.delivered(batch.chunks.len()));
+                    with(&mut |c| c.delivered(batch.chunks.len(), &acknowledged));
                     backoff.reset();
                 }
                 Err(error) if error.is_retryable() || error.is_node_not_found() => {
@@ -223,7 +298,7 @@ where
                 }
                 Err(error) => {
                     tracing::warn!(%error, chunks = batch.chunks.len(), "the control plane refused workload output; dropping it");
-                    with(&mut |c| c.delivered(batch.chunks.len()));
+                    with(&mut |c| c.delivered(batch.chunks.len(), &acknowledged));
                 }
             }
         }
@@ -242,7 +317,7 @@ mod tests {
     use super::*;
 
     fn line(w: Uuid, stream: LogStream, text: &str) -> LogLine {
-        LogLine { workload_id: w, attempt: 1, stream, text: text.into() }
+        LogLine { workload_id: w, attempt: 1, stream, text: text.into(), end: None }
     }
 
     #[test]
@@ -258,10 +333,34 @@ mod tests {
         assert_eq!(batch.len(), 2);
         assert_eq!((batch[0].text.as_str(), batch[0].seq), ("one\ntwo\n", 0));
         assert_eq!((batch[1].text.as_str(), batch[1].seq), ("oops\n", 0));
-        c.delivered(2);
+        c.delivered(2, &Acknowledged::default());
         c.push(line(w, LogStream::Stdout, "three"));
         c.flush();
         assert_eq!(c.batch()[0].seq, 1, "the next chunk of the stream is numbered on");
+    }
+
+    #[test]
+    fn a_delivered_chunk_acknowledges_its_spool_offset_and_a_later_generation_numbers_above() {
+        let w = Uuid::new_v4();
+        let mut c = Chunker { first_seq: first_seq(3), ..Chunker::default() };
+        let spooled = |text: &str, end| LogLine { end: Some(end), ..line(w, LogStream::Stdout, text) };
+        c.push(spooled("one", 4));
+        c.push(spooled("two", 8));
+        c.flush();
+        let acknowledged = Acknowledged::default();
+        let key = (w, 1, LogStream::Stdout);
+        assert_eq!(acknowledged.get(&key), None, "nothing delivered, nothing acknowledged");
+        let batch = c.batch();
+        assert_eq!(batch[0].seq, first_seq(3));
+        assert!(first_seq(3) > first_seq(2) + (1 << 39), "a generation's numbers sort after the one before");
+        c.delivered(batch.len(), &acknowledged);
+        assert_eq!(acknowledged.get(&key), Some(8), "the offset past the chunk's last line");
+        c.push(spooled("three", 14));
+        c.flush();
+        c.delivered(1, &acknowledged);
+        assert_eq!(acknowledged.get(&key), Some(14));
+        assert_eq!(first_seq(0), 0);
+        assert!(first_seq(u64::MAX) <= i64::MAX as u64, "every number fits the control plane's bigint");
     }
 
     #[test]

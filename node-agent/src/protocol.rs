@@ -7,7 +7,7 @@
 pub use airtime_protocol::agent::{
     Assignment, AssignmentAction, DesiredState, EnrolRequest, Enrolled, ErrorBody, ErrorResponse, EventKind,
     EventReport, GpuInventory, GpuSample, GpuSource, LogBatch, LogChunk, LogStream, MAX_LOG_BATCH_CHUNKS,
-    MAX_LOG_CHUNK_BYTES, Registered, Registration, ShareSample, TelemetryReport,
+    MAX_LOG_CHUNK_BYTES, Registered, Registration, RunningAttempt, ShareSample, TelemetryReport, protocol_version,
 };
 pub use airtime_protocol::model::GpuModel;
 pub use airtime_protocol::sharing::{GpuSharing, MigProfile};
@@ -155,6 +155,8 @@ mod tests {
                 version: "4.3.1".into(),
                 cdi: true,
             }),
+            protocol: Some("1.1".into()),
+            running: vec![RunningAttempt { workload_id: uuid::Uuid::nil(), attempt: 2 }],
         };
         assert_eq!(
             serde_json::to_value(&request)?,
@@ -172,7 +174,9 @@ mod tests {
                      "memory_mb": 81920, "nvlink_group": null, "simulated": false, "sharing": "none",
                      "sharing_note": "MIG mode is disabled on GPU 2: advertised whole"}
                 ],
-                "container_engine": {"kind": "podman", "version": "4.3.1", "cdi": true}
+                "container_engine": {"kind": "podman", "version": "4.3.1", "cdi": true},
+                "protocol": "1.1",
+                "running": [{"workload_id": "00000000-0000-0000-0000-000000000000", "attempt": 2}]
             })
         );
         assert_eq!(airtime_protocol::agent::check_registration(&request), Ok(()));

@@ -9,8 +9,13 @@
 //! runner's channel. When the main process exits, whatever it left behind in its group is killed,
 //! so no stray process keeps a GPU busy. A process that leaves its group (`setsid`) escapes this.
 //!
-//! Workloads live no longer than their agent: a graceful shutdown stops them, and an agent that
-//! starts after one that died ends what it left behind (see [`orphans`]).
+//! A workload's supervision outlives the agent process: each runs under a tether (the agent's
+//! binary, see [`crate::tether`]) that keeps it running while the node's lease lasts, writes its
+//! output to spool files ([`spool`]) rather than to pipes the agent reads, and records how it
+//! ended. What the runner knows of each attempt is on disk too ([`records`]), so an agent that
+//! restarts — stopped for an upgrade, or crashed — adopts its predecessor's running workloads
+//! ([`Runner::recover`]) and supervises them as its own. Workloads no record names, left by an
+//! older agent, are ended as before (see [`orphans`]).
 //!
 //! A workload's GPUs reach it through its environment: `CUDA_VISIBLE_DEVICES` names its slots as
 //! CUDA knows them ([`GpuSlots`]: a MIG instance's uuid, a GPU's index), and a share of an MPS GPU
@@ -22,6 +27,8 @@
 
 pub mod mps;
 pub mod orphans;
+pub mod records;
+pub mod spool;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -34,7 +41,6 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use thiserror::Error;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -45,12 +51,12 @@ use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
 use crate::containers::{Engine, RunRequest, container_name};
 use crate::isolation::{ProcessUser, UidPool, WorkloadKinds, engine_environment};
-use crate::logs::{LogLine, LogSink};
+use crate::logs::LogSink;
 use crate::protocol::{Assignment, EventReport, LogStream};
 use crate::telemetry::{GpuHolders, Holder};
 
 /// Longest workload output line logged as one record; longer lines are split.
-const MAX_OUTPUT_LINE: u64 = 16 * 1024;
+pub(crate) const MAX_OUTPUT_LINE: u64 = 16 * 1024;
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,6 +243,9 @@ pub struct Exit {
     /// Why the agent ended it, when it did.
     pub message: Option<String>,
     pub runtime: Duration,
+    /// How it ended is unknown: it ended while no agent watched it and left no record (its
+    /// tether was killed with it). Not the workload's doing: it is requeued, not failed.
+    pub lost: bool,
 }
 
 impl Exit {
@@ -284,6 +293,8 @@ struct Cleanup {
     files: Vec<PathBuf>,
     dir: Option<PathBuf>,
     uid: Option<u32>,
+    /// The attempt's directory of the agent's state: its record, spool and exit.
+    attempt_dir: Option<PathBuf>,
 }
 
 impl Cleanup {
@@ -295,16 +306,17 @@ impl Cleanup {
     }
 
     async fn run(self) {
-        let Cleanup { files, dir, .. } = self;
+        let Cleanup { files, dir, attempt_dir, .. } = self;
         let _ = tokio::task::spawn_blocking(move || {
             for file in &files {
                 crate::isolation::remove_quietly(file);
             }
-            if let Some(dir) = dir
-                && let Err(e) = std::fs::remove_dir_all(&dir)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a workload's directory");
+            for dir in dir.into_iter().chain(attempt_dir) {
+                if let Err(e) = std::fs::remove_dir_all(&dir)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a workload's directory");
+                }
             }
         })
         .await;
@@ -356,13 +368,18 @@ pub struct Runner {
     supervised: HashMap<Uuid, Supervised>,
     exits: mpsc::UnboundedSender<Exit>,
     holders: watch::Sender<GpuHolders>,
+    /// The attempts supervised, kept current (what a registration says the node runs).
+    attempts: watch::Sender<Vec<(Uuid, u32)>>,
     /// Where captured output lines also go (to the control plane), when set.
     logs: Option<LogSink>,
     /// The node's container engine, for container workloads; `None`: the node runs none.
     engine: Option<Arc<Engine>>,
-    /// The agent's own binary, which runs each workload tethered (`crate::tether`): its work dies
-    /// with the agent. `None`: workloads outlive a dead agent (`--on-lost-contact keep`, tests).
-    tether: Option<PathBuf>,
+    /// The agent's own binary, which runs each workload tethered (`crate::tether`), and what a
+    /// tether does when the agent is gone. `None` (an agent run as a library, in tests): workloads
+    /// are the agent's children alone and die with its runtime.
+    tether: Option<(PathBuf, crate::tether::Orphaned)>,
+    /// Where each attempt's record, output spool and exit are kept (`<state>/workloads`).
+    attempts_dir: PathBuf,
     /// The agent's own binary as a process workload's launcher when the workload is not tethered:
     /// it reads the workload's environment file and drops to its user.
     launcher: Option<PathBuf>,
@@ -397,11 +414,13 @@ impl Runner {
             supervised: HashMap::new(),
             exits,
             holders,
+            attempts: watch::channel(Vec::new()).0,
             logs: None,
             engine: None,
             tether: None,
             launcher: None,
             private_dir: std::env::temp_dir().join(format!("airtime-agent-{}", std::process::id())),
+            attempts_dir: std::env::temp_dir().join(format!("airtime-agent-{}-workloads", std::process::id())),
             process_user: ProcessUser::Agent,
             uids: UidPool::default(),
             kinds: WorkloadKinds::All,
@@ -448,16 +467,29 @@ impl Runner {
     }
 
     /// Every workload runs under a tether, the agent binary at `agent_binary` (see
-    /// [`crate::tether`]): when this process dies, its workloads are stopped with their grace
-    /// period instead of running on unsupervised.
-    pub fn with_tether(mut self, agent_binary: PathBuf) -> Self {
-        self.tether = Some(agent_binary);
+    /// [`crate::tether`]), which does as `orphaned` says when this process is gone: keep the
+    /// workload running while the node's lease lasts (for the next agent process to adopt),
+    /// keep it regardless, or stop it with its grace period.
+    pub fn with_tether(mut self, agent_binary: PathBuf, orphaned: crate::tether::Orphaned) -> Self {
+        self.tether = Some((agent_binary, orphaned));
+        self
+    }
+
+    /// Attempts' records and output spools go in `dir` (created 0700 when needed; the agent's
+    /// state directory's `workloads/`), where [`Runner::recover`] finds them again.
+    pub fn with_attempts_dir(mut self, dir: PathBuf) -> Self {
+        self.attempts_dir = dir;
         self
     }
 
     /// The workloads holding GPU slots (processes that have not exited yet), kept current.
     pub fn holders(&self) -> watch::Receiver<GpuHolders> {
         self.holders.subscribe()
+    }
+
+    /// The attempts supervised (workload, attempt), kept current.
+    pub fn attempts(&self) -> watch::Receiver<Vec<(Uuid, u32)>> {
+        self.attempts.subscribe()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -506,11 +538,15 @@ impl Runner {
                 vars.extend(identity.iter().chain([&agent_pid]).map(|(k, v)| ((*k).to_owned(), v.clone())));
                 // What the command will search: the assignment's PATH, else the agent's.
                 let search_path = spec.env.get("PATH").map(OsString::from).or_else(|| std::env::var_os("PATH"));
-                let launcher = self.tether.clone().map(|b| (b, std::process::id())).or_else(|| {
-                    self.launcher.clone().filter(|_| self.process_user != ProcessUser::Agent).map(|b| (b, 0))
-                });
+                let launcher =
+                    self.tether.clone().map(|(b, orphaned)| (b, std::process::id(), orphaned)).or_else(|| {
+                        self.launcher
+                            .clone()
+                            .filter(|_| self.process_user != ProcessUser::Agent)
+                            .map(|b| (b, 0, crate::tether::Orphaned::Fence))
+                    });
                 match launcher {
-                    Some((binary, tethered_to)) => {
+                    Some((binary, tethered_to, orphaned)) => {
                         crate::tether::check_program(program.as_ref(), search_path.as_deref(), &self.work_dir)
                             .map_err(|source| SpawnError::Io { program: program.clone(), source })?;
                         let user = self.uids.take(&self.process_user).map_err(SpawnError::NotAccepted)?;
@@ -529,7 +565,8 @@ impl Runner {
                             crate::isolation::write_tether_env_file(&self.private_dir, &format!("{name}.env"), &vars)
                                 .map_err(SpawnError::NotAccepted)?;
                         cleanup.files.push(file.clone());
-                        let launch = crate::tether::Launch { env_file: Some(file), user };
+                        let exit_file = cleanup.attempt_dir.as_deref().map(records::exit_file);
+                        let launch = crate::tether::Launch { env_file: Some(file), user, orphaned, exit_file };
                         let argv = spec.command.iter().map(OsString::from);
                         let mut command = Command::new(binary);
                         command.args(crate::tether::arguments(tethered_to, spec.grace_period, &launch, argv));
@@ -598,9 +635,13 @@ impl Runner {
                 };
                 let argv = engine.run_argv(&request);
                 let mut command = match &self.tether {
-                    Some(binary) => {
+                    Some((binary, orphaned)) => {
                         let mut command = Command::new(binary);
-                        let launch = crate::tether::Launch::default();
+                        let launch = crate::tether::Launch {
+                            orphaned: orphaned.clone(),
+                            exit_file: cleanup.attempt_dir.as_deref().map(records::exit_file),
+                            ..crate::tether::Launch::default()
+                        };
                         command.args(crate::tether::arguments(std::process::id(), spec.grace_period, &launch, argv));
                         command
                     }
@@ -634,68 +675,87 @@ impl Runner {
             tracing::info!(workload_id = %spec.workload_id, attempt = spec.attempt, ignored = ?ignored,
                 "the assignment's env may not set the GPU variables the agent sets; ignoring them");
         }
-        let mut cleanup = Cleanup::default();
+        let name = container_name(spec.workload_id, spec.attempt);
+        let attempt_dir = self.attempts_dir.join(&name);
+        let mut cleanup = Cleanup { attempt_dir: Some(attempt_dir.clone()), ..Cleanup::default() };
+        let fail = |cleanup: Cleanup, uids: &mut UidPool, error: SpawnError| {
+            let mut cleanup = cleanup;
+            cleanup.release(uids);
+            tokio::spawn(cleanup.run());
+            Err(error)
+        };
+        if let Err(source) = fresh_dir(&attempt_dir) {
+            return fail(
+                cleanup,
+                &mut self.uids,
+                SpawnError::Io { program: attempt_dir.display().to_string(), source },
+            );
+        }
         let (mut command, program, container) = match self.command_for(spec, gpu_env, &mut cleanup) {
             Ok(built) => built,
-            Err(error) => {
-                cleanup.release(&mut self.uids);
-                tokio::spawn(cleanup.run());
-                return Err(error);
-            }
+            Err(error) => return fail(cleanup, &mut self.uids, error),
         };
-        command
-            .stdin(Stdio::null())
-            .process_group(0)
-            // Last resort if the supervising task is dropped (runtime torn down): no orphans.
-            .kill_on_drop(true);
+        // A tethered workload outlives this process when its tether is told to: dropping its
+        // handle (the runtime torn down at exit) must not kill it then.
+        let outlives_agent = self.tether.as_ref().is_some_and(|(_, o)| *o != crate::tether::Orphaned::Fence);
+        command.stdin(Stdio::null()).process_group(0).kill_on_drop(!outlives_agent);
         // A container's engine error is told on stderr: capture it even with inherited output.
         let output = if container.is_some() { OutputMode::Log } else { self.output };
-        match output {
-            OutputMode::Log => command.stdout(Stdio::piped()).stderr(Stdio::piped()),
-            OutputMode::Inherit => command.stdout(Stdio::inherit()).stderr(Stdio::inherit()),
-        };
+        let spooled = output == OutputMode::Log;
+        if spooled {
+            match spool::create(&attempt_dir) {
+                Ok((stdout, stderr)) => command.stdout(stdout).stderr(stderr),
+                Err(source) => {
+                    return fail(cleanup, &mut self.uids, SpawnError::Io { program: program.clone(), source });
+                }
+            };
+        } else {
+            command.stdout(Stdio::inherit()).stderr(Stdio::inherit());
+        }
 
         let spawn_began = Instant::now();
-        let mut child = match command.spawn() {
+        let child = match command.spawn() {
             Ok(child) => child,
-            Err(source) => {
-                cleanup.release(&mut self.uids);
-                tokio::spawn(cleanup.run());
-                return Err(SpawnError::Io { program: program.clone(), source });
-            }
+            Err(source) => return fail(cleanup, &mut self.uids, SpawnError::Io { program: program.clone(), source }),
         };
         let spawn_time = spawn_began.elapsed();
         let Some(pid) = child.id() else {
             // Only a child already waited for has no id; a fresh one always has.
-            cleanup.release(&mut self.uids);
-            tokio::spawn(cleanup.run());
-            return Err(SpawnError::Io {
-                program: program.clone(),
-                source: std::io::Error::other("the new process has no pid"),
-            });
+            return fail(
+                cleanup,
+                &mut self.uids,
+                SpawnError::Io {
+                    program: program.clone(),
+                    source: std::io::Error::other("the new process has no pid"),
+                },
+            );
         };
-        let last_stderr = container.as_ref().map(|c| Arc::clone(&c.last_stderr));
-        if let Some(stdout) = child.stdout.take() {
-            let out = Output { workload_id: spec.workload_id, attempt: spec.attempt, which: LogStream::Stdout };
-            tokio::spawn(forward_output(stdout, out, self.logs.clone(), None));
-        }
-        if let Some(stderr) = child.stderr.take() {
-            let out = Output { workload_id: spec.workload_id, attempt: spec.attempt, which: LogStream::Stderr };
-            tokio::spawn(forward_output(stderr, out, self.logs.clone(), last_stderr));
-        }
-
-        let (control, control_rx) = mpsc::unbounded_channel();
-        tokio::spawn(supervise(Supervision {
-            child,
-            pid,
+        let record = records::Record {
             workload_id: spec.workload_id,
             attempt: spec.attempt,
-            control: control_rx,
-            exits: self.exits.clone(),
-            started_at: spawn_began,
-            container,
-            cleanup: Cleanup { uid: None, ..cleanup.clone() },
-        }));
+            pid,
+            pid_started: records::process_started(pid).unwrap_or(0),
+            started_boot_ms: crate::tether::boottime_ms().saturating_sub(spawn_time.as_millis() as u64),
+            gpu_indices: spec.gpu_indices.clone(),
+            gpu_milli: spec.gpu_milli,
+            gpu_memory_mb: spec.gpu_memory_mb,
+            simulated_busy_milli: spec
+                .env
+                .get(SIMULATED_GPU_UTIL)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|u| (0.0..=1.0).contains(u))
+                .map(|u| (u * 1000.0).round() as u32),
+            grace_period_ms: spec.grace_period.as_millis() as u64,
+            container: container.as_ref().map(|c| c.name.clone()),
+            uid: cleanup.uid,
+            work_dir: cleanup.dir.clone(),
+            spooled,
+        };
+        if let Err(error) = records::write(&attempt_dir, &record) {
+            // It runs, supervised by this process; only a later agent could not adopt it.
+            tracing::warn!(workload_id = %spec.workload_id, %error, "cannot record the workload for a later agent");
+        }
+        self.supervise(record, Process::Child(child), spawn_began, container, cleanup);
         tracing::info!(
             workload_id = %spec.workload_id,
             attempt = spec.attempt,
@@ -703,28 +763,106 @@ impl Runner {
             gpus = %join_indices(&spec.gpu_indices),
             "workload started"
         );
+        Ok(Started { pid, spawn_time })
+    }
+
+    /// Adopts the workloads an earlier agent process left running (their records under the
+    /// attempts directory): each is supervised from here on as if this process had started it —
+    /// its output tailed from where the control plane's copy ends, its GPUs held, its uid taken.
+    /// A recorded workload that ended while no agent ran is reported through the exit channel
+    /// as it ended (its tether wrote how). Returns what runs now.
+    pub fn recover(&mut self) -> Vec<RunningWorkload> {
+        let mut adopted = Vec::new();
+        for (dir, record) in records::read_all(&self.attempts_dir) {
+            if self.supervised.contains_key(&record.workload_id) {
+                continue;
+            }
+            let container = match (&record.container, &self.engine) {
+                (Some(name), Some(engine)) => Some(ContainerHandle {
+                    engine: Arc::clone(engine),
+                    name: name.clone(),
+                    last_stderr: Arc::default(),
+                }),
+                _ => None,
+            };
+            if let Some(uid) = record.uid {
+                self.uids.hold(uid);
+            }
+            let cleanup =
+                Cleanup { files: Vec::new(), dir: record.work_dir.clone(), uid: None, attempt_dir: Some(dir.clone()) };
+            let ran_for = Duration::from_millis(crate::tether::boottime_ms().saturating_sub(record.started_boot_ms));
+            let started_at = Instant::now().checked_sub(ran_for).unwrap_or_else(Instant::now);
+            let alive = records::alive(&record);
+            tracing::info!(
+                workload_id = %record.workload_id,
+                attempt = record.attempt,
+                pid = record.pid,
+                alive,
+                "adopting a workload an earlier node agent process started"
+            );
+            let process =
+                Process::Adopted { pid: record.pid, started: record.pid_started, exit_file: records::exit_file(&dir) };
+            let id = record.workload_id;
+            self.supervise(record, process, started_at, container, cleanup);
+            if alive && let Some(view) = self.get(id) {
+                adopted.push(view);
+            }
+        }
+        adopted
+    }
+
+    /// Supervises a started or adopted process: its tails, its task, its entry.
+    fn supervise(
+        &mut self,
+        record: records::Record,
+        process: Process,
+        started_at: Instant,
+        container: Option<ContainerHandle>,
+        cleanup: Cleanup,
+    ) {
+        let (ended_tx, ended) = watch::channel(false);
+        let mut tails = Vec::new();
+        if record.spooled
+            && let Some(dir) = cleanup.attempt_dir.clone()
+        {
+            for which in [LogStream::Stdout, LogStream::Stderr] {
+                let out = spool::Output { workload_id: record.workload_id, attempt: record.attempt, which };
+                let last =
+                    container.as_ref().filter(|_| which == LogStream::Stderr).map(|c| Arc::clone(&c.last_stderr));
+                let from = spool::acknowledged(&dir, which);
+                tails.push(tokio::spawn(spool::tail(dir.clone(), out, from, self.logs.clone(), last, ended.clone())));
+            }
+        }
+        let (control, control_rx) = mpsc::unbounded_channel();
+        tokio::spawn(supervise(Supervision {
+            process,
+            pid: record.pid,
+            workload_id: record.workload_id,
+            attempt: record.attempt,
+            control: control_rx,
+            exits: self.exits.clone(),
+            started_at,
+            container,
+            cleanup: Cleanup { uid: None, ..cleanup.clone() },
+            ended: ended_tx,
+            tails,
+        }));
         self.supervised.insert(
-            spec.workload_id,
+            record.workload_id,
             Supervised {
-                attempt: spec.attempt,
-                pid,
-                gpu_indices: spec.gpu_indices.clone(),
-                gpu_milli: spec.gpu_milli,
-                gpu_memory_mb: spec.gpu_memory_mb,
-                simulated_busy_milli: spec
-                    .env
-                    .get(SIMULATED_GPU_UTIL)
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .filter(|u| (0.0..=1.0).contains(u))
-                    .map(|u| (u * 1000.0).round() as u32),
-                grace_period: spec.grace_period,
+                attempt: record.attempt,
+                pid: record.pid,
+                gpu_indices: record.gpu_indices,
+                gpu_milli: record.gpu_milli,
+                gpu_memory_mb: record.gpu_memory_mb,
+                simulated_busy_milli: record.simulated_busy_milli,
+                grace_period: Duration::from_millis(record.grace_period_ms),
                 stopping: false,
                 control,
-                uid: cleanup.uid,
+                uid: cleanup.uid.or(record.uid),
             },
         );
         self.publish_holders();
-        Ok(Started { pid, spawn_time })
     }
 
     /// Stops a workload: SIGTERM to its process group now, SIGKILL after `grace` (the workload's
@@ -799,6 +937,13 @@ impl Runner {
             *current = holders;
             changed
         });
+        let mut attempts: Vec<(Uuid, u32)> = self.supervised.iter().map(|(id, s)| (*id, s.attempt)).collect();
+        attempts.sort_unstable();
+        self.attempts.send_if_modified(|current| {
+            let changed = *current != attempts;
+            *current = attempts;
+            changed
+        });
     }
 }
 
@@ -813,12 +958,57 @@ fn running_view(workload_id: Uuid, supervised: &Supervised) -> RunningWorkload {
     }
 }
 
+/// An empty directory at `dir` (its parents created; one left by an earlier try removed), 0700.
+fn fresh_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 fn join_indices(indices: &[u32]) -> String {
     indices.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
+/// The process a supervising task waits for.
+enum Process {
+    /// Started by this agent process: waited for as its child.
+    Child(Child),
+    /// Started by an earlier agent process and adopted: watched through `/proc` until it ends,
+    /// then its exit read from what its tether wrote.
+    Adopted { pid: u32, started: u64, exit_file: PathBuf },
+}
+
+/// How often an adopted process is looked at.
+const ADOPTED_POLL: Duration = Duration::from_millis(100);
+
+impl Process {
+    async fn wait(&mut self, killed: bool) -> std::io::Result<ExitStatus> {
+        match self {
+            Process::Child(child) => child.wait().await,
+            Process::Adopted { pid, started, exit_file } => {
+                while records::process_started(*pid) == Some(*started) {
+                    tokio::time::sleep(ADOPTED_POLL).await;
+                }
+                match crate::tether::read_exit_file(exit_file) {
+                    Some(status) => Ok(status),
+                    // Its tether wrote nothing: SIGKILL ended it, the agent's own or another's.
+                    None if killed => Ok(ExitStatus::from_raw(Signal::SIGKILL as i32)),
+                    None => Err(std::io::Error::other(
+                        "it ended while no node agent ran, and its tether left no record of how",
+                    )),
+                }
+            }
+        }
+    }
+}
+
 struct Supervision {
-    child: Child,
+    process: Process,
     pid: u32,
     workload_id: Uuid,
     attempt: u32,
@@ -827,7 +1017,13 @@ struct Supervision {
     started_at: Instant,
     container: Option<ContainerHandle>,
     cleanup: Cleanup,
+    /// Tells the output tails the process has ended.
+    ended: watch::Sender<bool>,
+    tails: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// How long the tails get to read a workload's last output after it ended.
+const TAIL_DRAIN: Duration = Duration::from_secs(5);
 
 /// Why the agent ends a process, while it does.
 struct Ending {
@@ -849,8 +1045,9 @@ async fn supervise(mut s: Supervision) {
     let mut control_open = true;
     let status = loop {
         let kill_at = ending.as_ref().and_then(|e| e.kill_at);
+        let killed = ending.as_ref().is_some_and(|e| e.killed.is_some());
         tokio::select! {
-            status = s.child.wait() => break status,
+            status = s.process.wait(killed) => break status,
             command = s.control.recv(), if control_open => match command {
                 Some(Control::Stop { grace, reason }) if ending.is_none() => {
                     let kill_at = match &s.container {
@@ -905,6 +1102,13 @@ async fn supervise(mut s: Supervision) {
         tracing::warn!(container = %container.name, %why, "cannot remove the container");
     }
 
+    // The last output is read before the spool goes with the attempt's directory.
+    let _ = s.ended.send(true);
+    for tail in std::mem::take(&mut s.tails) {
+        if tokio::time::timeout(TAIL_DRAIN, tail).await.is_err() {
+            tracing::warn!(workload_id = %s.workload_id, "the workload's last output could not be read in time");
+        }
+    }
     let exit = exit_report(&s, status, ending);
     std::mem::take(&mut s.cleanup).run().await;
     tracing::info!(
@@ -956,10 +1160,11 @@ fn exit_report(s: &Supervision, status: std::io::Result<ExitStatus>, ending: Opt
             message = Some(reason);
         }
     }
+    let lost = wait_error.is_some();
     if let Some(error) = wait_error {
         message = Some(format!("lost track of the process: {error}"));
     }
-    Exit { workload_id: s.workload_id, attempt: s.attempt, exit_code, signal, message, runtime }
+    Exit { workload_id: s.workload_id, attempt: s.attempt, exit_code, signal, message, runtime, lost }
 }
 
 async fn sleep_until_some(at: Option<Instant>) {
@@ -975,56 +1180,6 @@ fn signal_group(group: Pid, signal: Signal) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
         Err(error) => {
             tracing::warn!(pgid = group.as_raw(), %signal, %error, "cannot signal the workload");
-        }
-    }
-}
-
-/// Which output of which attempt a pipe carries.
-struct Output {
-    workload_id: Uuid,
-    attempt: u32,
-    which: LogStream,
-}
-
-/// Logs a workload's output line by line until the pipe closes; keeps the last non-empty line in
-/// `last` when given (a container engine's error).
-async fn forward_output<R: AsyncRead + Unpin>(
-    stream: R,
-    out: Output,
-    sink: Option<LogSink>,
-    last: Option<Arc<std::sync::Mutex<Option<String>>>>,
-) {
-    let Output { workload_id, attempt, which } = out;
-    let name = match which {
-        LogStream::Stdout => "stdout",
-        LogStream::Stderr => "stderr",
-    };
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match (&mut reader).take(MAX_OUTPUT_LINE).read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim_end_matches(['\n', '\r']);
-                // Shipped to the control plane, a line is in the agent's own log only at debug
-                // level: a chatty job must not flood the node's journal.
-                if sink.is_some() {
-                    tracing::debug!(target: "workload", %workload_id, attempt, stream = name, "{text}");
-                } else {
-                    tracing::info!(target: "workload", %workload_id, attempt, stream = name, "{text}");
-                }
-                if let Some(last) = &last
-                    && !text.trim().is_empty()
-                    && let Ok(mut last) = last.lock()
-                {
-                    *last = Some(text.chars().take(500).collect());
-                }
-                if let Some(sink) = &sink {
-                    sink.send(LogLine { workload_id, attempt, stream: which, text: text.to_owned() }).await;
-                }
-            }
         }
     }
 }

@@ -92,7 +92,8 @@ async fn runs_and_stops_workloads_from_the_desired_state() -> TestResult {
     let exited = cp.wait_for_event(orphan, "exited").await;
     assert_eq!(exited["message"], "stopped: no longer assigned to this node");
 
-    // Shutdown stops what runs and delivers its exit before returning.
+    // An agent without its binary cannot leave work to outlive it: shutdown stops what runs and
+    // delivers its exit, to be requeued rather than counted failed, before returning.
     let last = Uuid::new_v4();
     cp.set_desired(vec![run(last, "exec sleep 30", &[0], 5000)]);
     cp.wait_for_event(last, "started").await;
@@ -100,7 +101,8 @@ async fn runs_and_stops_workloads_from_the_desired_state() -> TestResult {
     let events = cp.events_of(last);
     let exited = events.iter().find(|e| e["event"] == "exited").ok_or("no exit delivered at shutdown")?;
     assert_eq!(exited["signal"], 15);
-    assert_eq!(exited["message"], "stopped: the node agent is shutting down");
+    assert_eq!(exited["message"], "stopped: the node agent is shutting down; the work is requeued");
+    assert_eq!(exited["requeue"], true);
     Ok(())
 }
 

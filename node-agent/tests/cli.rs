@@ -218,12 +218,13 @@ fn waits_for_the_control_plane_and_stops_on_sigterm() -> TestResult {
     Ok(())
 }
 
-/// An agent whose work may outlive it (`--on-lost-contact keep`: untethered) killed with SIGKILL
-/// cannot stop its workloads; the next agent for the node ends them, reports them exited, and
-/// does not start the same attempt a second time. (A tethered workload ends with its agent:
-/// `tests/tests/fencing.rs`.)
+/// An agent killed with SIGKILL cannot stop its workloads, and need not: their tethers keep them
+/// (here regardless of the lease, `--on-lost-contact keep`). The next agent for the node adopts
+/// them: it lists the attempt as running when it registers, reports it started again (the same
+/// process), never starts it a second time, and stops it like its own once it is no longer
+/// wanted. (An agent that stays down: `tests/tests/agent_restarts.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
+async fn a_restarted_agent_adopts_what_a_killed_one_left_running() -> TestResult {
     let (cp, url) = start_fake().await?;
     let work_dir = tempfile::tempdir()?;
     let name = format!("crash-test-{}", Uuid::new_v4());
@@ -255,14 +256,29 @@ async fn a_restarted_agent_ends_what_a_killed_one_left_running() -> TestResult {
 
     let mut second = spawn_agent()?;
     // The restarted agent reads back its stored credential: one enrolment in all.
-    let exited = cp.wait_for_event(workload, "exited").await;
-    let message = exited["message"].as_str().unwrap_or_default();
-    assert!(message.contains("left running by an earlier node agent process"), "{exited}");
-    assert!(!alive(pid), "the orphan is still running");
-    // The desired state still lists attempt 1; it must not start twice.
+    cp.wait_for("the second registration", |cp| (cp.recorded().registrations.len() >= 2).then_some(())).await;
+    let registered = cp.recorded().registrations[1].clone();
+    assert_eq!(
+        registered.running.iter().map(|a| (a.workload_id, a.attempt)).collect::<Vec<_>>(),
+        [(workload, 1)],
+        "it says it runs the adopted attempt"
+    );
+    // The desired state still lists attempt 1: it is adopted, reported started (the same
+    // process), and never started twice.
+    cp.wait_for("the adopted attempt reported", |cp| {
+        (cp.events_of(workload).iter().filter(|e| e["event"] == "started").count() == 2).then_some(())
+    })
+    .await;
+    let events = cp.events_of(workload);
+    assert!(events.iter().filter(|e| e["event"] == "started").all(|e| e["pid"] == pid), "{events:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let started_count = cp.events_of(workload).iter().filter(|e| e["event"] == "started").count();
-    assert_eq!(started_count, 1);
+    assert!(alive(pid), "the adopted workload runs on");
+    assert_eq!(cp.events_of(workload).iter().filter(|e| e["event"] == "started").count(), 2);
+    // No longer wanted, it is stopped as the agent's own work is.
+    cp.set_desired(vec![]);
+    let exited = cp.wait_for_event(workload, "exited").await;
+    assert_eq!(exited["message"], "stopped: no longer assigned to this node", "{exited}");
+    assert!(!alive(pid), "the adopted workload is still running");
     assert_eq!(cp.recorded().enrolments, 1, "the second agent reused the stored credential");
     assert_eq!(cp.recorded().unauthorized, 0, "every call carried the credential");
 

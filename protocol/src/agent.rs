@@ -12,6 +12,54 @@ use crate::container::{ContainerEngine, ContainerSpec};
 use crate::model::GpuModel;
 use crate::sharing::{GpuSharing, MigProfile, WHOLE_GPU_MILLI};
 
+/// The agent protocol's version, `major.minor`. A control plane accepts agents of its own
+/// version and of the previous minor version ([`accepts_protocol`]), so a fleet upgrades node by
+/// node after its control planes. 1.0: agents before versioning (they send none). 1.1: a
+/// registration lists the attempts the agent runs ([`Registration::running`]), which the control
+/// plane keeps instead of requeueing.
+pub const PROTOCOL_VERSION: (u32, u32) = (1, 1);
+
+/// The protocol version as the agent sends it.
+pub fn protocol_version() -> String {
+    format!("{}.{}", PROTOCOL_VERSION.0, PROTOCOL_VERSION.1)
+}
+
+/// Whether this control plane speaks with an agent of `version` (absent: 1.0); the refusal says
+/// which side to upgrade.
+pub fn accepts_protocol(version: Option<&str>) -> Result<(u32, u32), String> {
+    let (major, minor) = match version {
+        None => (1, 0),
+        Some(v) => v
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .ok_or_else(|| format!("protocol must be MAJOR.MINOR, not {v:?}"))?,
+    };
+    let (our_major, our_minor) = PROTOCOL_VERSION;
+    if major != our_major || minor > our_minor {
+        return Err(format!(
+            "this control plane speaks agent protocol {our_major}.{our_minor} and the agent {major}.{minor}: \
+             upgrade the control plane first"
+        ));
+    }
+    if minor + 1 < our_minor {
+        return Err(format!(
+            "this control plane speaks agent protocol {our_major}.{our_minor} and accepts agents of {our_major}.{} \
+             or later; the agent speaks {major}.{minor}: upgrade the agent",
+            our_minor - 1
+        ));
+    }
+    Ok((major, minor))
+}
+
+/// An attempt an agent runs, as it tells the control plane when it registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RunningAttempt {
+    pub workload_id: Uuid,
+    pub attempt: u32,
+}
+
 /// Where a node's GPU inventory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -44,6 +92,14 @@ pub struct Registration {
     /// container work (the scheduler places none there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_engine: Option<ContainerEngine>,
+    /// The agent protocol the agent speaks (`major.minor`, [`PROTOCOL_VERSION`]); absent: 1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// The attempts the agent runs as it registers: workloads an earlier agent process of the
+    /// node started and this one adopted. The control plane keeps those of them it still
+    /// places on this node and requeues the node's other work. (Protocol 1.1.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<RunningAttempt>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -178,8 +234,18 @@ pub fn check_registration(r: &Registration) -> Result<(), String> {
     if let Some(engine) = &r.container_engine {
         engine.check()?;
     }
+    accepts_protocol(r.protocol.as_deref())?;
+    if r.running.len() > MAX_RUNNING_ATTEMPTS {
+        return Err(format!("a registration lists at most {MAX_RUNNING_ATTEMPTS} running attempts"));
+    }
+    if r.running.iter().any(|a| a.attempt == 0 || i32::try_from(a.attempt).is_err()) {
+        return Err("a running attempt's number must be between 1 and 2147483647".into());
+    }
     Ok(())
 }
+
+/// The most running attempts a registration lists.
+pub const MAX_RUNNING_ATTEMPTS: usize = 4096;
 
 pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
     let unit = |v: f32| v.is_finite() && (0.0..=1.0).contains(&v);
@@ -505,4 +571,36 @@ pub struct ErrorBody {
     pub code: String,
     /// What is wrong, for people. Never internals.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_control_plane_accepts_its_own_and_the_previous_minor_protocol_and_says_what_to_upgrade() {
+        let (major, minor) = PROTOCOL_VERSION;
+        assert_eq!(accepts_protocol(Some(&protocol_version())), Ok(PROTOCOL_VERSION));
+        assert_eq!(accepts_protocol(Some(&format!("{major}.{}", minor - 1))), Ok((major, minor - 1)));
+        assert_eq!(accepts_protocol(None), Ok((1, 0)), "agents before versioning speak 1.0");
+        let newer = accepts_protocol(Some(&format!("{major}.{}", minor + 1))).unwrap_err();
+        assert!(newer.contains("upgrade the control plane"), "{newer}");
+        let other_major = accepts_protocol(Some(&format!("{}.0", major + 1))).unwrap_err();
+        assert!(other_major.contains("upgrade the control plane"), "{other_major}");
+        assert!(accepts_protocol(Some("one")).unwrap_err().contains("MAJOR.MINOR"));
+    }
+
+    #[test]
+    fn a_registration_of_the_previous_protocol_still_parses() {
+        // What a 1.0 agent sends: no protocol, no running attempts.
+        let old: Registration = serde_json::from_value(serde_json::json!({
+            "name": "gpu-1", "hostname": "gpu-1", "cpu_millis": 1000, "memory_mb": 1024,
+            "agent_version": "0.2.0", "gpu_source": "none"
+        }))
+        .expect("a 1.0 registration");
+        assert_eq!((old.protocol.as_deref(), old.running.len()), (None, 0));
+        assert_eq!(check_registration(&old), Ok(()));
+        let serialized = serde_json::to_value(&old).unwrap();
+        assert!(serialized.get("running").is_none() && serialized.get("protocol").is_none());
+    }
 }

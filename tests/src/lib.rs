@@ -410,14 +410,19 @@ impl ControlPlane {
 }
 
 /// A running node agent, killed when dropped.
+/// An agent's log lines, kept as they come.
+type KeptLog = Arc<Mutex<Vec<String>>>;
+
 pub struct NodeAgent {
     pub name: String,
     child: Child,
     /// Its `--state-dir`, where it keeps its credential.
     state: tempfile::TempDir,
-    logs: Option<Arc<Mutex<Vec<String>>>>,
+    logs: Option<KeptLog>,
     /// Killed as a crash would ([`NodeAgent::kill`]): its workloads are left for a restarted agent.
     crashed: bool,
+    /// How it was started (control plane URL, extra arguments, environment), to start it again.
+    launch: (String, Vec<String>, Vec<(String, String)>),
 }
 
 impl NodeAgent {
@@ -474,6 +479,11 @@ impl NodeAgent {
     ) -> anyhow::Result<NodeAgent> {
         let token = cp.enrolment_token(name).await?;
         let state = tempfile::tempdir()?;
+        let launch = (
+            netns.as_ref().map_or_else(|| cp.url.clone(), |(_, url)| url.clone()),
+            extra.iter().map(|a| (*a).to_owned()).collect(),
+            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        );
         let (mut command, url) = match netns {
             Some((ns, url)) => {
                 let mut command = Command::new("ip");
@@ -482,13 +492,24 @@ impl NodeAgent {
             }
             None => (Command::new(bin("airtime-node-agent")), cp.url.clone()),
         };
+        command.envs(env.iter().copied()).env("AIRTIME_ENROLMENT_TOKEN", &token);
+        let (child, logs) = Self::launch(command, name, &url, state.path(), extra, keep_logs)?;
+        Ok(NodeAgent { name: name.to_owned(), child, state, logs, crashed: false, launch })
+    }
+
+    fn launch(
+        mut command: Command,
+        name: &str,
+        url: &str,
+        state: &std::path::Path,
+        extra: &[&str],
+        keep_logs: bool,
+    ) -> anyhow::Result<(Child, Option<KeptLog>)> {
         let mut child = command
-            .envs(env.iter().copied())
-            .args(["--control-plane", &url, "--name", name])
+            .args(["--control-plane", url, "--name", name])
             .arg("--state-dir")
-            .arg(state.path())
+            .arg(state)
             .args(extra)
-            .env("AIRTIME_ENROLMENT_TOKEN", &token)
             // A kept log is read for what it must not contain: keep all of it.
             .env(
                 "RUST_LOG",
@@ -513,7 +534,37 @@ impl NodeAgent {
             }
             None => None,
         };
-        Ok(NodeAgent { name: name.to_owned(), child, state, logs, crashed: false })
+        Ok((child, logs))
+    }
+
+    /// Stops the agent as `systemctl stop` would (SIGTERM) and waits for it to exit; its
+    /// workloads' tethers keep them for the next agent process (`--on-stop leave`).
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let pid = self.child.id().context("the agent has exited already")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)?;
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .context("the agent did not exit within 30 s of SIGTERM")?
+            .context("waiting for the agent")
+    }
+
+    /// Kills the agent at once (SIGKILL), as a crash would, and waits for it to be gone; its
+    /// state directory stays, for [`NodeAgent::restart`].
+    pub async fn crash(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Starts the agent again as it was started, on the same state directory (its stored
+    /// credential, its workloads' records): the next agent process of the node, same binary.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        let (url, extra, env) = self.launch.clone();
+        let mut command = Command::new(bin("airtime-node-agent"));
+        command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let (child, logs) = Self::launch(command, &self.name, &url, self.state.path(), &extra, self.logs.is_some())?;
+        self.child = child;
+        self.logs = logs;
+        Ok(())
     }
 
     /// The node credential the agent stored after enrolling (waits up to 30 s for it).
@@ -536,10 +587,11 @@ impl NodeAgent {
         self.logs.as_ref().map(|l| l.lock().unwrap_or_else(PoisonError::into_inner).clone()).unwrap_or_default()
     }
 
-    /// Kills the agent at once (SIGKILL), as a crash or a lost host would: its workloads' tethers
-    /// stop them with their grace period (`airtime_node_agent::tether`); an agent started with
-    /// `--on-lost-contact keep` leaves them running, for a restarted agent of the same name to
-    /// find and end (`runner::orphans`).
+    /// Kills the agent at once (SIGKILL), as a lost host would, and drops its state directory
+    /// with it: its workloads' tethers, their lease file gone, stop them with their grace period
+    /// (`airtime_node_agent::tether`); an agent started with `--on-lost-contact keep` leaves them
+    /// running, for a new agent of the same name to find and end (`runner::orphans`). To restart
+    /// an agent on its state, see [`NodeAgent::crash`] and [`NodeAgent::restart`].
     pub async fn kill(mut self) {
         self.crashed = true;
         let _ = self.child.kill().await;

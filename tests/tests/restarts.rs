@@ -107,7 +107,7 @@ async fn a_control_plane_down_longer_than_the_lost_node_timeout_restarts_no_runn
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_agent_killed_with_work_running_comes_back_and_the_work_runs_again() {
+async fn a_node_whose_agent_is_killed_and_replaced_without_its_state_runs_its_work_again() {
     let db = TestDb::create().await.unwrap();
     let cp = ControlPlane::start(&db, &[]).await.unwrap();
     let api = cp.api();
@@ -126,10 +126,12 @@ async fn a_node_agent_killed_with_work_running_comes_back_and_the_work_runs_agai
     let first_run = workload_reaches(&api, &id, "running", WAIT).await.unwrap();
     assert_eq!(first_run["attempt"], 1);
 
+    // The host is reimaged: a new agent on it has none of the old one's state (no records of its
+    // workloads), so the old work's tether, its lease file gone, stops it.
     agent.kill().await;
     let _again = NodeAgent::start(&cp, "flaky", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
 
-    // The restarted agent runs nothing of the old one's: the work is requeued and placed again.
+    // The new agent runs nothing of the old one's: the work is requeued and placed again.
     let rerun = eventually("a second attempt running", WAIT, || {
         let api = api.clone();
         let path = format!("/api/v1/workloads/{id}");

@@ -176,7 +176,7 @@ pub async fn requeue_fenced(state: &Liveness, hearing_since: chrono::DateTime<ch
         if still_lost == 1 {
             let why =
                 format!("node {name} was lost (no heartbeat for {} s; its agent fenced its work)", wait.as_secs());
-            transitions::requeue_node(&mut tx, *node_id, &why).await?;
+            transitions::requeue_node(&mut tx, *node_id, &[], &why).await?;
         }
         tx.commit().await?;
     }

@@ -40,6 +40,8 @@ pub struct NodeView {
     /// True when the node advertises simulated GPUs (`--simulate-gpus`), never real hardware.
     pub simulated: bool,
     pub agent_version: String,
+    /// The agent protocol its agent speaks (`major.minor`; 1.0 for agents before versions).
+    pub agent_protocol: String,
     /// The container engine it runs container workloads with; absent: it runs none.
     pub container_engine: Option<ContainerEngine>,
     pub registered_at: DateTime<Utc>,
@@ -146,6 +148,7 @@ struct NodeRow {
     cost_per_hour: Option<f64>,
     gpu_source: GpuSource,
     agent_version: String,
+    agent_protocol: Option<String>,
     container_engine: Option<EngineKind>,
     container_engine_version: Option<String>,
     container_cdi: bool,
@@ -227,7 +230,8 @@ const NODE_SELECT: &str = "SELECT id, name, hostname, node_shown_state(state, co
      cordon_reason, cordoned_at, cordoned_by, drain_deadline, \
      CASE WHEN cordon IS NOT NULL THEN (SELECT count(*) FROM workloads w WHERE w.node_id = nodes.id) END AS remaining, \
      cpu_millis, memory_mb, labels, cost_per_hour, \
-     gpu_source, agent_version, container_engine, container_engine_version, container_cdi, registered_at, last_seen_at, cpu_util, memory_used_mb FROM nodes";
+     gpu_source, agent_version, agent_protocol, container_engine, container_engine_version, container_cdi, registered_at, \
+     last_seen_at, cpu_util, memory_used_mb FROM nodes";
 
 fn node_view(r: NodeRow, gpus: Vec<GpuView>) -> NodeView {
     let maintenance = r.cordon.zip(r.cordoned_at).map(|(mode, since)| {
@@ -256,6 +260,7 @@ fn node_view(r: NodeRow, gpus: Vec<GpuView>) -> NodeView {
         simulated: r.gpu_source == GpuSource::Simulated || gpus.iter().any(|g| g.simulated),
         gpu_source: r.gpu_source,
         agent_version: r.agent_version,
+        agent_protocol: r.agent_protocol.unwrap_or_else(|| "1.0".to_owned()),
         container_engine: r.container_engine.zip(r.container_engine_version).map(|(kind, version)| ContainerEngine {
             kind,
             version,

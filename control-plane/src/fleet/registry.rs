@@ -20,20 +20,22 @@ pub async fn bind_credential(db: &PgPool, node_id: Uuid, credential_id: Uuid) ->
 }
 
 /// Registers a node, or refreshes one that registered before under the same name. A node that
-/// registers again has a freshly started agent that runs nothing: what it ran before is requeued.
+/// registers again has a freshly started agent: of what the node ran before, the attempts the
+/// agent says it runs (adopted from its predecessor) stay; the rest is requeued.
 pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     let mut tx = db.begin().await?;
     let labels = serde_json::to_value(&r.labels).unwrap_or_default();
     let (node_id,): (Uuid,) = sqlx::query_as(
         "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, labels, cost_per_hour, \
-                            gpu_source, agent_version, container_engine, container_engine_version, container_cdi) \
-         VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                            gpu_source, agent_version, container_engine, container_engine_version, container_cdi, \
+                            agent_protocol) \
+         VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
          ON CONFLICT (name) DO UPDATE SET hostname = EXCLUDED.hostname, state = 'ready', \
              cpu_millis = EXCLUDED.cpu_millis, memory_mb = EXCLUDED.memory_mb, labels = EXCLUDED.labels, \
              cost_per_hour = EXCLUDED.cost_per_hour, gpu_source = EXCLUDED.gpu_source, \
              agent_version = EXCLUDED.agent_version, container_engine = EXCLUDED.container_engine, \
              container_engine_version = EXCLUDED.container_engine_version, container_cdi = EXCLUDED.container_cdi, \
-             last_seen_at = now(), \
+             agent_protocol = EXCLUDED.agent_protocol, last_seen_at = now(), \
              desired_version = nodes.desired_version + 1 \
          RETURNING id",
     )
@@ -49,6 +51,7 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     .bind(r.container_engine.as_ref().map(|e| e.kind))
     .bind(r.container_engine.as_ref().map(|e| &e.version))
     .bind(r.container_engine.as_ref().is_some_and(|e| e.cdi))
+    .bind(&r.protocol)
     .fetch_one(&mut *tx)
     .await?;
 
@@ -78,7 +81,8 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
         .execute(&mut *tx)
         .await?;
     }
-    transitions::requeue_node(&mut tx, node_id, "its node agent restarted").await?;
+    let kept: Vec<(Uuid, i32)> = r.running.iter().map(|a| (a.workload_id, a.attempt as i32)).collect();
+    transitions::requeue_node(&mut tx, node_id, &kept, "its node agent restarted").await?;
     tx.commit().await?;
     Ok(node_id)
 }

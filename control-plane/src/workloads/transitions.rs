@@ -134,27 +134,38 @@ pub async fn request_preempt(
     Ok(true)
 }
 
-/// Everything on a node goes back to the queue (the node was lost, or its agent restarted and runs
-/// nothing): placed, running and preempting work becomes pending again with its GPUs released;
-/// work being cancelled is cancelled.
-pub async fn requeue_node(tx: &mut Tx<'_>, node_id: Uuid, why: &str) -> sqlx::Result<u64> {
-    sqlx::query("DELETE FROM gpu_grants WHERE workload_id IN (SELECT id FROM workloads WHERE node_id = $1)")
-        .bind(node_id)
-        .execute(&mut **tx)
-        .await?;
+/// Everything on a node goes back to the queue (the node was lost, or its agent restarted) but
+/// the attempts in `kept` (workload, attempt: what a restarted agent adopted and runs): placed,
+/// running and preempting work becomes pending again with its GPUs released; work being
+/// cancelled is cancelled.
+pub async fn requeue_node(tx: &mut Tx<'_>, node_id: Uuid, kept: &[(Uuid, i32)], why: &str) -> sqlx::Result<u64> {
+    let (kept_ids, kept_attempts): (Vec<Uuid>, Vec<i32>) = kept.iter().copied().unzip();
+    // The workloads of the node whose current attempt is not one the agent runs.
+    sqlx::query(
+        "DELETE FROM gpu_grants WHERE workload_id IN (SELECT w.id FROM workloads w WHERE w.node_id = $1 \
+             AND (w.id, w.attempt) NOT IN (SELECT * FROM unnest($2::uuid[], $3::int[])))",
+    )
+    .bind(node_id)
+    .bind(&kept_ids)
+    .bind(&kept_attempts)
+    .execute(&mut **tx)
+    .await?;
     let moved = sqlx::query(
-        "WITH old AS (SELECT id, state FROM workloads WHERE node_id = $1 FOR UPDATE), \
+        "WITH old AS (SELECT id, state FROM workloads WHERE node_id = $1 \
+                        AND (id, attempt) NOT IN (SELECT * FROM unnest($2::uuid[], $3::int[])) FOR UPDATE), \
               moved AS (UPDATE workloads w \
                         SET state = CASE WHEN old.state = 'cancelling' THEN 'cancelled' ELSE 'pending' END, \
                             last_node_id = w.node_id, node_id = NULL, started_at = NULL, updated_at = now(), \
                             finished_at = CASE WHEN old.state = 'cancelling' THEN now() END, \
-                            pending_reason = CASE WHEN old.state = 'cancelling' THEN NULL ELSE $2 END \
+                            pending_reason = CASE WHEN old.state = 'cancelling' THEN NULL ELSE $4 END \
                         FROM old WHERE w.id = old.id \
                         RETURNING w.id, w.tenant_id, old.state AS from_state, w.state AS to_state, w.attempt) \
          INSERT INTO workload_events (workload_id, tenant_id, from_state, to_state, attempt, detail) \
-         SELECT id, tenant_id, from_state, to_state, attempt, $2 FROM moved",
+         SELECT id, tenant_id, from_state, to_state, attempt, $4 FROM moved",
     )
     .bind(node_id)
+    .bind(&kept_ids)
+    .bind(&kept_attempts)
     .bind(format!("requeued: {why}"))
     .execute(&mut **tx)
     .await?

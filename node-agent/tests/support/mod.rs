@@ -104,8 +104,9 @@ pub fn error(status: StatusCode, code: &str) -> Response {
 pub async fn register(State(cp): State<FakeControlPlane>, Json(body): Json<Value>) -> Response {
     // The control plane denies unknown fields: the agent must send exactly the documented ones.
     let mut fields: Vec<&str> = body.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
-    // Present exactly when the node has a container engine (this host may have one).
-    fields.retain(|f| *f != "container_engine");
+    // Present exactly when the node has a container engine (this host may have one), and when
+    // the agent adopted running work.
+    fields.retain(|f| *f != "container_engine" && *f != "running");
     fields.sort_unstable();
     let documented = [
         "agent_version",
@@ -117,6 +118,7 @@ pub async fn register(State(cp): State<FakeControlPlane>, Json(body): Json<Value
         "labels",
         "memory_mb",
         "name",
+        "protocol",
     ];
     if fields != documented {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");

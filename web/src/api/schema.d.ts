@@ -2297,6 +2297,8 @@ export interface components {
             memory_used_mb?: number | null;
         };
         NodeView: {
+            /** @description The agent protocol its agent speaks (`major.minor`; 1.0 for agents before versions). */
+            agent_protocol: string;
             agent_version: string;
             container_engine?: components["schemas"]["ContainerEngine"] | null;
             /** Format: double */
@@ -2472,6 +2474,14 @@ export interface components {
             /** Format: int64 */
             memory_mb: number;
             name: string;
+            /** @description The agent protocol the agent speaks (`major.minor`, [`PROTOCOL_VERSION`]); absent: 1.0. */
+            protocol?: string | null;
+            /**
+             * @description The attempts the agent runs as it registers: workloads an earlier agent process of the
+             *     node started and this one adopted. The control plane keeps those of them it still
+             *     places on this node and requeues the node's other work. (Protocol 1.1.)
+             */
+            running?: components["schemas"]["RunningAttempt"][];
         };
         /** @description The replica template: what every main replica runs and needs. */
         ReplicaTemplate: {
@@ -2556,6 +2566,13 @@ export interface components {
          * @enum {string}
          */
         Role: "viewer" | "tenant_member" | "tenant_admin" | "platform_admin";
+        /** @description An attempt an agent runs, as it tells the control plane when it registers. */
+        RunningAttempt: {
+            /** Format: int32 */
+            attempt: number;
+            /** Format: uuid */
+            workload_id: string;
+        };
         /** @description How eagerly it scales, like the Kubernetes HPA's `behavior`. */
         ScaleBehavior: {
             /**

@@ -66,7 +66,7 @@ export function NodePage({ id }: PageProps & { id: string }) {
     <>
       <PageHeader title={n.name}>
         <p className="muted">
-          <Link to="/fleet">← Fleet</Link> · {n.hostname} · agent {n.agent_version} <StateBadge state={n.state} />{" "}
+          <Link to="/fleet">← Fleet</Link> · {n.hostname} · agent {n.agent_version} (protocol {n.agent_protocol}) <StateBadge state={n.state} />{" "}
           {n.simulated && <Badge kind="simulated">simulated GPUs</Badge>}
           {n.container_engine && <Badge>{n.container_engine.kind}</Badge>}
           {Object.entries((n.labels ?? {}) as Record<string, unknown>).map(([k, v]) => (
