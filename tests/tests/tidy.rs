@@ -125,6 +125,7 @@ fn nothing_deletes_what_is_referenced_without_a_foreign_key() {
         ("node-agent/src", ".rs"),
         ("cli/src", ".rs"),
         ("sim/src", ".rs"),
+        ("replay/src", ".rs"),
         ("migrations", ".sql"),
     ] {
         for file in files(&root().join(dir), suffix) {
@@ -222,17 +223,48 @@ fn the_scheduling_core_depends_on_no_database_runtime_or_engine() {
 
 #[test]
 fn the_simulator_runs_the_core_without_a_database_or_an_async_runtime() {
-    let tree = dependency_tree("airtime-sim");
-    assert!(
-        tree.contains("airtime-scheduler") && tree.contains("airtime-policy-host"),
-        "the listing names the simulator's dependencies:\n{tree}"
-    );
-    let found = forbidden_in(&tree, &NOT_UNDER_THE_SIMULATOR);
+    for package in ["airtime-replay", "airtime-sim"] {
+        let tree = dependency_tree(package);
+        assert!(
+            tree.contains("airtime-scheduler") && tree.contains("airtime-policy-host"),
+            "the listing names {package}'s dependencies:\n{tree}"
+        );
+        let found = forbidden_in(&tree, &NOT_UNDER_THE_SIMULATOR);
+        assert!(
+            found.is_empty(),
+            "{package} (the replay engine and the simulator's CLI) must not depend on {found:?}: it replays in \
+             virtual time through the core and the policy runtime, and a dependency on the control plane's \
+             stack would let it grow rules of its own"
+        );
+    }
+}
+
+/// What only the simulator's command line needs: the crate itself and its plotting and table
+/// libraries. The control plane's what-if runs the replay engine (`airtime-replay`) without them.
+const ONLY_THE_SIMULATORS_CLI: [&str; 3] = ["airtime-sim", "plotters", "comfy-table"];
+
+fn the_simulators_cli_in(tree: &str) -> Vec<String> {
+    forbidden_in(tree, &ONLY_THE_SIMULATORS_CLI)
+}
+
+#[test]
+fn the_control_plane_runs_the_replay_engine_not_the_simulators_cli() {
+    let tree = dependency_tree("airtime-control-plane");
+    assert!(tree.contains("airtime-replay"), "the listing names the control plane's dependencies:\n{tree}");
+    let found = the_simulators_cli_in(&tree);
     assert!(
         found.is_empty(),
-        "the simulator (sim/) must not depend on {found:?}: it replays in virtual time through the core and \
-         the policy runtime, and a dependency on the control plane's stack would let it grow rules of its own"
+        "the control plane must not depend on {found:?}: its what-if runs the replay engine (airtime-replay); \
+         the simulator's CLI, its trace loaders and its plots stay out of the server"
     );
+}
+
+#[test]
+fn the_cli_scan_finds_a_planted_dependency() {
+    let planted = "airtime-control-plane v0.1.0 (/x/control-plane)\nairtime-replay v0.1.0 (/x/replay)\n\
+                   airtime-sim v0.1.0 (/x/sim)\nplotters-svg v0.3.7\ncomfy-table v7.2.1\n";
+    assert_eq!(the_simulators_cli_in(planted), vec!["airtime-sim", "comfy-table", "plotters-svg"]);
+    assert!(the_simulators_cli_in("airtime-replay v0.1.0\nairtime-simple v1\n").is_empty());
 }
 
 #[test]

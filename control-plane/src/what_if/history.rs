@@ -1,6 +1,6 @@
 //! The recorded history of the last hours as the simulator's inputs: the fleet as it is now
-//! (`airtime_sim::format::FleetSpec`, one node type per node) and the workloads of the window as
-//! a trace (`airtime_sim::format::Trace`), each with the run time it really had.
+//! (`airtime_replay::format::FleetSpec`, one node type per node) and the workloads of the window as
+//! a trace (`airtime_replay::format::Trace`), each with the run time it really had.
 //!
 //! How a workload of the window becomes a trace record (the simplifications are named in
 //! `docs/simulator.md`, "What-if in the product"):
@@ -16,8 +16,8 @@
 use std::collections::HashMap;
 
 use airtime_protocol::sharing::GpuSharing;
+use airtime_replay::format::{FleetSpec, NodeType, TenantSpec, Trace, TraceWorkload};
 use airtime_scheduler::fleet::FleetView;
-use airtime_sim::format::{FleetSpec, NodeType, TenantSpec, Trace, TraceWorkload};
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;

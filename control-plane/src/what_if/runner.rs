@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use airtime_sim::engine::{self, Config};
-use airtime_sim::policy::{Catalog, SimPolicy};
-use airtime_sim::score::Scores;
+use airtime_replay::engine::{self, Config};
+use airtime_replay::policy::{Catalog, SimPolicy};
+use airtime_replay::score::Scores;
 use anyhow::Context;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -232,8 +232,8 @@ async fn execute(runner: &Runner, claimed: Claimed, shutdown: &Shutdown) -> anyh
 
 /// Both replays, in order (the active setup, then the candidate's), each half of the progress.
 fn replay_both(
-    fleet: &airtime_sim::format::FleetSpec,
-    trace: &airtime_sim::format::Trace,
+    fleet: &airtime_replay::format::FleetSpec,
+    trace: &airtime_replay::format::Trace,
     replays: &[Levels; 2],
     config: &Config,
     progress: &AtomicU32,
@@ -246,7 +246,7 @@ fn replay_both(
     for (half, (platform, tenants)) in replays.iter().enumerate() {
         let platform = match platform {
             Some(m) => load(m)?,
-            None => catalog.load(airtime_sim::policy::FALLBACK)?,
+            None => catalog.load(airtime_replay::policy::FALLBACK)?,
         };
         let tenants: Vec<(usize, SimPolicy)> =
             tenants.iter().map(|(t, m)| Ok((*t, load(m)?))).collect::<anyhow::Result<_>>()?;

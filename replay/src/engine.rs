@@ -125,7 +125,7 @@ enum Event {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub enum Phase {
     NotYet,
     Waiting,
     Running,
@@ -133,7 +133,7 @@ pub(crate) enum Phase {
     Done,
 }
 
-pub(crate) struct Job {
+pub struct Job {
     pub spec: TraceWorkload,
     pub tenant: usize,
     id: Uuid,
@@ -196,7 +196,7 @@ impl Job {
     }
 }
 
-pub(crate) struct Node {
+pub struct Node {
     pub name: std::sync::Arc<str>,
     pub state: NodeState,
     pub cpu_millis: u32,
@@ -209,7 +209,7 @@ pub(crate) struct Node {
     id: Uuid,
 }
 
-pub(crate) struct Gpu {
+pub struct Gpu {
     pub node: usize,
     index: u32,
     pub model: std::sync::Arc<str>,
@@ -230,7 +230,7 @@ pub(crate) struct Gpu {
 /// billed in thousandths of a physical GPU (a MIG instance is its share of the GPU), and its memory
 /// slice.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Share {
+pub struct Share {
     pub job: usize,
     pub milli: u32,
     pub billed: u32,
@@ -249,7 +249,7 @@ impl Gpu {
     }
 }
 
-pub(crate) struct Tenant {
+pub struct Tenant {
     pub name: String,
     pub guaranteed_gpus: u32,
     weight: u32,
@@ -262,7 +262,7 @@ pub(crate) struct Tenant {
 }
 
 /// The simulated world.
-pub(crate) struct World {
+pub struct World {
     pub now: u64,
     pub tenants: Vec<Tenant>,
     pub nodes: Vec<Node>,
@@ -637,7 +637,7 @@ pub fn run_watched(
 /// [`run_watched`], also calling `after_cycle` with the world after each cycle's decisions are
 /// applied, and returning the world as the replay left it (the fill experiment reads both).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn replay(
+pub fn replay(
     catalog: &Catalog,
     fleet: &FleetSpec,
     trace: &Trace,

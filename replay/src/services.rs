@@ -96,7 +96,7 @@ pub fn with_mode(trace: &Trace, mode: ServiceMode) -> anyhow::Result<Trace> {
 }
 
 /// A service as the replay runs it.
-pub(crate) struct Service {
+pub struct Service {
     pub spec: TraceService,
     pub tenant: usize,
     id: Uuid,
