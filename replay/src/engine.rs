@@ -18,12 +18,12 @@
 //!
 //! **Elastic inference services** (`crate::services`): each service reports its demand every
 //! `demand.every_s` seconds, and each report is a reason for a cycle, so scaling happens with no
-//! arrival at all. Every cycle first runs the core's autoscaler (`airtime_scheduler::services::
-//! plan`) on the live services, queues the replicas it starts, cancels the pending replicas it
-//! drops and drains the placed ones (they stop after the grace period and end: they are not
-//! requeued), keeps `services::burst_reserve` GPUs free through the effective settings (the fleet
-//! file's `burst_reserve_gpus` the floor), then decides as above on the fleet with the new replicas
-//! in it — what the control plane's loop does. A placed replica serves from `startup_s` after it
+//! arrival at all. Every cycle is the core's one cycle (`airtime_scheduler::cycle::run`, as the
+//! control plane's loop runs it): the core's autoscaler plans the live services, the replay queues
+//! the replicas it starts, cancels the pending replicas it drops and drains the placed ones (they
+//! stop after the grace period and end: they are not requeued), the core keeps
+//! `services::burst_reserve` GPUs free (the fleet file's `burst_reserve_gpus` the floor), then
+//! decides as above on the fleet with the new replicas in it. A placed replica serves from `startup_s` after it
 //! starts; its GPUs are busy in proportion to the share of its capacity the demand takes (the load
 //! spread over the serving replicas by their capacity).
 
@@ -35,9 +35,9 @@ use std::time::Instant;
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 use airtime_scheduler::check::Proposal;
-use airtime_scheduler::cycle::{self, Levels};
+use airtime_scheduler::cycle::{self, Composed, Levels, Turn};
 use airtime_scheduler::fleet::{FleetView, GpuEntry, Holder, NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
-use airtime_scheduler::services;
+use airtime_scheduler::services::ScalePlan;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use rand::{Rng, SeedableRng};
@@ -272,7 +272,7 @@ pub struct World {
     pub active: BTreeSet<usize>,
     pub settings: airtime_protocol::settings::PrioritySettings,
     pub services: Vec<Service>,
-    /// The burst reserve the policies keep this cycle: the settings' floor or the services' need.
+    /// The burst reserve the policies kept the last cycle: the settings' floor or the services' need.
     pub burst_reserve_gpus: i32,
 }
 
@@ -428,7 +428,8 @@ impl World {
         self.active.iter().filter(|&&j| self.jobs[j].phase == Phase::Waiting).count()
     }
 
-    /// The fleet as the core sees it this cycle, and the job behind each of its workloads.
+    /// The fleet as the core reads it this cycle (the settings' burst reserve: the core derives the
+    /// services' from it), and the job behind each of its workloads.
     fn view(&self) -> (FleetView, Vec<usize>) {
         let now = epoch() + chrono::Duration::seconds(self.now as i64);
         let at = |s: u64| epoch() + chrono::Duration::seconds(s as i64);
@@ -482,10 +483,7 @@ impl World {
             .collect();
         let view = FleetView {
             now,
-            settings: airtime_protocol::settings::PrioritySettings {
-                burst_reserve_gpus: self.burst_reserve_gpus,
-                ..self.settings.clone()
-            },
+            settings: self.settings.clone(),
             tenants: self
                 .tenants
                 .iter()
@@ -815,49 +813,37 @@ pub fn replay(
             bail!("the replay stopped at {t} s of {until} s: {why}");
         }
         let began = Instant::now();
-        let (mut view, mut order) = world.view();
-        let mut scaled = false;
-        if services_live {
-            scaled = scale(&mut world, &view, &order, &mut |at, event| push(&mut events, at, event));
-            if scaled {
-                (view, order) = world.view();
+        let mut schedule = |at: u64, event: Event| push(&mut events, at, event);
+        let mut adapter = ReplayCycle {
+            world: &mut world,
+            schedule: &mut schedule,
+            platform,
+            tenant_policies,
+            dirty,
+            order: Vec::new(),
+            services_live: false,
+            scaled: false,
+        };
+        let turn =
+            futures::executor::block_on(cycle::run(&mut adapter, catalog)).context("the cycle had no decisions")?;
+        let order = std::mem::take(&mut adapter.order);
+        match turn {
+            Turn::Decided { fleet, decided, composed } => {
+                rec.cycle(
+                    composed.accepted.len(),
+                    composed.refused.len(),
+                    decided.notes.failures.len(),
+                    began.elapsed(),
+                );
+                let changed = apply(&mut world, (&fleet, &order), composed, &mut rec, &mut schedule);
+                after_cycle(&world);
+                retry = if changed { config.retry_s.max(1) } else { (retry * 2).min(3600) };
+                if world.pending() > 0 && cycle_at.is_none() {
+                    cycle_at = Some(t + retry);
+                    push(&mut events, t + retry, Event::Cycle);
+                }
             }
-            // The burst reserve from the plans of the fleet the policies decide on (read again
-            // when it changed), the settings' own reserve the floor — as the control plane sets it.
-            let derived = services::burst_reserve(&view, &services::plan(&view));
-            let reserve = world.settings.burst_reserve_gpus.max(i32::try_from(derived).unwrap_or(i32::MAX));
-            if reserve != world.burst_reserve_gpus {
-                world.burst_reserve_gpus = reserve;
-                view.settings.burst_reserve_gpus = reserve;
-                scaled = true;
-            }
-        } else {
-            world.burst_reserve_gpus = world.settings.burst_reserve_gpus;
-            view.settings.burst_reserve_gpus = world.burst_reserve_gpus;
-        }
-        // While a replica waits for a place, every cycle re-decides, as the control plane's loop
-        // does every tick; other waiting work is retried with the backoff below.
-        let replica_waiting =
-            world.active.iter().any(|&j| world.jobs[j].replica.is_some() && world.jobs[j].phase == Phase::Waiting);
-        if world.pending() > 0 && (dirty || scaled || replica_waiting) {
-            let changed = decide_cycle(
-                catalog,
-                &mut world,
-                (&view, &order),
-                platform,
-                tenant_policies,
-                &mut rec,
-                began,
-                &mut |at, event| push(&mut events, at, event),
-            )?;
-            after_cycle(&world);
-            retry = if changed { config.retry_s.max(1) } else { (retry * 2).min(3600) };
-            if world.pending() > 0 && cycle_at.is_none() {
-                cycle_at = Some(t + retry);
-                push(&mut events, t + retry, Event::Cycle);
-            }
-        } else {
-            rec.cycle(0, 0, 0, began.elapsed());
+            Turn::Idle(_) => rec.cycle(0, 0, 0, began.elapsed()),
         }
         last_cycle = Some(t);
         dirty = false;
@@ -869,16 +855,74 @@ pub fn replay(
     Ok((scores, world))
 }
 
-/// The autoscaler's turn, before the policies decide: `services::plan` on the fleet as the core
-/// sees it, its new replicas queued and its drains applied (a pending replica cancelled at once, a
-/// placed one stopped with the grace period). Returns whether it changed the fleet (the policies
-/// then decide on the fleet rebuilt).
-fn scale(world: &mut World, view: &FleetView, order: &[usize], schedule: &mut dyn FnMut(u64, Event)) -> bool {
+/// The replay's side of a cycle (`airtime_scheduler::cycle::Adapter`): the fleet read from the
+/// world, the autoscaler's plans applied to it, and when to decide.
+struct ReplayCycle<'a> {
+    world: &'a mut World,
+    schedule: &'a mut dyn FnMut(u64, Event),
+    platform: &'a SimPolicy,
+    tenant_policies: &'a [(usize, SimPolicy)],
+    /// Something happened since the last cycle.
+    dirty: bool,
+    /// The job behind each workload of the fleet last read.
+    order: Vec<usize>,
+    /// The fleet had live services when read: the burst reserve follows their demand.
+    services_live: bool,
+    /// The autoscaler changed the fleet, or the burst reserve moved.
+    scaled: bool,
+}
+
+impl cycle::Adapter for ReplayCycle<'_> {
+    type Policy = SimPolicy;
+    type Error = anyhow::Error;
+
+    async fn read(&mut self) -> anyhow::Result<FleetView> {
+        let (view, order) = self.world.view();
+        self.order = order;
+        self.services_live = !view.services.is_empty();
+        Ok(view)
+    }
+
+    async fn scale(&mut self, _fleet: &FleetView, plans: &[ScalePlan]) -> anyhow::Result<Option<FleetView>> {
+        if !scale(self.world, plans, &self.order, self.schedule) {
+            return Ok(None);
+        }
+        self.scaled = true;
+        let (view, order) = self.world.view();
+        self.order = order;
+        Ok(Some(view))
+    }
+
+    /// When work waits and something changed: an event, the autoscaler, the burst reserve. While
+    /// a replica waits for a place, every cycle re-decides, as the control plane's loop does every
+    /// tick; other waiting work is retried with the replay's backoff.
+    fn decides(&mut self, fleet: &FleetView) -> bool {
+        let reserve = fleet.settings.burst_reserve_gpus;
+        if self.services_live && reserve != self.world.burst_reserve_gpus {
+            self.scaled = true;
+        }
+        self.world.burst_reserve_gpus = reserve;
+        let world = &*self.world;
+        let replica_waiting =
+            world.active.iter().any(|&j| world.jobs[j].replica.is_some() && world.jobs[j].phase == Phase::Waiting);
+        world.pending() > 0 && (self.dirty || self.scaled || replica_waiting)
+    }
+
+    async fn levels(&mut self, fleet: &FleetView) -> anyhow::Result<Levels<SimPolicy>> {
+        let with_pending = fleet.tenants_with_pending();
+        let tenants = self.tenant_policies.iter().filter(|(t, _)| with_pending.contains(t)).cloned().collect();
+        Ok(Levels { platform: self.platform.clone(), tenants })
+    }
+}
+
+/// The autoscaler's plans applied to the world: new replicas queued, drains applied (a pending
+/// replica cancelled at once, a placed one stopped with the grace period). Returns whether they
+/// changed the fleet (the policies then decide on the fleet rebuilt).
+fn scale(world: &mut World, plans: &[ScalePlan], order: &[usize], schedule: &mut dyn FnMut(u64, Event)) -> bool {
     let now = world.now;
     let in_fleet: Vec<usize> = (0..world.services.len()).filter(|&s| world.services[s].in_fleet()).collect();
-    let plans = services::plan(view);
     let mut changed = false;
-    for plan in &plans {
+    for plan in plans {
         let s = in_fleet[plan.service];
         for &variant in &plan.start {
             let spec = world.services[s].replica(variant, now);
@@ -945,29 +989,15 @@ fn requeue(world: &mut World, j: usize, t: u64, rec: &mut Recorder) {
     job.phase = Phase::Waiting;
 }
 
-/// One cycle of the policies through the core on `fleet` (the world as `World::view` built it,
-/// `order` the job behind each workload), applied to the world. Returns whether anything was
-/// placed or preempted.
-#[allow(clippy::too_many_arguments)]
-fn decide_cycle(
-    catalog: &Catalog,
+/// A cycle's composed decisions on `fleet` (the world as `World::view` built it, `order` the job
+/// behind each workload) applied to the world. Returns whether anything was placed or preempted.
+fn apply(
     world: &mut World,
     (fleet, order): (&FleetView, &[usize]),
-    platform: &SimPolicy,
-    tenant_policies: &[(usize, SimPolicy)],
+    composed: Composed,
     rec: &mut Recorder,
-    began: Instant,
     schedule: &mut dyn FnMut(u64, Event),
-) -> anyhow::Result<bool> {
-    let with_pending = fleet.tenants_with_pending();
-    let levels = Levels {
-        platform: platform.clone(),
-        tenants: tenant_policies.iter().filter(|(t, _)| with_pending.contains(t)).cloned().collect(),
-    };
-    let decided =
-        futures::executor::block_on(cycle::decide(catalog, fleet, levels)).context("the cycle had no decisions")?;
-    let composed = decided.compose(fleet, &HashSet::new());
-    rec.cycle(composed.accepted.len(), composed.refused.len(), decided.notes.failures.len(), began.elapsed());
+) -> bool {
     let now = world.now;
     let mut changed = false;
     for (refusal, _) in &composed.refused {
@@ -1041,7 +1071,7 @@ fn decide_cycle(
             }
         }
     }
-    Ok(changed)
+    changed
 }
 
 /// Sets a job's reason, keeping the shared text when it is unchanged (a waiting job is told the

@@ -1,13 +1,19 @@
-//! One cycle's decisions, from a fleet to what to apply. Level 1: the platform policy arbitrates
+//! One cycle, from a fleet to what to apply: [`run`], the one orchestration both adapters call.
+//! Its steps, in order: read the fleet and the queue; the autoscaler's plans
+//! ([`services::plan`]) applied, and the fleet read again when they changed it; the burst reserve
+//! derived from the services' demand, the configured one its floor; then, when there is work to
+//! decide, both policy levels decided, composed and checked. Level 1: the platform policy arbitrates
 //! between tenants and classes for everyone (the built-in stands in when it fails). Level 2: each
 //! tenant with a policy of its own orders and places its work within what the platform granted it,
 //! all tenants side by side. The two levels are composed — a tenant's decisions replace the
 //! platform's placements for that tenant, the platform's preemptions stand — and the whole is
 //! checked once more, so no GPU is given twice across levels.
 //!
-//! Policies run through the narrow [`Evaluator`] trait: the control plane evaluates them in its
-//! policy catalogue's lanes, under the cycle budget; the simulator in virtual time. Nothing here
-//! knows a database, a clock or an async runtime.
+//! What is I/O is the adapter's, through two narrow traits: [`Adapter`] reads the fleet, applies
+//! the scale plans and names the cycle's policies (the control plane from and to PostgreSQL, the
+//! simulator in its world); [`Evaluator`] runs the policies (the control plane in its policy
+//! catalogue's lanes, under the cycle budget; the simulator in virtual time). Nothing here knows a
+//! database, a clock or an async runtime.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -20,6 +26,7 @@ use uuid::Uuid;
 
 use crate::check::{self, Checked, Proposal, Refusal, Scope};
 use crate::fleet::{FleetView, TenantView};
+use crate::services::{self, ScalePlan};
 use crate::snapshot;
 
 /// Which evaluation lane a policy runs in: the platform scope's (its policy, its fallback, its
@@ -68,6 +75,80 @@ pub trait Evaluator {
     /// The built-in that stands in for a failing platform policy. Asked for only when one fails,
     /// so a healthy cycle neither reads nor compiles it.
     fn fallback(&self) -> impl Future<Output = Result<Self::Policy, String>>;
+}
+
+/// A cycle's input and output, as one adapter does them; [`run`] calls them in the cycle's order.
+pub trait Adapter {
+    type Policy: PolicyHandle;
+    type Error: From<BuiltinFailed>;
+
+    /// The fleet and the queue now, the configured burst reserve in its settings.
+    fn read(&mut self) -> impl Future<Output = Result<FleetView, Self::Error>>;
+
+    /// Applies the autoscaler's plans for `fleet` (replicas started, drained). Returns the fleet
+    /// read again when they changed it, `None` when they changed nothing. Called only when the
+    /// fleet has services.
+    fn scale(
+        &mut self,
+        fleet: &FleetView,
+        plans: &[ScalePlan],
+    ) -> impl Future<Output = Result<Option<FleetView>, Self::Error>>;
+
+    /// Whether the cycle decides on `fleet`, scaled and with its burst reserve: is work pending,
+    /// and has the adapter a reason to decide it now. `false` ends the cycle there.
+    fn decides(&mut self, fleet: &FleetView) -> bool;
+
+    /// The cycle's policies for `fleet`.
+    fn levels(&mut self, fleet: &FleetView) -> impl Future<Output = Result<Levels<Self::Policy>, Self::Error>>;
+}
+
+/// What a cycle came to.
+pub enum Turn<P, L> {
+    /// Nothing decided ([`Adapter::decides`] said no): the fleet as scaled.
+    Idle(FleetView),
+    /// Both levels decided, composed and checked, on `fleet`.
+    Decided { fleet: FleetView, decided: Decided<P, L>, composed: Composed },
+}
+
+/// One cycle: read, autoscale, burst-reserve floor, decide both levels, compose and check. The
+/// adapter applies what it returns (and, when the database refuses some of it, sets culprits aside
+/// with [`Decided::exclude`]).
+pub async fn run<A, E>(adapter: &mut A, evaluator: &E) -> Result<Turn<A::Policy, E::Log>, A::Error>
+where
+    A: Adapter,
+    E: Evaluator<Policy = A::Policy>,
+{
+    let fleet = adapter.read().await?;
+    let fleet = autoscale(adapter, fleet).await?;
+    if !adapter.decides(&fleet) {
+        return Ok(Turn::Idle(fleet));
+    }
+    let levels = adapter.levels(&fleet).await?;
+    let decided = decide(evaluator, &fleet, levels).await?;
+    let composed = decided.compose(&fleet, &HashSet::new());
+    Ok(Turn::Decided { fleet, decided, composed })
+}
+
+/// The autoscaler's turn, before the policies decide: the services' plans applied by the adapter,
+/// then the burst reserve derived from the plans of the fleet the policies decide on (read again
+/// when the plans changed it), the configured reserve its floor. Services first: their new
+/// replicas are placed, and their drained ones' room given, in the same cycle.
+async fn autoscale<A: Adapter>(adapter: &mut A, fleet: FleetView) -> Result<FleetView, A::Error> {
+    if fleet.services.is_empty() {
+        return Ok(fleet);
+    }
+    let plans = services::plan(&fleet);
+    let (mut fleet, plans) = match adapter.scale(&fleet, &plans).await? {
+        Some(again) => {
+            let plans = services::plan(&again);
+            (again, plans)
+        }
+        None => (fleet, plans),
+    };
+    let derived = services::burst_reserve(&fleet, &plans);
+    let floor = fleet.settings.burst_reserve_gpus.max(0) as u32;
+    fleet.settings.burst_reserve_gpus = i32::try_from(floor.max(derived)).unwrap_or(i32::MAX);
+    Ok(fleet)
 }
 
 /// Why an evaluation gave no usable decisions.

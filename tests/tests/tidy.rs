@@ -275,6 +275,69 @@ fn the_core_scan_finds_a_planted_dependency() {
     assert!(forbidden_under_the_core("sqlxish v1\nchrono v0.4\n").is_empty());
 }
 
+/// The core's steps of a cycle that only its one cycle function (`airtime_scheduler::cycle::run`)
+/// calls: the autoscaler's plans, the derived burst reserve, the two levels decided.
+const CYCLE_STEPS: [&str; 3] = ["plan", "burst_reserve", "decide"];
+
+/// The cycle's adapters: the control plane's loop and the replay engine.
+const CYCLE_ADAPTERS: [&str; 2] = ["control-plane/src/scheduler/mod.rs", "replay/src/engine.rs"];
+
+/// The lines of `source` (code, not comments or strings) that call one of the cycle's steps by
+/// path (`services::plan(`, `cycle::decide(`) or import one.
+fn cycle_steps_in(source: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in source.lines().enumerate() {
+        let code = without_strings(line.trim_start());
+        if code.starts_with("//") {
+            continue;
+        }
+        let imports = code.starts_with("use ") || code.starts_with("pub use ");
+        let words = || code.split(|c: char| !(c.is_alphanumeric() || c == '_'));
+        let calls = CYCLE_STEPS.iter().any(|step| code.contains(&format!("::{step}(")));
+        if calls || (imports && words().any(|w| CYCLE_STEPS.contains(&w))) {
+            found.push((n + 1, line.trim().to_owned()));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_cycle_is_orchestrated_once_in_the_core_and_its_adapters_call_it() {
+    let mut broken = Vec::new();
+    for dir in ["control-plane/src", "replay/src", "sim/src"] {
+        for file in files(&root().join(dir), ".rs") {
+            for (line, text) in cycle_steps_in(&read(&file)) {
+                broken.push(format!("{}:{line}: {text}", relative(&file)));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "the steps of a cycle (read, autoscale, burst-reserve floor, decide, compose, check) are one function of \
+         the core, airtime_scheduler::cycle::run; an adapter implements cycle::Adapter and calls it, never a step \
+         itself (two orchestrations drift apart):\n{}",
+        broken.join("\n")
+    );
+    for adapter in CYCLE_ADAPTERS {
+        let source = read(&root().join(adapter));
+        assert!(source.contains("cycle::run("), "{adapter}: the cycle's adapter calls airtime_scheduler::cycle::run");
+    }
+}
+
+#[test]
+fn the_step_scan_finds_a_planted_call_and_ignores_words_in_comments_and_strings() {
+    let planted = "// services::plan(&fleet) in a comment\nlet m = \"cycle::decide(\";\n\
+                   let plans = core::plan(&fleet);\nuse airtime_scheduler::services::{burst_reserve, ScalePlan};\n";
+    assert_eq!(
+        cycle_steps_in(planted),
+        vec![
+            (3, "let plans = core::plan(&fleet);".to_owned()),
+            (4, "use airtime_scheduler::services::{burst_reserve, ScalePlan};".to_owned())
+        ]
+    );
+    assert!(cycle_steps_in("let turn = cycle::run(&mut io, &evaluator).await?;\nlet p = plan.reason;").is_empty());
+}
+
 /// A line of code with the contents of its string literals taken out (a Content-Security-Policy's
 /// `'unsafe-inline'` is not unsafe code).
 fn without_strings(line: &str) -> String {

@@ -1,8 +1,9 @@
 //! The scheduling loop: the control plane's adapter of the scheduling core (`airtime_scheduler`).
 //! Woken by events (a workload submitted or ended, a node joined or lost) and by a periodic tick,
-//! each cycle reads the fleet and the queue from PostgreSQL, has the core decide (both policy
-//! levels, evaluated in the policy catalogue's lanes, checked and composed), and applies the sound
-//! decisions in one transaction with their reasons. A failing policy never stalls the loop: the
+//! each cycle is the core's one cycle (`cycle::run`): it reads the fleet and the queue from
+//! PostgreSQL, applies the autoscaler's plans in a transaction, and has the core decide (both policy
+//! levels, evaluated in the policy catalogue's lanes, checked and composed); the loop then applies
+//! the sound decisions in one transaction with their reasons. A failing policy never stalls the loop: the
 //! core falls back to the built-in policy and the failure is recorded.
 
 pub mod fleet_view;
@@ -17,7 +18,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use airtime_scheduler::cycle::{self, Composed, Decided, Evaluated, Levels, PolicyHandle};
+use airtime_scheduler::cycle::{self, Composed, Decided, Evaluated, Levels, PolicyHandle, Turn};
+use airtime_scheduler::services::ScalePlan;
 use anyhow::Context as _;
 
 use crate::model::PLATFORM_SCOPE;
@@ -283,43 +285,23 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     let started_at = chrono::Utc::now();
     let clock = Instant::now();
     let mut phases = record::Phases::default();
-    let mut lap = Instant::now();
-    let mut mark = |phase: &mut std::time::Duration| {
-        *phase = lap.elapsed();
-        lap = Instant::now();
-    };
+    let mut lap = Lap(Instant::now());
     usage::accrue(&state.db, state.settings.usage_half_life_hours).await.context("accruing tenant usage")?;
-    mark(&mut phases.accrue);
+    lap.mark(&mut phases.accrue);
     // Out of its slot for the cycle (the read fills it, the commit's rewrites patch it) and put
     // back however the cycle ends; a read that fails leaves none, and the next one reads every row.
     let mut cache = CacheLease::take(&state.fleet_cache);
-    let fleet = {
-        let mut conn = state.db.acquire().await?;
-        match fleet_view::load_with(&mut conn, Some(&mut cache.cache)).await {
-            Ok(fleet) => fleet,
-            Err(err) => {
-                cache.cache = fleet_view::WorkloadCache::default();
-                return Err(err).context("reading the fleet and the queue");
-            }
-        }
-    };
-    mark(&mut phases.read);
-    // Services first: their new replicas are placed, and their drained ones' room given, this cycle.
-    let (fleet, scaled) = crate::services::scale::step(state, fleet).await.context("scaling the services")?;
-    mark(&mut phases.services);
-    if scaled.nodes_changed {
-        state.desired.announce();
-    }
-    state.metrics.set_queue_depth(fleet.pending_count());
-    if fleet.pending_count() == 0 {
-        state.metrics.cycle_succeeded();
-        return Ok(None);
-    }
-
-    let levels = levels(state, &fleet).await?;
-    mark(&mut phases.levels);
     let evaluator = CatalogEvaluator::new(state);
-    let mut decided = cycle::decide(&evaluator, &fleet, levels).await?;
+    let mut io = LoopCycle { state, cache: &mut cache.cache, phases, lap, nodes_changed: false };
+    let turn = cycle::run(&mut io, &evaluator).await;
+    let LoopCycle { mut phases, mut lap, .. } = io;
+    let (fleet, mut decided, composed) = match turn? {
+        Turn::Idle(_) => {
+            state.metrics.cycle_succeeded();
+            return Ok(None);
+        }
+        Turn::Decided { fleet, decided, composed } => (fleet, decided, composed),
+    };
 
     // Shadow: a candidate for the platform scope, evaluated on the same snapshot, never applied.
     let shadow = match state.policies.shadow(&state.db, PLATFORM_SCOPE).await {
@@ -334,9 +316,7 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         }
     };
     let shadow_baseline = shadow.as_ref().map(|_| decided.platform_accepted().to_vec());
-
-    let composed = decided.compose(&fleet, &HashSet::new());
-    mark(&mut phases.decide);
+    lap.mark(&mut phases.decide);
     let seen = Some(&cache.cache);
     let first =
         apply(state, &fleet, &composed, &decided, started_at, trigger, decided.error(), seen, record::Mode::Commit)
@@ -360,7 +340,7 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         }
     };
 
-    mark(&mut phases.apply);
+    lap.mark(&mut phases.apply);
     cache.cache.rewritten(std::mem::take(&mut outcome.rewritten));
     drop(cache);
     let active = decided.platform_decider().clone();
@@ -372,7 +352,7 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
         }
     }
 
-    mark(&mut phases.notes);
+    lap.mark(&mut phases.notes);
     outcome.phases = phases;
     let elapsed = clock.elapsed();
     state.metrics.cycle_finished(elapsed);
@@ -389,6 +369,68 @@ pub async fn run_cycle(state: &Scheduler, trigger: &str) -> anyhow::Result<Optio
     // Freeing a model of 15,000 workloads and 8,000 GPUs took 5 % of a cycle: done off its path.
     tokio::task::spawn_blocking(move || drop(fleet));
     Ok(Some(outcome))
+}
+
+/// Times a cycle's phases: each mark ends one and starts the next.
+struct Lap(Instant);
+
+impl Lap {
+    fn mark(&mut self, phase: &mut Duration) {
+        *phase = self.0.elapsed();
+        self.0 = Instant::now();
+    }
+}
+
+/// The control plane's side of a cycle (`cycle::Adapter`): the fleet read in one repeatable-read
+/// snapshot through the loop's workload cache, the scale plans applied in one transaction under
+/// the lease, the policies named from the catalogue, each step timed for the cycle's record.
+struct LoopCycle<'a> {
+    state: &'a Scheduler,
+    cache: &'a mut fleet_view::WorkloadCache,
+    phases: record::Phases,
+    lap: Lap,
+    /// A placed replica drains: its node's desired state changed.
+    nodes_changed: bool,
+}
+
+impl cycle::Adapter for LoopCycle<'_> {
+    type Policy = Selected;
+    type Error = anyhow::Error;
+
+    async fn read(&mut self) -> anyhow::Result<FleetView> {
+        let mut conn = self.state.db.acquire().await?;
+        let fleet = match fleet_view::load_with(&mut conn, Some(&mut *self.cache)).await {
+            Ok(fleet) => fleet,
+            Err(err) => {
+                *self.cache = fleet_view::WorkloadCache::default();
+                return Err(err).context("reading the fleet and the queue");
+            }
+        };
+        self.lap.mark(&mut self.phases.read);
+        Ok(fleet)
+    }
+
+    async fn scale(&mut self, fleet: &FleetView, plans: &[ScalePlan]) -> anyhow::Result<Option<FleetView>> {
+        let (scaled, again) =
+            crate::services::scale::step(self.state, fleet, plans).await.context("scaling the services")?;
+        self.nodes_changed = scaled.nodes_changed;
+        Ok(again)
+    }
+
+    fn decides(&mut self, fleet: &FleetView) -> bool {
+        self.lap.mark(&mut self.phases.services);
+        if self.nodes_changed {
+            self.state.desired.announce();
+        }
+        self.state.metrics.set_queue_depth(fleet.pending_count());
+        fleet.pending_count() > 0
+    }
+
+    async fn levels(&mut self, fleet: &FleetView) -> anyhow::Result<Levels<Selected>> {
+        let levels = levels(self.state, fleet).await?;
+        self.lap.mark(&mut self.phases.levels);
+        Ok(levels)
+    }
 }
 
 /// The loop's workload cache, out of its slot for one cycle and put back when the cycle ends,

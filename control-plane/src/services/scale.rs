@@ -1,6 +1,6 @@
 //! The control plane's side of the autoscaler: services and their recent load read into the
-//! scheduling core's fleet model, and each cycle's scale plans (`airtime_scheduler::services::plan`)
-//! applied in one transaction under the scheduling lease — replicas started as pending workloads,
+//! scheduling core's fleet model, and the scale plans the core's cycle makes (`airtime_scheduler::
+//! cycle::run`) applied in one transaction under the scheduling lease — replicas started as pending workloads,
 //! drained ones cancelled (pending) or stopped through their agent with the grace period, the
 //! decision and its reason recorded on the service and in its scale events.
 
@@ -278,25 +278,19 @@ async fn start_and_drain(
     Ok(())
 }
 
-/// The cycle's scaling: plans from the fleet, applied when they change anything or say something
-/// new. Returns the fleet to decide on — read again when replicas were started or drained — with
-/// the burst reserve derived from the services' demand (the configured one is the floor).
-pub async fn step(state: &Scheduler, fleet: FleetView) -> anyhow::Result<(FleetView, Scaled)> {
-    if fleet.services.is_empty() {
-        return Ok((fleet, Scaled::default()));
+/// The cycle's scaling (`cycle::Adapter::scale`): the core's plans for `fleet` applied when they
+/// change anything or say something new. Returns what it did, and the fleet read again when
+/// replicas were started or drained (the core then plans again and derives the burst reserve).
+pub async fn step(
+    state: &Scheduler,
+    fleet: &FleetView,
+    plans: &[ScalePlan],
+) -> anyhow::Result<(Scaled, Option<FleetView>)> {
+    let scaled = apply(state, fleet, plans).await?;
+    if !scaled.changed {
+        return Ok((scaled, None));
     }
-    let plans = core::plan(&fleet);
-    let scaled = apply(state, &fleet, &plans).await?;
-    let (mut fleet, plans) = if scaled.changed {
-        let mut conn = state.db.acquire().await?;
-        let fleet = crate::scheduler::fleet_view::load(&mut conn).await?;
-        let plans = core::plan(&fleet);
-        (fleet, plans)
-    } else {
-        (fleet, plans)
-    };
-    let derived = core::burst_reserve(&fleet, &plans);
-    let floor = fleet.settings.burst_reserve_gpus.max(0) as u32;
-    fleet.settings.burst_reserve_gpus = i32::try_from(floor.max(derived)).unwrap_or(i32::MAX);
-    Ok((fleet, scaled))
+    let mut conn = state.db.acquire().await?;
+    let fleet = crate::scheduler::fleet_view::load(&mut conn).await?;
+    Ok((scaled, Some(fleet)))
 }

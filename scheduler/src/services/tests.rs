@@ -339,3 +339,111 @@ fn a_replica_on_a_draining_node_is_replaced_elsewhere_before_it_stops() {
     let cordoned = &plan(&f)[0];
     assert!(cordoned.drain.iter().all(|w| !old.contains(w)), "{cordoned:?}");
 }
+
+/// An adapter over a fleet in memory: the autoscaler's plans "applied" by adding the replicas they
+/// start as pending work; what the cycle decided on noted.
+struct InMemory {
+    fleet: FleetView,
+    scaled_with: Vec<ScalePlan>,
+    decided_on: Option<FleetView>,
+}
+
+impl crate::cycle::Adapter for InMemory {
+    type Policy = NoPolicy;
+    type Error = crate::cycle::BuiltinFailed;
+
+    async fn read(&mut self) -> Result<FleetView, Self::Error> {
+        Ok(self.fleet.clone())
+    }
+
+    async fn scale(&mut self, _: &FleetView, plans: &[ScalePlan]) -> Result<Option<FleetView>, Self::Error> {
+        self.scaled_with = plans.to_vec();
+        if !plans.iter().any(ScalePlan::changes) {
+            return Ok(None);
+        }
+        for &variant in plans.iter().flat_map(|p| &p.start) {
+            replica(&mut self.fleet, variant, WorkloadState::Pending, 0);
+        }
+        Ok(Some(self.fleet.clone()))
+    }
+
+    fn decides(&mut self, fleet: &FleetView) -> bool {
+        self.decided_on = Some(fleet.clone());
+        false
+    }
+
+    async fn levels(&mut self, _: &FleetView) -> Result<crate::cycle::Levels<NoPolicy>, Self::Error> {
+        Ok(crate::cycle::Levels { platform: NoPolicy, tenants: Vec::new() })
+    }
+}
+
+#[derive(Clone)]
+struct NoPolicy;
+
+impl crate::cycle::PolicyHandle for NoPolicy {
+    fn version(&self) -> Uuid {
+        Uuid::nil()
+    }
+    fn label(&self) -> String {
+        "none".into()
+    }
+    fn builtin(&self) -> bool {
+        true
+    }
+    fn params(&self) -> &str {
+        "{}"
+    }
+}
+
+impl crate::cycle::Evaluator for NoPolicy {
+    type Policy = NoPolicy;
+    type Log = ();
+
+    async fn evaluate(
+        &self,
+        _: &NoPolicy,
+        _: Vec<u8>,
+        _: crate::cycle::Lane,
+        _: Option<&str>,
+    ) -> crate::cycle::Evaluated<()> {
+        crate::cycle::Evaluated { output: Err(("trapped", "no policy in this test".into())), logs: Vec::new() }
+    }
+
+    async fn fallback(&self) -> Result<NoPolicy, String> {
+        Err("no policy in this test".into())
+    }
+}
+
+/// The one cycle on a fleet with `floor` GPUs of configured burst reserve: the adapter, and the
+/// burst reserve of the fleet the cycle would decide on.
+fn one_cycle(mut f: FleetView, floor: i32) -> (InMemory, i32) {
+    f.settings.burst_reserve_gpus = floor;
+    let mut adapter = InMemory { fleet: f, scaled_with: Vec::new(), decided_on: None };
+    let turn = futures::executor::block_on(crate::cycle::run(&mut adapter, &NoPolicy)).unwrap();
+    assert!(matches!(turn, crate::cycle::Turn::Idle(_)), "the adapter said there was nothing to decide");
+    let reserve = adapter.decided_on.as_ref().unwrap().settings.burst_reserve_gpus;
+    (adapter, reserve)
+}
+
+#[test]
+fn the_cycle_scales_then_keeps_the_burst_reserve_of_the_fleet_read_again_above_its_floor() {
+    let mut f = fleet(chat(), 0);
+    report(&mut f, &[20.0]);
+    f.services[0].recent_peak = Some(80.0);
+
+    let (adapter, reserve) = one_cycle(f.clone(), 1);
+    assert_eq!(adapter.scaled_with[0].start.len(), 2, "the autoscaler's plans reached the adapter");
+    let decided_on = adapter.decided_on.unwrap();
+    assert_eq!(decided_on.workloads.len(), 2, "the cycle decides on the fleet read again, with the new replicas");
+    // 80 req/s needs 6 replicas: 4 more GPUs than the 2 desired, above the floor of 1.
+    assert_eq!(reserve, 4);
+
+    let (_, reserve) = one_cycle(f, 6);
+    assert_eq!(reserve, 6, "the configured reserve is the floor");
+
+    let mut quiet = fleet(chat(), 0);
+    quiet.services.clear();
+    let (adapter, reserve) = one_cycle(quiet, 3);
+    assert!(adapter.scaled_with.is_empty(), "no services: no scaling");
+    assert_eq!(reserve, 3, "no services: the configured reserve");
+}
