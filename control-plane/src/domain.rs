@@ -1,9 +1,10 @@
-//! What the domain modules (`workloads`, `services`, `policies`, `tenancy`, `what_if`, `users`)
-//! return and take: [`Error`], a failure in the domain's words, and [`Scope`], who acts and which
-//! tenants they may see and change. Neither knows HTTP: `api/` maps an [`Error`] to a status and the
-//! JSON error body (`impl From<domain::Error> for ApiError`), and builds a [`Scope`] from the
-//! authenticated caller (`Caller::scope`). The tidy test keeps `ApiError`, `Caller` and axum out of
-//! the domain modules.
+//! What the domain modules (`workloads`, `services`, `policies`, `tenancy`, `what_if`, `users`,
+//! `invitations`, `settings`, `auth::tokens`) return and take: [`Error`], a failure in the domain's
+//! words, and [`Scope`], who acts and which tenants they may see and change. Neither knows HTTP:
+//! `api/` maps an [`Error`] to a status and the JSON error body (`impl From<domain::Error> for
+//! ApiError`), and builds a [`Scope`] from the authenticated caller (`Caller::scope`). The tidy test
+//! keeps `ApiError`, `Caller` and axum out of the domain modules, and SQL and transactions out of
+//! `api/`.
 
 use uuid::Uuid;
 

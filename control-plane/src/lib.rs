@@ -13,6 +13,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod fleet;
+pub mod invitations;
 pub mod live;
 pub mod metrics;
 pub mod model;

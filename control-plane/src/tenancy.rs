@@ -1,12 +1,100 @@
-//! "Who is over quota, borrowing, starved": the per-tenant summary of the scheduling model; and
-//! which tenant a new resource goes into.
+//! Tenants: the teams that own workloads and policies — listing and creating them; "who is over
+//! quota, borrowing, starved": the per-tenant summary of the scheduling model; and which tenant a
+//! new resource goes into.
 
-use serde::Serialize;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use airtime_protocol::model::TenantName;
+
+use crate::auth::audit::{self, Change};
 use crate::domain;
 use crate::domain::Scope;
+
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct TenantView {
+    pub id: Uuid,
+    pub name: String,
+    pub guaranteed_gpus: i32,
+    pub weight: i32,
+    pub tier: i32,
+    pub may_borrow: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenant {
+    pub name: String,
+    #[serde(default)]
+    pub guaranteed_gpus: u32,
+    #[serde(default = "one")]
+    pub weight: u32,
+    #[serde(default)]
+    pub tier: i32,
+    #[serde(default = "yes")]
+    pub may_borrow: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+
+/// Every tenant for platform admins; the actor's own tenant for everyone else.
+pub async fn list(db: &PgPool, scope: &Scope) -> domain::Result<Vec<TenantView>> {
+    Ok(sqlx::query_as(
+        "SELECT id, name, guaranteed_gpus, weight, tier, may_borrow, created_at FROM tenants \
+         WHERE ($1::uuid IS NULL OR id = $1) ORDER BY name",
+    )
+    .bind(scope.tenant_filter())
+    .fetch_all(db)
+    .await?)
+}
+
+/// Creates a tenant with its quota (platform admins), audited in the same transaction.
+pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::Result<TenantView> {
+    scope.require_platform_admin()?;
+    let name = TenantName::parse(&req.name).map_err(|m| domain::Error::invalid("invalid_tenant", m))?;
+    if req.guaranteed_gpus > 100_000 || req.weight == 0 || req.weight > 10_000 || !(-1000..=1000).contains(&req.tier) {
+        return Err(domain::Error::invalid(
+            "invalid_tenant",
+            "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000",
+        ));
+    }
+    let mut tx = db.begin().await?;
+    let created: Option<TenantView> = sqlx::query_as(
+        "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (name) DO NOTHING \
+         RETURNING id, name, guaranteed_gpus, weight, tier, may_borrow, created_at",
+    )
+    .bind(Uuid::now_v7())
+    .bind(name.as_str())
+    .bind(req.guaranteed_gpus as i32)
+    .bind(req.weight as i32)
+    .bind(req.tier)
+    .bind(req.may_borrow)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(created) = created else {
+        return Err(domain::Error::conflict("tenant_exists", format!("a tenant named {:?} exists", req.name)));
+    };
+    audit::record(
+        &mut tx,
+        &scope.actor,
+        Change::new("tenant.create", "tenant", created.id).tenant(Some(created.id)).detail(serde_json::json!({
+            "name": created.name, "guaranteed_gpus": created.guaranteed_gpus, "weight": created.weight,
+            "tier": created.tier, "may_borrow": created.may_borrow,
+        })),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(created)
+}
 
 /// The tenant a caller's new workload or service goes into: the caller's own when none is named
 /// (the `default` tenant for a platform admin), a named one only if the caller may see it —

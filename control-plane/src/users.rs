@@ -1,6 +1,6 @@
 //! Users and their memberships in tenants: who may see which account, adding one, disabling or
 //! promoting one, and roles in tenants. Every change is audited in its own transaction. The HTTP
-//! handlers are `api/users.rs`; joining a tenant by invitation is `api/invitations.rs`.
+//! handlers are `api/users.rs`; joining a tenant by invitation is `invitations.rs`.
 //!
 //! Who may do what: platform admins manage every user; a tenant admin sees and manages the
 //! members of their tenant only (a user outside it is answered exactly like one that does not
@@ -143,7 +143,7 @@ pub struct Admission {
     pub role: Role,
     pub platform_admin: bool,
     /// A tenant admin never creates an account directly: they invite the login name (the answer
-    /// is the same whether it has an account elsewhere; see `api::invitations`).
+    /// is the same whether it has an account elsewhere; see `invitations`).
     pub by_invitation: bool,
 }
 
@@ -402,22 +402,31 @@ pub async fn login_memberships(db: &PgPool, user: Uuid) -> sqlx::Result<Vec<(Uui
     .await
 }
 
-/// A user's password hash (PHC string).
-pub async fn password_hash(db: &PgPool, user: Uuid) -> sqlx::Result<String> {
+/// Changes the actor's own password, given the current one; every session of the user ends. Audited
+/// in the same transaction.
+pub async fn change_password(
+    db: &PgPool,
+    scope: &Scope,
+    current: SecretString,
+    new: SecretString,
+) -> domain::Result<()> {
+    password::check_strength(&new).map_err(|m| domain::Error::invalid("weak_password", m))?;
     let (phc,): (String,) =
-        sqlx::query_as("SELECT password_hash FROM users WHERE id = $1").bind(user).fetch_one(db).await?;
-    Ok(phc)
-}
-
-/// Sets a user's password hash and ends every session they hold.
-pub async fn set_password_hash(conn: &mut sqlx::PgConnection, user: Uuid, hash: &str) -> sqlx::Result<()> {
+        sqlx::query_as("SELECT password_hash FROM users WHERE id = $1").bind(scope.user_id).fetch_one(db).await?;
+    if !password::verify_blocking(current, Some(phc)).await {
+        return Err(domain::Error::invalid("wrong_password", "the current password is wrong"));
+    }
+    let hash = password::hash_blocking(new).await?;
+    let mut tx = db.begin().await?;
     sqlx::query(
         "UPDATE users SET password_hash = $2, sessions_valid_after = now(), \
          session_generation = session_generation + 1 WHERE id = $1",
     )
-    .bind(user)
-    .bind(hash)
-    .execute(conn)
+    .bind(scope.user_id)
+    .bind(&hash)
+    .execute(&mut *tx)
     .await?;
+    audit::record(&mut tx, &scope.actor, Change::new("user.password_change", "user", scope.user_id)).await?;
+    tx.commit().await?;
     Ok(())
 }

@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::api::extract::{Json, Path, Query};
 use crate::api::openapi::ErrorResponse;
-use crate::auth::audit::{self, AuditActor, AuditEntry, AuditFilter, Change};
+use crate::auth::audit::{self, AuditEntry, AuditFilter};
 use crate::auth::caller::ClientIp;
 use crate::auth::tokens::{self, ApiTokenView};
 use crate::auth::{AuthContext, Caller, Role, SecretString, password};
@@ -108,7 +108,7 @@ async fn login(
         return Err(ApiError::Unauthorized(BAD_LOGIN));
     };
     auth.logins.record_success(name, ip);
-    crate::api::invitations::accept_on_first_login(&auth.db, user.id, &user.email).await?;
+    crate::invitations::accept_on_first_login(&auth.db, user.id, &user.email).await?;
 
     let (role, tenant_id, tenant) = if user.platform_admin && req.tenant.is_none() {
         (Role::PlatformAdmin, None, None)
@@ -206,17 +206,7 @@ async fn change_password(
     if !caller.is_session() {
         return Err(ApiError::forbidden("change a password with a session, not an API token"));
     }
-    password::check_strength(&req.new_password).map_err(|m| ApiError::unprocessable("weak_password", m))?;
-    let phc = crate::users::password_hash(&auth.db, caller.user_id).await?;
-    if !password::verify_blocking(req.current_password, Some(phc)).await {
-        return Err(ApiError::unprocessable("wrong_password", "the current password is wrong"));
-    }
-    let hash = password::hash_blocking(req.new_password).await?;
-    let mut tx = auth.db.begin().await?;
-    crate::users::set_password_hash(&mut tx, caller.user_id, &hash).await?;
-    audit::record(&mut tx, &AuditActor::from(&caller), Change::new("user.password_change", "user", caller.user_id))
-        .await?;
-    tx.commit().await?;
+    crate::users::change_password(&auth.db, &caller.scope(), req.current_password, req.new_password).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -323,18 +313,7 @@ async fn create_token(
         return Err(ApiError::unprocessable("invalid_role", "a tenant token has a tenant role"));
     }
     let expires_at = Utc::now() + ChronoDuration::days(i64::from(days));
-    let mut tx = auth.db.begin().await?;
-    let (view, secret) =
-        tokens::create_api_token(&mut tx, caller.user_id, tenant, name, role, Some(expires_at)).await?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(&caller),
-        Change::new("token.create", "api_token", view.id)
-            .tenant(tenant)
-            .detail(serde_json::json!({"name": name, "role": role, "prefix": view.prefix, "expires_at": expires_at})),
-    )
-    .await?;
-    tx.commit().await?;
+    let (view, secret) = tokens::create_api_token(&auth.db, &caller.scope(), tenant, name, role, expires_at).await?;
     Ok((StatusCode::CREATED, axum::Json(CreatedToken { token: secret.expose().to_owned(), view })))
 }
 
@@ -353,23 +332,7 @@ async fn revoke_token(
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<ApiTokenView>> {
-    let mut tx = auth.db.begin().await?;
-    let row = tokens::lock_api_token_owner(&mut tx, id).await?;
-    let Some((tenant, owner)) = row else {
-        return Err(ApiError::NotFound("token"));
-    };
-    // Visible: a platform admin; the owner; a tenant admin of the token's tenant.
-    let allowed = caller.is_platform_admin()
-        || (owner == caller.user_id && tenant == caller.tenant)
-        || tenant.is_some_and(|t| caller.can_admin_tenant(t));
-    if !allowed {
-        return Err(ApiError::NotFound("token"));
-    }
-    tokens::revoke_api_token(&mut tx, id).await?;
-    audit::record(&mut tx, &AuditActor::from(&caller), Change::new("token.revoke", "api_token", id).tenant(tenant))
-        .await?;
-    tx.commit().await?;
-    Ok(axum::Json(tokens::api_token(&auth.db, id).await?))
+    Ok(axum::Json(tokens::revoke_api_token(&auth.db, &caller.scope(), id).await?))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ use airtime_protocol::model::NodeName;
 
 use crate::api::extract::{Json, Path};
 use crate::api::openapi::ErrorResponse;
-use crate::auth::audit::{self, AuditActor, Change};
+use crate::auth::audit::AuditActor;
 use crate::auth::caller::ClientIp;
 use crate::auth::tokens::{self, EnrolmentTokenView, NodeCredentialView};
 use crate::auth::{AuthContext, Caller, SecretString};
@@ -89,18 +89,9 @@ async fn create_enrolment_token(
         ));
     }
     let expires_at = Utc::now() + ChronoDuration::minutes(i64::from(minutes));
-    let mut tx = auth.db.begin().await?;
     let (view, secret) =
-        tokens::create_enrolment_token(&mut tx, caller.user_id, node_name.as_ref().map(NodeName::as_str), expires_at)
+        tokens::create_enrolment_token(&auth.db, &caller.scope(), node_name.as_ref().map(NodeName::as_str), expires_at)
             .await?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(&caller),
-        Change::new("enrolment_token.create", "enrolment_token", view.id)
-            .detail(serde_json::json!({"node_name": view.node_name, "prefix": view.prefix, "expires_at": expires_at})),
-    )
-    .await?;
-    tx.commit().await?;
     Ok((StatusCode::CREATED, axum::Json(CreatedEnrolmentToken { token: secret.expose().to_owned(), view })))
 }
 
@@ -134,13 +125,7 @@ async fn revoke_enrolment_token(
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<EnrolmentTokenView>> {
-    caller.require_platform_admin()?;
-    let mut tx = auth.db.begin().await?;
-    let view = tokens::revoke_enrolment_token(&mut tx, id).await?.ok_or(ApiError::NotFound("enrolment token"))?;
-    audit::record(&mut tx, &AuditActor::from(&caller), Change::new("enrolment_token.revoke", "enrolment_token", id))
-        .await?;
-    tx.commit().await?;
-    Ok(axum::Json(view))
+    Ok(axum::Json(tokens::revoke_enrolment_token(&auth.db, &caller.scope(), id).await?))
 }
 
 #[utoipa::path(
@@ -174,17 +159,7 @@ async fn revoke_node_credential(
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<NodeCredentialView>> {
-    caller.require_platform_admin()?;
-    let mut tx = auth.db.begin().await?;
-    let view = tokens::revoke_node_credential(&mut tx, id).await?.ok_or(ApiError::NotFound("node credential"))?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(&caller),
-        Change::new("node_credential.revoke", "node_credential", id)
-            .detail(serde_json::json!({"node_name": view.node_name})),
-    )
-    .await?;
-    tx.commit().await?;
+    let view = tokens::revoke_node_credential(&auth.db, &caller.scope(), id).await?;
     // This replica refuses it from now on; another refuses it within NODE_CREDENTIAL_CACHE.
     auth.node_credentials.forget_all();
     Ok(axum::Json(view))
@@ -211,25 +186,17 @@ async fn enrol(
     let name = NodeName::parse(&req.name).map_err(|m| ApiError::unprocessable("invalid_node_name", m))?;
     // Keyed on the address alone: a guesser cycling node names is throttled all the same.
     auth.logins.check(ENROL_THROTTLE_KEY, ip, Instant::now()).map_err(ApiError::too_many_requests)?;
-    let mut tx = auth.db.begin().await?;
     let enrolment_token = SecretString::new(req.enrolment_token.clone());
-    let (view, credential, token_id) = match tokens::enrol(&mut tx, &enrolment_token, name.as_str()).await? {
-        Ok(done) => done,
-        Err(refusal) => {
-            drop(tx);
-            auth.logins.record_failure(ENROL_THROTTLE_KEY, ip, Instant::now());
-            tracing::warn!(node = %name, ip = ?ip, reason = %refusal, "enrolment refused");
-            return Err(ApiError::Unauthorized(BAD_ENROLMENT));
-        }
-    };
-    audit::record(
-        &mut tx,
-        &AuditActor::anonymous("node", name.as_str(), ip),
-        Change::new("node.enrol", "node_credential", view.id)
-            .detail(serde_json::json!({"node_name": name, "prefix": view.prefix, "enrolment_token_id": token_id})),
-    )
-    .await?;
-    tx.commit().await?;
+    let actor = AuditActor::anonymous("node", name.as_str(), ip);
+    let tokens::Enrolment { view, credential, .. } =
+        match tokens::enrol(&auth.db, &actor, &enrolment_token, name.as_str()).await? {
+            Ok(done) => done,
+            Err(refusal) => {
+                auth.logins.record_failure(ENROL_THROTTLE_KEY, ip, Instant::now());
+                tracing::warn!(node = %name, ip = ?ip, reason = %refusal, "enrolment refused");
+                return Err(ApiError::Unauthorized(BAD_ENROLMENT));
+            }
+        };
     // The node's previous credential, if any, was revoked: refused here from now on.
     auth.node_credentials.forget_all();
     tracing::info!(node = %name, credential = %view.prefix, "node enrolled");

@@ -9,7 +9,6 @@ use utoipa_axum::routes;
 use crate::api::extract::Json;
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
-use crate::auth::audit::{self, AuditActor, Change};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -33,8 +32,7 @@ async fn read(_caller: Caller, State(state): State<AppState>) -> ApiResult<axum:
 }
 
 async fn current(state: &AppState) -> ApiResult<axum::Json<Priorities>> {
-    let mut conn = state.db.acquire().await?;
-    Ok(axum::Json(crate::settings::load(&mut conn).await?))
+    Ok(axum::Json(crate::settings::current(&state.db).await?))
 }
 
 /// Replace the priority settings (platform admins; audited).
@@ -56,18 +54,7 @@ async fn write(
     State(state): State<AppState>,
     Json(p): Json<Priorities>,
 ) -> ApiResult<axum::Json<Priorities>> {
-    caller.require_platform_admin()?;
-    p.check().map_err(|m| ApiError::unprocessable("invalid_settings", m))?;
-    let mut tx = state.db.begin().await?;
-    crate::settings::save(&p, &mut tx).await?;
-    audit::record(
-        &mut tx,
-        &AuditActor::from(&caller),
-        Change::new("settings.priorities", "settings", "priorities")
-            .detail(serde_json::to_value(&p).unwrap_or_default()),
-    )
-    .await?;
-    tx.commit().await?;
+    crate::settings::replace(&state.db, &caller.scope(), &p).await?;
     state.wake.wake();
     current(&state).await
 }

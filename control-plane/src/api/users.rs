@@ -1,5 +1,5 @@
 //! Users and memberships over HTTP: the handlers parse, build the caller's scope and call the
-//! `users` domain module; a tenant admin's new user becomes an invitation (`api::invitations`).
+//! `users` domain module; a tenant admin's new user becomes an invitation (`invitations`).
 
 use std::sync::Arc;
 
@@ -67,7 +67,7 @@ async fn get_user(
     extensions(("x-airtime-access" = json!("tenant_admin"))),
     responses(
         (status = 201, description = "Created (platform admins)", body = UserView),
-        (status = 202, description = "Invited (tenant admins): the same answer whether or not the login name has an account", body = crate::api::invitations::Invited),
+        (status = 202, description = "Invited (tenant admins): the same answer whether or not the login name has an account", body = crate::invitations::Invited),
         (status = 409, description = "The login name is taken (platform admins)", body = ErrorResponse),
         (status = 422, description = "Invalid", body = ErrorResponse)
     )
@@ -80,10 +80,10 @@ async fn create_user(
     let scope = caller.scope();
     let admission = users::admit(&auth.db, &scope, &req).await?;
     // A tenant admin never learns whether a login name has an account elsewhere: they invite it,
-    // and the answer is the same either way (see api::invitations).
+    // and the answer is the same either way (see the invitations module).
     if let (true, Some(tenant)) = (admission.by_invitation, admission.tenant) {
         let invited =
-            crate::api::invitations::invite(&auth, &caller, tenant, &admission.email, req.password, admission.role)
+            crate::invitations::invite(&auth.db, &scope, tenant, &admission.email, req.password, admission.role)
                 .await?;
         return Ok((StatusCode::ACCEPTED, axum::Json(invited)).into_response());
     }

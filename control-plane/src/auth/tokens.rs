@@ -8,10 +8,12 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::Digest as _;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use crate::auth::audit::{self, AuditActor, Change};
 use crate::auth::{Role, SecretString};
+use crate::domain::{self, Scope};
 
 /// Random bytes in every secret.
 const SECRET_BYTES: usize = 32;
@@ -101,35 +103,46 @@ pub const API_TOKEN_SELECT: &str = "SELECT k.id, k.name, k.tenant_id, t.name AS 
      k.role, k.prefix, k.created_at, k.expires_at, k.last_used_at, k.revoked_at \
      FROM api_tokens k JOIN users u ON u.id = k.owner_id LEFT JOIN tenants t ON t.id = k.tenant_id";
 
-/// Stores a new API token and returns it with its secret (to show once).
+/// Stores a new API token owned by the actor, audited in the same transaction, and returns it with
+/// its secret (to show once). The handler checked the name, the lifetime and the role's ceiling.
 pub async fn create_api_token(
-    conn: &mut PgConnection,
-    owner: Uuid,
+    db: &PgPool,
+    scope: &Scope,
     tenant: Option<Uuid>,
     name: &str,
     role: Role,
-    expires_at: Option<DateTime<Utc>>,
-) -> anyhow::Result<(ApiTokenView, SecretString)> {
+    expires_at: DateTime<Utc>,
+) -> domain::Result<(ApiTokenView, SecretString)> {
     let secret = generate(TokenKind::Api)?;
     let id = Uuid::now_v7();
+    let mut tx = db.begin().await?;
     sqlx::query(
         "INSERT INTO api_tokens (id, tenant_id, owner_id, name, role, secret_sha256, prefix, expires_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(id)
     .bind(tenant)
-    .bind(owner)
+    .bind(scope.user_id)
     .bind(name)
     .bind(role)
     .bind(&secret.sha256)
     .bind(&secret.prefix)
     .bind(expires_at)
-    .execute(&mut *conn)
+    .execute(&mut *tx)
     .await?;
-    let view = sqlx::query_as(sqlx::AssertSqlSafe(format!("{API_TOKEN_SELECT} WHERE k.id = $1")))
+    let view: ApiTokenView = sqlx::query_as(sqlx::AssertSqlSafe(format!("{API_TOKEN_SELECT} WHERE k.id = $1")))
         .bind(id)
-        .fetch_one(&mut *conn)
+        .fetch_one(&mut *tx)
         .await?;
+    audit::record(
+        &mut tx,
+        &scope.actor,
+        Change::new("token.create", "api_token", view.id)
+            .tenant(tenant)
+            .detail(serde_json::json!({"name": name, "role": role, "prefix": view.prefix, "expires_at": expires_at})),
+    )
+    .await?;
+    tx.commit().await?;
     Ok((view, secret.token))
 }
 
@@ -150,15 +163,19 @@ pub struct EnrolmentTokenView {
 pub const ENROLMENT_SELECT: &str =
     "SELECT id, prefix, node_name, created_by, created_at, expires_at, used_at, revoked_at FROM enrolment_tokens";
 
+/// Stores a new enrolment token made by the actor (platform admins), audited in the same
+/// transaction, and returns it with its secret (to show once).
 pub async fn create_enrolment_token(
-    conn: &mut PgConnection,
-    created_by: Uuid,
+    db: &PgPool,
+    scope: &Scope,
     node_name: Option<&str>,
     expires_at: DateTime<Utc>,
-) -> anyhow::Result<(EnrolmentTokenView, SecretString)> {
+) -> domain::Result<(EnrolmentTokenView, SecretString)> {
+    scope.require_platform_admin()?;
     let secret = generate(TokenKind::Enrolment)?;
     let id = Uuid::now_v7();
-    let view = sqlx::query_as(
+    let mut tx = db.begin().await?;
+    let view: EnrolmentTokenView = sqlx::query_as(
         "INSERT INTO enrolment_tokens (id, secret_sha256, prefix, node_name, created_by, expires_at) \
          VALUES ($1, $2, $3, $4, $5, $6) \
          RETURNING id, prefix, node_name, created_by, created_at, expires_at, used_at, revoked_at",
@@ -167,10 +184,18 @@ pub async fn create_enrolment_token(
     .bind(&secret.sha256)
     .bind(&secret.prefix)
     .bind(node_name)
-    .bind(created_by)
+    .bind(scope.user_id)
     .bind(expires_at)
-    .fetch_one(&mut *conn)
+    .fetch_one(&mut *tx)
     .await?;
+    audit::record(
+        &mut tx,
+        &scope.actor,
+        Change::new("enrolment_token.create", "enrolment_token", view.id)
+            .detail(serde_json::json!({"node_name": view.node_name, "prefix": view.prefix, "expires_at": expires_at})),
+    )
+    .await?;
+    tx.commit().await?;
     Ok((view, secret.token))
 }
 
@@ -207,11 +232,42 @@ pub struct NodeCredentialView {
 pub const NODE_CREDENTIAL_SELECT: &str =
     "SELECT id, node_name, node_id, prefix, created_at, last_used_at, revoked_at FROM node_credentials";
 
-/// Exchanges a one-time enrolment token for a node credential, in the caller's transaction: the
-/// token is marked used (row-locked, so two agents racing with one token cannot both win). A token
-/// made for a node name replaces that node's live credential; a general token cannot take over a
-/// node that already holds one.
+/// A node's new credential: what the agent is shown once, and the enrolment token it used.
+#[derive(Debug)]
+pub struct Enrolment {
+    pub view: NodeCredentialView,
+    pub credential: SecretString,
+    pub enrolment_token_id: Uuid,
+}
+
+/// Exchanges a one-time enrolment token for a node credential, audited (as `actor`, who is not
+/// yet authenticated) in the same transaction; a refusal changes nothing.
 pub async fn enrol(
+    db: &PgPool,
+    actor: &AuditActor,
+    enrolment_token: &SecretString,
+    node_name: &str,
+) -> domain::Result<Result<Enrolment, EnrolError>> {
+    let mut tx = db.begin().await?;
+    let (view, credential, token_id) = match exchange(&mut tx, enrolment_token, node_name).await? {
+        Ok(done) => done,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    audit::record(
+        &mut tx,
+        actor,
+        Change::new("node.enrol", "node_credential", view.id)
+            .detail(serde_json::json!({"node_name": node_name, "prefix": view.prefix, "enrolment_token_id": token_id})),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Ok(Enrolment { view, credential, enrolment_token_id: token_id }))
+}
+
+/// The exchange, in the caller's transaction: the token is marked used (row-locked, so two agents
+/// racing with one token cannot both win). A token made for a node name replaces that node's live
+/// credential; a general token cannot take over a node that already holds one.
+async fn exchange(
     conn: &mut PgConnection,
     enrolment_token: &SecretString,
     node_name: &str,
@@ -291,15 +347,21 @@ pub async fn list_enrolment_tokens(db: &sqlx::PgPool) -> sqlx::Result<Vec<Enrolm
         .await
 }
 
-/// Revokes an enrolment token (again is a no-op); `None` when there is no such token.
-pub async fn revoke_enrolment_token(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<EnrolmentTokenView>> {
-    sqlx::query_as(
+/// Revokes an enrolment token (platform admins; again is a no-op), audited in the same transaction.
+pub async fn revoke_enrolment_token(db: &PgPool, scope: &Scope, id: Uuid) -> domain::Result<EnrolmentTokenView> {
+    scope.require_platform_admin()?;
+    let mut tx = db.begin().await?;
+    let view: Option<EnrolmentTokenView> = sqlx::query_as(
         "UPDATE enrolment_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 \
          RETURNING id, prefix, node_name, created_by, created_at, expires_at, used_at, revoked_at",
     )
     .bind(id)
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *tx)
+    .await?;
+    let view = view.ok_or(domain::Error::NotFound("enrolment token"))?;
+    audit::record(&mut tx, &scope.actor, Change::new("enrolment_token.revoke", "enrolment_token", id)).await?;
+    tx.commit().await?;
+    Ok(view)
 }
 
 /// Every node credential, never its secret.
@@ -309,15 +371,27 @@ pub async fn list_node_credentials(db: &sqlx::PgPool) -> sqlx::Result<Vec<NodeCr
         .await
 }
 
-/// Revokes a node credential (again is a no-op); `None` when there is no such credential.
-pub async fn revoke_node_credential(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<NodeCredentialView>> {
-    sqlx::query_as(
+/// Revokes a node credential (platform admins; again is a no-op), audited in the same transaction.
+pub async fn revoke_node_credential(db: &PgPool, scope: &Scope, id: Uuid) -> domain::Result<NodeCredentialView> {
+    scope.require_platform_admin()?;
+    let mut tx = db.begin().await?;
+    let view: Option<NodeCredentialView> = sqlx::query_as(
         "UPDATE node_credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 \
          RETURNING id, node_name, node_id, prefix, created_at, last_used_at, revoked_at",
     )
     .bind(id)
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *tx)
+    .await?;
+    let view = view.ok_or(domain::Error::NotFound("node credential"))?;
+    audit::record(
+        &mut tx,
+        &scope.actor,
+        Change::new("node_credential.revoke", "node_credential", id)
+            .detail(serde_json::json!({"node_name": view.node_name})),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(view)
 }
 
 /// API tokens, newest first: of `tenant` (id) and `owner` when given, of the tenant named
@@ -343,25 +417,36 @@ pub async fn list_api_tokens(
     .await
 }
 
-/// An API token's tenant and owner, its row locked for the transaction; `None` when there is none.
-pub async fn lock_api_token_owner(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<(Option<Uuid>, Uuid)>> {
-    sqlx::query_as("SELECT tenant_id, owner_id FROM api_tokens WHERE id = $1 FOR UPDATE")
-        .bind(id)
-        .fetch_optional(conn)
-        .await
-}
-
-/// Revokes an API token (again is a no-op).
-pub async fn revoke_api_token(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
+/// Revokes an API token (again is a no-op), audited in the same transaction. A platform admin may
+/// revoke any token, its owner one of the tenant they act in, a tenant admin their tenant's; anyone
+/// else's is not found.
+pub async fn revoke_api_token(db: &PgPool, scope: &Scope, id: Uuid) -> domain::Result<ApiTokenView> {
+    let mut tx = db.begin().await?;
+    let row: Option<(Option<Uuid>, Uuid)> =
+        sqlx::query_as("SELECT tenant_id, owner_id FROM api_tokens WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((tenant, owner)) = row else {
+        return Err(domain::Error::NotFound("token"));
+    };
+    let allowed = scope.is_platform_admin()
+        || (owner == scope.user_id && tenant == scope.tenant)
+        || tenant.is_some_and(|t| scope.can_admin_tenant(t));
+    if !allowed {
+        return Err(domain::Error::NotFound("token"));
+    }
     sqlx::query("UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1")
         .bind(id)
-        .execute(conn)
+        .execute(&mut *tx)
         .await?;
-    Ok(())
+    audit::record(&mut tx, &scope.actor, Change::new("token.revoke", "api_token", id).tenant(tenant)).await?;
+    tx.commit().await?;
+    Ok(api_token(db, id).await?)
 }
 
 /// One API token, never its secret.
-pub async fn api_token(db: &sqlx::PgPool, id: Uuid) -> sqlx::Result<ApiTokenView> {
+async fn api_token(db: &sqlx::PgPool, id: Uuid) -> sqlx::Result<ApiTokenView> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!("{API_TOKEN_SELECT} WHERE k.id = $1"))).bind(id).fetch_one(db).await
 }
 
