@@ -198,3 +198,44 @@ async fn an_agent_that_crashes_and_stays_down_keeps_its_work_until_the_lease_run
     assert!(since_stop > stopped, "requeued only after the work had stopped");
     cp.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_of_the_previous_protocol_registers_and_one_of_a_newer_protocol_is_told_to_upgrade_the_control_plane()
+{
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let enrol = |name: &'static str| {
+        let cp = &cp;
+        async move {
+            let token = cp.enrolment_token(name).await.unwrap();
+            let enrolled = cp
+                .anonymous()
+                .created("/api/v1/agent/enrol", &json!({"enrolment_token": token, "name": name}))
+                .await
+                .unwrap();
+            cp.api_as(enrolled["credential"].as_str().unwrap())
+        }
+    };
+    // Exactly what a 1.0 agent (before protocol versions and adoption) sends when it registers.
+    let previous = json!({"name": "old-agent", "hostname": "old-agent", "cpu_millis": 4000, "memory_mb": 8192,
+                          "labels": {}, "cost_per_hour": null, "agent_version": "0.2.0", "gpu_source": "none",
+                          "gpus": []});
+    let node = enrol("old-agent").await;
+    let registered = node.created("/api/v1/agent/register", &previous).await.unwrap();
+    assert!(registered["lease_ms"].as_u64().is_some(), "{registered}");
+    let shown = api.ok("/api/v1/nodes").await.unwrap();
+    let old = shown.as_array().unwrap().iter().find(|n| n["name"] == "old-agent").unwrap().clone();
+    assert_eq!((old["agent_version"].as_str(), old["agent_protocol"].as_str()), (Some("0.2.0"), Some("1.0")), "{old}");
+
+    let mut newer = previous.clone();
+    newer["name"] = json!("new-agent");
+    newer["hostname"] = json!("new-agent");
+    newer["protocol"] = json!("1.2");
+    let node = enrol("new-agent").await;
+    let refused = node.post("/api/v1/agent/register", &newer).await.unwrap();
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("upgrade the control plane first"), "{message}");
+    cp.stop().await;
+}
