@@ -63,15 +63,16 @@ fn main() {
         let standby = ControlPlane::start(&db, &[]).await.unwrap();
         let replicas = [&cp, &standby];
         let base = summary("baseline: spawn the command directly", baseline);
-        // Tethered (the default: the workload dies with its agent), then untethered
-        // (`--on-lost-contact keep`): what the tether adds to a start, in the same run; then
-        // tethered with the agent on the standby replica: what a replica that does not lead adds.
+        // The default (every workload under its tether, output spooled, its record written for a
+        // later agent to adopt), then `--on-lost-contact keep` (the same, a tether that never
+        // fences), then the default with the agent on the standby replica: what a replica that
+        // does not lead adds.
         let mut medians = Vec::new();
         // Each round's agent has a GPU model of its own, which its workloads ask for.
         let mut agents = Vec::new();
         for (round, (label, model, extra, replica)) in [
             ("tethered, agent on the leader", "H100-SXM", None, 0),
-            ("untethered (--on-lost-contact keep), agent on the leader", "A100-SXM", Some("keep"), 0),
+            ("tethered, --on-lost-contact keep, agent on the leader", "A100-SXM", Some("keep"), 0),
             ("tethered, agent on a standby replica", "L40S", None, 1),
         ]
         .into_iter()

@@ -29,6 +29,16 @@ fn counting_job(pidfile: &std::path::Path) -> Value {
            "resources": {"cpu_millis": 100}})
 }
 
+/// The pid the job wrote to `pidfile` when it started.
+async fn job_pid(pidfile: &std::path::Path) -> u32 {
+    eventually("the job's pid", WAIT, || {
+        let pidfile = pidfile.to_path_buf();
+        async move { Ok(std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse().ok())) }
+    })
+    .await
+    .unwrap()
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .is_ok_and(|stat| !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')))
@@ -82,12 +92,7 @@ async fn a_job_runs_through_an_agent_restart(going: Going) {
     let w = api.created("/api/v1/workloads", &counting_job(&pidfile)).await.unwrap();
     let id = w["id"].as_str().unwrap().to_owned();
     workload_reaches(&api, &id, "running", WAIT).await.unwrap();
-    let pid: u32 = eventually("the job's pid", WAIT, || {
-        let pidfile = pidfile.clone();
-        async move { Ok(std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse().ok())) }
-    })
-    .await
-    .unwrap();
+    let pid = job_pid(&pidfile).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     match going {
@@ -169,12 +174,7 @@ async fn an_agent_that_crashes_and_stays_down_keeps_its_work_until_the_lease_run
         .unwrap();
     let id = w["id"].as_str().unwrap().to_owned();
     workload_reaches(&api, &id, "running", WAIT).await.unwrap();
-    let pid: u32 = eventually("the job's pid", WAIT, || {
-        let pidfile = pidfile.clone();
-        async move { Ok(std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse().ok())) }
-    })
-    .await
-    .unwrap();
+    let pid = job_pid(&pidfile).await;
 
     agent.crash().await;
     let crashed = Instant::now();
