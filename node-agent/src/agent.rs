@@ -30,7 +30,7 @@ use crate::credential::{self, CredentialError, Secret};
 use crate::logs::{self, LogSink};
 use crate::protocol::{self, Assignment, AssignmentAction, DesiredState, EventReport};
 use crate::runner::mps::{self, MpsDaemon};
-use crate::runner::{Exit, GpuSlot, GpuSlots, OutputMode, Runner, WorkloadSpec, orphans};
+use crate::runner::{Exit, GpuSlot, GpuSlots, OutputMode, Runner, RunningWorkload, WorkloadSpec, orphans};
 use crate::telemetry::{GpuHolders, GpuSettings, Telemetry, TelemetryError};
 use crate::tether::Orphaned;
 
@@ -252,7 +252,8 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         .with_isolation(config.tether_binary.clone(), config.process_user.clone(), config.workloads, mount_prefixes);
     // What an earlier agent process of this node left running is adopted; what it left without a
     // record (an agent before records, a process that escaped its tether) is ended.
-    let adopted = runner.recover();
+    let recovered = runner.recover();
+    let adopted: Vec<RunningWorkload> = recovered.iter().filter(|(_, alive)| *alive).map(|(w, _)| w.clone()).collect();
     let adopted_groups: HashSet<u32> = adopted.iter().map(|w| w.pid).collect();
     let orphans: Vec<orphans::Orphan> =
         orphans::find(&config.name).into_iter().filter(|o| !adopted_groups.contains(&o.pid)).collect();
@@ -265,9 +266,13 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         None => Vec::new(),
     };
     orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
+    // The first registration lists every recovered attempt, those that ended while no agent ran
+    // included: the control plane keeps them until their exits, already on their way, arrive.
     let mut request = request;
-    request.running =
-        adopted.iter().map(|w| protocol::RunningAttempt { workload_id: w.workload_id, attempt: w.attempt }).collect();
+    request.running = recovered
+        .iter()
+        .map(|(w, _)| protocol::RunningAttempt { workload_id: w.workload_id, attempt: w.attempt })
+        .collect();
     let outlives_agent = config.tether_binary.is_some();
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let (desired_tx, mut desired_rx) = watch::channel(None::<Arc<Desired>>);
@@ -296,7 +301,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
     let mut delivery = tokio::spawn(deliver_events(client, Arc::clone(&session), events_rx, desired_rx.clone()));
 
     let mut reconciler = Reconciler::new(runner, events_tx);
-    reconciler.report_adopted(&adopted);
+    reconciler.report_adopted(&recovered);
     reconciler.report_orphans(&orphans);
     reconciler.report_leftover_containers(&leftover_containers);
     let mut latest: Option<Arc<Desired>> = None;
@@ -552,6 +557,7 @@ async fn keep_registered(
     enrolment: Option<Enrolment>,
     default_lease: Duration,
 ) {
+    let initial = std::mem::take(&mut request.running);
     let mut generation = 0;
     loop {
         session.wait_unregistered().await;
@@ -572,11 +578,21 @@ async fn keep_registered(
         }
         let response = loop {
             // What runs now stays on the node; the control plane requeues the rest of its work.
-            request.running = running
+            // The first registration also lists what was recovered at start (an attempt that
+            // ended while no agent ran may be reaped already; its exit is still to be delivered).
+            let mut listed: Vec<protocol::RunningAttempt> = running
                 .borrow()
                 .iter()
                 .map(|&(workload_id, attempt)| protocol::RunningAttempt { workload_id, attempt })
                 .collect();
+            if generation == 0 {
+                for recovered in &initial {
+                    if !listed.contains(recovered) {
+                        listed.push(*recovered);
+                    }
+                }
+            }
+            request.running = listed;
             match client.register(&request).await {
                 Ok(response) => break response,
                 Err(error) => {
@@ -825,12 +841,15 @@ impl Reconciler {
         }
     }
 
-    /// Reports the workloads adopted from an earlier agent process as started (the control plane
-    /// may not have heard that they were), and keeps their attempts from starting again.
-    fn report_adopted(&mut self, adopted: &[crate::runner::RunningWorkload]) {
-        for w in adopted {
+    /// Keeps the attempts recovered from an earlier agent process from starting again, and
+    /// reports those still running as started (the control plane may not have heard that they
+    /// were); the exits of those that ended meanwhile are on their way.
+    fn report_adopted(&mut self, recovered: &[(RunningWorkload, bool)]) {
+        for (w, alive) in recovered {
             self.launched.insert((w.workload_id, w.attempt));
-            self.send(w.workload_id, EventReport::started(w.attempt, w.pid));
+            if *alive {
+                self.send(w.workload_id, EventReport::started(w.attempt, w.pid));
+            }
         }
     }
 

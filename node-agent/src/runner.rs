@@ -770,8 +770,9 @@ impl Runner {
     /// attempts directory): each is supervised from here on as if this process had started it —
     /// its output tailed from where the control plane's copy ends, its GPUs held, its uid taken.
     /// A recorded workload that ended while no agent ran is reported through the exit channel
-    /// as it ended (its tether wrote how). Returns what runs now.
-    pub fn recover(&mut self) -> Vec<RunningWorkload> {
+    /// as it ended (its tether wrote how). Returns every attempt recovered, with whether it still
+    /// runs.
+    pub fn recover(&mut self) -> Vec<(RunningWorkload, bool)> {
         let mut adopted = Vec::new();
         for (dir, record) in records::read_all(&self.attempts_dir) {
             if self.supervised.contains_key(&record.workload_id) {
@@ -804,8 +805,8 @@ impl Runner {
                 Process::Adopted { pid: record.pid, started: record.pid_started, exit_file: records::exit_file(&dir) };
             let id = record.workload_id;
             self.supervise(record, process, started_at, container, cleanup);
-            if alive && let Some(view) = self.get(id) {
-                adopted.push(view);
+            if let Some(view) = self.get(id) {
+                adopted.push((view, alive));
             }
         }
         adopted

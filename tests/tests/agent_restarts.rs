@@ -239,3 +239,52 @@ async fn an_agent_of_the_previous_protocol_registers_and_one_of_a_newer_protocol
     assert!(message.contains("upgrade the control plane first"), "{message}");
     cp.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_ends_while_its_agent_is_down_is_reported_as_it_ended_and_never_runs_again() {
+    let db = TestDb::create().await.unwrap();
+    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let api = cp.api();
+    let mut agent = NodeAgent::start(&cp, "down-at-the-end", &["--no-nvml"]).await.unwrap();
+    nodes_ready(&api, 1).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let starts = dir.path().join("starts");
+    // Records each start, prints a line, waits a second, prints another and exits 3.
+    let script = format!(
+        "echo $$ > '{}'; echo started >> '{}'; echo before; sleep 1; echo after; exit 3",
+        pidfile.display(),
+        starts.display()
+    );
+    let w = api
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "ends-alone", "class": "evaluation", "command": ["sh", "-c", script],
+                    "resources": {"cpu_millis": 100}}),
+        )
+        .await
+        .unwrap();
+    let id = w["id"].as_str().unwrap().to_owned();
+    let pid = job_pid(&pidfile).await;
+    agent.terminate().await.unwrap();
+    eventually("the job to end with no agent", WAIT, || async move { Ok((!alive(pid)).then_some(())) })
+        .await
+        .unwrap();
+    agent.restart().await.unwrap();
+    let ended = workload_reaches(&api, &id, "failed", WAIT).await.unwrap();
+    assert_eq!((ended["attempt"].as_u64(), ended["exit_code"].as_i64()), (Some(1), Some(3)), "{ended}");
+    let output = eventually("its output", WAIT, || {
+        let (api, id) = (api.clone(), id.clone());
+        async move {
+            let lines = output(&api, &id, "stdout").await;
+            Ok((lines.len() >= 2).then_some(lines))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(output, ["before", "after"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = std::fs::read_to_string(&starts).unwrap();
+    assert_eq!(started.lines().count(), 1, "it ran once");
+    cp.stop().await;
+}
