@@ -11,6 +11,13 @@ describe("what a role sees", () => {
     expect(can({ role: "platform_admin" }).readUsers).toBe(true);
   });
 
+  it("lets platform admins alone cordon, drain and uncordon nodes", () => {
+    expect(can({ role: "viewer" }).maintainNodes).toBe(false);
+    expect(can({ role: "tenant_admin" }).maintainNodes).toBe(false);
+    expect(can({ role: "platform_admin" }).maintainNodes).toBe(true);
+    expect(can(null).maintainNodes).toBe(false);
+  });
+
   it("offers a new token at most the caller's role, a tenant role in a tenant", () => {
     expect(rolesUpTo("viewer", true)).toEqual(["viewer"]);
     expect(rolesUpTo("tenant_member", true)).toEqual(["viewer", "tenant_member"]);

@@ -16,6 +16,8 @@ export interface Can {
   manageTenants: boolean;
   /** The users page: a tenant admin's members, every user for a platform admin. */
   readUsers: boolean;
+  /** Cordon, drain and uncordon nodes. */
+  maintainNodes: boolean;
 }
 
 export function can(me: Pick<Me, "role"> | null | undefined): Can {
@@ -33,6 +35,7 @@ export function can(me: Pick<Me, "role"> | null | undefined): Can {
     readAudit: r >= RANK.tenant_admin,
     manageTenants: platformAdmin,
     readUsers: r >= RANK.tenant_admin,
+    maintainNodes: platformAdmin,
   };
 }
 

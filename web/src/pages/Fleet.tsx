@@ -71,6 +71,13 @@ function NodeCard({ node, gpus, names }: { node: NodeView; gpus: GpuView[]; name
       <p className="muted small">
         <NodeSummaryLine node={node} gpus={gpus.length} />
       </p>
+      {node.maintenance && (
+        <p className="small" data-testid="node-hold-line">
+          {node.maintenance.mode === "draining" ? (node.maintenance.drained ? "Drained" : `Draining, ${node.maintenance.remaining} left`) : "Cordoned"} by{" "}
+          {node.maintenance.by}
+          {node.maintenance.reason ? `: ${node.maintenance.reason}` : ""}
+        </p>
+      )}
       {gpus.length === 0 ? (
         <p className="muted small">CPU only.</p>
       ) : (
