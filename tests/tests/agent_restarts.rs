@@ -267,9 +267,7 @@ async fn a_job_that_ends_while_its_agent_is_down_is_reported_as_it_ended_and_nev
     let id = w["id"].as_str().unwrap().to_owned();
     let pid = job_pid(&pidfile).await;
     agent.terminate().await.unwrap();
-    eventually("the job to end with no agent", WAIT, || async move { Ok((!alive(pid)).then_some(())) })
-        .await
-        .unwrap();
+    eventually("the job to end with no agent", WAIT, || async move { Ok((!alive(pid)).then_some(())) }).await.unwrap();
     agent.restart().await.unwrap();
     let ended = workload_reaches(&api, &id, "failed", WAIT).await.unwrap();
     assert_eq!((ended["attempt"].as_u64(), ended["exit_code"].as_i64()), (Some(1), Some(3)), "{ended}");
