@@ -139,6 +139,25 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE airtime_gpus_allocated gauge");
         let _ = writeln!(out, "airtime_gpus_allocated {}", held_milli as f64 / 1000.0);
+        let faulty: Vec<(String, i32)> = sqlx::query_as(
+            "SELECT n.name, g.device_index FROM gpus g JOIN nodes n ON n.id = g.node_id \
+             WHERE g.present AND g.fault IS NOT NULL ORDER BY n.name, g.device_index",
+        )
+        .fetch_all(db)
+        .await?;
+        let _ = writeln!(
+            out,
+            "# HELP airtime_gpus_faulty GPUs quarantined for a fault (XID, ECC, retired pages, off the bus)."
+        );
+        let _ = writeln!(out, "# TYPE airtime_gpus_faulty gauge");
+        let _ = writeln!(out, "airtime_gpus_faulty {}", faulty.len());
+        if named && !faulty.is_empty() {
+            let _ = writeln!(out, "# HELP airtime_gpu_faulty 1 for each quarantined GPU, by node and index.");
+            let _ = writeln!(out, "# TYPE airtime_gpu_faulty gauge");
+            for (node, index) in &faulty {
+                let _ = writeln!(out, "airtime_gpu_faulty{{node=\"{}\",gpu=\"{index}\"}} 1", label(node));
+            }
+        }
         if named {
             render_services(&mut out, db).await?;
             render_gpu_seconds(&mut out, db).await?;

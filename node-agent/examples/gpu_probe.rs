@@ -42,7 +42,14 @@ fn main() {
     for sharing in modes {
         println!("== --gpu-sharing {sharing}");
         let nvml = NvmlMode::Enabled { library: None };
-        let settings = GpuSettings { nvml: &nvml, simulated: &[], sharing, mig_layout: None, node_name: "probe" };
+        let settings = GpuSettings {
+            nvml: &nvml,
+            simulated: &[],
+            sharing,
+            mig_layout: None,
+            node_name: "probe",
+            simulated_faults: None,
+        };
         let mut daemon = None;
         let mut telemetry = match Telemetry::discover(&settings, || {
             daemon = Some(mps::start_or_join(&mps_config)?);

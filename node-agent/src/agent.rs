@@ -490,6 +490,7 @@ async fn discover_telemetry(config: &Config) -> Result<(Telemetry, Option<MpsDae
             sharing: config.gpu_sharing,
             mig_layout: config.mig_layout.as_ref(),
             node_name: &config.name,
+            simulated_faults: config.simulated_gpu_faults.as_deref(),
         };
         let mut daemon = None;
         let telemetry = Telemetry::discover(&settings, || {

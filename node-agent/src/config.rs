@@ -61,6 +61,12 @@ pub struct Cli {
     )]
     pub simulate_gpus: Vec<SimulatedGpuSpec>,
 
+    /// A file naming faults of simulated GPUs, read at every heartbeat: one `SLOT KIND [CODE]` per
+    /// line, KIND one of `xid`, `ecc_uncorrectable`, `retired_pages_pending`, `fallen_off_bus`
+    /// (`0 xid 79`). For tests and drills of the GPU-health path; real GPUs report what NVML says.
+    #[arg(long, value_name = "PATH", env = "AIRTIME_SIMULATED_GPU_FAULTS")]
+    pub simulated_gpu_faults: Option<PathBuf>,
+
     /// Do not load NVML: the node advertises only simulated GPUs, if any.
     #[arg(long, env = "AIRTIME_NO_NVML")]
     pub no_nvml: bool,
@@ -261,6 +267,8 @@ pub struct Config {
     pub labels: BTreeMap<String, String>,
     pub cost_per_hour: Option<f64>,
     pub simulated_gpus: Vec<SimulatedGpuSpec>,
+    /// `--simulated-gpu-faults`.
+    pub simulated_gpu_faults: Option<PathBuf>,
     pub nvml: NvmlMode,
     pub heartbeat_override: Option<Duration>,
     pub work_dir: PathBuf,
@@ -381,6 +389,7 @@ impl Config {
             labels,
             cost_per_hour: cli.cost_per_hour,
             simulated_gpus: cli.simulate_gpus,
+            simulated_gpu_faults: cli.simulated_gpu_faults,
             nvml,
             heartbeat_override: cli.heartbeat_ms.map(Duration::from_millis),
             work_dir: cli.work_dir,

@@ -176,6 +176,47 @@ pub struct GpuSample {
     pub power_w: Option<f32>,
     #[serde(default)]
     pub ecc_errors: Option<u64>,
+    /// What NVML says is wrong with the device now (absent: nothing). Any fault quarantines the
+    /// GPU: it takes no new work and its workloads are stopped and requeued. (Protocol 1.1.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<GpuFault>,
+}
+
+/// A fault of a GPU, as the agent reads it from NVML (or is told to simulate it).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GpuFault {
+    pub kind: GpuFaultKind,
+    /// The XID code, or the count of uncorrectable errors; absent for the other kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u64>,
+}
+
+/// What kind of fault: a critical XID event, uncorrectable ECC errors (volatile count), retired
+/// pages pending a reset, or a device that fell off the bus (NVML answers `GPU_IS_LOST`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum GpuFaultKind {
+    Xid,
+    EccUncorrectable,
+    RetiredPagesPending,
+    FallenOffBus,
+}
+
+impl GpuFault {
+    /// "XID 79", "12 uncorrectable ECC errors", …: what an operator reads in a pending reason.
+    pub fn describe(&self) -> String {
+        match (self.kind, self.code) {
+            (GpuFaultKind::Xid, Some(code)) => format!("XID {code}"),
+            (GpuFaultKind::Xid, None) => "an XID error".to_owned(),
+            (GpuFaultKind::EccUncorrectable, Some(n)) => format!("{n} uncorrectable ECC errors"),
+            (GpuFaultKind::EccUncorrectable, None) => "uncorrectable ECC errors".to_owned(),
+            (GpuFaultKind::RetiredPagesPending, _) => "retired memory pages pending a reset".to_owned(),
+            (GpuFaultKind::FallenOffBus, _) => "fallen off the bus".to_owned(),
+        }
+    }
 }
 
 /// A precise reason a registration or report is refused (answered 422, nothing written).
@@ -257,6 +298,9 @@ pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
         let in_range = |v: Option<u64>| v.is_none_or(|v| i64::try_from(v).is_ok());
         if g.index > 63 || !in_range(g.memory_used_mb) || !in_range(g.ecc_errors) {
             return Err(format!("GPU {}: index (0..=63), memory_used_mb or ecc_errors is out of range", g.index));
+        }
+        if g.faults.len() > 8 || g.faults.iter().any(|f| !in_range(f.code)) {
+            return Err(format!("GPU {}: at most 8 faults, each code within range", g.index));
         }
         if let Some(u) = g.util
             && !unit(u)

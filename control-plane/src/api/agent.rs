@@ -17,8 +17,8 @@ use crate::api::extract::{Json, Path, Query};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::NodeCaller;
 use crate::error::{ApiError, ApiResult};
-use crate::fleet::desired;
 use crate::fleet::registry::{self, Registration, TelemetryReport};
+use crate::fleet::{desired, health};
 use crate::state::AppState;
 use crate::workloads::transitions::{self, AgentEvent, EventOutcome};
 
@@ -94,9 +94,18 @@ async fn telemetry(
     Json(report): Json<TelemetryReport>,
 ) -> ApiResult<StatusCode> {
     registry::check_telemetry(&report).map_err(|m| ApiError::unprocessable("invalid_telemetry", m))?;
+    // A faulty GPU (rare) is quarantined apart from the batched write.
+    let faulty = report.gpus.iter().any(|g| !g.faults.is_empty()).then(|| report.gpus.clone());
     // Written with whatever else arrived meanwhile, in one transaction; answered once committed.
     if !state.telemetry.record(node_id, report).await? {
         return Err(node_not_found());
+    }
+    if let Some(gpus) = faulty
+        && health::record_faults(&state.db, node_id, &gpus).await? > 0
+    {
+        // Its stopped work changes the node's desired state; the loop places it elsewhere.
+        state.desired.announce();
+        state.wake.wake();
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -2,6 +2,7 @@
 //! API reads it.
 
 pub mod desired;
+pub mod health;
 pub mod liveness;
 pub mod maintenance;
 pub mod node_history;
@@ -87,6 +88,10 @@ pub struct GpuView {
     /// Every workload holding it, with its share: several on a shared GPU.
     pub shares: Vec<GpuShareView>,
     pub telemetry: GpuTelemetry,
+    /// Why it is quarantined (`XID 79`, `2 uncorrectable ECC errors`, …): it takes no new work
+    /// and its workloads were stopped and requeued. Absent: healthy.
+    pub fault: Option<String>,
+    pub faulted_at: Option<DateTime<Utc>>,
 }
 
 /// One workload's share of a GPU and what its processes use of it (per-process telemetry).
@@ -179,6 +184,8 @@ struct GpuRow {
     temperature_c: Option<f32>,
     power_w: Option<f32>,
     ecc_errors: Option<i64>,
+    fault: Option<String>,
+    faulted_at: Option<DateTime<Utc>>,
 }
 
 impl From<GpuRow> for GpuView {
@@ -213,6 +220,8 @@ impl From<GpuRow> for GpuView {
                 power_w: r.power_w,
                 ecc_errors: r.ecc_errors,
             },
+            fault: r.fault,
+            faulted_at: r.faulted_at,
         }
     }
 }
@@ -222,7 +231,7 @@ const GPU_SELECT: &str = "SELECT g.id, g.node_id, n.name AS node_name, g.device_
      (SELECT COALESCE(jsonb_agg(jsonb_build_object('workload_id', gr.workload_id, 'tenant_id', gr.tenant_id, \
              'milli', gr.milli, 'memory_mb', gr.memory_mb, 'util', gr.util, 'memory_used_mb', gr.memory_used_mb) \
              ORDER BY gr.granted_at, gr.workload_id), '[]'::jsonb) FROM gpu_grants gr WHERE gr.gpu_id = g.id) AS shares, \
-     g.util, g.memory_used_mb, g.temperature_c, g.power_w, g.ecc_errors \
+     g.util, g.memory_used_mb, g.temperature_c, g.power_w, g.ecc_errors, g.fault, g.faulted_at \
      FROM gpus g JOIN nodes n ON n.id = g.node_id \
      WHERE g.present";
 

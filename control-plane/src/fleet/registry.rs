@@ -64,7 +64,8 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
              ON CONFLICT (node_id, device_index) DO UPDATE SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, \
                  memory_mb = EXCLUDED.memory_mb, nvlink_group = EXCLUDED.nvlink_group, \
                  simulated = EXCLUDED.simulated, sharing = EXCLUDED.sharing, mig_profile = EXCLUDED.mig_profile, \
-                 parent_index = EXCLUDED.parent_index, sharing_note = EXCLUDED.sharing_note, present = true",
+                 parent_index = EXCLUDED.parent_index, sharing_note = EXCLUDED.sharing_note, present = true, \
+                 fault = NULL, faulted_at = NULL",
         )
         .bind(Uuid::now_v7())
         .bind(node_id)

@@ -356,7 +356,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
     let gpu_rows: Vec<GpuRow> = sqlx::query_as(
         "SELECT g.id, g.node_id, g.device_index, g.model, g.memory_mb, g.memory_used_mb, g.util, \
                 g.nvlink_group, g.simulated, g.sharing, g.mig_profile \
-         FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.present AND n.state <> 'lost'",
+         FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.present AND g.fault IS NULL AND n.state <> 'lost'",
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -227,6 +227,8 @@ pub struct GpuSettings<'a> {
     /// `--mig-layout`, for simulated GPUs of a MIG node.
     pub mig_layout: Option<&'a MigLayout>,
     pub node_name: &'a str,
+    /// `--simulated-gpu-faults`: faults the simulated GPUs report.
+    pub simulated_faults: Option<&'a std::path::Path>,
 }
 
 pub struct Telemetry {
@@ -274,7 +276,8 @@ impl Telemetry {
             settings.node_name,
             settings.sharing,
             settings.mig_layout,
-        );
+        )
+        .with_faults(settings.simulated_faults.map(std::path::Path::to_path_buf));
         let mut sources: Vec<Box<dyn GpuDevices>> = Vec::new();
         if let Some(nvml) = nvml {
             sources.push(Box::new(nvml));
@@ -331,7 +334,7 @@ mod tests {
     }
 
     fn settings<'a>(nvml: &'a NvmlMode, simulated: &'a [SimulatedGpuSpec], sharing: GpuSharing) -> GpuSettings<'a> {
-        GpuSettings { nvml, simulated, sharing, mig_layout: None, node_name: "n1" }
+        GpuSettings { nvml, simulated, sharing, mig_layout: None, node_name: "n1", simulated_faults: None }
     }
 
     fn no_mps() -> Result<(), String> {

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use airtime_protocol::agent::ShareSample;
+use airtime_protocol::agent::{GpuFault, GpuFaultKind, ShareSample};
 use airtime_protocol::sharing::{GpuSharing, MigProfile};
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -282,15 +282,22 @@ fn sample_one(
         temperature_c: None,
         power_w: None,
         ecc_errors: None,
+        faults: Vec::new(),
     };
     let unknown_shares = || attribute_shares(slot, holders, None, None, |_| None);
     let (physical, instance) = match open(nvml, handle) {
         Ok(opened) => opened,
+        Err(NvmlError::GpuLost) => {
+            tracing::warn!(slot, "the GPU has fallen off the bus");
+            let lost = vec![GpuFault { kind: GpuFaultKind::FallenOffBus, code: None }];
+            return (GpuSample { faults: lost, ..empty }, unknown_shares(), None);
+        }
         Err(error) => {
             tracing::debug!(slot, %error, "cannot open the GPU for a sample");
             return (empty, unknown_shares(), None);
         }
     };
+    let faults = faults_of(&physical);
     let sample = match &instance {
         None => GpuSample {
             util: physical.utilization_rates().ok().map(|u| u.gpu as f32 / 100.0),
@@ -301,6 +308,7 @@ fn sample_one(
             // Uncorrected errors since the driver loaded: the count that means a GPU is unhealthy
             // now. Fails with NotSupported on GPUs without ECC, which is then null.
             ecc_errors: physical.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
+            faults,
             ..empty
         },
         // A MIG instance: its own utilisation (NVML does not offer it on most drivers) and
@@ -310,6 +318,7 @@ fn sample_one(
             memory_used_mb: instance.memory_info().ok().map(|m| m.used / MIB),
             temperature_c: physical.temperature(TemperatureSensor::Gpu).ok().map(|t| t as f32),
             ecc_errors: physical.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
+            faults,
             ..empty
         },
     };
@@ -325,6 +334,23 @@ fn sample_one(
     let shares =
         attribute_shares(slot, holders, processes.as_deref(), busy.as_deref(), |pid| holders.owner_of_process(pid));
     (sample, shares, newest)
+}
+
+/// What NVML says is wrong with a physical GPU now: uncorrectable ECC errors since the driver
+/// loaded (the volatile count), and retired pages waiting for a reset. A query that fails
+/// (NotSupported on GPUs without ECC) says nothing. XID events need an NVML event set held across
+/// samples and are not read yet: simulated GPUs report them (`--simulated-gpu-faults`).
+fn faults_of(physical: &NvmlDevice<'_>) -> Vec<GpuFault> {
+    let mut faults = Vec::new();
+    if let Ok(count) = physical.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+        && count > 0
+    {
+        faults.push(GpuFault { kind: GpuFaultKind::EccUncorrectable, code: Some(count) });
+    }
+    if physical.are_pages_pending_retired().unwrap_or(false) {
+        faults.push(GpuFault { kind: GpuFaultKind::RetiredPagesPending, code: None });
+    }
+    faults
 }
 
 /// The physical GPU, and the MIG instance when the handle names one (checked by uuid).

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use airtime_protocol::agent::ShareSample;
+use airtime_protocol::agent::{GpuFault, GpuFaultKind, ShareSample};
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
 use super::{Device, GpuDevices, GpuHolders, GpuReadings, Holder, sharing_note};
@@ -42,6 +42,8 @@ pub struct Numbering {
 pub struct SimulatedGpus {
     devices: Vec<Device>,
     since: Instant,
+    /// `--simulated-gpu-faults`: read at every sample.
+    faults: Option<std::path::PathBuf>,
 }
 
 impl SimulatedGpus {
@@ -112,7 +114,13 @@ impl SimulatedGpus {
                 slot += 1;
             }
         }
-        Self { devices, since: Instant::now() }
+        Self { devices, since: Instant::now(), faults: None }
+    }
+
+    /// The simulated GPUs report the faults `file` names (see [`read_faults`]).
+    pub fn with_faults(mut self, file: Option<std::path::PathBuf>) -> Self {
+        self.faults = file;
+        self
     }
 
     /// The advertised inventory, for tests.
@@ -123,6 +131,10 @@ impl SimulatedGpus {
 
     fn sample_at(&self, holders: &GpuHolders, elapsed: Duration) -> GpuReadings {
         let mut readings = GpuReadings::default();
+        let faults = self.faults.as_deref().map(read_faults).unwrap_or_default();
+        let faults_of = |slot: u32| -> Vec<GpuFault> {
+            faults.iter().filter(|(s, _)| *s == slot).map(|(_, f)| f.clone()).collect()
+        };
         for device in &self.devices {
             let gpu = &device.inventory;
             // A slow wave per GPU, in -1..1, so a busy GPU's numbers move a little.
@@ -137,6 +149,7 @@ impl SimulatedGpus {
                     temperature_c: Some(IDLE_TEMPERATURE_C as f32),
                     power_w: Some(IDLE_POWER_W as f32),
                     ecc_errors: Some(0),
+                    faults: faults_of(gpu.index),
                 });
                 continue;
             }
@@ -166,6 +179,7 @@ impl SimulatedGpus {
                 ),
                 power_w: Some((IDLE_POWER_W + (BUSY_POWER_W - IDLE_POWER_W + 15.0 * wobble) * load) as f32),
                 ecc_errors: Some(0),
+                faults: faults_of(gpu.index),
             });
             readings.shares.extend(held.iter().map(|holder| ShareSample {
                 workload_id: holder.workload_id,
@@ -176,6 +190,40 @@ impl SimulatedGpus {
         }
         readings
     }
+}
+
+/// The faults a `--simulated-gpu-faults` file names: `SLOT KIND [CODE]` per line (`#` starts a
+/// comment). A missing file names none; a line that does not parse is skipped with a warning.
+pub fn read_faults(file: &std::path::Path) -> Vec<(u32, GpuFault)> {
+    let Ok(text) = std::fs::read_to_string(file) else { return Vec::new() };
+    text.lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter(|line| !line.is_empty())
+        .filter_map(|line| {
+            let parsed = parse_fault(line);
+            if parsed.is_none() {
+                tracing::warn!(file = %file.display(), line, "not a simulated GPU fault (SLOT KIND [CODE])");
+            }
+            parsed
+        })
+        .collect()
+}
+
+fn parse_fault(line: &str) -> Option<(u32, GpuFault)> {
+    let mut words = line.split_whitespace();
+    let slot = words.next()?.parse().ok()?;
+    let kind = match words.next()? {
+        "xid" => GpuFaultKind::Xid,
+        "ecc_uncorrectable" => GpuFaultKind::EccUncorrectable,
+        "retired_pages_pending" => GpuFaultKind::RetiredPagesPending,
+        "fallen_off_bus" => GpuFaultKind::FallenOffBus,
+        _ => return None,
+    };
+    let code = match words.next() {
+        Some(code) => Some(code.parse().ok()?),
+        None => None,
+    };
+    Some((slot, GpuFault { kind, code }))
 }
 
 impl GpuDevices for SimulatedGpus {
@@ -195,6 +243,32 @@ impl GpuDevices for SimulatedGpus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_faults_file_names_faults_by_slot_and_skips_what_it_cannot_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("faults");
+        assert!(read_faults(&file).is_empty(), "no file: no faults");
+        std::fs::write(
+            &file,
+            "0 xid 79\n# a comment\n1 retired_pages_pending\n2 melted\nx xid\n1 ecc_uncorrectable 3\n",
+        )
+        .unwrap();
+        let faults = read_faults(&file);
+        assert_eq!(
+            faults,
+            vec![
+                (0, GpuFault { kind: GpuFaultKind::Xid, code: Some(79) }),
+                (1, GpuFault { kind: GpuFaultKind::RetiredPagesPending, code: None }),
+                (1, GpuFault { kind: GpuFaultKind::EccUncorrectable, code: Some(3) }),
+            ]
+        );
+        let sim = SimulatedGpus::new(&[spec(2, "H100", 81920)], from(0, 0), "n1", GpuSharing::None, None)
+            .with_faults(Some(file));
+        let readings = sim.sample_at(&GpuHolders::default(), Duration::ZERO);
+        assert_eq!(readings.gpus[0].faults, vec![GpuFault { kind: GpuFaultKind::Xid, code: Some(79) }]);
+        assert_eq!(readings.gpus[1].faults.len(), 2);
+    }
     use airtime_protocol::sharing::MigProfile;
     use uuid::Uuid;
 

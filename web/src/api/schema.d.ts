@@ -1793,6 +1793,21 @@ export interface components {
                 [key: string]: number;
             };
         };
+        /** @description A fault of a GPU, as the agent reads it from NVML (or is told to simulate it). */
+        GpuFault: {
+            /**
+             * Format: int64
+             * @description The XID code, or the count of uncorrectable errors; absent for the other kinds.
+             */
+            code?: number | null;
+            kind: components["schemas"]["GpuFaultKind"];
+        };
+        /**
+         * @description What kind of fault: a critical XID event, uncorrectable ECC errors (volatile count), retired
+         *     pages pending a reset, or a device that fell off the bus (NVML answers `GPU_IS_LOST`).
+         * @enum {string}
+         */
+        GpuFaultKind: "xid" | "ecc_uncorrectable" | "retired_pages_pending" | "fallen_off_bus";
         /** @description One GPU's telemetry over time (`GET /gpus/{id}/history`), for the dashboard's GPU page. */
         GpuHistory: {
             /** Format: date-time */
@@ -1867,6 +1882,11 @@ export interface components {
         GpuSample: {
             /** Format: int64 */
             ecc_errors?: number | null;
+            /**
+             * @description What NVML says is wrong with the device now (absent: nothing). Any fault quarantines the
+             *     GPU: it takes no new work and its workloads are stopped and requeued. (Protocol 1.1.)
+             */
+            faults?: components["schemas"]["GpuFault"][];
             /** Format: int32 */
             index: number;
             /** Format: int64 */
@@ -1930,6 +1950,13 @@ export interface components {
         GpuView: {
             /** Format: int32 */
             device_index: number;
+            /**
+             * @description Why it is quarantined (`XID 79`, `2 uncorrectable ECC errors`, …): it takes no new work
+             *     and its workloads were stopped and requeued. Absent: healthy.
+             */
+            fault?: string | null;
+            /** Format: date-time */
+            faulted_at?: string | null;
             /** @description Whether a workload holds this GPU (or a share of it) now. */
             held: boolean;
             /**

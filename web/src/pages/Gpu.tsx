@@ -61,7 +61,18 @@ export function GpuPage({ id }: PageProps & { id: string }) {
           <Link to="/fleet">← Fleet</Link> · {g.model}
           {g.mig_profile ? ` · MIG ${g.mig_profile}` : ""} · {gib(g.memory_mb)} GiB {g.simulated && <Badge kind="simulated">simulated</Badge>}
           {g.sharing !== "none" && <Badge>{words(g.sharing)}</Badge>}
+          {g.fault && (
+            <Badge kind="bad">
+              quarantined
+            </Badge>
+          )}
         </p>
+        {g.fault && (
+          <p className="muted" role="alert" data-testid="gpu-fault">
+            Quarantined since {g.faulted_at ? new Date(g.faulted_at).toLocaleString() : "—"}: {g.fault}. It takes no new work; its workloads were requeued. Restarting its
+            node&apos;s agent after the repair lifts the quarantine.
+          </p>
+        )}
         <label className="inline">
           Time range{" "}
           <select value={minutes} onChange={(e) => setMinutes(Number(e.target.value))} data-testid="gpu-range">
