@@ -85,3 +85,14 @@ if [ "${1:-}" = "--for-tests" ]; then
   command -v pg_createcluster >/dev/null && command -v pg_ctlcluster >/dev/null \
     || fail "pg_createcluster and pg_ctlcluster are missing (the database fault story makes a cluster of its own); install Debian's postgresql-common with the PostgreSQL server"
 fi
+
+# The database failover story runs PostgreSQL under Patroni with etcd (Debian's patroni, etcd-server
+# and python3-etcd, the etcd client Patroni's etcd3 store imports): needed for tests only.
+if [ "${1:-}" = "--for-tests" ] && { ! command -v patroni >/dev/null || ! command -v etcd >/dev/null || ! /usr/bin/python3 -c 'import etcd' 2>/dev/null; }; then
+  ha_hint="install them with: apt-get install -y patroni etcd-server python3-etcd"
+  command -v apt-get >/dev/null || fail "patroni or etcd is missing and apt-get is not available; install Patroni and etcd (Debian: $ha_hint)"
+  echo "airtime: installing patroni, etcd-server and python3-etcd (the database failover story)"
+  apt_install_ha() { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends patroni etcd-server python3-etcd; }
+  apt_install_ha || { DEBIAN_FRONTEND=noninteractive apt-get update && apt_install_ha; } || fail "could not install patroni and etcd-server; $ha_hint"
+  command -v patroni >/dev/null && command -v etcd >/dev/null || fail "patroni or etcd is still missing after installing them; $ha_hint"
+fi
