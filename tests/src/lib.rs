@@ -829,6 +829,24 @@ where
     }
 }
 
+/// Submits a one-GPU training job (`sleep 600`) per name and waits until each runs: the work a
+/// fault story keeps running through its fault. Answers their ids, in order.
+pub async fn running_trainers(api: &Api, names: &[&str], timeout: Duration) -> anyhow::Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for name in names {
+        let w = api
+            .created(
+                "/api/v1/workloads",
+                &json!({"name": name, "class": "training", "resources": {"gpu_count": 1}, "command": ["sleep", "600"]}),
+            )
+            .await?;
+        let id = w["id"].as_str().context("a workload id")?.to_owned();
+        workload_reaches(api, &id, "running", timeout).await?;
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
 /// Waits until the workload is in `state` and returns its detail.
 pub async fn workload_reaches(api: &Api, id: &str, state: &str, timeout: Duration) -> anyhow::Result<Value> {
     let path = format!("/api/v1/workloads/{id}");

@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use airtime_tests::{
-    Api, ControlPlane, NodeAgent, TestDb, eventually, lease_held, nodes_ready, overlapping_cycles, workload_reaches,
+    Api, ControlPlane, NodeAgent, TestDb, eventually, lease_held, nodes_ready, overlapping_cycles, running_trainers,
+    workload_reaches,
 };
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
@@ -297,19 +298,7 @@ async fn the_primary_dies_under_submissions_and_running_work_and_the_replica_tak
     let api = one.api();
     let _agent = NodeAgent::start(&two, "steady", &["--simulate-gpus", "2:A100:40960"]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();
-    let mut running = Vec::new();
-    for name in ["trainer-a", "trainer-b"] {
-        let w = api
-            .created(
-                "/api/v1/workloads",
-                &json!({"name": name, "class": "training", "resources": {"gpu_count": 1}, "command": ["sleep", "600"]}),
-            )
-            .await
-            .unwrap();
-        let id = w["id"].as_str().unwrap().to_owned();
-        workload_reaches(&api, &id, "running", WAIT).await.unwrap();
-        running.push(id);
-    }
+    let running = running_trainers(&api, &["trainer-a", "trainer-b"], WAIT).await.unwrap();
 
     // A stream of submissions, alternating between the replicas, through the failover.
     let submitted = Arc::new(Mutex::new(Vec::<Submitted>::new()));

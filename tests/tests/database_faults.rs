@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use airtime_tests::{
     Api, ControlPlane, NodeAgent, PgCluster, TestDb, eventually, lease_held, nodes_ready, overlapping_cycles,
-    send_signal, workload_reaches,
+    running_trainers, send_signal, workload_reaches,
 };
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -70,19 +70,7 @@ async fn the_database_restarted_and_stopped_under_two_replicas_leaves_one_schedu
     let agent = NodeAgent::start(&second, "steady", &["--simulate-gpus", "2:A100:40960"]).await.unwrap();
     let api = first.api();
     nodes_ready(&api, 1).await.unwrap();
-    let mut ids = Vec::new();
-    for name in ["trainer-a", "trainer-b"] {
-        let w = api
-            .created(
-                "/api/v1/workloads",
-                &json!({"name": name, "class": "training", "resources": {"gpu_count": 1}, "command": ["sleep", "600"]}),
-            )
-            .await
-            .unwrap();
-        let id = w["id"].as_str().unwrap().to_owned();
-        workload_reaches(&api, &id, "running", WAIT).await.unwrap();
-        ids.push(id);
-    }
+    let ids = running_trainers(&api, &["trainer-a", "trainer-b"], WAIT).await.unwrap();
 
     // A restart: every connection of both replicas ends at once.
     cluster.restart().await.unwrap();
