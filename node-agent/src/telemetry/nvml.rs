@@ -23,9 +23,12 @@ use std::path::Path;
 
 use airtime_protocol::agent::{GpuFault, GpuFaultKind, ShareSample};
 use airtime_protocol::sharing::{GpuSharing, MigProfile};
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::event::EventSet;
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
 
 use super::{Device, GpuDevices, GpuHolders, GpuReadings, ProcessBusy, ProcessUse, attribute_shares, sharing_note};
@@ -47,7 +50,13 @@ enum Handle {
 
 /// The NVML library and the GPUs it found at start.
 pub struct NvmlGpus {
-    nvml: Nvml,
+    /// Loaded once for the agent's life (leaked on purpose: the XID event set borrows it).
+    nvml: &'static Nvml,
+    /// Critical XID events of every physical GPU, when the driver offers them.
+    xid_events: Option<EventSet<'static>>,
+    /// Per physical GPU (its NVML index), the hardware XIDs seen since the agent started: each is
+    /// reported at every heartbeat, so a report lost in an outage loses no fault.
+    xids: HashMap<u32, Vec<u64>>,
     /// Devices that answered at start. A GPU that failed then is left out rather than advertised
     /// with made-up properties.
     devices: Vec<Device>,
@@ -71,17 +80,17 @@ impl NvmlGpus {
         sharing: GpuSharing,
         start_mps: impl FnOnce() -> Result<(), String>,
     ) -> Result<Self, NvmlError> {
-        let nvml = match library {
+        let nvml: &'static Nvml = Box::leak(Box::new(match library {
             Some(path) => Nvml::builder().lib_path(path.as_os_str()).init()?,
             None => Nvml::init()?,
-        };
+        }));
         let device_count = nvml.device_count()?;
         let mut found: Vec<(Device, Handle)> = Vec::new();
         let mut next_slot = 0;
         for index in 0..device_count {
             let described = match sharing {
-                GpuSharing::Mig => describe_mig(&nvml, index, next_slot),
-                mode => describe(&nvml, index, index, mode, None).map(|d| vec![(d, Handle::Physical { index })]),
+                GpuSharing::Mig => describe_mig(nvml, index, next_slot),
+                mode => describe(nvml, index, index, mode, None).map(|d| vec![(d, Handle::Physical { index })]),
             };
             match described {
                 Ok(devices) => {
@@ -108,7 +117,17 @@ impl NvmlGpus {
             }
         }
         let (devices, handles) = found.into_iter().unzip();
-        Ok(Self { nvml, devices, handles, device_count, next_slot, last_seen: HashMap::new() })
+        let xid_events = xid_event_set(nvml, device_count);
+        Ok(Self {
+            nvml,
+            xid_events,
+            xids: HashMap::new(),
+            devices,
+            handles,
+            device_count,
+            next_slot,
+            last_seen: HashMap::new(),
+        })
     }
 
     /// The first physical GPU number free for GPUs that do not come from NVML.
@@ -133,10 +152,26 @@ impl GpuDevices for NvmlGpus {
 
     fn sample(&mut self, holders: &GpuHolders) -> GpuReadings {
         let mut readings = GpuReadings::default();
+        if let Some(events) = &self.xid_events {
+            for (index, xid) in drain_xids(events) {
+                let seen = self.xids.entry(index).or_default();
+                if !seen.contains(&xid) {
+                    tracing::warn!(gpu = index, xid, "the GPU reported a hardware XID error");
+                    seen.push(xid);
+                }
+            }
+        }
         for (device, handle) in self.devices.iter().zip(&self.handles) {
             let slot = device.inventory.index;
             let last_seen = self.last_seen.get(&slot).copied();
-            let (gpu, shares, newest) = sample_one(&self.nvml, device, handle, holders, last_seen);
+            let (mut gpu, shares, newest) = sample_one(self.nvml, device, handle, holders, last_seen);
+            let physical = match handle {
+                Handle::Physical { index } => *index,
+                Handle::Mig { parent, .. } => *parent,
+            };
+            if let Some(xids) = self.xids.get(&physical) {
+                gpu.faults.extend(xids.iter().map(|&xid| GpuFault { kind: GpuFaultKind::Xid, code: Some(xid) }));
+            }
             readings.gpus.push(gpu);
             readings.shares.extend(shares);
             if let Some(newest) = newest {
@@ -336,10 +371,53 @@ fn sample_one(
     (sample, shares, newest)
 }
 
+/// XIDs that mean the hardware (or its driver state) is bad, not that an application crashed
+/// (13, 31, 43 and the like are a program's own faults): double-bit ECC (48, 63, 64, 94, 95),
+/// fallen off the bus (79), GSP and PMU failures (61, 62, 119, 120), video processor and NVLink
+/// faults (68, 69, 74), row-remapping failure (92).
+const HARDWARE_XIDS: [u64; 14] = [48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120];
+
+/// An event set with every physical GPU's critical XID events (`None` when the driver offers
+/// none: NotSupported on some GPUs, which are then watched through ECC and retired pages only).
+fn xid_event_set(nvml: &'static Nvml, device_count: u32) -> Option<EventSet<'static>> {
+    let mut set = nvml.create_event_set().ok()?;
+    let mut any = false;
+    for index in 0..device_count {
+        let Ok(device) = nvml.device_by_index(index) else { continue };
+        set = match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(set) => {
+                any = true;
+                set
+            }
+            Err(error) => {
+                tracing::info!(index, error = %error.error, "no XID events from this GPU");
+                // The set is consumed on error: start another for the GPUs that follow.
+                nvml.create_event_set().ok()?
+            }
+        };
+    }
+    any.then_some(set)
+}
+
+/// The hardware XIDs the event set holds now, as (physical GPU index, XID); never waits.
+fn drain_xids(events: &EventSet<'static>) -> Vec<(u32, u64)> {
+    let mut found = Vec::new();
+    // Bounded: a storm of events is read over several heartbeats.
+    for _ in 0..64 {
+        let Ok(event) = events.wait(0) else { break };
+        if let (Some(XidError::Value(xid)), Ok(index)) = (event.event_data, event.device.index())
+            && HARDWARE_XIDS.contains(&xid)
+        {
+            found.push((index, xid));
+        }
+    }
+    found
+}
+
 /// What NVML says is wrong with a physical GPU now: uncorrectable ECC errors since the driver
 /// loaded (the volatile count), and retired pages waiting for a reset. A query that fails
-/// (NotSupported on GPUs without ECC) says nothing. XID events need an NVML event set held across
-/// samples and are not read yet: simulated GPUs report them (`--simulated-gpu-faults`).
+/// (NotSupported on GPUs without ECC) says nothing. Hardware XID events come from the event set
+/// ([`drain_xids`]); simulated GPUs report faults from `--simulated-gpu-faults`.
 fn faults_of(physical: &NvmlDevice<'_>) -> Vec<GpuFault> {
     let mut faults = Vec::new();
     if let Ok(count) = physical.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
