@@ -151,6 +151,14 @@ pub enum NodeCommand {
 
 /// `90s`, `10m`, `2h`, `1d` (or plain seconds) as seconds, up to a week.
 fn parse_duration(text: &str) -> Result<u32, String> {
+    match seconds(text)? {
+        s if s <= 7 * 86_400 => Ok(s as u32),
+        _ => Err(format!("{text:?} is longer than a week")),
+    }
+}
+
+/// A number of seconds with an optional unit (`s`, `m`, `h`, `d`).
+fn seconds(text: &str) -> Result<u64, String> {
     let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
     let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 90s, 10m, 2h or 1d"))?;
     let factor = match unit {
@@ -160,10 +168,7 @@ fn parse_duration(text: &str) -> Result<u32, String> {
         "d" => 86_400,
         _ => return Err(format!("{text:?}: the unit is s, m, h or d")),
     };
-    match n.checked_mul(factor) {
-        Some(s) if s <= 7 * 86_400 => Ok(s as u32),
-        _ => Err(format!("{text:?} is longer than a week")),
-    }
+    n.checked_mul(factor).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 #[derive(Debug, Args)]
@@ -176,19 +181,10 @@ pub struct UsageArgs {
     pub by: String,
 }
 
-/// `90m`, `24h`, `7d` (or plain seconds) as seconds.
+/// `90m`, `24h`, `7d` (or plain seconds) as seconds, at least a minute.
 fn parse_since(text: &str) -> Result<u64, String> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 90m, 24h or 7d"))?;
-    let factor = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{text:?}: the unit is s, m, h or d")),
-    };
-    match n.checked_mul(factor) {
-        Some(s) if s >= 60 => Ok(s),
+    match seconds(text)? {
+        s if s >= 60 => Ok(s),
         _ => Err(format!("{text:?} must be at least a minute")),
     }
 }

@@ -29,9 +29,11 @@ pub fn protocol_version() -> String {
 pub fn accepts_protocol(version: Option<&str>) -> Result<(u32, u32), String> {
     let (major, minor) = match version {
         None => (1, 0),
+        // Only the canonical text (`1.1`, no sign, no leading zeros), which is what is stored.
         Some(v) => v
             .split_once('.')
-            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+            .filter(|(a, b)| format!("{a}.{b}") == v)
             .ok_or_else(|| format!("protocol must be MAJOR.MINOR, not {v:?}"))?,
     };
     let (our_major, our_minor) = PROTOCOL_VERSION;
@@ -631,7 +633,9 @@ mod tests {
         assert!(newer.contains("upgrade the control plane"), "{newer}");
         let other_major = accepts_protocol(Some(&format!("{}.0", major + 1))).unwrap_err();
         assert!(other_major.contains("upgrade the control plane"), "{other_major}");
-        assert!(accepts_protocol(Some("one")).unwrap_err().contains("MAJOR.MINOR"));
+        for bad in ["one", "1.01", "+1.1", "1.0000000000000000001", "1.1 "] {
+            assert!(accepts_protocol(Some(bad)).unwrap_err().contains("MAJOR.MINOR"), "{bad}");
+        }
     }
 
     #[test]

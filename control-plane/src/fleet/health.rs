@@ -3,7 +3,7 @@
 //! is quarantined: the scheduler's fleet read leaves it out (`scheduler::fleet_view`), so nothing
 //! new is placed on it, and the work holding it is told to stop and is requeued. A node with
 //! [`DRAIN_AFTER_FAULTY_GPUS`] or more faulty GPUs is drained, as an operator would drain it for
-//! repair (`fleet::maintenance`). The quarantine lasts until the node registers again (its agent
+//! repair (`fleet::maintenance::drain_for_repair`). The quarantine lasts until the node registers again (its agent
 //! restarted after the repair; a fault that persists is reported again at the next heartbeat).
 //!
 //! Faults are rare: they are handled apart from the batched telemetry write, in a transaction of
@@ -12,6 +12,7 @@
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::maintenance;
 use crate::workloads::transitions;
 use airtime_protocol::agent::GpuSample;
 
@@ -80,24 +81,10 @@ pub async fn record_faults(db: &PgPool, node_id: Uuid, gpus: &[GpuSample]) -> sq
             .fetch_one(&mut *tx)
             .await?;
     if quarantined > 0 && faulty >= DRAIN_AFTER_FAULTY_GPUS {
-        let drained = sqlx::query(
-            "UPDATE nodes SET cordon = 'draining', cordon_reason = $2, cordoned_at = now(), \
-                 cordoned_by = 'airtime (GPU health)', drain_deadline = NULL \
-             WHERE id = $1 AND cordon IS NULL",
-        )
-        .bind(node_id)
-        .bind(format!("{faulty} of its GPUs are faulty: drained for repair"))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if drained > 0 {
-            tracing::warn!(%node, faulty, "node drained: too many faulty GPUs");
-        }
+        let why = format!("{faulty} of its GPUs are faulty: drained for repair");
+        maintenance::drain_for_repair(&mut tx, node_id, &why).await?;
+        tracing::warn!(%node, faulty, "node drained: too many faulty GPUs");
     }
-    sqlx::query("UPDATE nodes SET desired_version = desired_version + 1 WHERE id = $1")
-        .bind(node_id)
-        .execute(&mut *tx)
-        .await?;
     tx.commit().await?;
     Ok(quarantined)
 }

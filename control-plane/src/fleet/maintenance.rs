@@ -143,22 +143,7 @@ pub async fn set_hold(db: &PgPool, scope: &Scope, node_id: Uuid, hold: Hold, why
         Hold::Drain { deadline_s } => ("node.drain", Some("draining"), deadline_s),
         Hold::Uncordon => ("node.uncordon", None, None),
     };
-    sqlx::query(
-        "UPDATE nodes SET cordon = $2, \
-             cordon_reason = CASE WHEN $2::text IS NULL THEN NULL ELSE COALESCE($3, cordon_reason) END, \
-             cordoned_at = CASE WHEN $2::text IS NULL THEN NULL ELSE COALESCE(cordoned_at, now()) END, \
-             cordoned_by = CASE WHEN $2::text IS NULL THEN NULL ELSE $4 END, \
-             drain_deadline = CASE WHEN $2::text = 'draining' \
-                 THEN now() + make_interval(secs => $5::double precision) END \
-         WHERE id = $1",
-    )
-    .bind(node_id)
-    .bind(mode)
-    .bind(&why)
-    .bind(&scope.actor.name)
-    .bind(deadline_s.map(f64::from))
-    .execute(&mut *tx)
-    .await?;
+    write_hold(&mut tx, node_id, mode, why.as_deref(), &scope.actor.name, deadline_s).await?;
     audit::record(
         &mut tx,
         &scope.actor,
@@ -171,6 +156,50 @@ pub async fn set_hold(db: &PgPool, scope: &Scope, node_id: Uuid, hold: Hold, why
     tx.commit().await?;
     Ok(stopped)
 }
+
+/// Sets node `node_id`'s hold (`None`: lifts it), held by `by`, on a node the caller has locked.
+async fn write_hold(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    mode: Option<&str>,
+    why: Option<&str>,
+    by: &str,
+    deadline_s: Option<u32>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE nodes SET cordon = $2, \
+             cordon_reason = CASE WHEN $2::text IS NULL THEN NULL ELSE COALESCE($3, cordon_reason) END, \
+             cordoned_at = CASE WHEN $2::text IS NULL THEN NULL ELSE COALESCE(cordoned_at, now()) END, \
+             cordoned_by = CASE WHEN $2::text IS NULL THEN NULL ELSE $4 END, \
+             drain_deadline = CASE WHEN $2::text = 'draining' \
+                 THEN now() + make_interval(secs => $5::double precision) END \
+         WHERE id = $1",
+    )
+    .bind(node_id)
+    .bind(mode)
+    .bind(why)
+    .bind(by)
+    .bind(deadline_s.map(f64::from))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Drains node `node_id` for repair, as Airtime itself (`fleet::health`: too many faulty GPUs),
+/// unless an operator holds it already; the caller holds the node's row lock. Answers how many
+/// workloads the drain told to stop now.
+pub async fn drain_for_repair(conn: &mut PgConnection, node_id: Uuid, why: &str) -> sqlx::Result<u64> {
+    let (held,): (Option<String>,) =
+        sqlx::query_as("SELECT cordon FROM nodes WHERE id = $1").bind(node_id).fetch_one(&mut *conn).await?;
+    if held.is_some() {
+        return Ok(0);
+    }
+    write_hold(conn, node_id, Some("draining"), Some(why), REPAIR_HOLDER, None).await?;
+    drain_step(conn, node_id).await
+}
+
+/// Who holds a node Airtime drained for repair.
+pub const REPAIR_HOLDER: &str = "airtime (GPU health)";
 
 /// One step of a drain on a locked, draining node: preempts the checkpointable and preemptible
 /// work on it that is not a service replica (the autoscaler replaces those), and once its deadline

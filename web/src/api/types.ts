@@ -27,6 +27,14 @@ export type ShadowResult = S["ShadowResultView"];
 export type WhatIf = S["WhatIfView"];
 export type Logs = S["Logs"];
 
+/** A node's cordon or drain, and what a drain does with its work. */
+export type NodeState = S["NodeState"];
+export type DrainAction = S["DrainAction"];
+export type Maintenance = S["Maintenance"];
+export type NodeWork = S["NodeWork"];
+export type CordonRequest = S["CordonRequest"];
+export type DrainRequest = S["DrainRequest"];
+
 /** GET /api/v1/usage. */
 export type UsageNumbers = S["UsageNumbers"];
 export type GroupBy = S["GroupBy"];

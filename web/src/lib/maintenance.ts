@@ -1,14 +1,8 @@
 // A node's maintenance (cordon, drain, uncordon): what the node page shows of a hold and which
 // requests its buttons send. The API checks all of it again; this keeps the page's words and forms.
-import type { components } from "../api/schema";
+import type { CordonRequest, DrainAction, DrainRequest, Maintenance, NodeState, NodeWork } from "../api/types";
 
-type S = components["schemas"];
-export type NodeState = S["NodeState"];
-export type DrainAction = S["DrainAction"];
-export type Maintenance = S["Maintenance"];
-export type NodeWork = S["NodeWork"];
-export type CordonRequest = S["CordonRequest"];
-export type DrainRequest = S["DrainRequest"];
+export type { CordonRequest, DrainRequest, NodeWork };
 
 /** A drain's deadline is at most a week (the API refuses more). */
 export const MAX_DEADLINE_S = 7 * 24 * 3600;
