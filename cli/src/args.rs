@@ -147,6 +147,17 @@ pub enum NodeCommand {
         /// Node name or id.
         node: String,
     },
+    /// Lift a GPU's quarantine after its repair: work is placed on it again (a fault that
+    /// persists quarantines it again at the agent's next report).
+    ClearFault {
+        /// Node name or id.
+        node: String,
+        /// The GPU's index on the node (as `airtime nodes get` lists it).
+        gpu: u32,
+        /// Why (kept in the audit log).
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 /// `90s`, `10m`, `2h`, `1d` (or plain seconds) as seconds, up to a week.

@@ -1,5 +1,5 @@
 //! `airtime nodes`: the fleet, one node, and an operator's holds on a node — cordon, drain (with
-//! `--wait`, until nothing is left on it) and uncordon.
+//! `--wait`, until nothing is left on it) and uncordon; and clearing a GPU's quarantine.
 
 use std::time::Duration;
 
@@ -26,6 +26,23 @@ pub async fn run(client: &Client, command: Option<&NodeCommand>, out: Output) ->
         Some(NodeCommand::Uncordon { node }) => {
             let id = resolve(client, node).await?;
             show(&client.post(&format!("/nodes/{id}/uncordon"), &json!({})).await?, out);
+            Ok(())
+        }
+        Some(NodeCommand::ClearFault { node, gpu, reason }) => {
+            let id = resolve(client, node).await?;
+            let gpus = client.get("/gpus").await?;
+            let found = gpus.as_array().into_iter().flatten().find(|g| {
+                g["node_id"] == id.to_string().as_str() && g["device_index"].as_u64() == Some(u64::from(*gpu))
+            });
+            let Some(gpu_id) = found.and_then(|g| g["id"].as_str()) else {
+                return Err(Failure::NotFound(format!("node {node:?} has no GPU {gpu}")));
+            };
+            let answer = client.post(&format!("/gpus/{gpu_id}/clear-fault"), &json!({"reason": reason})).await?;
+            if out == Output::Json {
+                output::json(&answer);
+            } else {
+                output::line(&format!("GPU {gpu} of node {} takes work again", output::cell(&answer["node_name"])));
+            }
             Ok(())
         }
         Some(NodeCommand::Drain { node, reason, deadline, wait, timeout }) => {

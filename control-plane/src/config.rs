@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
+/// The longest an agent's assignments long-poll waits before answering with the unchanged state
+/// (`api::agent`); every request's timeout must outlast it.
+pub const MAX_LONG_POLL_MS: u64 = 30_000;
+
 #[derive(Debug, Clone, Parser)]
 #[command(name = "airtime-control-plane", version, about = "Airtime control plane")]
 pub struct Config {
@@ -260,7 +264,7 @@ impl Config {
         if self.max_body_bytes < 1024 {
             return invalid("--max-body-bytes must be at least 1024");
         }
-        if self.request_timeout_ms <= crate::api::agent::MAX_LONG_POLL_MS + 5000 {
+        if self.request_timeout_ms <= MAX_LONG_POLL_MS + 5000 {
             return invalid("--request-timeout-ms must exceed the agents' 30 s long-poll by 5 s");
         }
         if self.bootstrap_admin.is_none() && self.jwt_secret.is_none() && self.jwt_secret_file.is_none() {

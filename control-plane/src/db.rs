@@ -6,7 +6,18 @@ use anyhow::Context as _;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+/// The migrations this build knows.
+///
+/// A database migrated further than this build (a replica of the next release started first, in
+/// a rolling upgrade) is accepted: the newer migrations only expand the schema — added tables,
+/// nullable or defaulted columns — so this build's statements keep working on it, and removals
+/// wait for a later release (expand, then contract; docs/operations.md). A migration this build
+/// knows whose text differs from what was applied is still refused.
+pub fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("../migrations");
+    migrator.set_ignore_missing(true);
+    migrator
+}
 
 /// Connects with JIT compilation off: the control plane's statements are short and many, and a
 /// plan whose cost crosses `jit_above_cost` (the scheduler's read of 15,000 active workloads does)
@@ -20,7 +31,7 @@ pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
         .connect_with(options.options([("jit", "off")]))
         .await
         .context("connecting to PostgreSQL (check --database-url / DATABASE_URL)")?;
-    MIGRATOR.run(&pool).await.context("applying database migrations")?;
+    migrator().run(&pool).await.context("applying database migrations")?;
     Ok(pool)
 }
 

@@ -6,10 +6,11 @@
 //! keeps `ApiError`, `Caller` and axum out of the domain modules, and SQL and transactions out of
 //! `api/`.
 
-use uuid::Uuid;
+use std::fmt;
+use std::net::IpAddr;
 
-use crate::auth::Role;
-use crate::auth::audit::AuditActor;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 /// A domain failure. Each variant says what went wrong, not how a transport shows it.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,9 @@ pub enum Error {
     /// The database answered with an error (unavailable, or a bug: told apart by the API layer).
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// The control plane cannot answer now (it is shutting down): the caller retries.
+    #[error("{0}")]
+    Unavailable(String),
     /// Anything else unexpected: logged in full, never shown.
     #[error("internal: {0:#}")]
     Internal(#[from] anyhow::Error),
@@ -184,5 +188,69 @@ mod tests {
         let platform = scope(Role::PlatformAdmin, None);
         assert_eq!(platform.tenant_filter(), None);
         assert!(platform.ensure_can_admin(other, "policy").is_ok());
+    }
+}
+
+/// A role: what a caller may do. Within a tenant, `Viewer < TenantMember < TenantAdmin`; a platform
+/// admin may do everything, in every tenant.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum Role {
+    /// Read-only access to a tenant's data.
+    Viewer,
+    /// Submit and cancel the tenant's workloads; read the tenant's data.
+    TenantMember,
+    /// The tenant's policies, members and tokens, and everything a member may do.
+    TenantAdmin,
+    /// The fleet, tenants, quotas, priority settings and the platform policy; every tenant.
+    PlatformAdmin,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Self::Viewer, Self::TenantMember, Self::TenantAdmin, Self::PlatformAdmin];
+    /// The roles a membership in a tenant can carry.
+    pub const TENANT_ROLES: [Role; 3] = [Self::Viewer, Self::TenantMember, Self::TenantAdmin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Viewer => "viewer",
+            Self::TenantMember => "tenant_member",
+            Self::TenantAdmin => "tenant_admin",
+            Self::PlatformAdmin => "platform_admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who made a change.
+#[derive(Debug, Clone)]
+pub struct AuditActor {
+    /// `user`, `api_token`, `node` or `system`.
+    pub kind: &'static str,
+    pub id: Option<Uuid>,
+    pub name: String,
+    pub source_ip: Option<IpAddr>,
+}
+
+impl AuditActor {
+    /// The control plane itself (bootstrap, start-up).
+    pub fn system(name: &str) -> Self {
+        Self { kind: "system", id: None, name: name.to_owned(), source_ip: None }
+    }
+    /// Someone not yet authenticated (a login, an enrolment): named by what they claimed.
+    pub fn anonymous(kind: &'static str, name: &str, source_ip: Option<IpAddr>) -> Self {
+        Self { kind, id: None, name: name.chars().take(254).collect(), source_ip }
     }
 }

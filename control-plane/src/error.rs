@@ -137,27 +137,6 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
-/// A telemetry flush's error, shared by every report of its batch: answered as the same database
-/// error would be (503 when the database is unreachable, 500 otherwise).
-impl From<crate::fleet::telemetry::WriteError> for ApiError {
-    fn from(err: crate::fleet::telemetry::WriteError) -> Self {
-        use crate::fleet::telemetry::WriteError;
-        match err {
-            WriteError::Database(db) => match std::sync::Arc::try_unwrap(db) {
-                Ok(err) => Self::from(err),
-                Err(shared) => match &*shared {
-                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                        tracing::error!(error = %shared, "database unavailable");
-                        Self::Unavailable("the database is unavailable; try again".into())
-                    }
-                    _ => Self::Internal(anyhow::Error::new(shared)),
-                },
-            },
-            WriteError::Stopped => Self::Unavailable("the control plane is shutting down; try again".into()),
-        }
-    }
-}
-
 impl From<anyhow::Error> for ApiError {
     fn from(err: anyhow::Error) -> Self {
         Self::Internal(err)
@@ -174,6 +153,7 @@ impl From<crate::domain::Error> for ApiError {
             E::Conflict { code, message } => Self::Conflict { code, message },
             E::Forbidden(message) => Self::Forbidden(message),
             E::Database(err) => Self::from(err),
+            E::Unavailable(message) => Self::Unavailable(message),
             E::Internal(err) => Self::Internal(err),
         }
     }

@@ -10,6 +10,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod db;
+pub mod decisions;
 pub mod domain;
 pub mod error;
 pub mod fleet;

@@ -13,7 +13,6 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
-use crate::signals::Shutdown;
 pub use crate::state::AppState;
 use crate::{api, fleet, scheduler, web};
 
@@ -46,7 +45,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let state = AppState::new(db, config).await?;
 
-    let shutdown = Shutdown::default();
+    let shutdown = state.shutdown.clone();
     let scheduler = tokio::spawn(scheduler::run_loop(state.scheduler(), shutdown.clone()));
     let watch = tokio::spawn(fleet::liveness::run(state.liveness(), shutdown.clone()));
     let what_if = tokio::spawn(crate::what_if::runner::run(state.what_if(), shutdown.clone()));

@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::policies::PolicyCatalog;
 use crate::scheduler::Scheduler;
 use crate::scheduler::leader::Leadership;
-use crate::signals::{DesiredStateChanged, Outbox, SchedulerWake};
+use crate::signals::{DesiredStateChanged, Outbox, SchedulerWake, Shutdown};
 
 /// Everything a request handler or background task shares: one pointer, so a request's copy of
 /// the state (axum clones it for every handler and extractor) is one reference count, not one per
@@ -51,6 +51,9 @@ pub struct Shared {
     pub leadership: Arc<Leadership>,
     /// Agents' telemetry, written in batches (group commit) by one flusher task.
     pub telemetry: TelemetryWriter,
+    /// Set on SIGTERM: long polls and streams answer at once, so a replica stopped in a rolling
+    /// restart exits within a moment and its clients reconnect to another.
+    pub shutdown: Shutdown,
 }
 
 impl FromRef<AppState> for Arc<AuthContext> {
@@ -85,6 +88,7 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             policies: Arc::new(policies),
             leadership: Arc::new(Leadership::new(config_lease)),
+            shutdown: Shutdown::default(),
         })))
     }
 

@@ -154,6 +154,17 @@ try {
   await capture("node");
   page.off("request", onRequest);
   if (fleetReads.length) problems.push(`the node page read the whole fleet: ${fleetReads.join(", ")}`);
+
+  // Maintenance: drain the node with a reason; the page shows the hold, who set it and what is
+  // left on the node (the hog, not checkpointable, is left to finish); then uncordon it.
+  await page.fill("[data-testid=node-hold] input[name=hold-reason]", "browser drain drill");
+  await page.click("[data-testid=node-hold] button[data-action=drain]");
+  await page.locator("[data-testid=node-maintenance][data-mode=draining]").waitFor();
+  await page.locator("[data-testid=node-maintenance]", { hasText: "browser drain drill" }).waitFor();
+  await page.locator("[data-testid=node-work]", { hasText: "dash-gpu-hog" }).waitFor();
+  await capture("node-draining");
+  await page.click("[data-testid=node-hold] button[data-action=uncordon]");
+  await page.getByText("No hold: the node takes new work.").waitFor();
   await page.getByRole("link", { name: "← Fleet" }).click();
   await page.locator("[data-gpu='sim-dash-1/1']").waitFor();
 

@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod agents;
+pub mod balancer;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -407,12 +408,32 @@ impl ControlPlane {
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+
+    /// Stops the replica as a rolling restart does (SIGTERM) and waits for it to exit: it answers
+    /// what it is answering, hands back the scheduling lease if it holds it, and exits.
+    pub async fn terminate(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        send_signal(self.child.id(), nix::sys::signal::Signal::SIGTERM)?;
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .context("the control plane did not exit within 30 s of SIGTERM")?
+            .context("waiting for the control plane")
+    }
 }
 
-/// A running node agent, killed when dropped.
 /// An agent's log lines, kept as they come.
 type KeptLog = Arc<Mutex<Vec<String>>>;
 
+/// How an agent reaches its control plane.
+enum Route<'a> {
+    /// At the control plane's own address.
+    Direct,
+    /// At another address (a balancer in front of the replicas).
+    Via(String),
+    /// From inside a network namespace, at the host's address there.
+    Netns(&'a Netns, String),
+}
+
+/// A running node agent, killed when dropped.
 pub struct NodeAgent {
     pub name: String,
     child: Child,
@@ -447,12 +468,18 @@ impl NodeAgent {
         Self::spawn_with(cp, name, extra, false, env).await
     }
 
+    /// [`NodeAgent::start`] reaching the control plane at `url` (a balancer in front of its
+    /// replicas) instead of at `cp`'s own address; `cp` makes the enrolment token.
+    pub async fn start_via(cp: &ControlPlane, url: &str, name: &str, extra: &[&str]) -> anyhow::Result<NodeAgent> {
+        Self::spawn_as(cp, name, extra, false, &[], Route::Via(url.to_owned())).await
+    }
+
     /// [`NodeAgent::start`] inside a network namespace of its own ([`Netns`]), reaching the
     /// control plane (which must listen on every address: `--listen 0.0.0.0:0`) through it.
     pub async fn start_in(cp: &ControlPlane, netns: &Netns, name: &str, extra: &[&str]) -> anyhow::Result<NodeAgent> {
         let port = cp.url.rsplit_once(':').and_then(|(_, p)| p.trim_end_matches('/').parse::<u16>().ok());
         let url = format!("http://{}:{}", netns.host_address, port.context("the control plane's port")?);
-        Self::spawn_as(cp, name, extra, false, &[], Some((netns, url))).await
+        Self::spawn_as(cp, name, extra, false, &[], Route::Netns(netns, url)).await
     }
 
     async fn spawn(cp: &ControlPlane, name: &str, extra: &[&str], keep_logs: bool) -> anyhow::Result<NodeAgent> {
@@ -466,7 +493,7 @@ impl NodeAgent {
         keep_logs: bool,
         env: &[(&str, &str)],
     ) -> anyhow::Result<NodeAgent> {
-        Self::spawn_as(cp, name, extra, keep_logs, env, None).await
+        Self::spawn_as(cp, name, extra, keep_logs, env, Route::Direct).await
     }
 
     async fn spawn_as(
@@ -475,23 +502,24 @@ impl NodeAgent {
         extra: &[&str],
         keep_logs: bool,
         env: &[(&str, &str)],
-        netns: Option<(&Netns, String)>,
+        route: Route<'_>,
     ) -> anyhow::Result<NodeAgent> {
         let token = cp.enrolment_token(name).await?;
         let state = tempfile::tempdir()?;
-        let launch = (
-            netns.as_ref().map_or_else(|| cp.url.clone(), |(_, url)| url.clone()),
-            extra.iter().map(|a| (*a).to_owned()).collect(),
-            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-        );
-        let (mut command, url) = match netns {
-            Some((ns, url)) => {
+        let (mut command, url) = match route {
+            Route::Netns(ns, url) => {
                 let mut command = Command::new("ip");
                 command.args(["netns", "exec", ns.name.as_str()]).arg(bin("airtime-node-agent"));
                 (command, url)
             }
-            None => (Command::new(bin("airtime-node-agent")), cp.url.clone()),
+            Route::Via(url) => (Command::new(bin("airtime-node-agent")), url),
+            Route::Direct => (Command::new(bin("airtime-node-agent")), cp.url.clone()),
         };
+        let launch = (
+            url.clone(),
+            extra.iter().map(|a| (*a).to_owned()).collect(),
+            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        );
         command.envs(env.iter().copied()).env("AIRTIME_ENROLMENT_TOKEN", &token);
         let (child, logs) = Self::launch(command, name, &url, state.path(), extra, keep_logs)?;
         Ok(NodeAgent { name: name.to_owned(), child, state, logs, crashed: false, launch })

@@ -310,7 +310,9 @@ impl World {
             ("/api/v1/nodes/{id}/cordon" | "/api/v1/nodes/{id}/drain" | "/api/v1/nodes/{id}/uncordon", "id") => {
                 (self.node_m.clone(), false)
             }
-            ("/api/v1/gpus/{id}" | "/api/v1/gpus/{id}/history", "id") => (self.gpu_x.clone(), false),
+            ("/api/v1/gpus/{id}" | "/api/v1/gpus/{id}/history" | "/api/v1/gpus/{id}/clear-fault", "id") => {
+                (self.gpu_x.clone(), false)
+            }
             (_, "node_id") => (self.node_x.clone(), false),
             (_, "workload_id") => (self.workload_on_x().await, false),
             _ => panic!("no fixture for the path parameter {{{param}}} of {path}: add one to access_matrix.rs"),

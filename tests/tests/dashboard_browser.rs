@@ -3,7 +3,8 @@
 //! agent with two simulated GPUs and PostgreSQL started here. The story: sign in (and a wrong
 //! password refused); the fleet's GPU tiles; a submitted workload waits with its reason, then runs
 //! once the workload holding the GPUs is cancelled from the page, without a reload; its state
-//! history and output; a node's page with its GPUs and CPU/memory history; a priority setting
+//! history and output; a node's page with its GPUs and CPU/memory history, drained (what is left on
+//! it shown) and uncordoned from its Maintenance section; a priority setting
 //! changed and saved; a policy module dropped on the page, uploaded, dry-run, shadowed (a
 //! comparison opened to its differences), replayed in a what-if run (both score sets side by side)
 //! and activated; an inference service's replicas against demand; an API token created and
@@ -143,6 +144,10 @@ async fn the_dashboard_runs_the_fleet_in_a_real_browser() {
     let policies = api.ok("/api/v1/policies").await.unwrap();
     let uploaded = policies.as_array().unwrap().iter().find(|p| p["name"] == "browser-policy").unwrap();
     assert_eq!(uploaded["active_version"], 1, "{uploaded}");
+    let drains = api.ok("/api/v1/audit?action=node.drain").await.unwrap();
+    assert!(drains.to_string().contains("browser drain drill"), "{drains}");
+    let node = api.ok("/api/v1/nodes").await.unwrap()[0].clone();
+    assert_eq!(node["state"], "ready", "the page's uncordon did not land: {node}");
     let hog_now = api.ok(&format!("/api/v1/workloads/{}", hog["id"].as_str().unwrap())).await.unwrap();
     assert_eq!(hog_now["state"], "cancelled", "{}", hog_now["state"]);
     let hidden_now = api.ok(&format!("/api/v1/workloads/{}", hidden["id"].as_str().unwrap())).await.unwrap();

@@ -1,14 +1,14 @@
 //! GPU health: a GPU whose agent reports a fault (here a simulated XID 79, "fallen off the bus"
 //! in NVML's words, written to the agent's `--simulated-gpu-faults` file) is quarantined — no new
 //! work, its workload stopped and requeued onto a healthy GPU — shown on the GPU's view and in the
-//! metrics; a node with two faulty GPUs is drained for repair. Real control plane, agent and
-//! PostgreSQL.
+//! metrics; the quarantine outlives an agent restart until a platform admin clears it; a node with
+//! two faulty GPUs is drained for repair. Real control plane, agent and PostgreSQL.
 
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, Cli, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -45,7 +45,7 @@ async fn a_gpu_that_faults_is_quarantined_its_work_moves_to_a_healthy_gpu_and_a_
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults");
     let faults_arg = format!("--simulated-gpu-faults={}", faults.display());
-    let _agent =
+    let mut agent =
         NodeAgent::start(&cp, "flaky-gpus", &["--simulate-gpus", "2:H100-SXM:81920", &faults_arg]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();
 
@@ -101,6 +101,44 @@ async fn a_gpu_that_faults_is_quarantined_its_work_moves_to_a_healthy_gpu_and_a_
     tokio::time::sleep(Duration::from_secs(2)).await;
     let waiting = api.ok(&format!("/api/v1/workloads/{}", waiting["id"].as_str().unwrap())).await.unwrap();
     assert_eq!(waiting["state"], "pending", "{waiting}");
+    let waiting_id = waiting["id"].as_str().unwrap().to_owned();
+
+    // The card is reseated (the fault file empties) and the agent restarted, as an operator
+    // would: the quarantine outlives the restart (an XID is reported only by the agent process
+    // that saw it), so the job still waits.
+    std::fs::write(&faults, "").unwrap();
+    agent.terminate().await.unwrap();
+    agent.restart().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(gpu(&api, first).await["fault"], "XID 79");
+    assert_eq!(api.ok(&format!("/api/v1/workloads/{waiting_id}")).await.unwrap()["state"], "pending");
+
+    // A platform admin clears it with the CLI (audited): the waiting job lands on the repaired GPU.
+    let cli = Cli::new().unwrap();
+    let slot = first.to_string();
+    let cleared = cli
+        .run(&[
+            "--url",
+            &cp.url,
+            "--token",
+            &cp.admin_token,
+            "nodes",
+            "clear-fault",
+            "flaky-gpus",
+            &slot,
+            "--reason",
+            "reseated",
+        ])
+        .await
+        .unwrap()
+        .ok()
+        .unwrap();
+    assert!(cleared.stdout.contains(&format!("GPU {first} of node flaky-gpus takes work again")), "{cleared:?}");
+    assert!(gpu(&api, first).await["fault"].is_null());
+    workload_reaches(&api, &waiting_id, "running", WAIT).await.unwrap();
+    assert_eq!(held_slot(&api, &waiting_id).await, first);
+    let audit = api.ok("/api/v1/audit?action=gpu.clear_fault").await.unwrap();
+    assert!(audit.to_string().contains("reseated"), "{audit}");
 
     // A second faulty GPU drains the node for repair.
     std::fs::write(&faults, format!("{first} xid 79\n{second} ecc_uncorrectable 2\n")).unwrap();

@@ -584,7 +584,7 @@ const RUNTIME_SQL: [(&str, usize, &str); 13] = [
     ("control-plane/src/scheduler/fleet_view.rs", 3, "WORKLOAD_COLUMNS, ACTIVE"),
     ("control-plane/src/scheduler/record.rs", 2, "MOVE, with or without the version check"),
     ("control-plane/src/services/mod.rs", 2, "SERVICE_SELECT"),
-    ("control-plane/src/services/scale.rs", 2, "KEEP_LOADS (an interval constant)"),
+    ("control-plane/src/scheduler/scale.rs", 2, "KEEP_LOADS (an interval constant)"),
     ("control-plane/src/usage.rs", 3, "GPU_COST (an expression constant)"),
     ("control-plane/src/users.rs", 3, "MEMBERSHIP_SELECT"),
     ("control-plane/src/what_if/mod.rs", 2, "VIEW_COLUMNS"),
@@ -647,4 +647,112 @@ fn the_architecture_stays_a_map_of_at_most_4500_words() {
     // A map read in minutes before changing code; narratives belong in docs/design/ (issue 37).
     let words = architecture_words();
     assert!(words <= 4_500, "ARCHITECTURE.md has {words} words: move detail to docs/design/, keep the map");
+}
+
+/// The top-level modules of the crate a line of code names (`crate::x::…`, `use crate::{x, y}`).
+fn crate_modules_named(line: &str) -> Vec<String> {
+    let code = without_strings(line.trim_start());
+    // Comments name modules without importing them.
+    let code = code.split("//").next().unwrap_or("");
+    let mut named = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        let names = if let Some(group) = rest.strip_prefix('{') {
+            group.split('}').next().unwrap_or("")
+        } else {
+            rest.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or("")
+        };
+        for name in names.split(',') {
+            let name = name.trim().split("::").next().unwrap_or("").trim();
+            if !name.is_empty() {
+                named.push(name.to_owned());
+            }
+        }
+    }
+    named
+}
+
+/// Which of the crate's top-level modules each one names, from the sources under `src`.
+fn module_graph(src: &Path) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let module_of = |file: &Path| -> Option<String> {
+        let first = file.strip_prefix(src).ok()?.components().next()?.as_os_str().to_string_lossy().into_owned();
+        let name = first.trim_end_matches(".rs").to_owned();
+        (!matches!(name.as_str(), "lib" | "main")).then_some(name)
+    };
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    for file in files(src, ".rs") {
+        let Some(module) = module_of(&file) else { continue };
+        let entry = graph.entry(module.clone()).or_default();
+        for line in read(&file).lines() {
+            entry.extend(crate_modules_named(line).into_iter().filter(|m| *m != module));
+        }
+    }
+    let known: std::collections::BTreeSet<String> = graph.keys().cloned().collect();
+    for deps in graph.values_mut() {
+        deps.retain(|d| known.contains(d));
+    }
+    graph
+}
+
+/// Every module that reaches itself through the graph, with the path that closes the cycle.
+fn import_cycles(graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>) -> Vec<String> {
+    let mut cycles = Vec::new();
+    for start in graph.keys() {
+        // Breadth first from the module's own imports, keeping how each module was reached.
+        let mut came_from: std::collections::BTreeMap<&str, &str> = Default::default();
+        let mut queue: std::collections::VecDeque<&str> = graph[start].iter().map(String::as_str).collect();
+        for d in &graph[start] {
+            came_from.insert(d, start);
+        }
+        while let Some(m) = queue.pop_front() {
+            if m == start {
+                let mut path = vec![start.as_str()];
+                let mut at = came_from[start.as_str()];
+                while at != start {
+                    path.push(at);
+                    at = came_from[at];
+                }
+                path.push(start);
+                path.reverse();
+                cycles.push(path.join(" → "));
+                break;
+            }
+            for d in graph.get(m).into_iter().flatten() {
+                if !came_from.contains_key(d.as_str()) {
+                    came_from.insert(d, m);
+                    queue.push_back(d);
+                }
+            }
+        }
+    }
+    cycles
+}
+
+#[test]
+fn the_control_planes_modules_import_one_another_without_a_cycle() {
+    let cycles = import_cycles(&module_graph(&root().join("control-plane/src")));
+    assert!(
+        cycles.is_empty(),
+        "the control plane's top-level modules form import cycles (a module that both names and is named \
+         by another cannot be read, tested or moved alone; move the shared part down):\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn the_import_scan_finds_a_planted_cycle_and_ignores_comments_and_strings() {
+    assert_eq!(crate_modules_named("use crate::{api, fleet::health, web};"), vec!["api", "fleet", "web"]);
+    assert_eq!(crate_modules_named("let x = crate::domain::Role::Viewer; // crate::auth"), vec!["domain"]);
+    assert!(crate_modules_named("/// see [`crate::scheduler::record`]").is_empty());
+    assert!(crate_modules_named("let s = \"crate::api\";").is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("scheduler")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod scheduler; pub mod services; pub mod domain;\n").unwrap();
+    std::fs::write(src.join("scheduler/mod.rs"), "use crate::services::scale;\n").unwrap();
+    std::fs::write(src.join("services.rs"), "use crate::domain::Error;\nuse crate::scheduler::Scheduler;\n").unwrap();
+    std::fs::write(src.join("domain.rs"), "// crate::scheduler\n").unwrap();
+    let cycles = import_cycles(&module_graph(src));
+    assert_eq!(cycles, vec!["scheduler → services → scheduler", "services → scheduler → services"]);
 }

@@ -22,9 +22,6 @@ use crate::fleet::{desired, health};
 use crate::state::AppState;
 use crate::workloads::transitions::{self, AgentEvent, EventOutcome};
 
-/// The longest an assignments long-poll waits before answering with the unchanged state.
-pub const MAX_LONG_POLL_MS: u64 = 30_000;
-
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(register))
@@ -97,7 +94,7 @@ async fn telemetry(
     // A faulty GPU (rare) is quarantined apart from the batched write.
     let faulty = report.gpus.iter().any(|g| !g.faults.is_empty()).then(|| report.gpus.clone());
     // Written with whatever else arrived meanwhile, in one transaction; answered once committed.
-    if !state.telemetry.record(node_id, report).await? {
+    if !state.telemetry.record(node_id, report).await.map_err(crate::domain::Error::from)? {
         return Err(node_not_found());
     }
     if let Some(gpus) = faulty
@@ -144,16 +141,20 @@ async fn assignments(
     Path(node_id): Path<Uuid>,
     Query(q): Query<AssignmentsQuery>,
 ) -> ApiResult<axum::Json<DesiredState>> {
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_LONG_POLL_MS));
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.min(crate::config::MAX_LONG_POLL_MS));
     // Subscribe before reading, so a change between the read and the wait is not missed.
     let mut changes = state.desired.subscribe();
     loop {
         let version = desired::version(&state.db, node_id).await?.ok_or_else(node_not_found)?;
-        if version > q.after || q.after == 0 || tokio::time::Instant::now() >= deadline {
+        // A replica shutting down answers at once: the agent asks again, through the balancer,
+        // of a replica that stays.
+        let now = tokio::time::Instant::now();
+        if version > q.after || q.after == 0 || now >= deadline || state.shutdown.is_cancelled() {
             return Ok(axum::Json(desired::state(&state.db, node_id, version).await?));
         }
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {}
+            _ = state.shutdown.cancelled() => {}
             changed = changes.changed() => { if changed.is_err() { tokio::time::sleep_until(deadline).await; } }
         }
     }

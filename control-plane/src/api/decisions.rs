@@ -7,8 +7,8 @@ use utoipa_axum::routes;
 
 use crate::api::extract::Query;
 use crate::auth::Caller;
+use crate::decisions::{self, DecisionFilter, DecisionView};
 use crate::error::ApiResult;
-use crate::scheduler::record::{self, DecisionFilter, DecisionView};
 use crate::state::AppState;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -32,5 +32,5 @@ async fn list(
     Query(mut filter): Query<DecisionFilter>,
 ) -> ApiResult<axum::Json<Vec<DecisionView>>> {
     filter.tenant_id = caller.tenant_filter();
-    Ok(axum::Json(record::list_decisions(&state.db, &filter).await?))
+    Ok(axum::Json(decisions::list_decisions(&state.db, &filter).await?))
 }

@@ -29,6 +29,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(node_history))
         .routes(routes!(list_gpus))
         .routes(routes!(get_gpu))
+        .routes(routes!(clear_gpu_fault))
         .routes(routes!(gpu_history))
         .routes(routes!(summary))
 }
@@ -255,6 +256,48 @@ async fn get_gpu(
     State(state): State<AppState>,
     Path(id): Path<Uuid>,
 ) -> ApiResult<axum::Json<GpuView>> {
+    let mut gpu = fleet::get_gpu(&state.db, id).await?.ok_or(ApiError::NotFound("gpu"))?;
+    gpu.redact_holder(|t| caller.can_read_tenant(t));
+    Ok(axum::Json(gpu))
+}
+
+/// Clearing a GPU's quarantine: why (kept in the audit log).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearFaultRequest {
+    /// Why, at most 500 characters ("reseated, passed dcgmi diag -r 3").
+    pub reason: Option<String>,
+}
+
+/// Lifts a GPU's quarantine after its repair: the scheduler places work on it again from the next
+/// cycle (a fault that persists is reported again at the agent's next heartbeat and quarantines
+/// it again). A quarantine outlives agent restarts; a GPU replaced at the same index (another
+/// UUID) comes back without one. A drain Airtime started for the node's faults stays until the
+/// node is uncordoned. Clearing a healthy GPU changes nothing. Audited.
+#[utoipa::path(
+    post,
+    path = "/gpus/{id}/clear-fault",
+    tag = "fleet",
+    params(("id" = Uuid, Path, description = "GPU id")),
+    request_body(content = ClearFaultRequest, example = json!({"reason": "reseated, passed dcgmi diag -r 3"})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses(
+        (status = 200, description = "The GPU, taking work", body = GpuView),
+        (status = 403, body = ErrorResponse),
+        (status = 404, body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn clear_gpu_fault(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Json(req): Json<ClearFaultRequest>,
+) -> ApiResult<axum::Json<GpuView>> {
+    if fleet::health::clear_fault(&state.db, &caller.scope(), id, req.reason.as_deref()).await? {
+        state.wake.wake();
+    }
     let mut gpu = fleet::get_gpu(&state.db, id).await?.ok_or(ApiError::NotFound("gpu"))?;
     gpu.redact_holder(|t| caller.can_read_tenant(t));
     Ok(axum::Json(gpu))

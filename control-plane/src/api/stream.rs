@@ -69,16 +69,17 @@ async fn stream(
     let wait = std::time::Duration::from_secs(u64::from(
         p.wait_s.unwrap_or(config.log_follow_default_s).min(config.log_follow_max_s),
     ));
-    let db = state.db.clone();
+    let (db, shutdown) = (state.db.clone(), state.shutdown.clone());
     let started = std::time::Instant::now();
     let initial = (cursor, NodeStates::new(), std::time::Instant::now(), true);
     let body = futures::stream::unfold(initial, move |(mut cursor, mut nodes, mut last_sent, mut first)| {
-        let db = db.clone();
+        let (db, shutdown) = (db.clone(), shutdown.clone());
         async move {
             // Read until there is something to send (a change, or a keep-alive when quiet).
             let out = loop {
                 if !first {
-                    if started.elapsed() >= wait {
+                    // A replica shutting down ends the stream: the client reconnects (Last-Event-ID).
+                    if started.elapsed() >= wait || shutdown.is_cancelled() {
                         return None;
                     }
                     tokio::time::sleep(POLL).await;

@@ -168,13 +168,13 @@ async fn logs(
     }
     // Follow: what is there, then every half second what came since, until the workload has
     // ended and a last read found nothing new (its agent ships within a second of the exit).
-    let db = state.db.clone();
+    let (db, shutdown) = (state.db.clone(), state.shutdown.clone());
     let started = std::time::Instant::now();
     let wait = std::time::Duration::from_secs(u64::from(
         query.wait_s.unwrap_or(state.config.log_follow_default_s).min(state.config.log_follow_max_s),
     ));
     let stream = futures::stream::unfold((Some(first), query, false), move |(mut pending, mut query, mut ended)| {
-        let db = db.clone();
+        let (db, shutdown) = (db.clone(), shutdown.clone());
         async move {
             // Read again until there are lines to send (an empty chunk is never sent).
             let logs = loop {
@@ -185,7 +185,8 @@ async fn logs(
                         break logs;
                     }
                 }
-                if started.elapsed() >= wait {
+                // A replica shutting down ends the answer: the client follows on from the cursor.
+                if started.elapsed() >= wait || shutdown.is_cancelled() {
                     return None;
                 }
                 tokio::time::sleep(FOLLOW_POLL).await;

@@ -2,8 +2,6 @@
 //! the change (so a change without its audit row cannot commit, and a rolled-back change leaves no
 //! row). `detail` is for the change's parameters: never put a secret in it.
 
-use std::net::IpAddr;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
@@ -11,26 +9,7 @@ use uuid::Uuid;
 
 use crate::auth::{Caller, NodeCaller};
 
-/// Who made a change.
-#[derive(Debug, Clone)]
-pub struct AuditActor {
-    /// `user`, `api_token`, `node` or `system`.
-    pub kind: &'static str,
-    pub id: Option<Uuid>,
-    pub name: String,
-    pub source_ip: Option<IpAddr>,
-}
-
-impl AuditActor {
-    /// The control plane itself (bootstrap, start-up).
-    pub fn system(name: &str) -> Self {
-        Self { kind: "system", id: None, name: name.to_owned(), source_ip: None }
-    }
-    /// Someone not yet authenticated (a login, an enrolment): named by what they claimed.
-    pub fn anonymous(kind: &'static str, name: &str, source_ip: Option<IpAddr>) -> Self {
-        Self { kind, id: None, name: name.chars().take(254).collect(), source_ip }
-    }
-}
+pub use crate::domain::AuditActor;
 
 impl From<&Caller> for AuditActor {
     fn from(c: &Caller) -> Self {

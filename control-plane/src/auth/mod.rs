@@ -27,56 +27,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sqlx::PgPool;
 
+/// Roles are the domain's (`domain::Scope` carries one); named here too, where access control reads them.
+pub use crate::domain::Role;
 pub use caller::{Caller, LoadReporter, NodeCaller};
 
 use crate::auth::jwt::JwtKeys;
 use crate::auth::rate_limit::{LoginThrottle, RateLimiter};
-
-/// A role: what a caller may do. Within a tenant, `Viewer < TenantMember < TenantAdmin`; a platform
-/// admin may do everything, in every tenant.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-#[sqlx(type_name = "text", rename_all = "snake_case")]
-pub enum Role {
-    /// Read-only access to a tenant's data.
-    Viewer,
-    /// Submit and cancel the tenant's workloads; read the tenant's data.
-    TenantMember,
-    /// The tenant's policies, members and tokens, and everything a member may do.
-    TenantAdmin,
-    /// The fleet, tenants, quotas, priority settings and the platform policy; every tenant.
-    PlatformAdmin,
-}
-
-impl Role {
-    pub const ALL: [Role; 4] = [Self::Viewer, Self::TenantMember, Self::TenantAdmin, Self::PlatformAdmin];
-    /// The roles a membership in a tenant can carry.
-    pub const TENANT_ROLES: [Role; 3] = [Self::Viewer, Self::TenantMember, Self::TenantAdmin];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Viewer => "viewer",
-            Self::TenantMember => "tenant_member",
-            Self::TenantAdmin => "tenant_admin",
-            Self::PlatformAdmin => "platform_admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Role> {
-        Self::ALL.into_iter().find(|r| r.as_str() == s)
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A secret (password, token) that must never reach a log: `Debug` and `Display` print a placeholder.
 /// Deserializes from a plain JSON string; read it with [`SecretString::expose`].

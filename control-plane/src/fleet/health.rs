@@ -3,8 +3,11 @@
 //! is quarantined: the scheduler's fleet read leaves it out (`scheduler::fleet_view`), so nothing
 //! new is placed on it, and the work holding it is told to stop and is requeued. A node with
 //! [`DRAIN_AFTER_FAULTY_GPUS`] or more faulty GPUs is drained, as an operator would drain it for
-//! repair (`fleet::maintenance::drain_for_repair`). The quarantine lasts until the node registers again (its agent
-//! restarted after the repair; a fault that persists is reported again at the next heartbeat).
+//! repair (`fleet::maintenance::drain_for_repair`). The quarantine lasts until a platform admin
+//! clears it after the repair ([`clear_fault`]; a fault that persists is reported again at the
+//! next heartbeat) or the GPU at that index is replaced (its node registers it with another UUID).
+//! An agent restart does not lift it: an XID event is reported once by the agent process that saw
+//! it, so a restart must not forget it.
 //!
 //! Faults are rare: they are handled apart from the batched telemetry write, in a transaction of
 //! their own that holds the node's row lock, as a cordon does.
@@ -13,6 +16,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::maintenance;
+use crate::auth::audit::{self, Change};
+use crate::domain::{self, Scope};
 use crate::workloads::transitions;
 use airtime_protocol::agent::GpuSample;
 
@@ -87,6 +92,44 @@ pub async fn record_faults(db: &PgPool, node_id: Uuid, gpus: &[GpuSample]) -> sq
     }
     tx.commit().await?;
     Ok(quarantined)
+}
+
+/// Lifts the quarantine of GPU `gpu_id` (after its repair), with its audit row: the scheduler
+/// places work on it again from the next cycle. Platform admins only. Answers whether it was
+/// quarantined (clearing a healthy GPU changes nothing and is not audited). A drain Airtime
+/// started for the node's faults stays until an operator lifts it (`uncordon`).
+pub async fn clear_fault(db: &PgPool, scope: &Scope, gpu_id: Uuid, why: Option<&str>) -> domain::Result<bool> {
+    scope.require_platform_admin()?;
+    let why = maintenance::reason(why)?;
+    let mut tx = db.begin().await?;
+    let Some((node_id,)): Option<(Uuid,)> =
+        sqlx::query_as("SELECT node_id FROM gpus WHERE id = $1").bind(gpu_id).fetch_optional(&mut *tx).await?
+    else {
+        return Err(domain::Error::NotFound("gpu"));
+    };
+    // The node's row lock orders this against a fault reported at the same moment.
+    let (node,): (String,) = sqlx::query_as("SELECT name FROM nodes WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(node_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    let cleared: Option<(i32, String)> = sqlx::query_as(
+        "UPDATE gpus g SET fault = NULL, faulted_at = NULL FROM gpus before          WHERE g.id = $1 AND before.id = g.id AND g.fault IS NOT NULL RETURNING g.device_index, before.fault",
+    )
+    .bind(gpu_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((index, fault)) = cleared else { return Ok(false) };
+    audit::record(
+        &mut tx,
+        &scope.actor,
+        Change::new("gpu.clear_fault", "gpu", gpu_id).detail(serde_json::json!({
+            "node": node, "index": index, "fault": fault, "reason": why,
+        })),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(%node, gpu = index, by = %scope.actor.name, "GPU quarantine cleared");
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ impl NodeWork {
 }
 
 /// Checks an operator's reason: trimmed, at most [`MAX_REASON_CHARS`]; empty is none.
-fn reason(text: Option<&str>) -> domain::Result<Option<String>> {
+pub(crate) fn reason(text: Option<&str>) -> domain::Result<Option<String>> {
     let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else { return Ok(None) };
     if text.chars().count() > MAX_REASON_CHARS {
         return Err(domain::Error::invalid(

@@ -65,7 +65,8 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
                  memory_mb = EXCLUDED.memory_mb, nvlink_group = EXCLUDED.nvlink_group, \
                  simulated = EXCLUDED.simulated, sharing = EXCLUDED.sharing, mig_profile = EXCLUDED.mig_profile, \
                  parent_index = EXCLUDED.parent_index, sharing_note = EXCLUDED.sharing_note, present = true, \
-                 fault = NULL, faulted_at = NULL",
+                 fault = CASE WHEN gpus.uuid IS DISTINCT FROM EXCLUDED.uuid THEN NULL ELSE gpus.fault END, \
+                 faulted_at = CASE WHEN gpus.uuid IS DISTINCT FROM EXCLUDED.uuid THEN NULL ELSE gpus.faulted_at END",
         )
         .bind(Uuid::now_v7())
         .bind(node_id)

@@ -112,6 +112,28 @@ pub enum WriteError {
     Stopped,
 }
 
+/// A flush's error in the domain's words, for each report of its batch: the database's own error
+/// when this report is the only one holding it, else its kind (an unreachable database stays one,
+/// answered 503); a queue that stopped is the control plane shutting down.
+impl From<WriteError> for crate::domain::Error {
+    fn from(err: WriteError) -> Self {
+        match err {
+            WriteError::Database(db) => match Arc::try_unwrap(db) {
+                Ok(err) => Self::Database(err),
+                Err(shared) => match &*shared {
+                    sqlx::Error::PoolTimedOut => Self::Database(sqlx::Error::PoolTimedOut),
+                    sqlx::Error::PoolClosed => Self::Database(sqlx::Error::PoolClosed),
+                    sqlx::Error::Io(io) => {
+                        Self::Database(sqlx::Error::Io(std::io::Error::new(io.kind(), io.to_string())))
+                    }
+                    _ => Self::Internal(anyhow::anyhow!("writing telemetry: {shared}")),
+                },
+            },
+            WriteError::Stopped => Self::Unavailable("the control plane is shutting down; try again".into()),
+        }
+    }
+}
+
 /// A report waiting for its flush, and where its outcome goes.
 struct Pending {
     node_id: Uuid,

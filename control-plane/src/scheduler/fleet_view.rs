@@ -248,7 +248,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
         })
         .collect();
     let tenant_index: HashMap<Uuid, usize> = tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-    let services = crate::services::scale::read(&mut *conn, &tenant_index).await?;
+    let services = super::scale::read(&mut *conn, &tenant_index).await?;
     let service_index: HashMap<Uuid, usize> = services.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
 
     // Lost nodes take no work; cordoned and draining ones (an operator's hold, which the host's

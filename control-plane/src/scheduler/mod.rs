@@ -9,6 +9,7 @@
 pub mod fleet_view;
 pub mod leader;
 pub mod record;
+pub mod scale;
 pub mod shadow;
 pub mod usage;
 
@@ -411,8 +412,7 @@ impl cycle::Adapter for LoopCycle<'_> {
     }
 
     async fn scale(&mut self, fleet: &FleetView, plans: &[ScalePlan]) -> anyhow::Result<Option<FleetView>> {
-        let (scaled, again) =
-            crate::services::scale::step(self.state, fleet, plans).await.context("scaling the services")?;
+        let (scaled, again) = scale::step(self.state, fleet, plans).await.context("scaling the services")?;
         self.nodes_changed = scaled.nodes_changed;
         Ok(again)
     }

@@ -3,8 +3,6 @@
 //! its replicas, which are workloads the scheduling loop starts and drains ([`scale`], on the
 //! scheduling core's `airtime_scheduler::services`).
 
-pub mod scale;
-
 use std::collections::BTreeMap;
 
 use airtime_protocol::container::ContainerSpec;

@@ -263,7 +263,7 @@ pub struct WorkloadDetail {
     #[serde(flatten)]
     pub workload: WorkloadView,
     pub history: Vec<WorkloadEvent>,
-    pub decisions: Vec<crate::scheduler::record::DecisionView>,
+    pub decisions: Vec<crate::decisions::DecisionView>,
     /// The last lines its latest attempt printed (stdout and stderr in order), when it failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub last_output: Vec<String>,
@@ -561,9 +561,9 @@ pub async fn detail(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<Work
     .bind(id)
     .fetch_all(db)
     .await?;
-    let decisions = crate::scheduler::record::list_decisions(
+    let decisions = crate::decisions::list_decisions(
         db,
-        &crate::scheduler::record::DecisionFilter { workload_id: Some(id), ..Default::default() },
+        &crate::decisions::DecisionFilter { workload_id: Some(id), ..Default::default() },
     )
     .await?;
     let last_output = if workload.state == WorkloadState::Failed {

@@ -384,6 +384,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/gpus/{id}/clear-fault": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Lifts a GPU's quarantine after its repair: the scheduler places work on it again from the next
+         *     cycle (a fault that persists is reported again at the agent's next heartbeat and quarantines
+         *     it again). A quarantine outlives agent restarts; a GPU replaced at the same index (another
+         *     UUID) comes back without one. A drain Airtime started for the node's faults stays until the
+         *     node is uncordoned. Clearing a healthy GPU changes nothing. Audited.
+         */
+        post: operations["clear_gpu_fault"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/gpus/{id}/history": {
         parameters: {
             query?: never;
@@ -1459,6 +1482,11 @@ export interface components {
             /** Format: password */
             new_password: string;
         };
+        /** @description Clearing a GPU's quarantine: why (kept in the audit log). */
+        ClearFaultRequest: {
+            /** @description Why, at most 500 characters ("reseated, passed dcgmi diag -r 3"). */
+            reason?: string | null;
+        };
         /** @description A node's container engine, as its agent found it at start (registration). */
         ContainerEngine: {
             /**
@@ -1597,6 +1625,7 @@ export interface components {
             /** @description The token: shown this once, never again. Send it as `Authorization: Bearer <token>`. */
             token: string;
         };
+        /** @description One recorded decision. */
         DecisionView: {
             /** Format: int64 */
             cycle_id: number;
@@ -4661,6 +4690,89 @@ export interface operations {
                 };
             };
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    clear_gpu_fault: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description GPU id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "reason": "reseated, passed dcgmi diag -r 3"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ClearFaultRequest"];
+            };
+        };
+        responses: {
+            /** @description The GPU, taking work */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GpuView"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

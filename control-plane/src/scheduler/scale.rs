@@ -11,10 +11,10 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::Scheduler;
+use super::fleet_view::FleetView;
+use super::leader::LeaseError;
 use crate::model::{LoadMetric, WHOLE_GPU_MILLI, WorkloadClass, WorkloadState};
-use crate::scheduler::Scheduler;
-use crate::scheduler::fleet_view::FleetView;
-use crate::scheduler::leader::LeaseError;
 use crate::services::{CpuVariantSpec, ReplicaTemplate, submission};
 use crate::workloads::{self, NewWorkload, transitions};
 
@@ -291,6 +291,6 @@ pub async fn step(
         return Ok((scaled, None));
     }
     let mut conn = state.db.acquire().await?;
-    let fleet = crate::scheduler::fleet_view::load(&mut conn).await?;
+    let fleet = super::fleet_view::load(&mut conn).await?;
     Ok((scaled, Some(fleet)))
 }
