@@ -52,8 +52,10 @@ fn main() {
         };
         let mut daemon = None;
         let mut telemetry = match Telemetry::discover(&settings, || {
-            daemon = Some(mps::start_or_join(&mps_config)?);
-            Ok(())
+            let joined = mps::start_or_join(&mps_config)?;
+            let pipe = joined.pipe_directory().to_path_buf();
+            daemon = Some(joined);
+            Ok(pipe)
         }) {
             Ok(t) => t,
             Err(e) => {

@@ -29,9 +29,9 @@ use crate::containers::Engine;
 use crate::credential::{self, CredentialError, Secret};
 use crate::logs::{self, LogSink};
 use crate::protocol::{self, Assignment, AssignmentAction, DesiredState, EventReport};
-use crate::runner::mps::{self, MpsDaemon};
-use crate::runner::{Exit, GpuSlot, GpuSlots, OutputMode, Runner, RunningWorkload, WorkloadSpec, orphans};
-use crate::telemetry::{GpuHolders, GpuSettings, Telemetry, TelemetryError};
+use crate::runner::mps;
+use crate::runner::{Exit, GpuSlots, Leftover, OutputMode, Runner, RunningWorkload, WorkloadSpec};
+use crate::telemetry::{GpuHolders, GpuSettings, GpuSlot, Telemetry, TelemetryError};
 use crate::tether::Orphaned;
 
 /// How long each long-poll asks the control plane to hold the request.
@@ -178,8 +178,12 @@ pub struct OutgoingEvent {
 pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Result<(), AgentError> {
     check_work_dir(&config.work_dir)?;
     let private_dir = check_isolation(&config)?;
-    let (telemetry, mps_daemon) = discover_telemetry(&config).await?;
-    let engine = Engine::detect(&config.containers).await.map_err(AgentError::ContainerEngine)?.map(Arc::new);
+    let telemetry = discover_telemetry(&config).await?;
+    let accelerator = telemetry.accelerator();
+    let engine = Engine::detect(&config.containers, accelerator.cdi_vendor())
+        .await
+        .map_err(AgentError::ContainerEngine)?
+        .map(Arc::new);
     let request = register_request(&config, &telemetry, engine.as_deref());
     tracing::info!(
         name = %request.name,
@@ -196,8 +200,8 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         telemetry
             .devices()
             .into_iter()
-            .map(|d| (d.inventory.index, GpuSlot { cuda_id: d.cuda_id, sharing: d.inventory.sharing })),
-        mps_daemon.map(|daemon| daemon.pipe_directory().to_path_buf()),
+            .map(|d| (d.inventory.index, GpuSlot { runtime_id: d.runtime_id, sharing: d.inventory.sharing })),
+        accelerator,
     );
     let client = ControlPlaneClient::new(&config.control_plane)?;
     // The stored credential when the node enrolled before; else the enrolment token, exchanged by
@@ -223,8 +227,13 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         WorkloadOutput::Inherit => OutputMode::Inherit,
     };
     let (runner, mut exits) = Runner::new(config.work_dir.clone(), output, &config.name, slots);
+    let mount_prefixes = config
+        .container_mount_prefixes
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .collect();
     let runner = match engine.clone() {
-        Some(engine) => runner.with_engine(engine),
+        Some(engine) => runner.with_engine(engine, mount_prefixes),
         None => runner,
     };
     // Captured output goes to the control plane too (inherited output is the agent's own). Chunk
@@ -241,31 +250,15 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         (OnLostContact::Keep, Some(binary)) => runner.with_tether(binary, Orphaned::Keep),
         (_, None) => runner,
     };
-    let mount_prefixes = config
-        .container_mount_prefixes
-        .iter()
-        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
-        .collect();
     let mut runner = runner
         .with_private_dir(private_dir)
         .with_attempts_dir(config.state_dir.join("workloads"))
-        .with_isolation(config.tether_binary.clone(), config.process_user.clone(), config.workloads, mount_prefixes);
+        .with_isolation(config.tether_binary.clone(), config.process_user.clone(), config.workloads);
     // What an earlier agent process of this node left running is adopted; what it left without a
     // record (an agent before records, a process that escaped its tether) is ended.
     let recovered = runner.recover();
     let adopted: Vec<RunningWorkload> = recovered.iter().filter(|(_, alive)| *alive).map(|(w, _)| w.clone()).collect();
-    let adopted_groups: HashSet<u32> = adopted.iter().map(|w| w.pid).collect();
-    let orphans: Vec<orphans::Orphan> =
-        orphans::find(&config.name).into_iter().filter(|o| !adopted_groups.contains(&o.pid)).collect();
-    let adopted_containers: HashSet<String> =
-        adopted.iter().map(|w| crate::containers::container_name(w.workload_id, w.attempt)).collect();
-    // Containers an earlier agent left go first: their engine clients are among the orphans and
-    // end with them.
-    let leftover_containers = match &engine {
-        Some(engine) => engine.end_leftovers(&config.name, &adopted_containers, orphans::ORPHAN_GRACE).await,
-        None => Vec::new(),
-    };
-    orphans::end(&orphans, orphans::ORPHAN_GRACE).await;
+    let leftovers = runner.end_leftovers(&adopted).await;
     // The first registration lists every recovered attempt, those that ended while no agent ran
     // included: the control plane keeps them until their exits, already on their way, arrive.
     let mut request = request;
@@ -302,8 +295,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
 
     let mut reconciler = Reconciler::new(runner, events_tx);
     reconciler.report_adopted(&recovered);
-    reconciler.report_orphans(&orphans);
-    reconciler.report_leftover_containers(&leftover_containers);
+    reconciler.report_leftovers(leftovers);
     let mut latest: Option<Arc<Desired>> = None;
     let mut failure = None;
     let mut delivery_ended = false;
@@ -479,7 +471,7 @@ fn check_work_dir(path: &Path) -> Result<(), AgentError> {
 
 /// Finds the node's GPUs, and in MPS mode with real GPUs joins or starts the MPS daemon they are
 /// shared through (`None` when none serves them).
-async fn discover_telemetry(config: &Config) -> Result<(Telemetry, Option<MpsDaemon>), AgentError> {
+async fn discover_telemetry(config: &Config) -> Result<Telemetry, AgentError> {
     let config = config.clone();
     // Loading NVML, reading /proc and running the MPS control program block; keep them off the
     // async workers.
@@ -492,12 +484,10 @@ async fn discover_telemetry(config: &Config) -> Result<(Telemetry, Option<MpsDae
             node_name: &config.name,
             simulated_faults: config.simulated_gpu_faults.as_deref(),
         };
-        let mut daemon = None;
         let telemetry = Telemetry::discover(&settings, || {
-            daemon = Some(mps::start_or_join(&config.mps)?);
-            Ok(())
+            mps::start_or_join(&config.mps).map(|daemon| daemon.pipe_directory().to_path_buf())
         })?;
-        Ok((telemetry, daemon))
+        Ok(telemetry)
     })
     .await
     .map_err(|e| AgentError::TaskEnded("telemetry discovery", e.to_string()))?
@@ -962,39 +952,14 @@ impl Reconciler {
         }
     }
 
-    /// Reports the workloads an earlier agent process left running, which this one ended, and
-    /// keeps their attempts from starting again: the control plane decides what runs next.
-    fn report_orphans(&mut self, orphans: &[orphans::Orphan]) {
-        for orphan in orphans {
-            self.launched.insert((orphan.workload_id, orphan.attempt));
-            self.send(
-                orphan.workload_id,
-                EventReport::exited(
-                    orphan.attempt,
-                    None,
-                    None,
-                    Some(format!(
-                        "stopped: left running by an earlier node agent process (pid {}) that ended without stopping it",
-                        orphan.agent_pid
-                    )),
-                ),
-            );
-        }
-    }
-
-    /// Reports the container attempts an earlier agent process left, which this one ended (those
-    /// its orphaned engine clients did not report already).
-    fn report_leftover_containers(&mut self, ended: &[(Uuid, u32)]) {
-        for &(workload_id, attempt) in ended {
-            if self.launched.insert((workload_id, attempt)) {
+    /// Reports what earlier agent processes left running, which this one ended, and keeps their
+    /// attempts from starting again: the control plane decides what runs next.
+    fn report_leftovers(&mut self, leftovers: Vec<Leftover>) {
+        for leftover in leftovers {
+            if self.launched.insert((leftover.workload_id, leftover.attempt)) {
                 self.send(
-                    workload_id,
-                    EventReport::exited(
-                        attempt,
-                        None,
-                        None,
-                        Some("stopped: its container was left running by an earlier node agent process".to_owned()),
-                    ),
+                    leftover.workload_id,
+                    EventReport::exited(leftover.attempt, None, None, Some(leftover.message)),
                 );
             }
         }

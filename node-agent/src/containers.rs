@@ -8,11 +8,11 @@
 //! `airtime.workload` and `airtime.attempt`, so an agent that starts after one that died finds what
 //! it left behind by label and ends it (workloads live no longer than their agent, as processes do).
 //!
-//! GPUs: with the NVIDIA container toolkit's CDI specification on the node, each GPU slot is
-//! injected as `--device nvidia.com/gpu=<id>` (an index, or a MIG instance's uuid). Either way the
-//! container's `NVIDIA_VISIBLE_DEVICES` names the slots as the host knows them (what the toolkit's
-//! runtime hook reads) and `CUDA_VISIBLE_DEVICES` counts them from 0, as CUDA inside a container
-//! that sees only its own GPUs numbers them. The workload's CPU and memory request become the
+//! GPUs: what a container is given of them is the accelerator's
+//! ([`crate::telemetry::Accelerator::container_access`]: for NVIDIA, `NVIDIA_VISIBLE_DEVICES` and
+//! `CUDA_VISIBLE_DEVICES` in its environment); with the vendor's CDI specification on the node,
+//! each GPU slot is injected as `--device <vendor>.com/gpu=<id>`, and an MPS client gets the
+//! daemon's pipe directory bound in and `--ipc=host`. The workload's CPU and memory request become the
 //! container's `--cpus` and `--memory`. The container's environment reaches the engine as data: an
 //! `--env-file` the agent writes (mode 0600, in its private directory) and removes when the
 //! container ends, so no value appears on a command line and none is ever set on the client's own
@@ -32,6 +32,7 @@ use airtime_protocol::container::{ContainerEngine, ContainerSpec, EngineKind};
 
 use crate::isolation::{engine_environment, find_program};
 use crate::runner::ResolvedMount;
+use crate::telemetry::ContainerAccess;
 
 /// How the agent picks its engine (`--container-engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,7 +69,7 @@ impl PullPolicy {
 /// Whether GPUs reach containers through CDI (`--container-cdi`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CdiChoice {
-    /// When the NVIDIA container toolkit's CDI specification is found.
+    /// When the GPU vendor's CDI specification is found (NVIDIA's container toolkit writes one).
     Auto,
     On,
     Off,
@@ -131,12 +132,11 @@ pub struct RunRequest<'a> {
     pub args: &'a [String],
     /// The container's environment, one `NAME=value` a line, readable by the agent alone.
     pub env_file: &'a Path,
-    /// The GPU slots as the host names them (a GPU's index, a MIG instance's uuid).
-    pub gpu_ids: &'a [String],
+    /// Its GPUs: CDI devices, bind mounts, the host's IPC namespace (its environment is in
+    /// `env_file` already).
+    pub gpus: &'a ContainerAccess,
     pub cpu_millis: Option<u32>,
     pub memory_mb: Option<u64>,
-    /// An MPS daemon's pipe directory, bound into the container when it shares an MPS GPU.
-    pub mps_pipe_directory: Option<&'a Path>,
 }
 
 /// The name of a workload attempt's container.
@@ -152,9 +152,11 @@ fn parse_container_name(name: &str) -> Option<(Uuid, u32)> {
 }
 
 impl Engine {
-    /// Finds the configured engine. `Ok(None)`: the node runs no container work (`none`, or `auto`
-    /// and neither engine answers). An engine named explicitly that does not answer is an error.
-    pub async fn detect(config: &ContainerConfig) -> Result<Option<Engine>, String> {
+    /// Finds the configured engine, and with `--container-cdi auto` whether the CDI specification
+    /// of `cdi_vendor` (the node's GPUs') is installed. `Ok(None)`: the node runs no container work
+    /// (`none`, or `auto` and neither engine answers). An engine named explicitly that does not
+    /// answer is an error.
+    pub async fn detect(config: &ContainerConfig, cdi_vendor: &str) -> Result<Option<Engine>, String> {
         let candidates: &[EngineKind] = match config.choice {
             EngineChoice::None => return Ok(None),
             EngineChoice::Auto => &[EngineKind::Podman, EngineKind::Docker],
@@ -180,7 +182,7 @@ impl Engine {
                     engine.cdi = match config.cdi {
                         CdiChoice::On => true,
                         CdiChoice::Off => false,
-                        CdiChoice::Auto => nvidia_cdi_spec(&config.cdi_spec_dirs).is_some(),
+                        CdiChoice::Auto => cdi_spec(&config.cdi_spec_dirs, cdi_vendor).is_some(),
                     };
                     return Ok(Some(engine));
                 }
@@ -266,11 +268,12 @@ impl Engine {
             args.push(format!("--memory={memory}m"));
         }
         if self.cdi {
-            args.extend(r.gpu_ids.iter().map(|id| format!("--device=nvidia.com/gpu={id}")));
+            args.extend(r.gpus.cdi_devices.iter().map(|device| format!("--device={device}")));
         }
-        if let Some(pipe) = r.mps_pipe_directory {
-            // An MPS client talks to the daemon through its pipe directory and shared memory.
-            args.push(format!("--mount=type=bind,src={0},dst={0}", pipe.display()));
+        for bind in &r.gpus.binds {
+            args.push(format!("--mount=type=bind,src={0},dst={0}", bind.display()));
+        }
+        if r.gpus.host_ipc {
             args.push("--ipc=host".into());
         }
         for mount in r.mounts {
@@ -354,12 +357,12 @@ impl Engine {
     }
 }
 
-/// The NVIDIA container toolkit's CDI specification, if one is installed (`nvidia-ctk cdi
-/// generate` writes `nvidia.yaml`; a JSON one is allowed too).
-fn nvidia_cdi_spec(dirs: &[PathBuf]) -> Option<PathBuf> {
+/// A GPU vendor's CDI specification, if one is installed (NVIDIA's `nvidia-ctk cdi generate`
+/// writes `nvidia.yaml`; a JSON one is allowed too).
+fn cdi_spec(dirs: &[PathBuf], vendor: &str) -> Option<PathBuf> {
     dirs.iter().flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten()).map(|e| e.path()).find(|path| {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        name.starts_with("nvidia") && (name.ends_with(".yaml") || name.ends_with(".json"))
+        name.starts_with(vendor) && (name.ends_with(".yaml") || name.ends_with(".json"))
     })
 }
 
@@ -405,7 +408,10 @@ mod tests {
             mounts: vec![Mount { source: "/data/set".into(), target: "/in".into(), read_only: true }],
         };
         let args = vec!["echo hi".to_owned()];
-        let gpus = vec!["1".to_owned(), "MIG-abc".to_owned()];
+        let gpus = ContainerAccess {
+            cdi_devices: vec!["nvidia.com/gpu=1".to_owned(), "nvidia.com/gpu=MIG-abc".to_owned()],
+            ..ContainerAccess::default()
+        };
         let mounts = [ResolvedMount { source: "/data/set".into(), target: "/in".into(), read_only: true }];
         let request = RunRequest {
             workload_id: id,
@@ -415,10 +421,9 @@ mod tests {
             mounts: &mounts,
             args: &args,
             env_file: Path::new("/state/run/w.env"),
-            gpu_ids: &gpus,
+            gpus: &gpus,
             cpu_millis: Some(1500),
             memory_mb: Some(512),
-            mps_pipe_directory: None,
         };
         let name = container_name(id, 2);
         assert_eq!(parse_container_name(&name), Some((id, 2)));
@@ -477,17 +482,18 @@ mod tests {
     #[test]
     fn the_cdi_spec_is_found_by_name() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(nvidia_cdi_spec(&[dir.path().to_owned()]), None);
+        assert_eq!(cdi_spec(&[dir.path().to_owned()], "nvidia"), None);
         std::fs::write(dir.path().join("nvidia.yaml"), "cdiVersion: 0.5.0\n").expect("write");
-        assert!(nvidia_cdi_spec(&[PathBuf::from("/nonexistent"), dir.path().to_owned()]).is_some());
+        assert!(cdi_spec(&[PathBuf::from("/nonexistent"), dir.path().to_owned()], "nvidia").is_some());
+        assert_eq!(cdi_spec(&[dir.path().to_owned()], "amd"), None);
     }
 
     #[tokio::test]
     async fn an_engine_that_is_not_there_is_none_in_auto_and_an_error_when_named() {
         let config = ContainerConfig { program: Some("/nonexistent/engine".into()), ..ContainerConfig::default() };
-        assert_eq!(Engine::detect(&config).await, Ok(None));
+        assert_eq!(Engine::detect(&config, "nvidia").await, Ok(None));
         let named = ContainerConfig { choice: EngineChoice::Podman, ..config };
-        let error = Engine::detect(&named).await.expect_err("named engine missing");
+        let error = Engine::detect(&named, "nvidia").await.expect_err("named engine missing");
         assert!(error.contains("podman: cannot run /nonexistent/engine"), "{error}");
     }
 }

@@ -1,37 +1,41 @@
-//! Workload processes: start, supervise, stop.
+//! Workloads: start, supervise, stop, whatever runs them.
 //!
-//! Each workload runs as a child process in its own process group, so a stop reaches everything
-//! the workload started (a shell and its children), and so a Ctrl-C in the agent's terminal does
-//! not reach the workloads directly: the agent stops them itself, with their grace period.
+//! The runner owns each attempt's life once; an [`Executor`] owns what differs between kinds of
+//! work ([`executor`]): [`process::Processes`] runs the command itself, [`container::Containers`]
+//! the node's container engine. Every attempt's main process leads its own process group, so a
+//! stop reaches everything the workload started (a shell and its children), and so a Ctrl-C in
+//! the agent's terminal does not reach the workloads directly: the agent stops them itself, with
+//! their grace period.
 //!
-//! A supervising task per child owns the process: it waits for the exit, sends SIGTERM to the
-//! group on a stop, SIGKILL once the grace period has passed, and reports one [`Exit`] on the
-//! runner's channel. When the main process exits, whatever it left behind in its group is killed,
-//! so no stray process keeps a GPU busy. A process that leaves its group (`setsid`) escapes this.
+//! A supervising task per attempt owns it: it waits for the exit, asks the executor to stop it on
+//! a stop, has it killed once the grace period has passed, has whatever it left cleared when it
+//! has ended, and reports one [`Exit`] on the runner's channel.
 //!
 //! A workload's supervision outlives the agent process: each runs under a tether (the agent's
 //! binary, see [`crate::tether`]) that keeps it running while the node's lease lasts, writes its
 //! output to spool files ([`spool`]) rather than to pipes the agent reads, and records how it
 //! ended. What the runner knows of each attempt is on disk too ([`records`]), so an agent that
 //! restarts — stopped for an upgrade, or crashed — adopts its predecessor's running workloads
-//! ([`Runner::recover`]) and supervises them as its own. Workloads no record names, left by an
-//! older agent, are ended as before (see [`orphans`]).
+//! ([`Runner::recover`]) and supervises them as its own. What no record names, left by an older
+//! agent, each executor ends ([`Runner::end_leftovers`]; processes: [`orphans`]).
 //!
-//! A workload's GPUs reach it through its environment: `CUDA_VISIBLE_DEVICES` names its slots as
-//! CUDA knows them ([`GpuSlots`]: a MIG instance's uuid, a GPU's index), and a share of an MPS GPU
-//! gets its MPS limits ([`gpu_environment`]). These variables are the agent's: the assignment's
-//! own `env` cannot override them, nor can the agent's own environment leak MPS settings into a
-//! workload.
+//! A workload's GPUs reach it through its environment, as the node's accelerator names them
+//! ([`crate::telemetry::Accelerator`]: for NVIDIA, `CUDA_VISIBLE_DEVICES` and a share's MPS
+//! limits), with Airtime's own `AIRTIME_GPU_MILLI` and `AIRTIME_GPU_SHARING` ([`gpu_environment`]).
+//! These variables are the agent's: the assignment's own `env` cannot override them, nor can the
+//! agent's own environment leak the vendor's settings into a workload.
 //!
-//! The runner knows nothing of HTTP or of the control plane.
+//! The runner knows nothing of HTTP or of the control plane, nor of a GPU vendor.
 
+pub mod container;
+pub mod executor;
 pub mod mps;
 pub mod orphans;
+pub mod process;
 pub mod records;
 pub mod spool;
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -41,7 +45,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use thiserror::Error;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -49,11 +53,14 @@ use uuid::Uuid;
 use airtime_protocol::container::ContainerSpec;
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
-use crate::containers::{Engine, RunRequest, container_name};
-use crate::isolation::{ProcessUser, UidPool, WorkloadKinds, engine_environment};
+use crate::containers::{Engine, container_name};
+use crate::isolation::{ProcessUser, UidPool, WorkloadKinds};
 use crate::logs::LogSink;
 use crate::protocol::{Assignment, EventReport, LogStream};
-use crate::telemetry::{GpuHolders, Holder};
+use crate::telemetry::{Accelerator, GpuHolders, GpuSlot, Holder, Placement};
+use container::Containers;
+pub use executor::{Execution, Executor, Leftover, Node};
+use process::Processes;
 
 /// Longest workload output line logged as one record; longer lines are split.
 pub(crate) const MAX_OUTPUT_LINE: u64 = 16 * 1024;
@@ -102,25 +109,17 @@ impl WorkloadSpec {
     }
 }
 
-/// One GPU slot as a workload placed on it sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuSlot {
-    /// Its entry in `CUDA_VISIBLE_DEVICES`: a MIG instance's uuid, a GPU's NVML index.
-    pub cuda_id: String,
-    pub sharing: GpuSharing,
-}
-
-/// The node's GPU slots (the numbers assignments name in `gpu_indices`), and the pipe directory
-/// of the MPS daemon that workloads on its MPS GPUs connect to (none for simulated GPUs).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The node's GPU slots (the numbers assignments name in `gpu_indices`), and the accelerator
+/// that gives them to workloads.
+#[derive(Debug, Clone)]
 pub struct GpuSlots {
     slots: BTreeMap<u32, GpuSlot>,
-    mps_pipe_directory: Option<PathBuf>,
+    accelerator: Arc<dyn Accelerator>,
 }
 
 impl GpuSlots {
-    pub fn new(slots: impl IntoIterator<Item = (u32, GpuSlot)>, mps_pipe_directory: Option<PathBuf>) -> Self {
-        Self { slots: slots.into_iter().collect(), mps_pipe_directory }
+    pub fn new(slots: impl IntoIterator<Item = (u32, GpuSlot)>, accelerator: Arc<dyn Accelerator>) -> Self {
+        Self { slots: slots.into_iter().collect(), accelerator }
     }
 
     pub fn get(&self, slot: u32) -> Option<&GpuSlot> {
@@ -134,62 +133,30 @@ impl GpuSlots {
         let slots: Vec<String> = self.slots.keys().map(u32::to_string).collect();
         format!("it has {}", slots.join(", "))
     }
-}
 
-/// Variables a workload's environment gets only from the agent: the assignment's `env` cannot
-/// set them and the agent's own environment does not pass them on. Every `CUDA_MPS_…` variable is
-/// the agent's too.
-const AGENT_OWNED: [&str; 5] =
-    ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "AIRTIME_GPU_MILLI", "AIRTIME_GPU_SHARING", "NVIDIA_VISIBLE_DEVICES"];
-const AGENT_OWNED_PREFIX: &str = "CUDA_MPS_";
-
-fn agent_owned(name: &str) -> bool {
-    AGENT_OWNED.contains(&name) || name.starts_with(AGENT_OWNED_PREFIX)
-}
-
-/// The GPU environment of a workload: `CUDA_VISIBLE_DEVICES` from its slots (a MIG instance's
-/// uuid, a GPU's index; empty for a CPU placement), `AIRTIME_GPU_MILLI` (its share, 1000 for
-/// whole GPUs) and `AIRTIME_GPU_SHARING` (its GPUs' mode: one name, or one per GPU, comma-joined,
-/// when they differ; `none` for a CPU placement). On MPS GPUs: `CUDA_MPS_PIPE_DIRECTORY` when the
-/// node runs a daemon, and for a share below a whole GPU `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`
-/// (⌈milli / 10⌉, at least 1) and, with a memory slice, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
-/// (`<ordinal>=<MiB>M` per MPS GPU, ordinals counted in `CUDA_VISIBLE_DEVICES`).
-pub fn gpu_environment(spec: &WorkloadSpec, slots: &GpuSlots) -> Result<Vec<(&'static str, String)>, SpawnError> {
-    let mut cuda_ids = Vec::with_capacity(spec.gpu_indices.len());
-    let mut modes = Vec::with_capacity(spec.gpu_indices.len());
-    let mut mps_ordinals = Vec::new();
-    for (ordinal, &index) in spec.gpu_indices.iter().enumerate() {
-        let slot = slots.get(index).ok_or_else(|| SpawnError::UnknownGpu { slot: index, known: slots.known() })?;
-        cuda_ids.push(slot.cuda_id.clone());
-        modes.push(slot.sharing.as_str());
-        if slot.sharing == GpuSharing::Mps {
-            mps_ordinals.push(ordinal);
-        }
+    /// The slots `spec` is placed on, in its order; a slot the node does not have is refused.
+    fn placed(&self, spec: &WorkloadSpec) -> Result<Vec<&GpuSlot>, SpawnError> {
+        spec.gpu_indices
+            .iter()
+            .map(|&index| self.get(index).ok_or_else(|| SpawnError::UnknownGpu { slot: index, known: self.known() }))
+            .collect()
     }
+}
+
+/// Airtime's own variables of a workload's GPU environment, which the agent alone sets.
+const AIRTIME_GPU_VARIABLES: [&str; 2] = ["AIRTIME_GPU_MILLI", "AIRTIME_GPU_SHARING"];
+
+/// Airtime's GPU environment of a workload on `gpus`: `AIRTIME_GPU_MILLI` (its share, 1000 for
+/// whole GPUs) and `AIRTIME_GPU_SHARING` (its GPUs' mode: one name, or one per GPU, comma-joined,
+/// when they differ; `none` for a CPU placement). The accelerator adds the vendor's.
+pub fn gpu_environment(placement: &Placement<'_>) -> Vec<(String, String)> {
+    let modes: Vec<&str> = placement.gpus.iter().map(|slot| slot.sharing.as_str()).collect();
     let sharing = match modes.first() {
         None => GpuSharing::None.as_str().to_owned(),
         Some(first) if modes.iter().all(|m| m == first) => (*first).to_owned(),
         Some(_) => modes.join(","),
     };
-    let milli = spec.gpu_milli.clamp(1, WHOLE_GPU_MILLI);
-    let mut env = vec![
-        ("CUDA_VISIBLE_DEVICES", cuda_ids.join(",")),
-        ("AIRTIME_GPU_MILLI", milli.to_string()),
-        ("AIRTIME_GPU_SHARING", sharing),
-    ];
-    if !mps_ordinals.is_empty() {
-        if let Some(pipe) = &slots.mps_pipe_directory {
-            env.push(("CUDA_MPS_PIPE_DIRECTORY", pipe.display().to_string()));
-        }
-        if milli < WHOLE_GPU_MILLI {
-            env.push(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", milli.div_ceil(10).max(1).to_string()));
-            if let Some(mb) = spec.gpu_memory_mb {
-                let limits: Vec<String> = mps_ordinals.iter().map(|o| format!("{o}={mb}M")).collect();
-                env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", limits.join(",")));
-            }
-        }
-    }
-    Ok(env)
+    vec![("AIRTIME_GPU_MILLI".to_owned(), placement.milli.to_string()), ("AIRTIME_GPU_SHARING".to_owned(), sharing)]
 }
 
 /// Where workload stdout and stderr go.
@@ -289,10 +256,10 @@ struct Supervised {
 /// What a workload leaves for the agent to clear when it ends: its environment files, its own
 /// directory, and the uid it held.
 #[derive(Debug, Clone, Default)]
-struct Cleanup {
-    files: Vec<PathBuf>,
-    dir: Option<PathBuf>,
-    uid: Option<u32>,
+pub struct Cleanup {
+    pub files: Vec<PathBuf>,
+    pub dir: Option<PathBuf>,
+    pub uid: Option<u32>,
     /// The attempt's directory of the agent's state: its record, spool and exit.
     attempt_dir: Option<PathBuf>,
 }
@@ -331,39 +298,14 @@ pub struct ResolvedMount {
     pub read_only: bool,
 }
 
-/// Removes from a command's environment what the agent inherited and a workload must not: its
-/// configuration (`AIRTIME_…`: its enrolment token, control plane, state directory) and MPS
-/// settings (`CUDA_MPS_…`). A workload gets only the AIRTIME_ variables set for it.
-fn strip_agent_variables(command: &mut Command) {
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(|n| n.starts_with(AGENT_OWNED_PREFIX) || n.starts_with("AIRTIME_")) {
-            command.env_remove(name);
-        }
-    }
-}
-
-/// A container workload's container, stopped through its engine.
-#[derive(Clone)]
-struct ContainerHandle {
-    engine: Arc<Engine>,
-    name: String,
-    /// The last line the engine's client printed on stderr: the cause of an engine error.
-    last_stderr: Arc<std::sync::Mutex<Option<String>>>,
-}
-
 /// The variable of a workload's environment that says how busy it keeps simulated GPUs (0..1): a
 /// held-but-idle workload, for demos and tests.
 pub const SIMULATED_GPU_UTIL: &str = "SIMULATED_GPU_UTIL";
 
-/// How long after a container's grace period the agent removes it itself, if the engine's own
-/// stop has not ended it by then.
-const CONTAINER_KILL_MARGIN: Duration = Duration::from_secs(5);
-
-/// Starts and stops workload processes and reports how each one ended.
+/// Starts and stops workloads and reports how each one ended.
 pub struct Runner {
-    work_dir: PathBuf,
     output: OutputMode,
-    node_name: String,
+    node: Node,
     slots: GpuSlots,
     supervised: HashMap<Uuid, Supervised>,
     exits: mpsc::UnboundedSender<Exit>,
@@ -372,31 +314,57 @@ pub struct Runner {
     attempts: watch::Sender<Vec<(Uuid, u32)>>,
     /// Where captured output lines also go (to the control plane), when set.
     logs: Option<LogSink>,
-    /// The node's container engine, for container workloads; `None`: the node runs none.
-    engine: Option<Arc<Engine>>,
-    /// The agent's own binary, which runs each workload tethered (`crate::tether`), and what a
-    /// tether does when the agent is gone. `None` (an agent run as a library, in tests): workloads
-    /// are the agent's children alone and die with its runtime.
-    tether: Option<(PathBuf, crate::tether::Orphaned)>,
+    executors: Executors,
     /// Where each attempt's record, output spool and exit are kept (`<state>/workloads`).
     attempts_dir: PathBuf,
-    /// The agent's own binary as a process workload's launcher when the workload is not tethered:
-    /// it reads the workload's environment file and drops to its user.
-    launcher: Option<PathBuf>,
-    /// Where the agent keeps workloads' environment files: a directory only it can read.
-    private_dir: PathBuf,
-    /// Who process workloads run as, and the uids running ones hold.
-    process_user: ProcessUser,
+    /// The uids running process workloads hold.
     uids: UidPool,
+}
+
+/// The node's executors, and the kinds of work it takes.
+struct Executors {
+    processes: Processes,
+    /// With the node's container engine; `None`: the node runs no containers.
+    containers: Option<Containers>,
     /// The kinds of workload this node takes (`--workloads`).
     kinds: WorkloadKinds,
-    /// The host directories containers may mount (the node's `--container-mount-prefix`; empty:
-    /// those the control plane allowed, still resolved without symbolic links).
-    mount_prefixes: Vec<PathBuf>,
+}
+
+impl Executors {
+    /// The executor that runs `spec`, if this node takes it.
+    fn for_spec(&self, spec: &WorkloadSpec) -> Result<&dyn Executor, SpawnError> {
+        match &spec.container {
+            None if !self.kinds.processes() => {
+                Err(SpawnError::NotAccepted("this node takes container workloads only (--workloads containers)".into()))
+            }
+            None => Ok(&self.processes),
+            Some(_) if !self.kinds.containers() => {
+                Err(SpawnError::NotAccepted("this node takes process workloads only (--workloads processes)".into()))
+            }
+            Some(image) => match &self.containers {
+                Some(containers) => Ok(containers),
+                None => Err(SpawnError::NoContainerEngine { image: image.image.clone() }),
+            },
+        }
+    }
+
+    /// The executor of a recorded attempt: its container's engine, or processes (a container's
+    /// engine client, when this agent has no engine: it is signalled as a process).
+    fn for_record(&self, record: &records::Record) -> &dyn Executor {
+        match (&record.container, &self.containers) {
+            (Some(_), Some(containers)) => containers,
+            _ => &self.processes,
+        }
+    }
+
+    /// Every executor, containers first: their engine clients are processes.
+    fn all(&self) -> impl Iterator<Item = &dyn Executor> {
+        self.containers.iter().map(|c| c as &dyn Executor).chain([&self.processes as &dyn Executor])
+    }
 }
 
 impl Runner {
-    /// A runner for a node with GPU `slots`, and the channel on which every started process
+    /// A runner for a node with GPU `slots`, and the channel on which every started workload
     /// reports its [`Exit`] exactly once. Call [`Runner::reap`] with each exit received.
     pub fn new(
         work_dir: PathBuf,
@@ -407,24 +375,22 @@ impl Runner {
         let (exits, exits_rx) = mpsc::unbounded_channel();
         let (holders, _) = watch::channel(GpuHolders::default());
         let runner = Self {
-            work_dir,
             output,
-            node_name: node_name.to_owned(),
+            node: Node {
+                name: node_name.to_owned(),
+                work_dir,
+                private_dir: std::env::temp_dir().join(format!("airtime-agent-{}", std::process::id())),
+                tether: None,
+            },
             slots,
             supervised: HashMap::new(),
             exits,
             holders,
             attempts: watch::channel(Vec::new()).0,
             logs: None,
-            engine: None,
-            tether: None,
-            launcher: None,
-            private_dir: std::env::temp_dir().join(format!("airtime-agent-{}", std::process::id())),
+            executors: Executors { processes: Processes::default(), containers: None, kinds: WorkloadKinds::All },
             attempts_dir: std::env::temp_dir().join(format!("airtime-agent-{}-workloads", std::process::id())),
-            process_user: ProcessUser::Agent,
             uids: UidPool::default(),
-            kinds: WorkloadKinds::All,
-            mount_prefixes: Vec::new(),
         };
         (runner, exits_rx)
     }
@@ -432,24 +398,15 @@ impl Runner {
     /// Workloads' environment files go in `dir` (created 0700; the agent's state directory's
     /// `run/`).
     pub fn with_private_dir(mut self, dir: PathBuf) -> Self {
-        self.private_dir = dir;
+        self.node.private_dir = dir;
         self
     }
 
     /// Process workloads run as `user`, launched by the agent's binary at `agent_binary`, each in
-    /// a directory of its own under the work directory; only `kinds` are started; containers
-    /// mount only under `mount_prefixes` (when given).
-    pub fn with_isolation(
-        mut self,
-        agent_binary: Option<PathBuf>,
-        user: ProcessUser,
-        kinds: WorkloadKinds,
-        mount_prefixes: Vec<PathBuf>,
-    ) -> Self {
-        self.launcher = agent_binary;
-        self.process_user = user;
-        self.kinds = kinds;
-        self.mount_prefixes = mount_prefixes;
+    /// a directory of its own under the work directory; only `kinds` are started.
+    pub fn with_isolation(mut self, agent_binary: Option<PathBuf>, user: ProcessUser, kinds: WorkloadKinds) -> Self {
+        self.executors.processes = Processes { launcher: agent_binary, user };
+        self.executors.kinds = kinds;
         self
     }
 
@@ -460,9 +417,9 @@ impl Runner {
         self
     }
 
-    /// Container workloads run with `engine`.
-    pub fn with_engine(mut self, engine: Arc<Engine>) -> Self {
-        self.engine = Some(engine);
+    /// Container workloads run with `engine`, mounting only under `mount_prefixes` (when given).
+    pub fn with_engine(mut self, engine: Arc<Engine>, mount_prefixes: Vec<PathBuf>) -> Self {
+        self.executors.containers = Some(Containers::new(engine, mount_prefixes));
         self
     }
 
@@ -471,7 +428,7 @@ impl Runner {
     /// workload running while the node's lease lasts (for the next agent process to adopt),
     /// keep it regardless, or stop it with its grace period.
     pub fn with_tether(mut self, agent_binary: PathBuf, orphaned: crate::tether::Orphaned) -> Self {
-        self.tether = Some((agent_binary, orphaned));
+        self.node.tether = Some((agent_binary, orphaned));
         self
     }
 
@@ -504,173 +461,20 @@ impl Runner {
         self.supervised.iter().map(|(id, s)| running_view(*id, s)).collect()
     }
 
-    /// The command that starts `spec`: its tether or launcher, its engine's client, or the
-    /// command itself; what it leaves to clear goes in `cleanup`.
-    fn command_for(
-        &mut self,
-        spec: &WorkloadSpec,
-        mut gpu_env: Vec<(&'static str, String)>,
-        cleanup: &mut Cleanup,
-    ) -> Result<(Command, String, Option<ContainerHandle>), SpawnError> {
-        // What the workload's own process sees of its identity; a later agent recognises the
-        // process by these if this one dies first (`orphans`).
-        let identity = [
-            ("AIRTIME_WORKLOAD_ID", spec.workload_id.to_string()),
-            ("AIRTIME_ATTEMPT", spec.attempt.to_string()),
-            ("AIRTIME_NODE_NAME", self.node_name.clone()),
-        ];
-        let agent_pid = ("AIRTIME_AGENT_PID", std::process::id().to_string());
-        // The workload's environment: its own, then what the agent sets (the GPUs it sees, and
-        // CUDA numbering devices by PCI bus, as NVML does, so index N is the GPU NVML calls N).
-        let mut vars: Vec<(String, String)> =
-            spec.env.iter().filter(|(k, _)| !agent_owned(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        let name = container_name(spec.workload_id, spec.attempt);
-        let built = match &spec.container {
-            None => {
-                if !self.kinds.processes() {
-                    return Err(SpawnError::NotAccepted(
-                        "this node takes container workloads only (--workloads containers)".into(),
-                    ));
-                }
-                let (program, args) = spec.command.split_first().ok_or(SpawnError::EmptyCommand)?;
-                vars.extend(gpu_env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
-                vars.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
-                vars.extend(identity.iter().chain([&agent_pid]).map(|(k, v)| ((*k).to_owned(), v.clone())));
-                // What the command will search: the assignment's PATH, else the agent's.
-                let search_path = spec.env.get("PATH").map(OsString::from).or_else(|| std::env::var_os("PATH"));
-                let launcher =
-                    self.tether.clone().map(|(b, orphaned)| (b, std::process::id(), orphaned)).or_else(|| {
-                        self.launcher
-                            .clone()
-                            .filter(|_| self.process_user != ProcessUser::Agent)
-                            .map(|b| (b, 0, crate::tether::Orphaned::Fence))
-                    });
-                match launcher {
-                    Some((binary, tethered_to, orphaned)) => {
-                        crate::tether::check_program(program.as_ref(), search_path.as_deref(), &self.work_dir)
-                            .map_err(|source| SpawnError::Io { program: program.clone(), source })?;
-                        let user = self.uids.take(&self.process_user).map_err(SpawnError::NotAccepted)?;
-                        let mut dir = self.work_dir.clone();
-                        if let Some((uid, gid)) = user {
-                            cleanup.uid = Some(uid);
-                            dir = crate::isolation::workload_dir(&self.work_dir, &name, uid, gid)
-                                .map_err(|e| SpawnError::Io { program: program.clone(), source: e })?;
-                            cleanup.dir = Some(dir.clone());
-                            // Its home is its own directory, unless its env says otherwise.
-                            vars.insert(0, ("HOME".into(), dir.display().to_string()));
-                        }
-                        // The environment goes to the tether as data: the tether is the agent's
-                        // binary (root, maybe) and applies it to the command alone.
-                        let file =
-                            crate::isolation::write_tether_env_file(&self.private_dir, &format!("{name}.env"), &vars)
-                                .map_err(SpawnError::NotAccepted)?;
-                        cleanup.files.push(file.clone());
-                        let exit_file = cleanup.attempt_dir.as_deref().map(records::exit_file);
-                        let launch = crate::tether::Launch { env_file: Some(file), user, orphaned, exit_file };
-                        let argv = spec.command.iter().map(OsString::from);
-                        let mut command = Command::new(binary);
-                        command.args(crate::tether::arguments(tethered_to, spec.grace_period, &launch, argv));
-                        command.current_dir(dir);
-                        strip_agent_variables(&mut command);
-                        // The tether carries the identity, so a later agent finds it.
-                        command.envs(identity.iter().chain([&agent_pid]).map(|(k, v)| (*k, v.as_str())));
-                        (command, program.clone(), None)
-                    }
-                    None => {
-                        // The command itself is the workload's process: its env is its own.
-                        let mut command = Command::new(program);
-                        command.args(args).current_dir(&self.work_dir);
-                        strip_agent_variables(&mut command);
-                        command.envs(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                        (command, program.clone(), None)
-                    }
-                }
-            }
-            Some(image) => {
-                if !self.kinds.containers() {
-                    return Err(SpawnError::NotAccepted(
-                        "this node takes process workloads only (--workloads processes)".into(),
-                    ));
-                }
-                let engine =
-                    self.engine.clone().ok_or_else(|| SpawnError::NoContainerEngine { image: image.image.clone() })?;
-                let mounts = image
-                    .mounts
-                    .iter()
-                    .map(|m| {
-                        crate::isolation::check_mount_target(&m.target)?;
-                        let source = crate::isolation::resolve_mount_source(&m.source, &self.mount_prefixes)?;
-                        Ok(ResolvedMount { source, target: m.target.clone(), read_only: m.read_only })
-                    })
-                    .collect::<Result<Vec<_>, String>>()
-                    .map_err(SpawnError::NotAccepted)?;
-                let gpu_ids: Vec<String> = spec
-                    .gpu_indices
-                    .iter()
-                    .filter_map(|&i| self.slots.get(i).map(|slot| slot.cuda_id.clone()))
-                    .collect();
-                container_gpu_environment(&mut gpu_env, &gpu_ids);
-                vars.extend(gpu_env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
-                vars.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
-                vars.extend(identity.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
-                // The container's environment reaches the engine as a file only it reads: never
-                // on the client's own environment, where LD_PRELOAD or PATH would steer the host.
-                let env_file =
-                    crate::isolation::write_engine_env_file(&self.private_dir, &format!("{name}.env"), &vars)
-                        .map_err(SpawnError::NotAccepted)?;
-                cleanup.files.push(env_file.clone());
-                let uses_mps = gpu_env.iter().any(|(name, _)| *name == "CUDA_MPS_PIPE_DIRECTORY");
-                let request = RunRequest {
-                    workload_id: spec.workload_id,
-                    attempt: spec.attempt,
-                    node_name: &self.node_name,
-                    container: image,
-                    mounts: &mounts,
-                    args: &spec.command,
-                    env_file: &env_file,
-                    gpu_ids: &gpu_ids,
-                    cpu_millis: spec.cpu_millis,
-                    memory_mb: spec.memory_mb,
-                    mps_pipe_directory: if uses_mps { self.slots.mps_pipe_directory.as_deref() } else { None },
-                };
-                let argv = engine.run_argv(&request);
-                let mut command = match &self.tether {
-                    Some((binary, orphaned)) => {
-                        let mut command = Command::new(binary);
-                        let launch = crate::tether::Launch {
-                            orphaned: orphaned.clone(),
-                            exit_file: cleanup.attempt_dir.as_deref().map(records::exit_file),
-                            ..crate::tether::Launch::default()
-                        };
-                        command.args(crate::tether::arguments(std::process::id(), spec.grace_period, &launch, argv));
-                        command
-                    }
-                    None => {
-                        let mut argv = argv.into_iter();
-                        let mut command = Command::new(argv.next().unwrap_or_default());
-                        command.args(argv);
-                        command
-                    }
-                };
-                // The engine client (and its tether) run with a fixed environment and the
-                // workload's identity, nothing of the workload's own.
-                command.env_clear().envs(engine_environment());
-                command.envs(identity.iter().chain([&agent_pid]).map(|(k, v)| (*k, v.as_str())));
-                command.current_dir(&self.work_dir);
-                let handle = ContainerHandle { name, engine, last_stderr: Arc::default() };
-                (command, format!("{} run {}", handle.engine.kind.as_str(), image.image), Some(handle))
-            }
-        };
-        Ok(built)
+    /// Whether `name` is a variable of a workload's environment only the agent sets.
+    fn agent_owned(&self, name: &str) -> bool {
+        AIRTIME_GPU_VARIABLES.contains(&name) || self.slots.accelerator.owns_variable(name)
     }
 
-    /// Starts the workload's process. Must be called inside a tokio runtime.
+    /// Starts the workload. Must be called inside a tokio runtime.
     pub fn start(&mut self, spec: &WorkloadSpec) -> Result<Started, SpawnError> {
         if let Some(existing) = self.supervised.get(&spec.workload_id) {
             return Err(SpawnError::AlreadyRunning { workload_id: spec.workload_id, attempt: existing.attempt });
         }
-        let gpu_env = gpu_environment(spec, &self.slots)?;
-        let ignored: Vec<&str> = spec.env.keys().map(String::as_str).filter(|k| agent_owned(k)).collect();
+        let placed = self.slots.placed(spec)?;
+        let gpus =
+            Placement { gpus: &placed, milli: spec.gpu_milli.clamp(1, WHOLE_GPU_MILLI), memory_mb: spec.gpu_memory_mb };
+        let ignored: Vec<&str> = spec.env.keys().map(String::as_str).filter(|k| self.agent_owned(k)).collect();
         if !ignored.is_empty() {
             tracing::info!(workload_id = %spec.workload_id, attempt = spec.attempt, ignored = ?ignored,
                 "the assignment's env may not set the GPU variables the agent sets; ignoring them");
@@ -684,6 +488,10 @@ impl Runner {
             tokio::spawn(cleanup.run());
             Err(error)
         };
+        let executor = match self.executors.for_spec(spec) {
+            Ok(executor) => executor,
+            Err(error) => return fail(cleanup, &mut self.uids, error),
+        };
         if let Err(source) = fresh_dir(&attempt_dir) {
             return fail(
                 cleanup,
@@ -691,16 +499,31 @@ impl Runner {
                 SpawnError::Io { program: attempt_dir.display().to_string(), source },
             );
         }
-        let (mut command, program, container) = match self.command_for(spec, gpu_env, &mut cleanup) {
-            Ok(built) => built,
+        // The workload's environment: its own, less what the agent sets, then the agent's.
+        let mut env: Vec<(String, String)> =
+            spec.env.iter().filter(|(k, _)| !self.agent_owned(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        env.extend(gpu_environment(&gpus));
+        let mut launch = executor::Launch {
+            spec,
+            name: &name,
+            env,
+            gpus,
+            accelerator: &*self.slots.accelerator,
+            node: &self.node,
+            exit_file: records::exit_file(&attempt_dir),
+            uids: &mut self.uids,
+            cleanup: &mut cleanup,
+        };
+        let launched = executor.launch(&mut launch);
+        let executor::Launched { mut command, program, captures_output, container } = match launched {
+            Ok(launched) => launched,
             Err(error) => return fail(cleanup, &mut self.uids, error),
         };
         // A tethered workload outlives this process when its tether is told to: dropping its
         // handle (the runtime torn down at exit) must not kill it then.
-        let outlives_agent = self.tether.as_ref().is_some_and(|(_, o)| *o != crate::tether::Orphaned::Fence);
+        let outlives_agent = self.node.tether.as_ref().is_some_and(|(_, o)| *o != crate::tether::Orphaned::Fence);
         command.stdin(Stdio::null()).process_group(0).kill_on_drop(!outlives_agent);
-        // A container's engine error is told on stderr: capture it even with inherited output.
-        let output = if container.is_some() { OutputMode::Log } else { self.output };
+        let output = if captures_output { OutputMode::Log } else { self.output };
         let spooled = output == OutputMode::Log;
         if spooled {
             match spool::create(&attempt_dir) {
@@ -746,7 +569,7 @@ impl Runner {
                 .filter(|u| (0.0..=1.0).contains(u))
                 .map(|u| (u * 1000.0).round() as u32),
             grace_period_ms: spec.grace_period.as_millis() as u64,
-            container: container.as_ref().map(|c| c.name.clone()),
+            container,
             uid: cleanup.uid,
             work_dir: cleanup.dir.clone(),
             spooled,
@@ -755,7 +578,8 @@ impl Runner {
             // It runs, supervised by this process; only a later agent could not adopt it.
             tracing::warn!(workload_id = %spec.workload_id, %error, "cannot record the workload for a later agent");
         }
-        self.supervise(record, Process::Child(child), spawn_began, container, cleanup);
+        let execution = executor.attach(&record);
+        self.supervise(record, Process::Child(child), spawn_began, execution, cleanup);
         tracing::info!(
             workload_id = %spec.workload_id,
             attempt = spec.attempt,
@@ -778,14 +602,7 @@ impl Runner {
             if self.supervised.contains_key(&record.workload_id) {
                 continue;
             }
-            let container = match (&record.container, &self.engine) {
-                (Some(name), Some(engine)) => Some(ContainerHandle {
-                    engine: Arc::clone(engine),
-                    name: name.clone(),
-                    last_stderr: Arc::default(),
-                }),
-                _ => None,
-            };
+            let execution = self.executors.for_record(&record).attach(&record);
             if let Some(uid) = record.uid {
                 self.uids.hold(uid);
             }
@@ -804,7 +621,7 @@ impl Runner {
             let process =
                 Process::Adopted { pid: record.pid, started: record.pid_started, exit_file: records::exit_file(&dir) };
             let id = record.workload_id;
-            self.supervise(record, process, started_at, container, cleanup);
+            self.supervise(record, process, started_at, execution, cleanup);
             if let Some(view) = self.get(id) {
                 adopted.push((view, alive));
             }
@@ -812,24 +629,39 @@ impl Runner {
         adopted
     }
 
-    /// Supervises a started or adopted process: its tails, its task, its entry.
+    /// Ends what earlier agents of this node left running that `adopted` (what
+    /// [`Runner::recover`] found alive) does not account for, and says what each was, once per
+    /// attempt. Containers go first: their engine clients are processes, and end with them.
+    pub async fn end_leftovers(&self, adopted: &[RunningWorkload]) -> Vec<Leftover> {
+        let mut ended: Vec<Leftover> = Vec::new();
+        for executor in self.executors.all() {
+            for leftover in executor.end_leftovers(&self.node.name, adopted).await {
+                if !ended.iter().any(|e| (e.workload_id, e.attempt) == (leftover.workload_id, leftover.attempt)) {
+                    ended.push(leftover);
+                }
+            }
+        }
+        ended
+    }
+
+    /// Supervises a started or adopted attempt: its tails, its task, its entry.
     fn supervise(
         &mut self,
         record: records::Record,
         process: Process,
         started_at: Instant,
-        container: Option<ContainerHandle>,
+        execution: Arc<dyn Execution>,
         cleanup: Cleanup,
     ) {
         let (ended_tx, ended) = watch::channel(false);
+        let last_stderr: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
         let mut tails = Vec::new();
         if record.spooled
             && let Some(dir) = cleanup.attempt_dir.clone()
         {
             for which in [LogStream::Stdout, LogStream::Stderr] {
                 let out = spool::Output { workload_id: record.workload_id, attempt: record.attempt, which };
-                let last =
-                    container.as_ref().filter(|_| which == LogStream::Stderr).map(|c| Arc::clone(&c.last_stderr));
+                let last = (which == LogStream::Stderr).then(|| Arc::clone(&last_stderr));
                 let from = spool::acknowledged(&dir, which);
                 tails.push(tokio::spawn(spool::tail(dir.clone(), out, from, self.logs.clone(), last, ended.clone())));
             }
@@ -837,13 +669,13 @@ impl Runner {
         let (control, control_rx) = mpsc::unbounded_channel();
         tokio::spawn(supervise(Supervision {
             process,
-            pid: record.pid,
             workload_id: record.workload_id,
             attempt: record.attempt,
             control: control_rx,
             exits: self.exits.clone(),
             started_at,
-            container,
+            execution,
+            last_stderr,
             cleanup: Cleanup { uid: None, ..cleanup.clone() },
             ended: ended_tx,
             tails,
@@ -1010,13 +842,14 @@ impl Process {
 
 struct Supervision {
     process: Process,
-    pid: u32,
     workload_id: Uuid,
     attempt: u32,
     control: mpsc::UnboundedReceiver<Control>,
     exits: mpsc::UnboundedSender<Exit>,
     started_at: Instant,
-    container: Option<ContainerHandle>,
+    execution: Arc<dyn Execution>,
+    /// The last line it wrote on stderr, when its output is spooled: why an executor failed it.
+    last_stderr: Arc<std::sync::Mutex<Option<String>>>,
     cleanup: Cleanup,
     /// Tells the output tails the process has ended.
     ended: watch::Sender<bool>,
@@ -1041,7 +874,6 @@ enum KillCause {
 }
 
 async fn supervise(mut s: Supervision) {
-    let group = Pid::from_raw(i32::try_from(s.pid).unwrap_or(i32::MAX));
     let mut ending: Option<Ending> = None;
     let mut control_open = true;
     let status = loop {
@@ -1051,28 +883,12 @@ async fn supervise(mut s: Supervision) {
             status = s.process.wait(killed) => break status,
             command = s.control.recv(), if control_open => match command {
                 Some(Control::Stop { grace, reason }) if ending.is_none() => {
-                    let kill_at = match &s.container {
-                        // The engine sends SIGTERM, then SIGKILL after the grace period; the agent
-                        // removes the container itself if that has not ended it shortly after.
-                        Some(container) => {
-                            let container = container.clone();
-                            tokio::spawn(async move {
-                                if let Err(why) = container.engine.stop(&container.name, grace).await {
-                                    tracing::warn!(container = %container.name, %why, "cannot stop the container");
-                                }
-                            });
-                            Instant::now() + grace + CONTAINER_KILL_MARGIN
-                        }
-                        None => {
-                            signal_group(group, Signal::SIGTERM);
-                            Instant::now() + grace
-                        }
-                    };
+                    let kill_at = Instant::now() + s.execution.stop(grace);
                     ending = Some(Ending { reason, grace, kill_at: Some(kill_at), killed: None });
                 }
                 Some(Control::Stop { .. }) => {}
                 Some(Control::Kill { reason }) => {
-                    kill(group, s.container.as_ref());
+                    s.execution.kill();
                     let ending = ending.get_or_insert(Ending {
                         reason,
                         grace: Duration::ZERO,
@@ -1086,7 +902,7 @@ async fn supervise(mut s: Supervision) {
                 None => control_open = false,
             },
             () = sleep_until_some(kill_at), if kill_at.is_some() => {
-                kill(group, s.container.as_ref());
+                s.execution.kill();
                 if let Some(ending) = ending.as_mut() {
                     ending.kill_at = None;
                     ending.killed = Some(KillCause::GraceExpired);
@@ -1094,14 +910,7 @@ async fn supervise(mut s: Supervision) {
             }
         }
     };
-    // Whatever the workload left running in its group goes with it.
-    signal_group(group, Signal::SIGKILL);
-    // `run --rm` removes a container that ended; one whose client died first is removed here.
-    if let Some(container) = &s.container
-        && let Err(why) = container.engine.remove(&container.name).await
-    {
-        tracing::warn!(container = %container.name, %why, "cannot remove the container");
-    }
+    s.execution.clear().await;
 
     // The last output is read before the spool goes with the attempt's directory.
     let _ = s.ended.send(true);
@@ -1125,19 +934,6 @@ async fn supervise(mut s: Supervision) {
     let _ = s.exits.send(exit);
 }
 
-/// SIGKILL now: a container through its engine (removed whatever it is doing), then the group.
-fn kill(group: Pid, container: Option<&ContainerHandle>) {
-    if let Some(container) = container {
-        let container = container.clone();
-        tokio::spawn(async move {
-            if let Err(why) = container.engine.remove(&container.name).await {
-                tracing::warn!(container = %container.name, %why, "cannot remove the container");
-            }
-        });
-    }
-    signal_group(group, Signal::SIGKILL);
-}
-
 fn exit_report(s: &Supervision, status: std::io::Result<ExitStatus>, ending: Option<Ending>) -> Exit {
     let runtime = s.started_at.elapsed();
     let (exit_code, signal, wait_error) = match status {
@@ -1154,10 +950,10 @@ fn exit_report(s: &Supervision, status: std::io::Result<ExitStatus>, ending: Opt
         ),
         Some(KillCause::Requested) => format!("killed: {}", ending.reason),
     });
-    // A container that could not be run (no such image, a pull that failed): the engine's word.
-    if let (false, Some(container), Some(code)) = (stopped, &s.container, exit_code) {
-        let last = container.last_stderr.lock().ok().and_then(|l| l.clone());
-        if let Some(reason) = crate::containers::engine_exit_reason(code, last.as_deref()) {
+    // An attempt its executor could not run (a container whose image is missing): its word.
+    if let (false, Some(code)) = (stopped, exit_code) {
+        let last = s.last_stderr.lock().ok().and_then(|l| l.clone());
+        if let Some(reason) = s.execution.failure(code, last.as_deref()) {
             message = Some(reason);
         }
     }
@@ -1185,20 +981,6 @@ fn signal_group(group: Pid, signal: Signal) {
     }
 }
 
-/// A container's GPU environment: `NVIDIA_VISIBLE_DEVICES` names its slots as the host knows them
-/// (`void` for none: the toolkit then injects no GPU), and `CUDA_VISIBLE_DEVICES` counts them from
-/// 0, as CUDA numbers the only GPUs a container sees.
-fn container_gpu_environment(env: &mut Vec<(&'static str, String)>, gpu_ids: &[String]) {
-    let ordinals: Vec<String> = (0..gpu_ids.len()).map(|i| i.to_string()).collect();
-    for (name, value) in env.iter_mut() {
-        if *name == "CUDA_VISIBLE_DEVICES" {
-            *value = ordinals.join(",");
-        }
-    }
-    let host = if gpu_ids.is_empty() { "void".to_owned() } else { gpu_ids.join(",") };
-    env.push(("NVIDIA_VISIBLE_DEVICES", host));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1220,13 +1002,17 @@ mod tests {
         }
     }
 
-    fn slot(cuda_id: &str, sharing: GpuSharing) -> GpuSlot {
-        GpuSlot { cuda_id: cuda_id.into(), sharing }
+    fn slot(runtime_id: &str, sharing: GpuSharing) -> GpuSlot {
+        GpuSlot { runtime_id: runtime_id.into(), sharing }
+    }
+
+    fn nvidia(mps_pipe_directory: Option<PathBuf>) -> Arc<dyn Accelerator> {
+        Arc::new(crate::telemetry::nvidia::Nvidia::new(mps_pipe_directory))
     }
 
     /// Eight whole GPUs, slot = NVML index.
     fn whole_gpus() -> GpuSlots {
-        GpuSlots::new((0..8).map(|i| (i, slot(&i.to_string(), GpuSharing::None))), None)
+        GpuSlots::new((0..8).map(|i| (i, slot(&i.to_string(), GpuSharing::None))), nvidia(None))
     }
 
     fn runner() -> (Runner, mpsc::UnboundedReceiver<Exit>) {
@@ -1404,7 +1190,7 @@ mod tests {
         let pipe = PathBuf::from("/run/airtime-test/mps/pipe");
         let slots = GpuSlots::new(
             [(0, slot("0", GpuSharing::Mps)), (1, slot("1", GpuSharing::Mps)), (2, slot("2", GpuSharing::Mps))],
-            Some(pipe.clone()),
+            nvidia(Some(pipe.clone())),
         );
         let (mut runner, mut exits) = runner_with(slots);
         let mut share = spec(&[]);
@@ -1457,7 +1243,7 @@ mod tests {
                 (2, slot("1", GpuSharing::None)),
                 (3, slot("2", GpuSharing::TimeSlicing)),
             ],
-            Some(PathBuf::from("/unused")),
+            nvidia(Some(PathBuf::from("/unused"))),
         );
         let (mut runner, mut exits) = runner_with(slots);
         let mut mig = spec(&[]);

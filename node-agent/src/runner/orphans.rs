@@ -23,9 +23,6 @@ use uuid::Uuid;
 use super::signal_group;
 use crate::procfs::parent_and_group;
 
-/// How long an orphan gets to exit after SIGTERM before SIGKILL. Its own grace period is unknown.
-pub const ORPHAN_GRACE: Duration = Duration::from_secs(10);
-
 /// A workload's process group found running without its agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Orphan {

@@ -8,12 +8,24 @@
 //!
 //! Reading is blocking (procfs, NVML calls); the agent calls [`Telemetry::sample`] off the async
 //! workers.
+//!
+//! How a workload is given its devices is the vendor's too, behind [`Accelerator`]: the
+//! environment that names them to the vendor's runtime (NVIDIA's `CUDA_VISIBLE_DEVICES`, its MPS
+//! limits), the variables only the agent may set, and what a container needs to reach them (CDI
+//! devices, bind mounts). Each source says which accelerator its devices are
+//! ([`GpuDevices::accelerator`]): NVML's GPUs and the simulated ones are NVIDIA's
+//! ([`nvidia::Nvidia`]). Another vendor (AMD's ROCm: `ROCR_VISIBLE_DEVICES`, `amd.com/gpu`) is one
+//! new module implementing both traits. A CPU-only node keeps NVIDIA's naming to say "no GPU"
+//! ([`Telemetry::accelerator`]).
 
 pub mod host;
+pub mod nvidia;
 pub mod nvml;
 pub mod simulated;
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use airtime_protocol::agent::{MAX_SHARING_NOTE_CHARS, ShareSample};
 use airtime_protocol::sharing::GpuSharing;
@@ -47,10 +59,65 @@ pub struct Inventory {
 pub struct Device {
     /// As registered; `inventory.index` is its slot.
     pub inventory: GpuInventory,
-    /// Its entry in a workload's `CUDA_VISIBLE_DEVICES`: a MIG instance's `MIG-…` uuid, a physical
-    /// GPU's NVML index (with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, CUDA's index too), a simulated GPU's
-    /// slot.
-    pub cuda_id: String,
+    /// How the vendor's runtime names it to a workload (see [`Accelerator`]). NVIDIA: its entry in
+    /// `CUDA_VISIBLE_DEVICES`, a MIG instance's `MIG-…` uuid, a physical GPU's NVML index (with
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`, CUDA's index too), a simulated GPU's slot.
+    pub runtime_id: String,
+}
+
+/// One GPU slot as a workload placed on it sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSlot {
+    /// Its [`Device::runtime_id`].
+    pub runtime_id: String,
+    pub sharing: GpuSharing,
+}
+
+/// The GPU slots a workload is placed on, in the assignment's order (a device's ordinal is its
+/// position here), and its share of each.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    /// Empty for a CPU placement, which must see no device at all.
+    pub gpus: &'a [&'a GpuSlot],
+    /// Its share of each, in thousandths (1..=1000; 1000: whole GPUs).
+    pub milli: u32,
+    /// GPU memory set aside for it on each, MiB, when the assignment named one.
+    pub memory_mb: Option<u64>,
+}
+
+/// What a container placed on GPUs is given: its environment's device variables, and what the
+/// engine adds to its `run`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerAccess {
+    pub env: Vec<(String, String)>,
+    /// Its devices as CDI names (`<vendor>.com/gpu=<id>`), injected when the engine uses CDI.
+    pub cdi_devices: Vec<String>,
+    /// Host directories bound into it at the same path (an MPS daemon's pipe directory).
+    pub binds: Vec<PathBuf>,
+    /// Whether it shares the host's IPC namespace (an MPS client's shared memory).
+    pub host_ipc: bool,
+}
+
+/// A vendor's way of giving devices to workloads: everything the runner and the container engine
+/// know of a vendor goes through here, so they name no vendor themselves.
+pub trait Accelerator: Send + Sync + std::fmt::Debug {
+    /// The vendor as CDI names it (`nvidia`): its specifications are `<vendor>*.yaml` or `.json`
+    /// in the CDI directories, its devices `<vendor>.com/gpu=<id>`.
+    fn cdi_vendor(&self) -> &'static str;
+
+    /// Whether a workload's environment gets `name` from the agent alone: the assignment's `env`
+    /// cannot set it (the GPUs it sees, their limits).
+    fn owns_variable(&self, name: &str) -> bool;
+
+    /// Whether `name`, inherited by the agent, configures the vendor's runtime for the agent
+    /// itself and must not reach a workload (an MPS pipe directory the agent was started with).
+    fn is_agent_setting(&self, name: &str) -> bool;
+
+    /// The device variables of a process workload's environment.
+    fn process_environment(&self, placement: &Placement<'_>) -> Vec<(String, String)>;
+
+    /// What a container workload is given.
+    fn container_access(&self, placement: &Placement<'_>) -> ContainerAccess;
 }
 
 /// One sample of a source's devices.
@@ -69,6 +136,9 @@ pub trait GpuDevices: Send {
 
     /// The devices advertised, in slot order.
     fn devices(&self) -> &[Device];
+
+    /// How workloads are given these devices.
+    fn accelerator(&self) -> Arc<dyn Accelerator>;
 
     /// Reads every device, and what each workload holding one uses of it. Never fails as a whole:
     /// what cannot be read is `None`, never an invented number.
@@ -240,10 +310,11 @@ pub struct Telemetry {
 impl Telemetry {
     /// Finds the node's resources. A missing NVML is not an error: it is logged once and the node
     /// runs without real GPUs. In MPS mode with real GPUs, `start_mps` is called once to join or
-    /// start the MPS control daemon; its error is why the GPUs are time-sliced instead.
+    /// start the MPS control daemon, and answers its pipe directory; its error is why the GPUs are
+    /// time-sliced instead.
     pub fn discover(
         settings: &GpuSettings<'_>,
-        start_mps: impl FnOnce() -> Result<(), String>,
+        start_mps: impl FnOnce() -> Result<PathBuf, String>,
     ) -> Result<Self, TelemetryError> {
         let host = HostSampler::new()?;
         let simulated_count: u32 = settings.simulated.iter().map(|s| s.count).sum();
@@ -286,6 +357,17 @@ impl Telemetry {
         Ok(Self { host, sources })
     }
 
+    /// How workloads are given this node's devices: the accelerator of the first source with any.
+    /// A CPU-only node uses NVIDIA's, with no MPS daemon, to give a CPU placement an empty
+    /// `CUDA_VISIBLE_DEVICES`: NVML may have failed to load on a server whose GPUs CUDA still
+    /// finds, and a workload placed on no GPU must use none.
+    pub fn accelerator(&self) -> Arc<dyn Accelerator> {
+        match self.sources.iter().find(|s| !s.devices().is_empty()) {
+            Some(source) => source.accelerator(),
+            None => Arc::new(nvidia::Nvidia::default()),
+        }
+    }
+
     /// Every advertised device, real ones first.
     pub fn devices(&self) -> Vec<Device> {
         self.sources.iter().flat_map(|s| s.devices().iter().cloned()).collect()
@@ -325,7 +407,6 @@ impl Telemetry {
 mod tests {
     use super::*;
     use std::os::unix::process::CommandExt as _;
-    use std::path::PathBuf;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
@@ -337,7 +418,7 @@ mod tests {
         GpuSettings { nvml, simulated, sharing, mig_layout: None, node_name: "n1", simulated_faults: None }
     }
 
-    fn no_mps() -> Result<(), String> {
+    fn no_mps() -> Result<PathBuf, String> {
         Err("not asked for in this test".into())
     }
 

@@ -19,7 +19,8 @@
 //! rule) is `None`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use airtime_protocol::agent::{GpuFault, GpuFaultKind, ShareSample};
 use airtime_protocol::sharing::{GpuSharing, MigProfile};
@@ -31,7 +32,10 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::event::EventSet;
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
 
-use super::{Device, GpuDevices, GpuHolders, GpuReadings, ProcessBusy, ProcessUse, attribute_shares, sharing_note};
+use super::nvidia::Nvidia;
+use super::{
+    Accelerator, Device, GpuDevices, GpuHolders, GpuReadings, ProcessBusy, ProcessUse, attribute_shares, sharing_note,
+};
 use crate::protocol::{GpuInventory, GpuModel, GpuSample, GpuSource};
 
 const MIB: u64 = 1024 * 1024;
@@ -66,6 +70,8 @@ pub struct NvmlGpus {
     device_count: u32,
     /// The first slot after the advertised devices.
     next_slot: u32,
+    /// The MPS daemon's pipe directory, when the GPUs are shared through MPS.
+    mps_pipe_directory: Option<PathBuf>,
     /// Per slot, the newest per-process utilisation timestamp seen (NVML's CPU clock, µs), so
     /// each sample reads only what is new.
     last_seen: HashMap<u32, u64>,
@@ -73,12 +79,12 @@ pub struct NvmlGpus {
 
 impl NvmlGpus {
     /// Loads NVML (from `library` when given) and lists its GPUs as `sharing` says. In MPS mode
-    /// with GPUs, `start_mps` joins or starts the MPS daemon; its error is why the GPUs are
-    /// time-sliced instead. The error is the reason NVML is not available, for the log.
+    /// with GPUs, `start_mps` joins or starts the MPS daemon and answers its pipe directory; its
+    /// error is why the GPUs are time-sliced instead. The error is the reason NVML is not available, for the log.
     pub fn open(
         library: Option<&Path>,
         sharing: GpuSharing,
-        start_mps: impl FnOnce() -> Result<(), String>,
+        start_mps: impl FnOnce() -> Result<PathBuf, String>,
     ) -> Result<Self, NvmlError> {
         let nvml: &'static Nvml = Box::leak(Box::new(match library {
             Some(path) => Nvml::builder().lib_path(path.as_os_str()).init()?,
@@ -105,15 +111,19 @@ impl NvmlGpus {
         if sharing != GpuSharing::Mig {
             next_slot = device_count;
         }
-        if sharing == GpuSharing::Mps
-            && !found.is_empty()
-            && let Err(reason) = start_mps()
-        {
-            let note = sharing_note(&format!("MPS is not available on this node ({reason}): GPUs are time-sliced"));
-            tracing::warn!("{note}");
-            for (device, _) in &mut found {
-                device.inventory.sharing = GpuSharing::TimeSlicing;
-                device.inventory.sharing_note = Some(note.clone());
+        let mut mps_pipe_directory = None;
+        if sharing == GpuSharing::Mps && !found.is_empty() {
+            match start_mps() {
+                Ok(pipe) => mps_pipe_directory = Some(pipe),
+                Err(reason) => {
+                    let note =
+                        sharing_note(&format!("MPS is not available on this node ({reason}): GPUs are time-sliced"));
+                    tracing::warn!("{note}");
+                    for (device, _) in &mut found {
+                        device.inventory.sharing = GpuSharing::TimeSlicing;
+                        device.inventory.sharing_note = Some(note.clone());
+                    }
+                }
             }
         }
         let (devices, handles) = found.into_iter().unzip();
@@ -126,6 +136,7 @@ impl NvmlGpus {
             handles,
             device_count,
             next_slot,
+            mps_pipe_directory,
             last_seen: HashMap::new(),
         })
     }
@@ -148,6 +159,10 @@ impl GpuDevices for NvmlGpus {
 
     fn devices(&self) -> &[Device] {
         &self.devices
+    }
+
+    fn accelerator(&self) -> Arc<dyn Accelerator> {
+        Arc::new(Nvidia::new(self.mps_pipe_directory.clone()))
     }
 
     fn sample(&mut self, holders: &GpuHolders) -> GpuReadings {
@@ -212,7 +227,7 @@ fn describe(
             parent_index: None,
             sharing_note: note,
         },
-        cuda_id: index.to_string(),
+        runtime_id: index.to_string(),
     })
 }
 
@@ -250,7 +265,7 @@ fn describe_mig(nvml: &Nvml, index: u32, first_slot: u32) -> Result<Vec<(Device,
         let slot = first_slot + u32::try_from(devices.len()).unwrap_or(0);
         match describe_instance(&instance, &model, index, slot) {
             Ok(device) => {
-                let uuid = device.cuda_id.clone();
+                let uuid = device.runtime_id.clone();
                 devices.push((device, Handle::Mig { parent: index, position, uuid }));
             }
             Err(error) => {
@@ -288,7 +303,7 @@ fn describe_instance(instance: &NvmlDevice<'_>, model: &GpuModel, parent: u32, s
             parent_index: Some(parent),
             sharing_note: None,
         },
-        cuda_id: uuid,
+        runtime_id: uuid,
     })
 }
 

@@ -14,12 +14,14 @@
 //! memory); MPS and time-slicing advertise the mode, and the runner sets the environment a workload
 //! on such a GPU gets, but no MPS daemon is started.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airtime_protocol::agent::{GpuFault, GpuFaultKind, ShareSample};
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
-use super::{Device, GpuDevices, GpuHolders, GpuReadings, Holder, sharing_note};
+use super::nvidia::Nvidia;
+use super::{Accelerator, Device, GpuDevices, GpuHolders, GpuReadings, Holder, sharing_note};
 use crate::config::{MigLayout, SimulatedGpuSpec, simulated_instance_memory_mb};
 use crate::protocol::{GpuInventory, GpuModel, GpuSample, GpuSource};
 
@@ -75,7 +77,7 @@ impl SimulatedGpus {
                     parent_index: None,
                     sharing_note: note,
                 },
-                cuda_id: slot.to_string(),
+                runtime_id: slot.to_string(),
             };
             if sharing != GpuSharing::Mig {
                 devices.push(whole(slot, sharing, None));
@@ -109,7 +111,7 @@ impl SimulatedGpus {
                         parent_index: Some(physical),
                         sharing_note: None,
                     },
-                    cuda_id: uuid,
+                    runtime_id: uuid,
                 });
                 slot += 1;
             }
@@ -235,6 +237,12 @@ impl GpuDevices for SimulatedGpus {
         &self.devices
     }
 
+    /// Simulated GPUs are NVIDIA's, as their models, MIG instances and MPS shares are; with no
+    /// MPS daemon (a share's limits are still set).
+    fn accelerator(&self) -> Arc<dyn Accelerator> {
+        Arc::new(Nvidia::default())
+    }
+
     fn sample(&mut self, holders: &GpuHolders) -> GpuReadings {
         self.sample_at(holders, self.since.elapsed())
     }
@@ -326,7 +334,7 @@ mod tests {
                 (6, "SIM-n1-6", "L4", 23034, true, GpuSharing::TimeSlicing),
             ]
         );
-        let cuda: Vec<&str> = sim.devices().iter().map(|d| d.cuda_id.as_str()).collect();
+        let cuda: Vec<&str> = sim.devices().iter().map(|d| d.runtime_id.as_str()).collect();
         assert_eq!(cuda, vec!["4", "5", "6"]);
     }
 
@@ -345,7 +353,7 @@ mod tests {
             .map(|d| {
                 let g = &d.inventory;
                 let profile = g.mig_profile.as_ref().map(ToString::to_string).unwrap_or_default();
-                (g.index, profile, g.parent_index, g.memory_mb, d.cuda_id.clone())
+                (g.index, profile, g.parent_index, g.memory_mb, d.runtime_id.clone())
             })
             .collect();
         let expected = |slot, profile: &str, parent, memory, n| {
@@ -367,7 +375,7 @@ mod tests {
         for device in sim.devices() {
             let g = &device.inventory;
             assert_eq!((g.sharing, g.model.as_str(), g.simulated), (GpuSharing::Mig, "H100", true));
-            assert_eq!(g.uuid.as_deref(), Some(device.cuda_id.as_str()));
+            assert_eq!(g.uuid.as_deref(), Some(device.runtime_id.as_str()));
         }
 
         // Without --mig-layout: the default for the GPU's memory (an H200's here).
