@@ -1,7 +1,7 @@
 // One GPU: what it is, who holds it, and its telemetry over time (utilisation, memory, temperature,
 // power) from GET /api/v1/gpus/{id}/history.
 import { useMemo, useState } from "react";
-import { useQuery } from "@tanstack/react-query";
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import type { EChartsCoreOption } from "echarts/core";
 import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
@@ -19,7 +19,7 @@ const RANGES = [
   { minutes: 24 * 60, label: "Last 24 hours" },
 ];
 
-export function GpuPage({ id }: PageProps & { id: string }) {
+export function GpuPage({ id, can }: PageProps & { id: string }) {
   const [minutes, setMinutes] = useState(60);
   const gpu = useQuery({ queryKey: ["gpu", id], queryFn: () => unwrap(api.GET("/api/v1/gpus/{id}", { params: { path: { id } } })), refetchInterval: pollEvery(5000) });
   // The range moves on every 10 s, so the query key (and the cache) stays put between renders.
@@ -69,10 +69,11 @@ export function GpuPage({ id }: PageProps & { id: string }) {
         </p>
         {g.fault && (
           <p className="muted" role="alert" data-testid="gpu-fault">
-            Quarantined since {g.faulted_at ? new Date(g.faulted_at).toLocaleString() : "—"}: {g.fault}. It takes no new work; its workloads were requeued. Restarting its
-            node&apos;s agent after the repair lifts the quarantine.
+            Quarantined since {g.faulted_at ? new Date(g.faulted_at).toLocaleString() : "—"}: {g.fault}. It takes no new work; its workloads were requeued. The
+            quarantine outlives agent restarts: a platform admin clears it after the repair.
           </p>
         )}
+        {g.fault && can.maintainNodes && <ClearFault id={g.id} />}
         <label className="inline">
           Time range{" "}
           <select value={minutes} onChange={(e) => setMinutes(Number(e.target.value))} data-testid="gpu-range">
@@ -104,5 +105,34 @@ export function GpuPage({ id }: PageProps & { id: string }) {
         </div>
       )}
     </>
+  );
+}
+
+/** Lifts the GPU's quarantine after its repair (POST /gpus/{id}/clear-fault, audited): platform admins. */
+function ClearFault({ id }: { id: string }) {
+  const client = useQueryClient();
+  const [reason, setReason] = useState("");
+  const clear = useMutation({
+    mutationFn: () => unwrap(api.POST("/api/v1/gpus/{id}/clear-fault", { params: { path: { id } }, body: { reason: reason.trim() || null } })),
+    onSuccess: () => {
+      setReason("");
+      void client.invalidateQueries({ queryKey: ["gpu", id] });
+      void client.invalidateQueries({ queryKey: ["gpus"] });
+    },
+  });
+  return (
+    <form className="row" data-testid="gpu-clear-fault" onSubmit={(e) => {
+        e.preventDefault();
+        clear.mutate();
+      }}>
+      <label className="inline">
+        Why <span className="muted">(optional)</span>{" "}
+        <input value={reason} maxLength={500} onChange={(e) => setReason(e.target.value)} name="clear-reason" placeholder="reseated, passed dcgmi diag" />
+      </label>
+      <button type="submit" className="primary" disabled={clear.isPending}>
+        Clear quarantine
+      </button>
+      <ErrorNote error={clear.error} />
+    </form>
   );
 }
