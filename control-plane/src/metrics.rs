@@ -158,6 +158,34 @@ impl Metrics {
                 let _ = writeln!(out, "airtime_gpu_faulty{{node=\"{}\",gpu=\"{index}\"}} 1", label(node));
             }
         }
+        // Slowed clocks are a warning, not a fault: counted apart, the GPUs keep their work. The
+        // reasons are the agent's latest report's (fresh within a heartbeat).
+        let throttled: Vec<(String, i32, String)> = sqlx::query_as(
+            "SELECT n.name, g.device_index, g.throttle FROM gpus g JOIN nodes n ON n.id = g.node_id \
+             WHERE g.present AND g.throttle IS NOT NULL AND n.state <> 'lost' ORDER BY n.name, g.device_index",
+        )
+        .fetch_all(db)
+        .await?;
+        let _ = writeln!(out, "# HELP airtime_gpus_throttled GPUs whose clocks are held down for heat or power now.");
+        let _ = writeln!(out, "# TYPE airtime_gpus_throttled gauge");
+        let _ = writeln!(out, "airtime_gpus_throttled {}", throttled.len());
+        if named && !throttled.is_empty() {
+            let _ = writeln!(
+                out,
+                "# HELP airtime_gpu_throttled 1 for each reason a GPU's clocks are held down, by node, index and reason."
+            );
+            let _ = writeln!(out, "# TYPE airtime_gpu_throttled gauge");
+            for (node, index, reasons) in &throttled {
+                for reason in crate::fleet::telemetry::throttle_of(Some(reasons)) {
+                    let _ = writeln!(
+                        out,
+                        "airtime_gpu_throttled{{node=\"{}\",gpu=\"{index}\",reason=\"{}\"}} 1",
+                        label(node),
+                        reason.as_str()
+                    );
+                }
+            }
+        }
         if named {
             render_services(&mut out, db).await?;
             render_gpu_seconds(&mut out, db).await?;

@@ -182,6 +182,48 @@ pub struct GpuSample {
     /// GPU: it takes no new work and its workloads are stopped and requeued. (Protocol 1.1.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<GpuFault>,
+    /// Why the device's clocks are held down now, of the reasons that mean heat or power (absent:
+    /// none). A warning, not a fault: the GPU keeps its work, slower. (Protocol 1.1.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle: Vec<GpuThrottle>,
+}
+
+/// Why a GPU's clocks are held down (NVML's clock-event reasons that mean heat or power; the idle,
+/// application-clock and sync-boost reasons are not warnings and are not reported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum GpuThrottle {
+    /// The board's power limit (the software power cap).
+    PowerCap,
+    /// The driver slows the clocks for heat.
+    SwThermal,
+    /// The hardware slows the clocks for heat.
+    HwThermal,
+    /// The hardware power brake (an external signal, such as the power supply's).
+    HwPowerBrake,
+    /// The hardware slows the clocks (heat or power), the cause not told apart.
+    HwSlowdown,
+}
+
+impl GpuThrottle {
+    pub const ALL: [GpuThrottle; 5] =
+        [Self::PowerCap, Self::SwThermal, Self::HwThermal, Self::HwPowerBrake, Self::HwSlowdown];
+
+    /// Its name on the wire, in the database and in metrics' labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PowerCap => "power_cap",
+            Self::SwThermal => "sw_thermal",
+            Self::HwThermal => "hw_thermal",
+            Self::HwPowerBrake => "hw_power_brake",
+            Self::HwSlowdown => "hw_slowdown",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<GpuThrottle> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
 }
 
 /// A fault of a GPU, as the agent reads it from NVML (or is told to simulate it).
@@ -303,6 +345,9 @@ pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
         }
         if g.faults.len() > 8 || g.faults.iter().any(|f| !in_range(f.code)) {
             return Err(format!("GPU {}: at most 8 faults, each code within range", g.index));
+        }
+        if g.throttle.len() > GpuThrottle::ALL.len() {
+            return Err(format!("GPU {}: at most {} throttle reasons", g.index, GpuThrottle::ALL.len()));
         }
         if let Some(u) = g.util
             && !unit(u)

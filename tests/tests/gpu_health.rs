@@ -1,8 +1,9 @@
 //! GPU health: a GPU whose agent reports a fault (here a simulated XID 79, "fallen off the bus"
 //! in NVML's words, written to the agent's `--simulated-gpu-faults` file) is quarantined — no new
 //! work, its workload stopped and requeued onto a healthy GPU — shown on the GPU's view and in the
-//! metrics; the quarantine outlives an agent restart until a platform admin clears it; a node with
-//! two faulty GPUs is drained for repair. Real control plane, agent and PostgreSQL.
+//! metrics; the quarantine outlives an agent restart until a platform admin clears it; a GPU whose
+//! clocks are held down for heat is shown and counted but keeps its work; a node with two faulty
+//! GPUs is drained for repair. Real control plane, agent and PostgreSQL.
 
 #![allow(clippy::unwrap_used)]
 
@@ -139,6 +140,29 @@ async fn a_gpu_that_faults_is_quarantined_its_work_moves_to_a_healthy_gpu_and_a_
     assert_eq!(held_slot(&api, &waiting_id).await, first);
     let audit = api.ok("/api/v1/audit?action=gpu.clear_fault").await.unwrap();
     assert!(audit.to_string().contains("reseated"), "{audit}");
+
+    // The repaired GPU runs hot: its clocks are held down. A warning, shown and counted — not a
+    // fault: it keeps its work.
+    std::fs::write(&faults, format!("{first} throttle hw_thermal\n")).unwrap();
+    let throttled = eventually("the GPU shown throttled", WAIT, || {
+        let api = api.clone();
+        async move {
+            let g = gpu(&api, first).await;
+            Ok((g["telemetry"]["throttle"] == json!(["hw_thermal"])).then_some(g))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(throttled["fault"].is_null(), "{throttled}");
+    let metrics = cp.metrics(true).await.unwrap();
+    assert!(metrics.lines().any(|l| l == "airtime_gpus_throttled 1"), "{metrics}");
+    assert!(
+        metrics.lines().any(|l| l == "airtime_gpu_throttled{node=\"flaky-gpus\",gpu=\"0\",reason=\"hw_thermal\"} 1"
+            || l == "airtime_gpu_throttled{node=\"flaky-gpus\",gpu=\"1\",reason=\"hw_thermal\"} 1"),
+        "{metrics}"
+    );
+    let still = api.ok(&format!("/api/v1/workloads/{waiting_id}")).await.unwrap();
+    assert_eq!((still["state"].as_str(), still["attempt"].as_i64()), (Some("running"), Some(1)), "{still}");
 
     // A second faulty GPU drains the node for repair.
     std::fs::write(&faults, format!("{first} xid 79\n{second} ecc_uncorrectable 2\n")).unwrap();

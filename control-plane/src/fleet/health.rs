@@ -147,6 +147,7 @@ mod tests {
             power_w: None,
             ecc_errors: None,
             faults,
+            throttle: Vec::new(),
         };
         let gpus = vec![
             sample(0, vec![]),

@@ -14,6 +14,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use airtime_protocol::agent::GpuThrottle;
 use airtime_protocol::container::{ContainerEngine, EngineKind};
 
 use crate::model::{GpuSharing, GpuSource, NodeState};
@@ -133,6 +134,8 @@ pub struct GpuTelemetry {
     pub temperature_c: Option<f32>,
     pub power_w: Option<f32>,
     pub ecc_errors: Option<i64>,
+    /// Why its clocks are held down now (heat or power): a warning, the GPU keeps its work.
+    pub throttle: Vec<GpuThrottle>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -184,6 +187,7 @@ struct GpuRow {
     temperature_c: Option<f32>,
     power_w: Option<f32>,
     ecc_errors: Option<i64>,
+    throttle: Option<String>,
     fault: Option<String>,
     faulted_at: Option<DateTime<Utc>>,
 }
@@ -219,6 +223,7 @@ impl From<GpuRow> for GpuView {
                 temperature_c: r.temperature_c,
                 power_w: r.power_w,
                 ecc_errors: r.ecc_errors,
+                throttle: telemetry::throttle_of(r.throttle.as_deref()),
             },
             fault: r.fault,
             faulted_at: r.faulted_at,
@@ -231,7 +236,7 @@ const GPU_SELECT: &str = "SELECT g.id, g.node_id, n.name AS node_name, g.device_
      (SELECT COALESCE(jsonb_agg(jsonb_build_object('workload_id', gr.workload_id, 'tenant_id', gr.tenant_id, \
              'milli', gr.milli, 'memory_mb', gr.memory_mb, 'util', gr.util, 'memory_used_mb', gr.memory_used_mb) \
              ORDER BY gr.granted_at, gr.workload_id), '[]'::jsonb) FROM gpu_grants gr WHERE gr.gpu_id = g.id) AS shares, \
-     g.util, g.memory_used_mb, g.temperature_c, g.power_w, g.ecc_errors, g.fault, g.faulted_at \
+     g.util, g.memory_used_mb, g.temperature_c, g.power_w, g.ecc_errors, g.throttle, g.fault, g.faulted_at \
      FROM gpus g JOIN nodes n ON n.id = g.node_id \
      WHERE g.present";
 

@@ -78,8 +78,8 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use airtime_protocol::agent::GpuSample;
 pub use airtime_protocol::agent::TelemetryReport;
+use airtime_protocol::agent::{GpuSample, GpuThrottle};
 
 /// The most reports one flush writes (at 8 GPUs a report, about 16,000 GPU samples).
 pub const MAX_BATCH_REPORTS: usize = 2048;
@@ -110,6 +110,20 @@ pub enum WriteError {
     /// The control plane is shutting down and takes no more reports.
     #[error("the telemetry writer has stopped")]
     Stopped,
+}
+
+/// A GPU's throttle reasons as stored (`gpus.throttle`): their names, comma-separated, in a
+/// fixed order; `None` for none.
+pub fn throttle_text(reasons: &[GpuThrottle]) -> Option<String> {
+    let mut names: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    (!names.is_empty()).then(|| names.join(","))
+}
+
+/// Reads [`throttle_text`] back; names this build does not know are left out.
+pub fn throttle_of(text: Option<&str>) -> Vec<GpuThrottle> {
+    text.into_iter().flat_map(|t| t.split(',')).filter_map(GpuThrottle::parse).collect()
 }
 
 /// A flush's error in the domain's words, for each report of its batch: the database's own error
@@ -805,11 +819,13 @@ pub async fn write_latest(db: &PgPool, latest: &Latest) -> sqlx::Result<()> {
         let temp: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.sample.temperature_c).collect();
         let power: Vec<Option<f32>> = rows.iter().map(|(_, g)| g.sample.power_w).collect();
         let ecc: Vec<Option<i64>> = rows.iter().map(|(_, g)| g.sample.ecc_errors.map(|e| e as i64)).collect();
+        let throttle: Vec<Option<String>> = rows.iter().map(|(_, g)| throttle_text(&g.sample.throttle)).collect();
         sqlx::query(
             "UPDATE gpus g SET util = s.util, memory_used_mb = s.mem, temperature_c = s.temp, power_w = s.power, \
-                 ecc_errors = s.ecc, telemetry_at = s.at \
-             FROM UNNEST($1::uuid[], $2::timestamptz[], $3::real[], $4::bigint[], $5::real[], $6::real[], $7::bigint[]) \
-                  AS s(id, at, util, mem, temp, power, ecc) \
+                 ecc_errors = s.ecc, throttle = s.throttle, telemetry_at = s.at \
+             FROM UNNEST($1::uuid[], $2::timestamptz[], $3::real[], $4::bigint[], $5::real[], $6::real[], $7::bigint[], \
+                         $8::text[]) \
+                  AS s(id, at, util, mem, temp, power, ecc, throttle) \
              WHERE g.id = s.id AND (g.telemetry_at IS NULL OR g.telemetry_at <= s.at)",
         )
         .bind(&id)
@@ -819,6 +835,7 @@ pub async fn write_latest(db: &PgPool, latest: &Latest) -> sqlx::Result<()> {
         .bind(&temp)
         .bind(&power)
         .bind(&ecc)
+        .bind(&throttle)
         .execute(&mut *tx)
         .await?;
     }

@@ -22,8 +22,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use airtime_protocol::agent::{GpuFault, GpuFaultKind, ShareSample};
+use airtime_protocol::agent::{GpuFault, GpuFaultKind, GpuThrottle, ShareSample};
 use airtime_protocol::sharing::{GpuSharing, MigProfile};
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -333,6 +334,7 @@ fn sample_one(
         power_w: None,
         ecc_errors: None,
         faults: Vec::new(),
+        throttle: Vec::new(),
     };
     let unknown_shares = || attribute_shares(slot, holders, None, None, |_| None);
     let (physical, instance) = match open(nvml, handle) {
@@ -348,6 +350,7 @@ fn sample_one(
         }
     };
     let faults = faults_of(&physical);
+    let throttle = throttle_of(&physical);
     let sample = match &instance {
         None => GpuSample {
             util: physical.utilization_rates().ok().map(|u| u.gpu as f32 / 100.0),
@@ -359,6 +362,7 @@ fn sample_one(
             // now. Fails with NotSupported on GPUs without ECC, which is then null.
             ecc_errors: physical.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
             faults,
+            throttle,
             ..empty
         },
         // A MIG instance: its own utilisation (NVML does not offer it on most drivers) and
@@ -369,6 +373,8 @@ fn sample_one(
             temperature_c: physical.temperature(TemperatureSensor::Gpu).ok().map(|t| t as f32),
             ecc_errors: physical.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).ok(),
             faults,
+            // The clocks are the physical GPU's: a MIG instance is slowed with it.
+            throttle,
             ..empty
         },
     };
@@ -444,6 +450,23 @@ fn faults_of(physical: &NvmlDevice<'_>) -> Vec<GpuFault> {
         faults.push(GpuFault { kind: GpuFaultKind::RetiredPagesPending, code: None });
     }
     faults
+}
+
+/// Why the GPU's clocks are held down now, of the reasons that mean heat or power (NVML's clock
+/// event reasons; `NotSupported` on older GPUs: none).
+fn throttle_of(physical: &NvmlDevice<'_>) -> Vec<GpuThrottle> {
+    let Ok(reasons) = physical.current_throttle_reasons() else { return Vec::new() };
+    [
+        (ThrottleReasons::SW_POWER_CAP, GpuThrottle::PowerCap),
+        (ThrottleReasons::SW_THERMAL_SLOWDOWN, GpuThrottle::SwThermal),
+        (ThrottleReasons::HW_THERMAL_SLOWDOWN, GpuThrottle::HwThermal),
+        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, GpuThrottle::HwPowerBrake),
+        (ThrottleReasons::HW_SLOWDOWN, GpuThrottle::HwSlowdown),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| reasons.contains(*bit))
+    .map(|(_, reason)| reason)
+    .collect()
 }
 
 /// The physical GPU, and the MIG instance when the handle names one (checked by uuid).

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airtime_protocol::agent::{GpuFault, GpuFaultKind, ShareSample};
+use airtime_protocol::agent::{GpuFault, GpuFaultKind, GpuThrottle, ShareSample};
 use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 
 use super::nvidia::Nvidia;
@@ -133,9 +133,24 @@ impl SimulatedGpus {
 
     fn sample_at(&self, holders: &GpuHolders, elapsed: Duration) -> GpuReadings {
         let mut readings = GpuReadings::default();
-        let faults = self.faults.as_deref().map(read_faults).unwrap_or_default();
+        let health = self.faults.as_deref().map(read_faults).unwrap_or_default();
         let faults_of = |slot: u32| -> Vec<GpuFault> {
-            faults.iter().filter(|(s, _)| *s == slot).map(|(_, f)| f.clone()).collect()
+            health
+                .iter()
+                .filter_map(|(s, h)| match h {
+                    Reported::Fault(f) if *s == slot => Some(f.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let throttle_of = |slot: u32| -> Vec<GpuThrottle> {
+            health
+                .iter()
+                .filter_map(|(s, h)| match h {
+                    Reported::Throttle(t) if *s == slot => Some(*t),
+                    _ => None,
+                })
+                .collect()
         };
         for device in &self.devices {
             let gpu = &device.inventory;
@@ -152,6 +167,7 @@ impl SimulatedGpus {
                     power_w: Some(IDLE_POWER_W as f32),
                     ecc_errors: Some(0),
                     faults: faults_of(gpu.index),
+                    throttle: throttle_of(gpu.index),
                 });
                 continue;
             }
@@ -182,6 +198,7 @@ impl SimulatedGpus {
                 power_w: Some((IDLE_POWER_W + (BUSY_POWER_W - IDLE_POWER_W + 15.0 * wobble) * load) as f32),
                 ecc_errors: Some(0),
                 faults: faults_of(gpu.index),
+                throttle: throttle_of(gpu.index),
             });
             readings.shares.extend(held.iter().map(|holder| ShareSample {
                 workload_id: holder.workload_id,
@@ -194,9 +211,19 @@ impl SimulatedGpus {
     }
 }
 
-/// The faults a `--simulated-gpu-faults` file names: `SLOT KIND [CODE]` per line (`#` starts a
-/// comment). A missing file names none; a line that does not parse is skipped with a warning.
-pub fn read_faults(file: &std::path::Path) -> Vec<(u32, GpuFault)> {
+/// What a `--simulated-gpu-faults` line makes a simulated GPU report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reported {
+    /// A fault (`SLOT xid 79`, `SLOT ecc_uncorrectable 2`, …): the GPU is quarantined.
+    Fault(GpuFault),
+    /// Slowed clocks (`SLOT throttle hw_thermal`): a warning.
+    Throttle(GpuThrottle),
+}
+
+/// What a `--simulated-gpu-faults` file names: `SLOT KIND [CODE]` per line for a fault, `SLOT
+/// throttle REASON` for slowed clocks (`#` starts a comment). A missing file names none; a line
+/// that does not parse is skipped with a warning.
+pub fn read_faults(file: &std::path::Path) -> Vec<(u32, Reported)> {
     let Ok(text) = std::fs::read_to_string(file) else { return Vec::new() };
     text.lines()
         .map(|line| line.split('#').next().unwrap_or("").trim())
@@ -204,17 +231,21 @@ pub fn read_faults(file: &std::path::Path) -> Vec<(u32, GpuFault)> {
         .filter_map(|line| {
             let parsed = parse_fault(line);
             if parsed.is_none() {
-                tracing::warn!(file = %file.display(), line, "not a simulated GPU fault (SLOT KIND [CODE])");
+                tracing::warn!(file = %file.display(), line, "not a simulated GPU fault (SLOT KIND [CODE] or SLOT throttle REASON)");
             }
             parsed
         })
         .collect()
 }
 
-fn parse_fault(line: &str) -> Option<(u32, GpuFault)> {
+fn parse_fault(line: &str) -> Option<(u32, Reported)> {
     let mut words = line.split_whitespace();
     let slot = words.next()?.parse().ok()?;
     let kind = match words.next()? {
+        "throttle" => {
+            let reason = GpuThrottle::parse(words.next()?)?;
+            return words.next().is_none().then_some((slot, Reported::Throttle(reason)));
+        }
         "xid" => GpuFaultKind::Xid,
         "ecc_uncorrectable" => GpuFaultKind::EccUncorrectable,
         "retired_pages_pending" => GpuFaultKind::RetiredPagesPending,
@@ -225,7 +256,7 @@ fn parse_fault(line: &str) -> Option<(u32, GpuFault)> {
         Some(code) => Some(code.parse().ok()?),
         None => None,
     };
-    Some((slot, GpuFault { kind, code }))
+    Some((slot, Reported::Fault(GpuFault { kind, code })))
 }
 
 impl GpuDevices for SimulatedGpus {
@@ -259,16 +290,18 @@ mod tests {
         assert!(read_faults(&file).is_empty(), "no file: no faults");
         std::fs::write(
             &file,
-            "0 xid 79\n# a comment\n1 retired_pages_pending\n2 melted\nx xid\n1 ecc_uncorrectable 3\n",
+            "0 xid 79\n# a comment\n1 retired_pages_pending\n2 melted\nx xid\n1 ecc_uncorrectable 3\n\
+             1 throttle hw_thermal\n0 throttle hot\n",
         )
         .unwrap();
         let faults = read_faults(&file);
         assert_eq!(
             faults,
             vec![
-                (0, GpuFault { kind: GpuFaultKind::Xid, code: Some(79) }),
-                (1, GpuFault { kind: GpuFaultKind::RetiredPagesPending, code: None }),
-                (1, GpuFault { kind: GpuFaultKind::EccUncorrectable, code: Some(3) }),
+                (0, Reported::Fault(GpuFault { kind: GpuFaultKind::Xid, code: Some(79) })),
+                (1, Reported::Fault(GpuFault { kind: GpuFaultKind::RetiredPagesPending, code: None })),
+                (1, Reported::Fault(GpuFault { kind: GpuFaultKind::EccUncorrectable, code: Some(3) })),
+                (1, Reported::Throttle(GpuThrottle::HwThermal)),
             ]
         );
         let sim = SimulatedGpus::new(&[spec(2, "H100", 81920)], from(0, 0), "n1", GpuSharing::None, None)
@@ -276,6 +309,8 @@ mod tests {
         let readings = sim.sample_at(&GpuHolders::default(), Duration::ZERO);
         assert_eq!(readings.gpus[0].faults, vec![GpuFault { kind: GpuFaultKind::Xid, code: Some(79) }]);
         assert_eq!(readings.gpus[1].faults.len(), 2);
+        assert_eq!(readings.gpus[1].throttle, vec![GpuThrottle::HwThermal]);
+        assert!(readings.gpus[0].throttle.is_empty());
     }
     use airtime_protocol::sharing::MigProfile;
     use uuid::Uuid;

@@ -1924,6 +1924,11 @@ export interface components {
             power_w?: number | null;
             /** Format: float */
             temperature_c?: number | null;
+            /**
+             * @description Why the device's clocks are held down now, of the reasons that mean heat or power (absent:
+             *     none). A warning, not a fault: the GPU keeps its work, slower. (Protocol 1.1.)
+             */
+            throttle?: components["schemas"]["GpuThrottle"][];
             /** Format: float */
             util?: number | null;
         };
@@ -1973,9 +1978,17 @@ export interface components {
             power_w?: number | null;
             /** Format: float */
             temperature_c?: number | null;
+            /** @description Why its clocks are held down now (heat or power): a warning, the GPU keeps its work. */
+            throttle: components["schemas"]["GpuThrottle"][];
             /** Format: float */
             util?: number | null;
         };
+        /**
+         * @description Why a GPU's clocks are held down (NVML's clock-event reasons that mean heat or power; the idle,
+         *     application-clock and sync-boost reasons are not warnings and are not reported).
+         * @enum {string}
+         */
+        GpuThrottle: "power_cap" | "sw_thermal" | "hw_thermal" | "hw_power_brake" | "hw_slowdown";
         GpuView: {
             /** Format: int32 */
             device_index: number;

@@ -103,7 +103,9 @@ export function GpuTile({ gpu: g, names }: { gpu: GpuView; names: Map<string, st
   const shared = g.sharing !== "none" && g.shares.length > 0;
   const memory = `${gib(g.telemetry.memory_used_mb)} / ${gib(g.memory_mb)} GiB`;
   const who = holder(g, names);
-  const label = `GPU ${g.device_index} ${g.model}${g.simulated ? " (simulated)" : ""}${g.fault ? ` quarantined (${g.fault})` : ""}: ${pct(util)} busy, memory ${memory}, ${who}`;
+  const label = `GPU ${g.device_index} ${g.model}${g.simulated ? " (simulated)" : ""}${g.fault ? ` quarantined (${g.fault})` : ""}${
+    g.telemetry.throttle.length ? ` throttled (${g.telemetry.throttle.map(words).join(", ")})` : ""
+  }: ${pct(util)} busy, memory ${memory}, ${who}`;
   return (
     <li
       className={`tile ${g.held ? "held" : "free"}`}
@@ -123,6 +125,11 @@ export function GpuTile({ gpu: g, names }: { gpu: GpuView; names: Map<string, st
         {g.fault && (
           <span className="tile-sim" title={`quarantined: ${g.fault}`} data-fault={g.fault}>
             FAULT
+          </span>
+        )}
+        {g.telemetry.throttle.length > 0 && (
+          <span className="tile-sim" title={`throttled: ${g.telemetry.throttle.map(words).join(", ")}`} data-throttle={g.telemetry.throttle.join(",")}>
+            HOT
           </span>
         )}
       </span>

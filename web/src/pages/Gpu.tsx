@@ -66,6 +66,12 @@ export function GpuPage({ id, can }: PageProps & { id: string }) {
               quarantined
             </Badge>
           )}
+          {t.throttle.length > 0 && (
+            <span data-testid="gpu-throttle" title="Its clocks are held down for heat or power: its work runs slower">
+              {" "}
+              <Badge kind="warn">throttled: {t.throttle.map(words).join(", ")}</Badge>
+            </span>
+          )}
         </p>
         {g.fault && (
           <p className="muted" role="alert" data-testid="gpu-fault">
