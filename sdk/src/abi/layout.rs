@@ -268,16 +268,8 @@ pub(crate) fn u32_at(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(field(bytes, at))
 }
 
-pub(crate) fn i32_at(bytes: &[u8], at: usize) -> i32 {
-    i32::from_le_bytes(field(bytes, at))
-}
-
 pub(crate) fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(field(bytes, at))
-}
-
-pub(crate) fn f32_at(bytes: &[u8], at: usize) -> f32 {
-    f32::from_le_bytes(field(bytes, at))
 }
 
 /// Writes `bytes` at `at` in `rec` (the record was sized from the same layout, so it fits).
@@ -333,16 +325,14 @@ macro_rules! abi_type {
     (borrowed ustr) => { &'a str };
     (owned str) => { String };
     (owned ustr) => { String };
-    ($_form:ident u32) => { u32 };
-    ($_form:ident i32) => { i32 };
-    ($_form:ident u64) => { u64 };
-    ($_form:ident f32) => { f32 };
     ($_form:ident flag) => { bool };
     ($_form:ident bit($bit:literal)) => { bool };
     ($_form:ident index($table:ident)) => { Option<u32> };
     ($_form:ident to($table:ident)) => { u32 };
     ($_form:ident opt) => { Option<u32> };
     ($_form:ident code($ty:ident)) => { $ty };
+    // A number: `u32`, `i32`, `u64` or `f32`.
+    ($_form:ident $number:ident) => { $number };
 }
 
 /// The [`Wire`] of a wire kind.
@@ -405,18 +395,6 @@ macro_rules! abi_put {
     ($rec:ident $heap:ident $value:expr, $at:expr, ustr) => {
         $heap.put_unique(&mut $rec[$at..$at + 8], $value)
     };
-    ($rec:ident $heap:ident $value:expr, $at:expr, u32) => {
-        $crate::abi::layout::set($rec, $at, $value.to_le_bytes())
-    };
-    ($rec:ident $heap:ident $value:expr, $at:expr, i32) => {
-        $crate::abi::layout::set($rec, $at, $value.to_le_bytes())
-    };
-    ($rec:ident $heap:ident $value:expr, $at:expr, u64) => {
-        $crate::abi::layout::set($rec, $at, $value.to_le_bytes())
-    };
-    ($rec:ident $heap:ident $value:expr, $at:expr, f32) => {
-        $crate::abi::layout::set($rec, $at, $value.to_le_bytes())
-    };
     ($rec:ident $heap:ident $value:expr, $at:expr, flag) => {
         $crate::abi::layout::set($rec, $at, u32::from($value).to_le_bytes())
     };
@@ -426,14 +404,15 @@ macro_rules! abi_put {
     ($rec:ident $heap:ident $value:expr, $at:expr, index($table:ident)) => {
         $crate::abi::layout::set($rec, $at, $value.unwrap_or($crate::abi::NONE).to_le_bytes())
     };
-    ($rec:ident $heap:ident $value:expr, $at:expr, to($table:ident)) => {
-        $crate::abi::layout::set($rec, $at, $value.to_le_bytes())
-    };
     ($rec:ident $heap:ident $value:expr, $at:expr, opt) => {
         $crate::abi::layout::set($rec, $at, $value.unwrap_or($crate::abi::NONE).to_le_bytes())
     };
     ($rec:ident $heap:ident $value:expr, $at:expr, code($ty:ident)) => {
         $crate::abi::layout::set($rec, $at, $value.code().to_le_bytes())
+    };
+    // A number (`u32`, `i32`, `u64`, `f32`) or a required index (`to(Table)`).
+    ($rec:ident $heap:ident $value:expr, $at:expr, $($number:tt)*) => {
+        $crate::abi::layout::set($rec, $at, $value.to_le_bytes())
     };
 }
 
@@ -444,18 +423,6 @@ macro_rules! abi_get {
     };
     ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, ustr) => {
         $buf.string($loc, $name, $rec, $at)?
-    };
-    ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, u32) => {
-        $crate::abi::layout::u32_at($rec, $at)
-    };
-    ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, i32) => {
-        $crate::abi::layout::i32_at($rec, $at)
-    };
-    ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, u64) => {
-        $crate::abi::layout::u64_at($rec, $at)
-    };
-    ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, f32) => {
-        $crate::abi::layout::f32_at($rec, $at)
     };
     ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, flag) => {
         $crate::abi::layout::u32_at($rec, $at) & 1 != 0
@@ -486,6 +453,10 @@ macro_rules! abi_get {
     };
     ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, code($ty:ident)) => {
         $ty::from_code($crate::abi::layout::u32_at($rec, $at))
+    };
+    // A number: `u32`, `i32`, `u64` or `f32`, read at its width.
+    ($buf:ident $rec:ident $loc:ident $counts:ident $name:expr, $at:expr, $number:ident) => {
+        <$number>::from_le_bytes($crate::abi::layout::field($rec, $at))
     };
 }
 
