@@ -18,7 +18,7 @@
 //! - **whole evaluation** at 1,000 × 8 / 10,000: encode the snapshot, evaluate it in Wasm, decode the
 //!   decisions and check them against the snapshot with `check::check_decisions`, as the control
 //!   plane does every cycle.
-//! - **where the time goes** in the Wasm evaluation at that size (`PolicyRuntime::evaluate_timed`).
+//! - **where the time goes** in the Wasm evaluation at that size (`EvaluationRecord::phases`).
 //!
 //! It starts by printing what the sandbox runs with on this machine and what the kernel and CPU give
 //! it — the pool's settings, how a slot's memory is reset (whether `PAGEMAP_SCAN` takes effect), the
@@ -36,7 +36,9 @@
 use std::time::{Duration, Instant};
 
 use airtime_builtin_policies::{PRIORITY_BEST_FIT, SLO_FIRST, TEMPLATE};
-use airtime_policy_host::{CompiledPolicy, EvaluationPhases, PolicyLimits, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{
+    CompiledPolicy, EvaluationPhases, EvaluationRequest, PolicyLimits, PolicyRuntime, RuntimeConfig,
+};
 use airtime_policy_sdk::abi::{self, Snapshot};
 use airtime_policy_sdk::check::check_decisions;
 use airtime_policy_sdk::guest::{Policy, evaluate_encoded};
@@ -91,9 +93,12 @@ fn main() {
         let [wat_stats, template_stats] = bench.interleaved(
             2.0,
             2_000,
-            [&mut || drop(runtime.evaluate(&wat, &empty, &limits).unwrap()), &mut || {
-                drop(runtime.evaluate(&template, &empty, &limits).unwrap())
-            }],
+            [
+                &mut || drop(runtime.evaluate(EvaluationRequest::new(&wat, &empty, &limits)).into_result().unwrap()),
+                &mut || {
+                    drop(runtime.evaluate(EvaluationRequest::new(&template, &empty, &limits)).into_result().unwrap())
+                },
+            ],
         );
         println!("| no-op, hand-written WAT | {} | {} | {} |", us(wat_stats.wall), us(wat_stats.cpu), wat_stats.runs);
         println!(
@@ -315,19 +320,32 @@ impl Bench<'_> {
     /// `compiled` in Wasm against `native` on the synthetic fleet.
     fn compare(&self, compiled: &CompiledPolicy, native: &dyn Policy, nodes: u32, pending: u32) -> Row {
         let bytes = SnapshotFixture::synthetic_fleet(nodes, GPUS_PER_NODE, pending, SEED).encode();
-        let evaluation = self.runtime.evaluate(compiled, &bytes, self.limits).unwrap();
+        let evaluation =
+            self.runtime.evaluate(EvaluationRequest::new(compiled, &bytes, self.limits)).into_result().unwrap();
         // Same policy, same answer: the native run is a fair baseline only if it does the same work.
         let native_output = evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap();
         assert_eq!(evaluation.output, native_output, "Wasm and native decide alike ({nodes} nodes, {pending} pending)");
         let [wasm, native_stats] = self.interleaved(
             3.0,
             20,
-            [&mut || drop(self.runtime.evaluate(compiled, &bytes, self.limits).unwrap()), &mut || {
-                drop(evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap())
-            }],
+            [
+                &mut || {
+                    drop(
+                        self.runtime
+                            .evaluate(EvaluationRequest::new(compiled, &bytes, self.limits))
+                            .into_result()
+                            .unwrap(),
+                    )
+                },
+                &mut || drop(evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap()),
+            ],
         );
         let faults = (
-            minor_faults_of(|| drop(self.runtime.evaluate(compiled, &bytes, self.limits).unwrap())),
+            minor_faults_of(|| {
+                drop(
+                    self.runtime.evaluate(EvaluationRequest::new(compiled, &bytes, self.limits)).into_result().unwrap(),
+                )
+            }),
             minor_faults_of(|| drop(evaluate_encoded(native, &bytes, &mut Vec::new()).unwrap())),
         );
         Row {
@@ -355,7 +373,8 @@ impl Bench<'_> {
                 };
                 let bytes = abi::encode_snapshot(&snapshot);
                 step(0);
-                let evaluation = self.runtime.evaluate(compiled, &bytes, self.limits).unwrap();
+                let evaluation =
+                    self.runtime.evaluate(EvaluationRequest::new(compiled, &bytes, self.limits)).into_result().unwrap();
                 step(1);
                 let decisions = evaluation.decisions().unwrap();
                 step(2);
@@ -376,9 +395,9 @@ impl Bench<'_> {
             20,
             [
                 &mut || {
-                    let (record, phases) = self.runtime.evaluate_timed(compiled, bytes, self.limits);
+                    let record = self.runtime.evaluate(EvaluationRequest::new(compiled, bytes, self.limits));
+                    all.push(record.phases);
                     record.result.unwrap();
-                    all.push(phases);
                 },
                 &mut || drop(evaluate_encoded(native, bytes, &mut Vec::new()).unwrap()),
             ],

@@ -2,14 +2,17 @@
 //! limit is written down. No other crate in the workspace should depend on wasmtime.
 //!
 //! ```no_run
-//! use airtime_policy_host::{PolicyLimits, PolicyRuntime, RuntimeConfig};
+//! use airtime_policy_host::{EvaluationRequest, Lane, PolicyLimits, PolicyRuntime, RuntimeConfig};
 //!
 //! # fn main() -> Result<(), airtime_policy_host::PolicyError> {
 //! # let (wasm, snapshot_bytes): (Vec<u8>, Vec<u8>) = (vec![], vec![]);
 //! let runtime = PolicyRuntime::new(RuntimeConfig::default())?; // once per process
 //! let policy = runtime.compile(&wasm)?; // at upload: every check, then cached by sha256
 //! // Each cycle, on a blocking thread (tokio::task::spawn_blocking):
-//! let evaluation = runtime.evaluate(&policy, &snapshot_bytes, &PolicyLimits::default())?;
+//! let limits = PolicyLimits::default();
+//! let request = EvaluationRequest::new(&policy, &snapshot_bytes, &limits).in_lane(Lane::Platform);
+//! let record = runtime.evaluate(request); // logs and timing, kept whether or not it succeeded
+//! let evaluation = record.into_result()?;
 //! for decision in evaluation.decisions()? {
 //!     // check against the snapshot (airtime_policy_sdk::check::check_decisions), then act
 //! }
@@ -32,8 +35,8 @@
 //! - **Cheap resets**: where Linux has `PAGEMAP_SCAN` (6.7+), only the pages an instance wrote are
 //!   zeroed when it ends (a Rust policy's 1 MiB stack is mostly untouched), which halves the floor of
 //!   an evaluation of a Rust policy; elsewhere the pool zeroes what it keeps resident.
-//! - **Where the time goes** is measured per evaluation on request
-//!   ([`PolicyRuntime::evaluate_timed`]): instantiation, copies, the guest's own work, the output
+//! - **Where the time goes** is measured for every evaluation
+//!   ([`EvaluationRecord::phases`]): instantiation, copies, the guest's own work, the output
 //!   check, teardown. `cargo bench -p airtime-policy-host --bench policy_eval` reports them
 //!   (`BENCHMARKS.md`).
 //! - **Memory capped per evaluation** by a `ResourceLimiter` ([`PolicyLimits::max_memory_bytes`])
@@ -62,7 +65,8 @@ pub use error::PolicyError;
 pub use lanes::{Lane, LaneSlots};
 pub use limits::{PolicyLimits, RuntimeConfig};
 pub use runtime::{
-    CompiledPolicy, Evaluation, EvaluationPhases, EvaluationRecord, ParamsVerdict, PolicyLog, PolicyRuntime,
+    CompiledPolicy, Evaluation, EvaluationPhases, EvaluationRecord, EvaluationRequest, ParamsVerdict, PolicyLog,
+    PolicyRuntime,
 };
 
 /// The ABI version this host speaks.

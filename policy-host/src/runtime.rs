@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use airtime_policy_sdk::abi::{self, ABI_VERSION, Decision, Snapshot};
+use airtime_policy_sdk::abi::{self, ABI_VERSION, Decision};
 use airtime_policy_sdk::guest::LogLevel;
 use airtime_policy_sdk::text;
 use sha2::{Digest, Sha256};
@@ -127,10 +127,39 @@ pub struct EvaluationRecord {
     pub elapsed: Duration,
     /// Size of the guest's linear memory at the end; 0 if instantiation failed.
     pub memory_bytes: u64,
+    /// Where the time went: the policy's own work against what the sandbox adds around it
+    /// (benchmarks and `airtime-policy run --repeat` report both).
+    pub phases: EvaluationPhases,
 }
 
-/// Where the time of one evaluation went, from [`PolicyRuntime::evaluate_timed`]. A phase that
-/// did not run (the evaluation failed before it) is zero.
+/// What to evaluate and how: the one argument of [`PolicyRuntime::evaluate`]. Build it with
+/// [`EvaluationRequest::new`] and, for another lane, [`EvaluationRequest::in_lane`].
+#[derive(Debug, Clone, Copy)]
+pub struct EvaluationRequest<'a> {
+    /// The policy, compiled by the runtime that evaluates it.
+    pub policy: &'a CompiledPolicy,
+    /// The encoded snapshot (`airtime_policy_sdk::abi::encode_snapshot`).
+    pub snapshot: &'a [u8],
+    /// Its limits for this evaluation.
+    pub limits: &'a PolicyLimits,
+    /// The lane whose slot it takes ([`Lane::Tenant`], the restricted one, unless said otherwise).
+    pub lane: Lane,
+}
+
+impl<'a> EvaluationRequest<'a> {
+    /// Evaluate `policy` on `snapshot` (encoded) within `limits`, in the tenants' lane.
+    pub fn new(policy: &'a CompiledPolicy, snapshot: &'a [u8], limits: &'a PolicyLimits) -> Self {
+        EvaluationRequest { policy, snapshot, limits, lane: Lane::Tenant }
+    }
+
+    /// The same request, in `lane`.
+    pub fn in_lane(self, lane: Lane) -> Self {
+        EvaluationRequest { lane, ..self }
+    }
+}
+
+/// Where the time of one evaluation went ([`EvaluationRecord::phases`]). A phase that did not run
+/// (the evaluation failed before it) is zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EvaluationPhases {
     /// A fresh instance from the pool, with the module's memory image mapped and any start
@@ -332,18 +361,6 @@ impl PolicyRuntime {
         Ok(())
     }
 
-    /// Runs `policy` on an encoded snapshot in a fresh instance. Blocking (call it from a blocking
-    /// thread: `tokio::task::spawn_blocking`), bounded by `limits`. The decision buffer is checked
-    /// to decode; its meaning is the caller's to check.
-    pub fn evaluate(
-        &self,
-        policy: &CompiledPolicy,
-        snapshot_bytes: &[u8],
-        limits: &PolicyLimits,
-    ) -> Result<Evaluation, PolicyError> {
-        self.evaluate_recorded(policy, snapshot_bytes, limits).into_result()
-    }
-
     /// Offers `params` (the JSON an activation would hand the policy in every snapshot) to the
     /// policy's `airtime_validate_params`, in a fresh instance bounded by `limits`: the host copies
     /// the UTF-8 text into a buffer from `airtime_alloc` and calls the export with its pointer and
@@ -402,60 +419,14 @@ impl PolicyRuntime {
         Ok(ParamsVerdict::Refused(message))
     }
 
-    /// Encodes `snapshot` and evaluates it.
-    pub fn evaluate_snapshot(
-        &self,
-        policy: &CompiledPolicy,
-        snapshot: &Snapshot<'_>,
-        limits: &PolicyLimits,
-    ) -> Result<Evaluation, PolicyError> {
-        let bytes = abi::try_encode_snapshot(snapshot).map_err(|e| PolicyError::Internal { message: e.to_string() })?;
-        self.evaluate(policy, &bytes, limits)
-    }
-
-    /// As [`evaluate`](Self::evaluate), keeping logs and timing when it fails.
-    pub fn evaluate_recorded(
-        &self,
-        policy: &CompiledPolicy,
-        snapshot_bytes: &[u8],
-        limits: &PolicyLimits,
-    ) -> EvaluationRecord {
-        self.evaluate_timed(policy, snapshot_bytes, limits).0
-    }
-
-    /// As [`evaluate_recorded`](Self::evaluate_recorded), also saying where the time went: the
-    /// policy's own work against what the sandbox adds around it (benchmarks and
-    /// `airtime-policy run --repeat` report both).
-    pub fn evaluate_timed(
-        &self,
-        policy: &CompiledPolicy,
-        snapshot_bytes: &[u8],
-        limits: &PolicyLimits,
-    ) -> (EvaluationRecord, EvaluationPhases) {
-        self.evaluate_timed_in(Lane::Tenant, policy, snapshot_bytes, limits)
-    }
-
-    /// As [`evaluate_recorded`](Self::evaluate_recorded), in `lane`.
-    pub fn evaluate_recorded_in(
-        &self,
-        lane: Lane,
-        policy: &CompiledPolicy,
-        snapshot_bytes: &[u8],
-        limits: &PolicyLimits,
-    ) -> EvaluationRecord {
-        self.evaluate_timed_in(lane, policy, snapshot_bytes, limits).0
-    }
-
-    /// The one way a policy is evaluated: a slot in `lane` (waiting at most the deadline for
-    /// one), a fresh instance, the call, the teardown. The methods without a lane run in the
-    /// tenants' lane, the restricted one.
-    pub fn evaluate_timed_in(
-        &self,
-        lane: Lane,
-        policy: &CompiledPolicy,
-        snapshot_bytes: &[u8],
-        limits: &PolicyLimits,
-    ) -> (EvaluationRecord, EvaluationPhases) {
+    /// The one way a policy is evaluated: a slot in the request's lane (waiting at most the
+    /// deadline for one), a fresh instance, the call, the teardown. Blocking (call it from a blocking
+    /// thread: `tokio::task::spawn_blocking`), bounded by the request's limits. The decision buffer
+    /// is checked to decode; its meaning is the caller's to check. The record keeps the logs and
+    /// the timing whether or not the evaluation succeeded; [`EvaluationRecord::into_result`] is
+    /// the result alone.
+    pub fn evaluate(&self, request: EvaluationRequest<'_>) -> EvaluationRecord {
+        let EvaluationRequest { policy, snapshot: snapshot_bytes, limits, lane } = request;
         let started = Instant::now();
         let mut phases = EvaluationPhases::default();
         let failed_early = |error| EvaluationRecord {
@@ -464,18 +435,19 @@ impl PolicyRuntime {
             logs_dropped: 0,
             elapsed: started.elapsed(),
             memory_bytes: 0,
+            phases,
         };
         if policy.inner.runtime_id != self.inner.id {
             let error =
                 PolicyError::Internal { message: "the policy was compiled by another PolicyRuntime".to_owned() };
-            return (failed_early(error), phases);
+            return failed_early(error);
         }
         if let Err(error) = limits.validate() {
-            return (failed_early(error), phases);
+            return failed_early(error);
         }
         let _slot = match self.inner.lanes.admit(lane, limits.deadline()) {
             Ok(slot) => slot,
-            Err(error) => return (failed_early(error), phases),
+            Err(error) => return failed_early(error),
         };
         let mut store = self.store(limits);
         let result = self.run(policy, &mut store, snapshot_bytes, limits, &mut phases);
@@ -483,14 +455,14 @@ impl PolicyRuntime {
         let teardown = Instant::now();
         let state = store.into_data();
         phases.teardown = teardown.elapsed();
-        let record = EvaluationRecord {
+        EvaluationRecord {
             result,
             logs: state.logs.lines,
             logs_dropped: state.logs.dropped,
             elapsed: started.elapsed(),
             memory_bytes,
-        };
-        (record, phases)
+            phases,
+        }
     }
 
     /// A store for one evaluation: memory capped, deadline set, logs bounded.

@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use airtime_policy_host::{CompiledPolicy, ParamsVerdict, PolicyLimits, PolicyLog, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{
+    CompiledPolicy, EvaluationRequest, ParamsVerdict, PolicyLimits, PolicyLog, PolicyRuntime, RuntimeConfig,
+};
 use airtime_scheduler::cycle::{Evaluated, Evaluator, Lane, PolicyHandle};
 use anyhow::{Context, bail};
 use uuid::Uuid;
@@ -109,7 +111,7 @@ impl Evaluator for Catalog {
     type Log = PolicyLog;
 
     async fn evaluate(&self, policy: &SimPolicy, snapshot: Vec<u8>, _: Lane, _: Option<&str>) -> Evaluated<PolicyLog> {
-        let record = self.runtime.evaluate_recorded(&policy.compiled, &snapshot, &self.limits);
+        let record = self.runtime.evaluate(EvaluationRequest::new(&policy.compiled, &snapshot, &self.limits));
         Evaluated { output: record.result.map_err(|e| (e.kind(), e.to_string())), logs: record.logs }
     }
 

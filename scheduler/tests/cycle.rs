@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use airtime_policy_host::{CompiledPolicy, PolicyLimits, PolicyLog, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{CompiledPolicy, EvaluationRequest, PolicyLimits, PolicyLog, PolicyRuntime, RuntimeConfig};
 use airtime_policy_sdk::abi;
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 use airtime_scheduler::check::Proposal;
@@ -48,7 +48,7 @@ impl Evaluator for Wasm {
     type Log = PolicyLog;
 
     async fn evaluate(&self, policy: &Module, snapshot: Vec<u8>, _: Lane, _: Option<&str>) -> Evaluated<PolicyLog> {
-        let record = self.0.evaluate_recorded(&policy.compiled, &snapshot, &PolicyLimits::default());
+        let record = self.0.evaluate(EvaluationRequest::new(&policy.compiled, &snapshot, &PolicyLimits::default()));
         Evaluated { output: record.result.map_err(|e| (e.kind(), e.to_string())), logs: record.logs }
     }
 

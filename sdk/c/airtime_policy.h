@@ -79,207 +79,310 @@ extern "C" {
 /** "ATDC", the first four bytes of a decision buffer, as a little-endian u32. */
 #define AIRTIME_DECISIONS_MAGIC 0x43445441u
 
-/* Record sizes: the minimum stride of each table (abi.rs *_SIZE). */
-#define AIRTIME_SNAPSHOT_HEADER_SIZE 104u
 /** The header guests before ABI 1.3 read (they ignore the 16 bytes after it). */
 #define AIRTIME_SNAPSHOT_HEADER_SIZE_1_2 88u
-#define AIRTIME_TENANT_SIZE 40u
-#define AIRTIME_NODE_SIZE 48u
-#define AIRTIME_GPU_SIZE 64u
-#define AIRTIME_WORKLOAD_SIZE 112u
 /** A whole GPU in thousandths: the unit of shares (ABI 1.2). */
 #define AIRTIME_WHOLE_GPU_MILLI 1000u
-#define AIRTIME_SETTINGS_SIZE 32u
-/** A service record (ABI 1.3). */
-#define AIRTIME_SERVICE_SIZE 80u
+/** The decision buffer's header: {magic "ATDC", count u32}. */
 #define AIRTIME_DECISIONS_HEADER_SIZE 8u
-/** Decision records have no stride: exactly 32 bytes in version 1. */
-#define AIRTIME_DECISION_SIZE 32u
 
 /* Descriptors inside a record. */
 #define AIRTIME_TABLE_DESCRIPTOR_SIZE 12u  /* {offset u32, count u32, stride u32} */
 #define AIRTIME_STRING_DESCRIPTOR_SIZE 8u  /* {offset u32, len u32} */
 
-/* Snapshot header, 104 bytes (1.0 to 1.2 guests read the first 88): field offsets. */
-#define AIRTIME_SNAP_MAGIC 0u         /* 4 bytes "ATSN" */
-#define AIRTIME_SNAP_ABI_VERSION 4u   /* u32, = 1 */
-#define AIRTIME_SNAP_NOW_MS 8u        /* u64, Unix ms given by the host (the guest has no clock) */
-#define AIRTIME_SNAP_TENANTS 16u      /* table */
-#define AIRTIME_SNAP_NODES 28u        /* table */
-#define AIRTIME_SNAP_GPUS 40u         /* table */
-#define AIRTIME_SNAP_WORKLOADS 52u    /* table */
-#define AIRTIME_SNAP_SETTINGS 64u     /* table, 0 or 1 record */
-#define AIRTIME_SNAP_PARAMS 76u       /* string: the policy's JSON configuration, "{}" when none */
-#define AIRTIME_SNAP_SCOPE_TENANT 84u /* u32 tenant index this evaluation is for; NONE: platform */
-#define AIRTIME_SNAP_SERVICES 88u     /* table, 1.3: elastic inference services */
-#define AIRTIME_SNAP_RESERVED 100u    /* u32, 1.3: 0 */
-
-/* Tenant, 40 bytes (1.0/1.1 guests read the first 32). */
-#define AIRTIME_TENANT_NAME 0u              /* string */
-#define AIRTIME_TENANT_GUARANTEED_GPUS 8u   /* u32 */
-#define AIRTIME_TENANT_WEIGHT 12u           /* u32 */
-#define AIRTIME_TENANT_RUNNING_GPUS 16u     /* u32: GPUs its running workloads hold now */
-#define AIRTIME_TENANT_TIER 20u             /* i32: higher is more important */
-#define AIRTIME_TENANT_DECAYED_GPU_HOURS 24u /* f32: usage history, half-life decayed */
-#define AIRTIME_TENANT_FLAGS 28u            /* u32 */
-#define AIRTIME_TENANT_FLAG_MAY_BORROW 0x1u /* may borrow idle capacity */
-#define AIRTIME_TENANT_RUNNING_GPU_MILLI 32u /* u32, 1.2: thousandths of a GPU held (a quarter share: 250) */
-#define AIRTIME_TENANT_RESERVED 36u         /* u32 */
-
-/* Node, 48 bytes. */
-#define AIRTIME_NODE_NAME 0u             /* string */
-#define AIRTIME_NODE_STATE 8u            /* u32: enum airtime_node_state */
-#define AIRTIME_NODE_CPU_MILLIS 12u      /* u32: total */
-#define AIRTIME_NODE_CPU_MILLIS_FREE 16u /* u32: not reserved by running workloads */
-#define AIRTIME_NODE_MEMORY_MB 20u       /* u32: total */
-#define AIRTIME_NODE_MEMORY_MB_FREE 24u  /* u32 */
-#define AIRTIME_NODE_GPU_FIRST 28u       /* u32: index of its first GPU in the gpus table */
-#define AIRTIME_NODE_GPU_COUNT 32u       /* u32: its GPUs are gpu_first .. gpu_first + gpu_count */
-#define AIRTIME_NODE_COST_PER_HOUR 36u   /* f32, USD */
-#define AIRTIME_NODE_CPU_UTIL 40u        /* f32, 0..1, live */
-#define AIRTIME_NODE_FLAGS 44u           /* u32 */
-#define AIRTIME_NODE_FLAG_SIMULATED 0x1u /* simulated GPUs */
-#define AIRTIME_NODE_FLAG_CONTAINERS 0x2u /* 1.4: runs container workloads */
-
-/* GPU, 64 bytes (1.0/1.1 guests read the first 40): a whole GPU or a MIG instance. */
-#define AIRTIME_GPU_NODE 0u             /* u32: node index */
-#define AIRTIME_GPU_DEVICE_INDEX 4u     /* u32: on its node, as CUDA_VISIBLE_DEVICES counts */
-#define AIRTIME_GPU_MODEL 8u            /* string */
-#define AIRTIME_GPU_MEMORY_MB 16u       /* u32: total */
-#define AIRTIME_GPU_MEMORY_USED_MB 20u  /* u32: live telemetry */
-#define AIRTIME_GPU_UTIL 24u            /* f32, 0..1, live */
-#define AIRTIME_GPU_NVLINK_GROUP 28u    /* u32: same value, same NVLink domain; NONE unknown */
-#define AIRTIME_GPU_HOLDER 32u          /* u32: workload index holding it (a shared GPU: the first sharer), NONE when free */
-#define AIRTIME_GPU_FLAGS 36u           /* u32 */
-#define AIRTIME_GPU_FLAG_SIMULATED 0x1u
-#define AIRTIME_GPU_SHARING 40u             /* u32, 1.2: enum airtime_sharing */
-#define AIRTIME_GPU_FREE_MILLI 44u          /* u32, 1.2: thousandths no workload holds (1000 free) */
-#define AIRTIME_GPU_MEMORY_RESERVED_MB 48u  /* u32, 1.2: memory slices of its sharers */
-#define AIRTIME_GPU_SHARERS 52u             /* u32, 1.2: workloads holding a share */
-#define AIRTIME_GPU_MIG_PROFILE 56u         /* string, 1.2: a MIG instance's profile; empty otherwise */
-
-/* Workload, 112 bytes (the pending and running workloads of the scope; 1.0/1.1 guests read 88,
- * 1.2 guests 104). */
-#define AIRTIME_WORKLOAD_ID 0u                   /* string: UUID text */
-#define AIRTIME_WORKLOAD_NAME 8u                 /* string */
-#define AIRTIME_WORKLOAD_TENANT 16u              /* u32: tenant index */
-#define AIRTIME_WORKLOAD_CLASS 20u               /* u32: enum airtime_workload_class */
-#define AIRTIME_WORKLOAD_STATE 24u               /* u32: enum airtime_workload_state */
-#define AIRTIME_WORKLOAD_PRIORITY 28u            /* i32: higher first */
-#define AIRTIME_WORKLOAD_GPU_COUNT 32u           /* u32 */
-#define AIRTIME_WORKLOAD_GPU_MEMORY_MB 36u       /* u32: needed on each GPU */
-#define AIRTIME_WORKLOAD_GPU_MODELS 40u          /* string: comma-separated allowed models; empty: any */
-#define AIRTIME_WORKLOAD_CPU_MILLIS 48u          /* u32: host CPU needed on the node, by any placement */
-#define AIRTIME_WORKLOAD_MEMORY_MB 52u           /* u32: host memory needed, by any placement */
-#define AIRTIME_WORKLOAD_SUBMITTED_MS 56u        /* u64 */
-#define AIRTIME_WORKLOAD_STARTED_MS 64u          /* u64: 0 when not running */
-#define AIRTIME_WORKLOAD_NODE 72u                /* u32: node index (running only), else NONE */
-#define AIRTIME_WORKLOAD_FLAGS 76u               /* u32 */
-#define AIRTIME_WORKLOAD_EXPECTED_DURATION_S 80u /* u32: 0 unknown */
-#define AIRTIME_WORKLOAD_PREEMPTIONS_LAST_HOUR 84u /* u32, 1.5: at the settings' cap the host refuses another */
-#define AIRTIME_WORKLOAD_GPU_MILLI 88u           /* u32, 1.2: share of each GPU; 1000 whole, less: a share of one */
-#define AIRTIME_WORKLOAD_MIG_PROFILE 92u         /* string, 1.2: MIG profile it must run on; empty: none */
-#define AIRTIME_WORKLOAD_RESERVED_2 100u         /* u32 */
-#define AIRTIME_WORKLOAD_SERVICE 104u            /* u32, 1.3: service index it is a replica of; NONE: a job */
-#define AIRTIME_WORKLOAD_REPLICA_VARIANT 108u    /* u32, 1.3: enum airtime_replica_variant */
-#define AIRTIME_WORKLOAD_FLAG_PREEMPTIBLE 0x1u
-#define AIRTIME_WORKLOAD_FLAG_CHECKPOINTABLE 0x2u
-#define AIRTIME_WORKLOAD_FLAG_CPU_CAPABLE 0x4u
-/** All GPUs on one node. Every placement in version 1 names one node, so it always holds. */
-#define AIRTIME_WORKLOAD_FLAG_GANG 0x8u
-#define AIRTIME_WORKLOAD_FLAG_CONTAINER 0x10u /* 1.4: runs in an OCI image; only on a node with AIRTIME_NODE_FLAG_CONTAINERS */
-
-/* Settings, 32 bytes (the platform's priority settings). */
-#define AIRTIME_SETTINGS_BURST_RESERVE_GPUS 0u       /* u32: kept free for real-time inference */
-#define AIRTIME_SETTINGS_REALTIME_FIRST 4u           /* u32: 1, customer-facing inference first */
-#define AIRTIME_SETTINGS_MIN_RUNTIME_S 8u            /* u32: before a workload may be preempted */
-#define AIRTIME_SETTINGS_GRACE_PERIOD_S 12u          /* u32 */
-#define AIRTIME_SETTINGS_MAX_PREEMPTIONS_PER_HOUR 16u /* u32 */
-#define AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS 20u    /* i32: 0 outside the night window */
-#define AIRTIME_SETTINGS_FLAGS 24u                   /* u32, 1.5: AIRTIME_SETTINGS_FLAG_* */
-#define AIRTIME_SETTINGS_FLAG_CHECKPOINTABLE_ONLY 0x1u /* 1.5: only checkpointable work may be preempted */
-
-/* Service, 80 bytes (ABI 1.3): an elastic inference service of the scope and the host's
- * autoscaler plan for it. Its replicas are ordinary workloads naming it (AIRTIME_WORKLOAD_SERVICE);
- * the host has already started the replicas the plan adds, as pending workloads. */
-#define AIRTIME_SERVICE_NAME 0u                   /* string */
-#define AIRTIME_SERVICE_TENANT 8u                 /* u32: tenant index */
-#define AIRTIME_SERVICE_CLASS 12u                 /* u32: enum airtime_workload_class of its replicas */
-#define AIRTIME_SERVICE_METRIC 16u                /* u32: enum airtime_load_metric */
-#define AIRTIME_SERVICE_MIN_REPLICAS 20u          /* u32 */
-#define AIRTIME_SERVICE_MAX_REPLICAS 24u          /* u32 */
-#define AIRTIME_SERVICE_CAPACITY 28u              /* f32: load one GPU replica carries */
-#define AIRTIME_SERVICE_CPU_CAPACITY 32u          /* f32: load one CPU replica carries; 0: no CPU variant */
-#define AIRTIME_SERVICE_DEMAND 36u                /* f32: load the autoscaler provisions for; 0 stale or draining */
-#define AIRTIME_SERVICE_LATEST 40u                /* f32: newest report's load; 0 when none */
-#define AIRTIME_SERVICE_DESIRED_GPU 44u           /* u32: GPU replicas wanted */
-#define AIRTIME_SERVICE_DESIRED_CPU 48u           /* u32: CPU replicas wanted */
-#define AIRTIME_SERVICE_PLACED_GPU 52u            /* u32: GPU replicas scheduled or running */
-#define AIRTIME_SERVICE_PLACED_CPU 56u            /* u32 */
-#define AIRTIME_SERVICE_PENDING_GPU 60u           /* u32: GPU replicas waiting for a place */
-#define AIRTIME_SERVICE_PENDING_CPU 64u           /* u32 */
-#define AIRTIME_SERVICE_GPU_MILLI_PER_REPLICA 68u /* u32: thousandths of a GPU one GPU replica holds */
-#define AIRTIME_SERVICE_FLAGS 72u                 /* u32 */
-#define AIRTIME_SERVICE_RESERVED 76u              /* u32 */
-#define AIRTIME_SERVICE_FLAG_CPU_VARIANT 0x1u     /* has a CPU variant */
-#define AIRTIME_SERVICE_FLAG_DRAINING 0x2u        /* deleted: every replica drains */
-#define AIRTIME_SERVICE_FLAG_STALE 0x4u           /* no recent report: the replicas are held */
-
-/* Decision record, 32 bytes, after the 8-byte header {magic "ATDC", count u32}. */
-#define AIRTIME_DECISION_KIND 0u     /* u32: enum airtime_decision_kind */
-#define AIRTIME_DECISION_WORKLOAD 4u /* u32: workload index */
-#define AIRTIME_DECISION_NODE 8u     /* u32: node index for a place, else NONE */
-#define AIRTIME_DECISION_RESERVED 12u /* u32: 0 */
-#define AIRTIME_DECISION_GPUS 16u    /* {offset u32, len u32}: u32 GPU indexes; len counts GPUs */
-#define AIRTIME_DECISION_REASON 24u  /* string: why, in words the tenant reads */
-
-/* Every record's last field ends at its size; a typo in an offset above fails to compile. */
 #ifdef __cplusplus
 #define AIRTIME_STATIC_ASSERT(condition, what) static_assert(condition, what)
 #else
 #define AIRTIME_STATIC_ASSERT(condition, what) _Static_assert(condition, what)
 #endif
-AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SCOPE_TENANT + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE_1_2, "1.2 snapshot header");
-AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SERVICES == AIRTIME_SNAPSHOT_HEADER_SIZE_1_2, "1.3 appends to the header");
-AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_RESERVED + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE, "snapshot header");
-AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SETTINGS + AIRTIME_TABLE_DESCRIPTOR_SIZE == AIRTIME_SNAP_PARAMS, "tables");
-AIRTIME_STATIC_ASSERT(AIRTIME_TENANT_RESERVED + 4 == AIRTIME_TENANT_SIZE, "tenant record");
-AIRTIME_STATIC_ASSERT(AIRTIME_NODE_FLAGS + 4 == AIRTIME_NODE_SIZE, "node record");
-AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "gpu record");
-AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_REPLICA_VARIANT + 4 == AIRTIME_WORKLOAD_SIZE, "workload record");
-AIRTIME_STATIC_ASSERT(AIRTIME_SERVICE_RESERVED + 4 == AIRTIME_SERVICE_SIZE, "service record");
-AIRTIME_STATIC_ASSERT(AIRTIME_SETTINGS_FLAGS + 8 == AIRTIME_SETTINGS_SIZE, "settings record");
-AIRTIME_STATIC_ASSERT(AIRTIME_DECISION_REASON + 8 == AIRTIME_DECISION_SIZE, "decision record");
-AIRTIME_STATIC_ASSERT(sizeof(void *) == 4 && sizeof(size_t) == 4, "the ABI is wasm32: pointers are i32");
+
+/* Every record's size, field offsets and flag bits, and the enumerations, as sdk/src/abi.rs
+ * declares them (docs/policy-abi.md has the same tables). Every record's last field ends at its
+ * size, which the assertions check. */
+/* generated: layout (from sdk/src/abi.rs by `cargo run -p airtime-policy-sdk --bin abi-gen`; do not edit) */
+/* Snapshot header, 104 bytes. */
+#define AIRTIME_SNAPSHOT_HEADER_SIZE 104u
+/** `"ATSN"`. */
+#define AIRTIME_SNAP_MAGIC 0u /* 4 bytes */
+/** = 1. */
+#define AIRTIME_SNAP_ABI_VERSION 4u /* u32 */
+/** Unix ms, given by the host (the guest has no clock). */
+#define AIRTIME_SNAP_NOW_MS 8u /* u64 */
+#define AIRTIME_SNAP_TENANTS 16u /* table {offset u32, count u32, stride u32} */
+#define AIRTIME_SNAP_NODES 28u /* table {offset u32, count u32, stride u32} */
+#define AIRTIME_SNAP_GPUS 40u /* table {offset u32, count u32, stride u32} */
+#define AIRTIME_SNAP_WORKLOADS 52u /* table {offset u32, count u32, stride u32} */
+/** 0 or 1 record. */
+#define AIRTIME_SNAP_SETTINGS 64u /* table {offset u32, count u32, stride u32} */
+/** The policy's JSON configuration, `{}` when none. */
+#define AIRTIME_SNAP_PARAMS 76u /* string {offset u32, len u32} */
+/** The tenant (index) this evaluation is for; `NONE` for the platform scope. */
+#define AIRTIME_SNAP_SCOPE_TENANT 84u /* u32, AIRTIME_NONE when absent */
+/** ABI 1.3: elastic inference services. */
+#define AIRTIME_SNAP_SERVICES 88u /* table {offset u32, count u32, stride u32} */
+/** 0; keeps the tables 8-aligned. */
+#define AIRTIME_SNAP_RESERVED 100u /* u32: 0 */
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_RESERVED + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE, "Snapshot header");
+
+/* Tenant, 40 bytes. */
+#define AIRTIME_TENANT_SIZE 40u
+#define AIRTIME_TENANT_NAME 0u /* string {offset u32, len u32} */
+#define AIRTIME_TENANT_GUARANTEED_GPUS 8u /* u32 */
+#define AIRTIME_TENANT_WEIGHT 12u /* u32 */
+/** GPUs its running workloads hold now. */
+#define AIRTIME_TENANT_RUNNING_GPUS 16u /* u32 */
+/** Higher is more important. */
+#define AIRTIME_TENANT_TIER 20u /* i32 */
+/** Usage history, half-life decayed. */
+#define AIRTIME_TENANT_DECAYED_GPU_HOURS 24u /* f32 */
+#define AIRTIME_TENANT_FLAGS 28u /* u32: AIRTIME_TENANT_FLAG_* */
+/** May borrow idle capacity beyond `guaranteed_gpus`. */
+#define AIRTIME_TENANT_FLAG_MAY_BORROW 0x1u
+/**
+ * ABI 1.2: what its running workloads hold now, in thousandths of a GPU (a quarter share counts
+ * 250, a MIG instance its share of the GPU's seven compute slices, 142 for `1g`); `running_gpus`
+ * is this rounded up, for guests that count whole GPUs.
+ */
+#define AIRTIME_TENANT_RUNNING_GPU_MILLI 32u /* u32 */
+#define AIRTIME_TENANT_RESERVED 36u /* u32: 0 */
+AIRTIME_STATIC_ASSERT(AIRTIME_TENANT_RESERVED + 4 == AIRTIME_TENANT_SIZE, "Tenant");
+
+/* Node, 48 bytes. */
+#define AIRTIME_NODE_SIZE 48u
+#define AIRTIME_NODE_NAME 0u /* string {offset u32, len u32} */
+/**
+ * Whether it takes work (draining: cordoned or drained by an operator, and the host refuses a
+ * placement there).
+ */
+#define AIRTIME_NODE_STATE 8u /* u32: enum airtime_node_state */
+/** Total CPU, in thousandths of a core. */
+#define AIRTIME_NODE_CPU_MILLIS 12u /* u32 */
+/** CPU not reserved by running workloads. */
+#define AIRTIME_NODE_CPU_MILLIS_FREE 16u /* u32 */
+/** Total memory, MiB. */
+#define AIRTIME_NODE_MEMORY_MB 20u /* u32 */
+#define AIRTIME_NODE_MEMORY_MB_FREE 24u /* u32 */
+/** Index of its first GPU in the gpus table. */
+#define AIRTIME_NODE_GPU_FIRST 28u /* u32 */
+/** Number of GPUs; they are `gpu_first .. gpu_first + gpu_count`. */
+#define AIRTIME_NODE_GPU_COUNT 32u /* u32 */
+/** USD per hour. */
+#define AIRTIME_NODE_COST_PER_HOUR 36u /* f32 */
+/** Live CPU utilisation, 0..1. */
+#define AIRTIME_NODE_CPU_UTIL 40u /* f32 */
+#define AIRTIME_NODE_FLAGS 44u /* u32: AIRTIME_NODE_FLAG_* */
+/** Its GPUs are simulated. */
+#define AIRTIME_NODE_FLAG_SIMULATED 0x1u
+/** ABI 1.4: it has a container engine, so it can run container workloads. */
+#define AIRTIME_NODE_FLAG_CONTAINERS 0x2u
+AIRTIME_STATIC_ASSERT(AIRTIME_NODE_FLAGS + 4 == AIRTIME_NODE_SIZE, "Node");
+
+/* Gpu, 64 bytes. */
+#define AIRTIME_GPU_SIZE 64u
+/** Index of its node in the nodes table. */
+#define AIRTIME_GPU_NODE 0u /* u32: an index */
+/** Position on its node, as `CUDA_VISIBLE_DEVICES` counts. */
+#define AIRTIME_GPU_DEVICE_INDEX 4u /* u32 */
+#define AIRTIME_GPU_MODEL 8u /* string {offset u32, len u32} */
+/** Total memory, MiB. */
+#define AIRTIME_GPU_MEMORY_MB 16u /* u32 */
+/** Memory in use now (live telemetry), MiB. */
+#define AIRTIME_GPU_MEMORY_USED_MB 20u /* u32 */
+/** Live utilisation, 0..1. */
+#define AIRTIME_GPU_UTIL 24u /* f32 */
+/** GPUs with the same value share an NVLink domain; `NONE` when unknown. */
+#define AIRTIME_GPU_NVLINK_GROUP 28u /* u32, AIRTIME_NONE when absent */
+/**
+ * The workload (index) holding it; `NONE` when free. A GPU shared by several workloads names the
+ * first of them, so a guest that knows nothing of sharing sees it as held.
+ */
+#define AIRTIME_GPU_HOLDER 32u /* u32, AIRTIME_NONE when absent */
+#define AIRTIME_GPU_FLAGS 36u /* u32: AIRTIME_GPU_FLAG_* */
+/** Simulated. */
+#define AIRTIME_GPU_FLAG_SIMULATED 0x1u
+/** ABI 1.2: how it is shared. */
+#define AIRTIME_GPU_SHARING 40u /* u32: enum airtime_sharing */
+/** ABI 1.2: thousandths of it no workload holds (1000 when free, 0 when held whole). */
+#define AIRTIME_GPU_FREE_MILLI 44u /* u32 */
+/** ABI 1.2: GPU memory reserved by the memory slices of the workloads sharing it, MiB. */
+#define AIRTIME_GPU_MEMORY_RESERVED_MB 48u /* u32 */
+/** ABI 1.2: how many workloads hold a share of it. */
+#define AIRTIME_GPU_SHARERS 52u /* u32 */
+/** ABI 1.2: a MIG instance's profile (`1g.10gb`); empty for a whole GPU. */
+#define AIRTIME_GPU_MIG_PROFILE 56u /* string {offset u32, len u32} */
+AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "Gpu");
+
+/* Workload, 112 bytes. */
+#define AIRTIME_WORKLOAD_SIZE 112u
+/** UUID text. */
+#define AIRTIME_WORKLOAD_ID 0u /* string {offset u32, len u32} */
+#define AIRTIME_WORKLOAD_NAME 8u /* string {offset u32, len u32} */
+/** Index of its tenant in the tenants table. */
+#define AIRTIME_WORKLOAD_TENANT 16u /* u32: an index */
+#define AIRTIME_WORKLOAD_CLASS 20u /* u32: enum airtime_workload_class */
+/**
+ * Where it is (running: or scheduled; stopping: being preempted or cancelled, still holding its
+ * GPUs).
+ */
+#define AIRTIME_WORKLOAD_STATE 24u /* u32: enum airtime_workload_state */
+/** Higher first. */
+#define AIRTIME_WORKLOAD_PRIORITY 28u /* i32 */
+#define AIRTIME_WORKLOAD_GPU_COUNT 32u /* u32 */
+/** GPU memory needed on each GPU, MiB. */
+#define AIRTIME_WORKLOAD_GPU_MEMORY_MB 36u /* u32 */
+/** Comma-separated allowed GPU models; empty allows any. See `Workload::allows_model`. */
+#define AIRTIME_WORKLOAD_GPU_MODELS 40u /* string {offset u32, len u32} */
+/** Host CPU needed on the node by any placement, GPU or CPU, in thousandths of a core. */
+#define AIRTIME_WORKLOAD_CPU_MILLIS 48u /* u32 */
+/** Host memory needed, MiB. */
+#define AIRTIME_WORKLOAD_MEMORY_MB 52u /* u32 */
+/** Unix ms. */
+#define AIRTIME_WORKLOAD_SUBMITTED_MS 56u /* u64 */
+/** Unix ms; 0 when not running. */
+#define AIRTIME_WORKLOAD_STARTED_MS 64u /* u64 */
+/** The node it runs on (running only; `NONE` otherwise). */
+#define AIRTIME_WORKLOAD_NODE 72u /* u32, AIRTIME_NONE when absent */
+#define AIRTIME_WORKLOAD_FLAGS 76u /* u32: AIRTIME_WORKLOAD_FLAG_* */
+/** May be preempted. */
+#define AIRTIME_WORKLOAD_FLAG_PREEMPTIBLE 0x1u
+/** Can checkpoint and resume. */
+#define AIRTIME_WORKLOAD_FLAG_CHECKPOINTABLE 0x2u
+/** Can run on CPU only. */
+#define AIRTIME_WORKLOAD_FLAG_CPU_CAPABLE 0x4u
+/**
+ * All its GPUs must be on one node. In ABI version 1 every placement names one node, so every
+ * placement satisfies it; the flag exists for multi-node placements later.
+ */
+#define AIRTIME_WORKLOAD_FLAG_GANG 0x8u
+/** ABI 1.4: runs in an OCI image, so only a node with its `containers` bit can take it. */
+#define AIRTIME_WORKLOAD_FLAG_CONTAINER 0x10u
+/** Expected duration in seconds; 0 when unknown. */
+#define AIRTIME_WORKLOAD_EXPECTED_DURATION_S 80u /* u32 */
+/**
+ * ABI 1.5: times it was preempted in the last hour: at the settings' `max_preemptions_per_hour`
+ * the host refuses to preempt it again (0 from older hosts).
+ */
+#define AIRTIME_WORKLOAD_PREEMPTIONS_LAST_HOUR 84u /* u32 */
+/**
+ * ABI 1.2: its share of each GPU, in thousandths: 1000 for whole GPUs, less for a fraction of one
+ * GPU (then `gpu_count` is 1 and `gpu_memory_mb` is its memory slice).
+ */
+#define AIRTIME_WORKLOAD_GPU_MILLI 88u /* u32 */
+/** ABI 1.2: the MIG profile it must run on (`1g.10gb`); empty when it asks for none. */
+#define AIRTIME_WORKLOAD_MIG_PROFILE 92u /* string {offset u32, len u32} */
+#define AIRTIME_WORKLOAD_RESERVED_2 100u /* u32: 0 */
+/** ABI 1.3: the service (index into the services table) it is a replica of; `NONE` for a job. */
+#define AIRTIME_WORKLOAD_SERVICE 104u /* u32, AIRTIME_NONE when absent */
+/** ABI 1.3: which of its service's templates a replica runs; `none` for a job. */
+#define AIRTIME_WORKLOAD_REPLICA_VARIANT 108u /* u32: enum airtime_replica_variant */
+AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_REPLICA_VARIANT + 4 == AIRTIME_WORKLOAD_SIZE, "Workload");
+
+/* Settings, 32 bytes. */
+#define AIRTIME_SETTINGS_SIZE 32u
+/** GPUs kept free for real-time inference. */
+#define AIRTIME_SETTINGS_BURST_RESERVE_GPUS 0u /* u32 */
+/** Customer-facing inference outranks training. */
+#define AIRTIME_SETTINGS_REALTIME_FIRST 4u /* u32: 1 or 0 */
+/** Seconds a workload runs before it may be preempted. */
+#define AIRTIME_SETTINGS_MIN_RUNTIME_S 8u /* u32 */
+#define AIRTIME_SETTINGS_GRACE_PERIOD_S 12u /* u32 */
+#define AIRTIME_SETTINGS_MAX_PREEMPTIONS_PER_HOUR 16u /* u32 */
+/**
+ * Priority added to training and fine-tuning now: the host resolves the platform's night window,
+ * so this is 0 outside it.
+ */
+#define AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS 20u /* i32 */
+#define AIRTIME_SETTINGS_FLAGS 24u /* u32: AIRTIME_SETTINGS_FLAG_* */
+/** ABI 1.5: only checkpointable work may be preempted. */
+#define AIRTIME_SETTINGS_FLAG_CHECKPOINTABLE_ONLY 0x1u
+#define AIRTIME_SETTINGS_RESERVED 28u /* u32: 0 */
+AIRTIME_STATIC_ASSERT(AIRTIME_SETTINGS_RESERVED + 4 == AIRTIME_SETTINGS_SIZE, "Settings");
+
+/* Service, 80 bytes. */
+#define AIRTIME_SERVICE_SIZE 80u
+#define AIRTIME_SERVICE_NAME 0u /* string {offset u32, len u32} */
+/** Index of its tenant in the tenants table. */
+#define AIRTIME_SERVICE_TENANT 8u /* u32: an index */
+/** The class of its replicas. */
+#define AIRTIME_SERVICE_CLASS 12u /* u32: enum airtime_workload_class */
+/** What its load reports measure. */
+#define AIRTIME_SERVICE_METRIC 16u /* u32: enum airtime_load_metric */
+#define AIRTIME_SERVICE_MIN_REPLICAS 20u /* u32 */
+#define AIRTIME_SERVICE_MAX_REPLICAS 24u /* u32 */
+/** Load one GPU replica carries at the latency target, in the service's metric. */
+#define AIRTIME_SERVICE_CAPACITY 28u /* f32 */
+/** Load one CPU replica carries; 0 when it has no CPU variant. */
+#define AIRTIME_SERVICE_CPU_CAPACITY 32u /* f32 */
+/**
+ * The load the autoscaler provisions for (stabilised, with burst headroom); 0 while the reports
+ * are stale or the service drains.
+ */
+#define AIRTIME_SERVICE_DEMAND 36u /* f32 */
+/** The newest report's load; 0 when none has come. */
+#define AIRTIME_SERVICE_LATEST 40u /* f32 */
+/** GPU replicas the autoscaler wants. */
+#define AIRTIME_SERVICE_DESIRED_GPU 44u /* u32 */
+/** CPU replicas the autoscaler wants. */
+#define AIRTIME_SERVICE_DESIRED_CPU 48u /* u32 */
+/** GPU replicas placed now (scheduled or running). */
+#define AIRTIME_SERVICE_PLACED_GPU 52u /* u32 */
+/** CPU replicas placed now. */
+#define AIRTIME_SERVICE_PLACED_CPU 56u /* u32 */
+/** GPU replicas waiting for a place. */
+#define AIRTIME_SERVICE_PENDING_GPU 60u /* u32 */
+/** CPU replicas waiting for a place. */
+#define AIRTIME_SERVICE_PENDING_CPU 64u /* u32 */
+/** Thousandths of a GPU one GPU replica holds (1000 a whole GPU, 250 a quarter share). */
+#define AIRTIME_SERVICE_GPU_MILLI_PER_REPLICA 68u /* u32 */
+#define AIRTIME_SERVICE_FLAGS 72u /* u32: AIRTIME_SERVICE_FLAG_* */
+/** It has a CPU variant. */
+#define AIRTIME_SERVICE_FLAG_CPU_VARIANT 0x1u
+/** Deleted: every replica drains. */
+#define AIRTIME_SERVICE_FLAG_DRAINING 0x2u
+/** No load report recent enough to act on: the autoscaler holds the replicas as they are. */
+#define AIRTIME_SERVICE_FLAG_STALE 0x4u
+#define AIRTIME_SERVICE_RESERVED 76u /* u32: 0 */
+AIRTIME_STATIC_ASSERT(AIRTIME_SERVICE_RESERVED + 4 == AIRTIME_SERVICE_SIZE, "Service");
+
+/* Decision, 32 bytes. */
+#define AIRTIME_DECISION_SIZE 32u
+/** 1 place, 2 preempt, 3 keep pending. */
+#define AIRTIME_DECISION_KIND 0u /* u32 */
+/** Index into the snapshot's workloads. */
+#define AIRTIME_DECISION_WORKLOAD 4u /* u32 */
+/** Node index; place only, else `NONE`. */
+#define AIRTIME_DECISION_NODE 8u /* u32 */
+/** 0. */
+#define AIRTIME_DECISION_RESERVED 12u /* u32: 0 */
+/**
+ * `{offset, len}` of a `u32` array of GPU indexes (into the gpus table) in this buffer; `len`
+ * counts GPUs, not bytes. Empty for a CPU placement.
+ */
+#define AIRTIME_DECISION_GPUS 16u /* {offset u32, len u32} of u32 entries */
+/** Why, in words a tenant reads ("best fit: 40 GB free on h200-3"). */
+#define AIRTIME_DECISION_REASON 24u /* string {offset u32, len u32} */
+AIRTIME_STATIC_ASSERT(AIRTIME_DECISION_REASON + 8 == AIRTIME_DECISION_SIZE, "Decision");
 
 /* Enumerations. A minor version may add values: treat one you do not know conservatively (a node
  * in an unknown state takes no work, a workload in an unknown state is not yours to decide). */
 
-/** How a GPU is shared (GPU offset 40, ABI 1.2). */
-enum airtime_sharing {
-    AIRTIME_SHARING_NONE = 0,         /* one workload holds it whole */
-    AIRTIME_SHARING_TIME_SLICING = 1, /* shares without isolation */
-    AIRTIME_SHARING_MPS = 2,          /* shares with SM and memory limits */
-    AIRTIME_SHARING_MIG = 3,          /* a MIG instance: only its profile, alone */
-};
-
-/** Node state (node offset 8). */
+/** Whether a node takes work. */
 enum airtime_node_state {
     AIRTIME_NODE_READY = 0,
-    AIRTIME_NODE_DRAINING = 1, /* finishing its work; takes none */
-    AIRTIME_NODE_LOST = 2,     /* not heard from; its work is being requeued */
+    AIRTIME_NODE_DRAINING = 1, /* Finishing its work; takes none. */
+    AIRTIME_NODE_LOST = 2, /* Not heard from; its work is being requeued. */
 };
 
-/** Workload state (workload offset 24). */
+/** Where a workload is, as a policy sees it. */
 enum airtime_workload_state {
     AIRTIME_WORKLOAD_PENDING = 0,
-    AIRTIME_WORKLOAD_RUNNING = 1,  /* running or scheduled: holds its resources */
-    AIRTIME_WORKLOAD_STOPPING = 2, /* being preempted or cancelled; still holds its GPUs */
+    AIRTIME_WORKLOAD_RUNNING = 1, /* Running or scheduled: it holds its resources. */
+    AIRTIME_WORKLOAD_STOPPING = 2, /* Being preempted or cancelled: it still holds its resources and will release them within the grace period. Preempting it again changes nothing. */
 };
 
-/** Workload class (workload offset 20). */
+/** What kind of work a workload is. */
 enum airtime_workload_class {
-    AIRTIME_CLASS_REALTIME_INFERENCE = 0,
+    AIRTIME_CLASS_REALTIME_INFERENCE = 0, /* Customer-facing, latency above all. */
     AIRTIME_CLASS_BATCH_INFERENCE = 1,
     AIRTIME_CLASS_TRAINING = 2,
     AIRTIME_CLASS_FINE_TUNING = 3,
@@ -288,17 +391,25 @@ enum airtime_workload_class {
     AIRTIME_CLASS_EVALUATION = 6,
 };
 
-/** What a service's load reports measure (service offset 16, ABI 1.3). */
-enum airtime_load_metric {
-    AIRTIME_METRIC_REQUESTS_PER_SECOND = 0,
-    AIRTIME_METRIC_CONCURRENT_REQUESTS = 1,
+/** How a GPU is shared (ABI 1.2), as the node's agent reports it. */
+enum airtime_sharing {
+    AIRTIME_SHARING_NONE = 0, /* Not shared: one workload holds it whole (a fractional workload placed here gets it all). */
+    AIRTIME_SHARING_TIME_SLICING = 1, /* Shared without isolation. */
+    AIRTIME_SHARING_MPS = 2, /* Shared through CUDA MPS: each workload gets its share of the SMs and a memory limit. */
+    AIRTIME_SHARING_MIG = 3, /* A MIG instance: only work asking for its profile runs on it, alone. */
 };
 
-/** Which of its service's templates a replica runs (workload offset 108, ABI 1.3). */
+/** What a service's load reports measure (ABI 1.3). */
+enum airtime_load_metric {
+    AIRTIME_METRIC_REQUESTS_PER_SECOND = 0, /* Requests per second arriving at the service. */
+    AIRTIME_METRIC_CONCURRENT_REQUESTS = 1, /* Requests in flight at once. */
+};
+
+/** Which of its service's templates a replica runs (ABI 1.3). */
 enum airtime_replica_variant {
-    AIRTIME_REPLICA_NONE = 0, /* not a replica: a job */
-    AIRTIME_REPLICA_GPU = 1,  /* the main template, on GPUs */
-    AIRTIME_REPLICA_CPU = 2,  /* the CPU variant */
+    AIRTIME_REPLICA_NONE = 0, /* Not a replica: a job. */
+    AIRTIME_REPLICA_GPU = 1, /* The main template, on GPUs. */
+    AIRTIME_REPLICA_CPU = 2, /* The CPU variant. */
 };
 
 /** Decision kind (decision offset 0). */
@@ -307,6 +418,13 @@ enum airtime_decision_kind {
     AIRTIME_KIND_PREEMPT = 2,
     AIRTIME_KIND_KEEP_PENDING = 3,
 };
+/* end generated: layout */
+
+/* How the snapshot header grew: 1.3 appended to the 88 bytes 1.2 guests read. */
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SCOPE_TENANT + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE_1_2, "1.2 snapshot header");
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SERVICES == AIRTIME_SNAPSHOT_HEADER_SIZE_1_2, "1.3 appends to the header");
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_SETTINGS + AIRTIME_TABLE_DESCRIPTOR_SIZE == AIRTIME_SNAP_PARAMS, "tables");
+AIRTIME_STATIC_ASSERT(sizeof(void *) == 4 && sizeof(size_t) == 4, "the ABI is wasm32: pointers are i32");
 
 /** airtime.log levels; the host reads codes above 3 as errors, below 0 as debug. */
 enum airtime_log_level {
@@ -738,81 +856,19 @@ static inline const uint8_t *airtime_record(const airtime_snapshot *s, airtime_t
 
 /* Records, decoded. Read one with airtime_read_*: false when the index names no record. */
 
+/* generated: records (from sdk/src/abi.rs by `cargo run -p airtime-policy-sdk --bin abi-gen`; do not edit) */
 typedef struct airtime_tenant {
     airtime_str name;
-    uint32_t guaranteed_gpus, weight, running_gpus;
+    uint32_t guaranteed_gpus;
+    uint32_t weight;
+    uint32_t running_gpus;
     int32_t tier;
     float decayed_gpu_hours;
     uint32_t flags; /* AIRTIME_TENANT_FLAG_* */
-    uint32_t running_gpu_milli; /* 1.2: thousandths of a GPU held */
+    uint32_t running_gpu_milli;
 } airtime_tenant;
 
-typedef struct airtime_node {
-    airtime_str name;
-    uint32_t state; /* enum airtime_node_state */
-    uint32_t cpu_millis, cpu_millis_free, memory_mb, memory_mb_free;
-    uint32_t gpu_first, gpu_count; /* its GPUs: gpu_first .. gpu_first + gpu_count */
-    float cost_per_hour, cpu_util;
-    uint32_t flags; /* AIRTIME_NODE_FLAG_* */
-} airtime_node;
-
-typedef struct airtime_gpu {
-    uint32_t node, device_index;
-    airtime_str model;
-    uint32_t memory_mb, memory_used_mb;
-    float util;
-    uint32_t nvlink_group; /* AIRTIME_NONE: unknown */
-    uint32_t holder;       /* workload index; AIRTIME_NONE: free */
-    uint32_t flags;        /* AIRTIME_GPU_FLAG_* */
-    /* 1.2: sharing */
-    uint32_t sharing;            /* enum airtime_sharing */
-    uint32_t free_milli;         /* thousandths no workload holds */
-    uint32_t memory_reserved_mb; /* memory slices of its sharers */
-    uint32_t sharers;
-    airtime_str mig_profile;     /* a MIG instance's profile; empty otherwise */
-} airtime_gpu;
-
-typedef struct airtime_workload {
-    airtime_str id, name;
-    uint32_t tenant;
-    uint32_t class_; /* enum airtime_workload_class */
-    uint32_t state;  /* enum airtime_workload_state */
-    int32_t priority;
-    uint32_t gpu_count, gpu_memory_mb;
-    airtime_str gpu_models; /* comma-separated; empty: any (airtime_model_allowed) */
-    uint32_t cpu_millis, memory_mb;
-    uint64_t submitted_ms, started_ms;
-    uint32_t node;  /* running only; AIRTIME_NONE otherwise */
-    uint32_t flags; /* AIRTIME_WORKLOAD_FLAG_* */
-    uint32_t expected_duration_s;
-    uint32_t preemptions_last_hour; /* 1.5 */
-    uint32_t gpu_milli;      /* 1.2: share of each GPU; 1000 whole */
-    airtime_str mig_profile; /* 1.2: empty: none */
-    uint32_t service;         /* 1.3: service index it is a replica of; AIRTIME_NONE: a job */
-    uint32_t replica_variant; /* 1.3: enum airtime_replica_variant */
-} airtime_workload;
-
-typedef struct airtime_service {
-    airtime_str name;
-    uint32_t tenant;
-    uint32_t class_; /* enum airtime_workload_class of its replicas */
-    uint32_t metric; /* enum airtime_load_metric */
-    uint32_t min_replicas, max_replicas;
-    float capacity;     /* load one GPU replica carries */
-    float cpu_capacity; /* load one CPU replica carries; 0 without a CPU variant */
-    float demand;       /* load the autoscaler provisions for; 0 while stale or draining */
-    float latest;       /* newest report; 0 when none */
-    uint32_t desired_gpu, desired_cpu, placed_gpu, placed_cpu, pending_gpu, pending_cpu;
-    uint32_t gpu_milli_per_replica;
-    uint32_t flags; /* AIRTIME_SERVICE_FLAG_* */
-} airtime_service;
-
-typedef struct airtime_settings {
-    uint32_t burst_reserve_gpus, realtime_first, min_runtime_s, grace_period_s, max_preemptions_per_hour;
-    int32_t night_training_bonus;
-    uint32_t flags; /* 1.5: AIRTIME_SETTINGS_FLAG_* */
-} airtime_settings;
-
+/** The tenant at index `i`; false when the index names no tenant. */
 static inline bool airtime_read_tenant(const airtime_snapshot *s, uint32_t i, airtime_tenant *out) {
     const uint8_t *r = airtime_record(s, s->tenants, i);
     if (r == NULL) return false;
@@ -827,6 +883,21 @@ static inline bool airtime_read_tenant(const airtime_snapshot *s, uint32_t i, ai
     return true;
 }
 
+typedef struct airtime_node {
+    airtime_str name;
+    uint32_t state; /* enum airtime_node_state */
+    uint32_t cpu_millis;
+    uint32_t cpu_millis_free;
+    uint32_t memory_mb;
+    uint32_t memory_mb_free;
+    uint32_t gpu_first;
+    uint32_t gpu_count;
+    float cost_per_hour;
+    float cpu_util;
+    uint32_t flags; /* AIRTIME_NODE_FLAG_* */
+} airtime_node;
+
+/** The node at index `i`; false when the index names no node. */
 static inline bool airtime_read_node(const airtime_snapshot *s, uint32_t i, airtime_node *out) {
     const uint8_t *r = airtime_record(s, s->nodes, i);
     if (r == NULL) return false;
@@ -844,6 +915,24 @@ static inline bool airtime_read_node(const airtime_snapshot *s, uint32_t i, airt
     return true;
 }
 
+typedef struct airtime_gpu {
+    uint32_t node;
+    uint32_t device_index;
+    airtime_str model;
+    uint32_t memory_mb;
+    uint32_t memory_used_mb;
+    float util;
+    uint32_t nvlink_group; /* AIRTIME_NONE when absent */
+    uint32_t holder; /* AIRTIME_NONE when absent */
+    uint32_t flags; /* AIRTIME_GPU_FLAG_* */
+    uint32_t sharing; /* enum airtime_sharing */
+    uint32_t free_milli;
+    uint32_t memory_reserved_mb;
+    uint32_t sharers;
+    airtime_str mig_profile;
+} airtime_gpu;
+
+/** The gpu at index `i`; false when the index names no gpu. */
 static inline bool airtime_read_gpu(const airtime_snapshot *s, uint32_t i, airtime_gpu *out) {
     const uint8_t *r = airtime_record(s, s->gpus, i);
     if (r == NULL) return false;
@@ -864,6 +953,31 @@ static inline bool airtime_read_gpu(const airtime_snapshot *s, uint32_t i, airti
     return true;
 }
 
+typedef struct airtime_workload {
+    airtime_str id;
+    airtime_str name;
+    uint32_t tenant;
+    uint32_t class_; /* enum airtime_workload_class */
+    uint32_t state; /* enum airtime_workload_state */
+    int32_t priority;
+    uint32_t gpu_count;
+    uint32_t gpu_memory_mb;
+    airtime_str gpu_models;
+    uint32_t cpu_millis;
+    uint32_t memory_mb;
+    uint64_t submitted_ms;
+    uint64_t started_ms;
+    uint32_t node; /* AIRTIME_NONE when absent */
+    uint32_t flags; /* AIRTIME_WORKLOAD_FLAG_* */
+    uint32_t expected_duration_s;
+    uint32_t preemptions_last_hour;
+    uint32_t gpu_milli;
+    airtime_str mig_profile;
+    uint32_t service; /* AIRTIME_NONE when absent */
+    uint32_t replica_variant; /* enum airtime_replica_variant */
+} airtime_workload;
+
+/** The workload at index `i`; false when the index names no workload. */
 static inline bool airtime_read_workload(const airtime_snapshot *s, uint32_t i, airtime_workload *out) {
     const uint8_t *r = airtime_record(s, s->workloads, i);
     if (r == NULL) return false;
@@ -891,8 +1005,52 @@ static inline bool airtime_read_workload(const airtime_snapshot *s, uint32_t i, 
     return true;
 }
 
-/** Service `i` (ABI 1.3); false when the index names no service. A workload's service is
- *  airtime_read_service(s, w.service, &out), false for a job (AIRTIME_NONE). */
+typedef struct airtime_settings {
+    uint32_t burst_reserve_gpus;
+    uint32_t realtime_first;
+    uint32_t min_runtime_s;
+    uint32_t grace_period_s;
+    uint32_t max_preemptions_per_hour;
+    int32_t night_training_bonus;
+    uint32_t flags; /* AIRTIME_SETTINGS_FLAG_* */
+} airtime_settings;
+
+/** The settings record; false when the snapshot has none. */
+static inline bool airtime_read_settings(const airtime_snapshot *s, airtime_settings *out) {
+    const uint8_t *r = airtime_record(s, s->settings, 0);
+    if (r == NULL) return false;
+    out->burst_reserve_gpus = airtime_get_u32(r + AIRTIME_SETTINGS_BURST_RESERVE_GPUS);
+    out->realtime_first = airtime_get_u32(r + AIRTIME_SETTINGS_REALTIME_FIRST);
+    out->min_runtime_s = airtime_get_u32(r + AIRTIME_SETTINGS_MIN_RUNTIME_S);
+    out->grace_period_s = airtime_get_u32(r + AIRTIME_SETTINGS_GRACE_PERIOD_S);
+    out->max_preemptions_per_hour = airtime_get_u32(r + AIRTIME_SETTINGS_MAX_PREEMPTIONS_PER_HOUR);
+    out->night_training_bonus = airtime_get_i32(r + AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS);
+    out->flags = airtime_get_u32(r + AIRTIME_SETTINGS_FLAGS);
+    return true;
+}
+
+typedef struct airtime_service {
+    airtime_str name;
+    uint32_t tenant;
+    uint32_t class_; /* enum airtime_workload_class */
+    uint32_t metric; /* enum airtime_load_metric */
+    uint32_t min_replicas;
+    uint32_t max_replicas;
+    float capacity;
+    float cpu_capacity;
+    float demand;
+    float latest;
+    uint32_t desired_gpu;
+    uint32_t desired_cpu;
+    uint32_t placed_gpu;
+    uint32_t placed_cpu;
+    uint32_t pending_gpu;
+    uint32_t pending_cpu;
+    uint32_t gpu_milli_per_replica;
+    uint32_t flags; /* AIRTIME_SERVICE_FLAG_* */
+} airtime_service;
+
+/** The service at index `i`; false when the index names no service. */
 static inline bool airtime_read_service(const airtime_snapshot *s, uint32_t i, airtime_service *out) {
     const uint8_t *r = airtime_record(s, s->services, i);
     if (r == NULL) return false;
@@ -917,19 +1075,7 @@ static inline bool airtime_read_service(const airtime_snapshot *s, uint32_t i, a
     return true;
 }
 
-/** The settings record; false when the snapshot has none. */
-static inline bool airtime_read_settings(const airtime_snapshot *s, airtime_settings *out) {
-    const uint8_t *r = airtime_record(s, s->settings, 0);
-    if (r == NULL) return false;
-    out->burst_reserve_gpus = airtime_get_u32(r + AIRTIME_SETTINGS_BURST_RESERVE_GPUS);
-    out->realtime_first = airtime_get_u32(r + AIRTIME_SETTINGS_REALTIME_FIRST);
-    out->min_runtime_s = airtime_get_u32(r + AIRTIME_SETTINGS_MIN_RUNTIME_S);
-    out->grace_period_s = airtime_get_u32(r + AIRTIME_SETTINGS_GRACE_PERIOD_S);
-    out->max_preemptions_per_hour = airtime_get_u32(r + AIRTIME_SETTINGS_MAX_PREEMPTIONS_PER_HOUR);
-    out->night_training_bonus = airtime_get_i32(r + AIRTIME_SETTINGS_NIGHT_TRAINING_BONUS);
-    out->flags = airtime_get_u32(r + AIRTIME_SETTINGS_FLAGS);
-    return true;
-}
+/* end generated: records */
 
 /** GPU memory free by live telemetry (memory_mb - memory_used_mb, never below 0): what a
  *  placement's gpu_memory_mb is checked against. */

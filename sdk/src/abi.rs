@@ -16,9 +16,13 @@
 
 use std::borrow::Cow;
 
+#[macro_use]
+pub mod layout;
 mod decode;
 mod encode;
 mod error;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod generate;
 
 pub use decode::{decode_decisions, decode_snapshot, validate_decisions};
 pub use encode::{encode_decisions, encode_snapshot, try_encode_decisions, try_encode_snapshot};
@@ -45,25 +49,25 @@ pub const NONE: u32 = u32::MAX;
 
 /// Size of the snapshot header, in bytes (1.3; it was 88 before the services table's descriptor
 /// and a reserved word were appended, and a 1.0 to 1.2 guest reads only those first 88).
-pub const SNAPSHOT_HEADER_SIZE: usize = 104;
+pub const SNAPSHOT_HEADER_SIZE: usize = SNAPSHOT_HEADER.size;
 /// Size of the header guests before ABI 1.3 read.
 pub const SNAPSHOT_HEADER_SIZE_1_2: usize = 88;
 /// Size of a tenant record (the minimum stride of the tenants table).
-pub const TENANT_SIZE: usize = 40;
+pub const TENANT_SIZE: usize = Tenant::LAYOUT.size;
 /// Size of a node record.
-pub const NODE_SIZE: usize = 48;
+pub const NODE_SIZE: usize = Node::LAYOUT.size;
 /// Size of a GPU record.
-pub const GPU_SIZE: usize = 64;
+pub const GPU_SIZE: usize = Gpu::LAYOUT.size;
 /// Size of a workload record.
-pub const WORKLOAD_SIZE: usize = 112;
+pub const WORKLOAD_SIZE: usize = Workload::LAYOUT.size;
 /// Size of the settings record.
-pub const SETTINGS_SIZE: usize = 32;
+pub const SETTINGS_SIZE: usize = Settings::LAYOUT.size;
 /// Size of a service record (ABI 1.3).
-pub const SERVICE_SIZE: usize = 80;
+pub const SERVICE_SIZE: usize = Service::LAYOUT.size;
 /// Size of the decision buffer header (magic and count).
 pub const DECISIONS_HEADER_SIZE: usize = 8;
 /// Size of a decision record.
-pub const DECISION_SIZE: usize = 32;
+pub const DECISION_SIZE: usize = DECISION.size;
 
 /// Decision kind code: place.
 pub const KIND_PLACE: u32 = 1;
@@ -112,278 +116,368 @@ impl Default for Snapshot<'_> {
     }
 }
 
-/// A team with a GPU quota.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Tenant<'a> {
-    pub name: &'a str,
-    pub guaranteed_gpus: u32,
-    pub weight: u32,
-    /// GPUs its running workloads hold now.
-    pub running_gpus: u32,
-    /// Higher is more important.
-    pub tier: i32,
-    /// Usage history, half-life decayed.
-    pub decayed_gpu_hours: f32,
-    /// May borrow idle capacity beyond `guaranteed_gpus` (flag bit 0).
-    pub may_borrow: bool,
-    /// What its running workloads hold now, in thousandths of a GPU (a quarter-GPU share counts
-    /// 250); ABI 1.2. `running_gpus` is this rounded up, for guests that count whole GPUs.
-    pub running_gpu_milli: u32,
-}
+abi_records! {
+    /// A team with a GPU quota.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Tenant<'a> {
+        table: Tenants, size: 40, c: "TENANT" "tenant",
+        owned: OwnedTenant as_tenant,
+        caption: "Tenant, {size} bytes (1.0 and 1.1 guests read the first 32)",
+        reserved: [reserved @ 36],
+    } {
+        name: str @ 0,
+        guaranteed_gpus: u32 @ 8,
+        weight: u32 @ 12,
+        /// GPUs its running workloads hold now.
+        running_gpus: u32 @ 16,
+        /// Higher is more important.
+        tier: i32 @ 20,
+        /// Usage history, half-life decayed.
+        decayed_gpu_hours: f32 @ 24,
+        /// May borrow idle capacity beyond `guaranteed_gpus`.
+        may_borrow: bit(0) @ 28,
+        /// ABI 1.2: what its running workloads hold now, in thousandths of a GPU (a quarter share
+        /// counts 250, a MIG instance its share of the GPU's seven compute slices, 142 for `1g`);
+        /// `running_gpus` is this rounded up, for guests that count whole GPUs.
+        running_gpu_milli: u32 @ 32,
+    }
 
-/// A server.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Node<'a> {
-    pub name: &'a str,
-    pub state: NodeState,
-    /// Total CPU, in thousandths of a core.
-    pub cpu_millis: u32,
-    /// CPU not reserved by running workloads.
-    pub cpu_millis_free: u32,
-    pub memory_mb: u32,
-    pub memory_mb_free: u32,
-    /// Index of its first GPU in [`Snapshot::gpus`].
-    pub gpu_first: u32,
-    /// Number of GPUs; they are `gpu_first .. gpu_first + gpu_count`.
-    pub gpu_count: u32,
-    /// USD per hour.
-    pub cost_per_hour: f32,
-    /// Live CPU utilisation, 0..1.
-    pub cpu_util: f32,
-    /// Its GPUs are simulated (flag bit 0).
-    pub simulated: bool,
-    /// It has a container engine, so it can run container workloads (flag bit 1; ABI 1.4).
-    pub containers: bool,
-}
+    /// A server.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Node<'a> {
+        table: Nodes, size: 48, c: "NODE" "node",
+        owned: OwnedNode as_node,
+        validate: gpu_range_fits,
+        caption: "Node, {size} bytes",
+        reserved: [],
+    } {
+        name: ustr @ 0,
+        /// Whether it takes work (draining: cordoned or drained by an operator, and the host
+        /// refuses a placement there).
+        state: code(NodeState) @ 8,
+        /// Total CPU, in thousandths of a core.
+        cpu_millis: u32 @ 12,
+        /// CPU not reserved by running workloads.
+        cpu_millis_free: u32 @ 16,
+        /// Total memory, MiB.
+        memory_mb: u32 @ 20,
+        memory_mb_free: u32 @ 24,
+        /// Index of its first GPU in the gpus table.
+        gpu_first: u32 @ 28,
+        /// Number of GPUs; they are `gpu_first .. gpu_first + gpu_count`.
+        gpu_count: u32 @ 32,
+        /// USD per hour.
+        cost_per_hour: f32 @ 36,
+        /// Live CPU utilisation, 0..1.
+        cpu_util: f32 @ 40,
+        /// Its GPUs are simulated.
+        simulated: bit(0) @ 44,
+        /// ABI 1.4: it has a container engine, so it can run container workloads.
+        containers: bit(1) @ 44,
+    }
 
-/// One GPU, or one MIG instance of a GPU (ABI 1.2: `sharing` is [`Sharing::Mig`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Gpu<'a> {
-    /// Index of its node in [`Snapshot::nodes`].
-    pub node: u32,
-    /// Position on its node, as `CUDA_VISIBLE_DEVICES` counts.
-    pub device_index: u32,
-    pub model: &'a str,
-    /// Total memory, MiB.
-    pub memory_mb: u32,
-    /// Memory in use now (live telemetry), MiB.
-    pub memory_used_mb: u32,
-    /// Live utilisation, 0..1.
-    pub util: f32,
-    /// GPUs with the same value share an NVLink domain; `None` when unknown.
-    pub nvlink_group: Option<u32>,
-    /// The workload (index) holding it; `None` when free. A GPU shared by several workloads names
-    /// the first of them, so a guest that knows nothing of sharing sees it as held.
-    pub holder: Option<u32>,
-    /// Simulated (flag bit 0).
-    pub simulated: bool,
-    /// How it is shared (ABI 1.2).
-    pub sharing: Sharing,
-    /// Thousandths of it no workload holds (1000 when free, 0 when held whole; ABI 1.2).
-    pub free_milli: u32,
-    /// GPU memory reserved by the memory slices of the workloads sharing it, MiB (ABI 1.2).
-    pub memory_reserved_mb: u32,
-    /// How many workloads hold a share of it (ABI 1.2).
-    pub sharers: u32,
-    /// A MIG instance's profile (`"1g.10gb"`); empty for a whole GPU (ABI 1.2).
-    pub mig_profile: &'a str,
-}
+    /// One GPU, or one MIG instance of a GPU (ABI 1.2: `sharing` is [`Sharing::Mig`]).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Gpu<'a> {
+        table: Gpus, size: 64, c: "GPU" "gpu",
+        owned: OwnedGpu as_gpu,
+        caption: "GPU, {size} bytes (1.0 and 1.1 guests read the first 40). A record is a whole GPU or a MIG instance",
+        reserved: [],
+    } {
+        /// Index of its node in the nodes table.
+        node: to(Nodes) @ 0,
+        /// Position on its node, as `CUDA_VISIBLE_DEVICES` counts.
+        device_index: u32 @ 4,
+        model: str @ 8,
+        /// Total memory, MiB.
+        memory_mb: u32 @ 16,
+        /// Memory in use now (live telemetry), MiB.
+        memory_used_mb: u32 @ 20,
+        /// Live utilisation, 0..1.
+        util: f32 @ 24,
+        /// GPUs with the same value share an NVLink domain; `NONE` when unknown.
+        nvlink_group: opt @ 28,
+        /// The workload (index) holding it; `NONE` when free. A GPU shared by several workloads
+        /// names the first of them, so a guest that knows nothing of sharing sees it as held.
+        holder: index(Workloads) @ 32,
+        /// Simulated.
+        simulated: bit(0) @ 36,
+        /// ABI 1.2: how it is shared.
+        sharing: code(Sharing) @ 40,
+        /// ABI 1.2: thousandths of it no workload holds (1000 when free, 0 when held whole).
+        free_milli: u32 @ 44 = WHOLE_GPU_MILLI,
+        /// ABI 1.2: GPU memory reserved by the memory slices of the workloads sharing it, MiB.
+        memory_reserved_mb: u32 @ 48,
+        /// ABI 1.2: how many workloads hold a share of it.
+        sharers: u32 @ 52,
+        /// ABI 1.2: a MIG instance's profile (`1g.10gb`); empty for a whole GPU.
+        mig_profile: str @ 56,
+    }
 
-impl Default for Gpu<'_> {
-    fn default() -> Self {
-        Gpu {
-            node: 0,
-            device_index: 0,
-            model: "",
-            memory_mb: 0,
-            memory_used_mb: 0,
-            util: 0.0,
-            nvlink_group: None,
-            holder: None,
-            simulated: false,
-            sharing: Sharing::None,
-            free_milli: WHOLE_GPU_MILLI,
-            memory_reserved_mb: 0,
-            sharers: 0,
-            mig_profile: "",
-        }
+    /// A pending or running workload.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Workload<'a> {
+        table: Workloads, size: 112, c: "WORKLOAD" "workload",
+        owned: OwnedWorkload as_workload,
+        caption: "Workload, {size} bytes (pending and running workloads of the scope; 1.0 and 1.1 guests read 88, 1.2 guests 104)",
+        reserved: [reserved_2 @ 100],
+    } {
+        /// UUID text.
+        id: ustr @ 0,
+        name: ustr @ 8,
+        /// Index of its tenant in the tenants table.
+        tenant: to(Tenants) @ 16,
+        class: code(WorkloadClass) @ 20 as "class_",
+        /// Where it is (running: or scheduled; stopping: being preempted or cancelled, still
+        /// holding its GPUs).
+        state: code(WorkloadState) @ 24,
+        /// Higher first.
+        priority: i32 @ 28,
+        gpu_count: u32 @ 32,
+        /// GPU memory needed on each GPU, MiB.
+        gpu_memory_mb: u32 @ 36,
+        /// Comma-separated allowed GPU models; empty allows any. See [`Workload::allows_model`].
+        gpu_models: str @ 40,
+        /// Host CPU needed on the node by any placement, GPU or CPU, in thousandths of a core.
+        cpu_millis: u32 @ 48,
+        /// Host memory needed, MiB.
+        memory_mb: u32 @ 52,
+        /// Unix ms.
+        submitted_ms: u64 @ 56,
+        /// Unix ms; 0 when not running.
+        started_ms: u64 @ 64,
+        /// The node it runs on (running only; `NONE` otherwise).
+        node: index(Nodes) @ 72,
+        /// May be preempted.
+        preemptible: bit(0) @ 76,
+        /// Can checkpoint and resume.
+        checkpointable: bit(1) @ 76,
+        /// Can run on CPU only.
+        cpu_capable: bit(2) @ 76,
+        /// All its GPUs must be on one node. In ABI version 1 every placement names one node, so
+        /// every placement satisfies it; the flag exists for multi-node placements later.
+        gang: bit(3) @ 76,
+        /// Expected duration in seconds; 0 when unknown.
+        expected_duration_s: u32 @ 80,
+        /// ABI 1.2: its share of each GPU, in thousandths: 1000 for whole GPUs, less for a fraction
+        /// of one GPU (then `gpu_count` is 1 and `gpu_memory_mb` is its memory slice).
+        gpu_milli: u32 @ 88 = WHOLE_GPU_MILLI,
+        /// ABI 1.2: the MIG profile it must run on (`1g.10gb`); empty when it asks for none.
+        mig_profile: str @ 92,
+        /// ABI 1.3: the service (index into the services table) it is a replica of; `NONE` for a
+        /// job.
+        service: index(Services) @ 104,
+        /// ABI 1.3: which of its service's templates a replica runs; `none` for a job.
+        replica_variant: code(ReplicaVariant) @ 108,
+        /// ABI 1.4: runs in an OCI image, so only a node with its `containers` bit can take it.
+        container: bit(4) @ 76,
+        /// ABI 1.5: times it was preempted in the last hour: at the settings'
+        /// `max_preemptions_per_hour` the host refuses to preempt it again (0 from older hosts).
+        preemptions_last_hour: u32 @ 84,
+    }
+
+    /// An elastic inference service (ABI 1.3): a tenant's inference that runs as replicas, with what
+    /// the host's autoscaler plans for it this cycle. The host has already started the replicas the
+    /// plan adds (they are pending workloads of this snapshot) and drained those it removes; a policy
+    /// places the pending ones like any workload, its own way, and the host checks those placements
+    /// like any other.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Service<'a> {
+        table: Services, size: 80, c: "SERVICE" "service",
+        owned: OwnedService as_service,
+        caption: "Service, {size} bytes (1.3; the scope's elastic inference services, with the autoscaler's plan for this cycle; a tenant's scope holds only its own)",
+        reserved: [reserved @ 76],
+    } {
+        name: str @ 0,
+        /// Index of its tenant in the tenants table.
+        tenant: to(Tenants) @ 8,
+        /// The class of its replicas.
+        class: code(WorkloadClass) @ 12 as "class_",
+        /// What its load reports measure.
+        metric: code(LoadMetric) @ 16,
+        min_replicas: u32 @ 20,
+        max_replicas: u32 @ 24,
+        /// Load one GPU replica carries at the latency target, in the service's metric.
+        capacity: f32 @ 28,
+        /// Load one CPU replica carries; 0 when it has no CPU variant.
+        cpu_capacity: f32 @ 32,
+        /// The load the autoscaler provisions for (stabilised, with burst headroom); 0 while the
+        /// reports are stale or the service drains.
+        demand: f32 @ 36,
+        /// The newest report's load; 0 when none has come.
+        latest: f32 @ 40,
+        /// GPU replicas the autoscaler wants.
+        desired_gpu: u32 @ 44,
+        /// CPU replicas the autoscaler wants.
+        desired_cpu: u32 @ 48,
+        /// GPU replicas placed now (scheduled or running).
+        placed_gpu: u32 @ 52,
+        /// CPU replicas placed now.
+        placed_cpu: u32 @ 56,
+        /// GPU replicas waiting for a place.
+        pending_gpu: u32 @ 60,
+        /// CPU replicas waiting for a place.
+        pending_cpu: u32 @ 64,
+        /// Thousandths of a GPU one GPU replica holds (1000 a whole GPU, 250 a quarter share).
+        gpu_milli_per_replica: u32 @ 68,
+        /// It has a CPU variant.
+        has_cpu_variant: bit(0) @ 72 as "CPU_VARIANT",
+        /// Deleted: every replica drains.
+        draining: bit(1) @ 72,
+        /// No load report recent enough to act on: the autoscaler holds the replicas as they are.
+        stale: bit(2) @ 72,
+    }
+
+    /// The platform's priority settings.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+    pub struct Settings {
+        table: Settings, size: 32, c: "SETTINGS" "settings",
+        caption: "Settings, {size} bytes (the platform's priority settings; see the scheduling model)",
+        reserved: [reserved @ 28],
+    } {
+        /// GPUs kept free for real-time inference.
+        burst_reserve_gpus: u32 @ 0,
+        /// Customer-facing inference outranks training.
+        realtime_first: flag @ 4,
+        /// Seconds a workload runs before it may be preempted.
+        min_runtime_s: u32 @ 8,
+        grace_period_s: u32 @ 12,
+        max_preemptions_per_hour: u32 @ 16,
+        /// Priority added to training and fine-tuning now: the host resolves the platform's night
+        /// window, so this is 0 outside it.
+        night_training_bonus: i32 @ 20,
+        /// ABI 1.5: only checkpointable work may be preempted.
+        checkpointable_only: bit(0) @ 24,
     }
 }
 
-/// A pending or running workload.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Workload<'a> {
-    /// UUID text.
-    pub id: &'a str,
-    pub name: &'a str,
-    /// Index of its tenant in [`Snapshot::tenants`].
-    pub tenant: u32,
-    pub class: WorkloadClass,
-    pub state: WorkloadState,
-    /// Higher first.
-    pub priority: i32,
-    pub gpu_count: u32,
-    /// GPU memory needed on each GPU, MiB.
-    pub gpu_memory_mb: u32,
-    /// Comma-separated allowed GPU models; empty allows any. See [`Workload::allows_model`].
-    pub gpu_models: &'a str,
-    /// CPU needed, thousandths of a core (for a CPU placement, on the node).
-    pub cpu_millis: u32,
-    /// Memory needed, MiB.
-    pub memory_mb: u32,
-    /// Unix ms.
-    pub submitted_ms: u64,
-    /// Unix ms; 0 when not running.
-    pub started_ms: u64,
-    /// The node it runs on (running only).
-    pub node: Option<u32>,
-    /// May be preempted (flag bit 0).
-    pub preemptible: bool,
-    /// Can checkpoint and resume (flag bit 1).
-    pub checkpointable: bool,
-    /// Can run on CPU only (flag bit 2).
-    pub cpu_capable: bool,
-    /// All its GPUs must be on one node (flag bit 3). In ABI version 1 every placement names one
-    /// node, so every placement satisfies it; the flag exists for multi-node placements later.
-    pub gang: bool,
-    /// Expected duration in seconds; 0 when unknown.
-    pub expected_duration_s: u32,
-    /// Its share of each GPU, in thousandths: 1000 for whole GPUs, less for a fraction of one GPU
-    /// (then `gpu_count` is 1 and `gpu_memory_mb` is its memory slice); ABI 1.2.
-    pub gpu_milli: u32,
-    /// The MIG profile it must run on (`"1g.10gb"`); empty when it asks for none (ABI 1.2).
-    pub mig_profile: &'a str,
-    /// The service (index into [`Snapshot::services`]) it is a replica of; `None` for a job
-    /// (ABI 1.3).
-    pub service: Option<u32>,
-    /// Which of its service's templates a replica runs; [`ReplicaVariant::None`] for a job
-    /// (ABI 1.3).
-    pub replica_variant: ReplicaVariant,
-    /// Runs in an OCI image: only a node with [`Node::containers`] can take it (flag bit 4;
-    /// ABI 1.4).
-    pub container: bool,
-    /// Times it was preempted in the last hour: at the settings' `max_preemptions_per_hour` the
-    /// host refuses to preempt it again (ABI 1.5; 0 from older hosts).
-    pub preemptions_last_hour: u32,
-}
-
-impl Default for Workload<'_> {
-    fn default() -> Self {
-        Workload {
-            id: "",
-            name: "",
-            tenant: 0,
-            class: WorkloadClass::default(),
-            state: WorkloadState::default(),
-            priority: 0,
-            gpu_count: 0,
-            gpu_memory_mb: 0,
-            gpu_models: "",
-            cpu_millis: 0,
-            memory_mb: 0,
-            submitted_ms: 0,
-            started_ms: 0,
-            node: None,
-            preemptible: false,
-            checkpointable: false,
-            cpu_capable: false,
-            gang: false,
-            expected_duration_s: 0,
-            gpu_milli: WHOLE_GPU_MILLI,
-            mig_profile: "",
-            service: None,
-            replica_variant: ReplicaVariant::None,
-            container: false,
-            preemptions_last_hour: 0,
-        }
+abi_layout! {
+    /// The snapshot header: the tables, the time and the scope. 1.3 appended the services table's
+    /// descriptor and a reserved word after the 88 bytes earlier guests read.
+    pub const SNAPSHOT_HEADER = "Snapshot header" {
+        size: 104, c: "SNAP" "AIRTIME_SNAPSHOT_HEADER_SIZE",
+        caption: "Header, {size} bytes (1.0 to 1.2 guests read the first 88)",
+    } {
+        /// `"ATSN"`.
+        magic: magic @ 0,
+        /// = 1.
+        abi_version: u32 @ 4,
+        /// Unix ms, given by the host (the guest has no clock).
+        now_ms: u64 @ 8,
+        tenants: table(Tenants) @ 16,
+        nodes: table(Nodes) @ 28,
+        gpus: table(Gpus) @ 40,
+        workloads: table(Workloads) @ 52,
+        /// 0 or 1 record.
+        settings: table(Settings) @ 64,
+        /// The policy's JSON configuration, `{}` when none.
+        params: str @ 76,
+        /// The tenant (index) this evaluation is for; `NONE` for the platform scope.
+        scope_tenant: index(Tenants) @ 84,
+        /// ABI 1.3: elastic inference services.
+        services: table(Services) @ 88,
+        /// 0; keeps the tables 8-aligned.
+        reserved: reserved @ 100,
     }
 }
 
-/// An elastic inference service (ABI 1.3): a tenant's inference that runs as replicas, with what
-/// the host's autoscaler plans for it this cycle. The host has already started the replicas the
-/// plan adds (they are pending workloads of this snapshot) and drained those it removes; a policy
-/// places the pending ones like any workload, its own way, and the host checks those placements
-/// like any other.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Service<'a> {
-    pub name: &'a str,
-    /// Index of its tenant in [`Snapshot::tenants`].
-    pub tenant: u32,
-    /// The class of its replicas.
-    pub class: WorkloadClass,
-    /// What its load reports measure.
-    pub metric: LoadMetric,
-    pub min_replicas: u32,
-    pub max_replicas: u32,
-    /// Load one GPU replica carries at the latency target, in the service's metric.
-    pub capacity: f32,
-    /// Load one CPU replica carries; 0 when it has no CPU variant.
-    pub cpu_capacity: f32,
-    /// The load the autoscaler provisions for (stabilised, with burst headroom); 0 while the
-    /// reports are stale or the service drains.
-    pub demand: f32,
-    /// The newest report's load; 0 when none has come.
-    pub latest: f32,
-    /// Replicas the autoscaler wants, by variant.
-    pub desired_gpu: u32,
-    pub desired_cpu: u32,
-    /// Replicas placed now (scheduled or running), by variant.
-    pub placed_gpu: u32,
-    pub placed_cpu: u32,
-    /// Replicas waiting for a place, by variant.
-    pub pending_gpu: u32,
-    pub pending_cpu: u32,
-    /// Thousandths of a GPU one GPU replica holds (1000 a whole GPU, 250 a quarter share).
-    pub gpu_milli_per_replica: u32,
-    /// It has a CPU variant (flag bit 0).
-    pub has_cpu_variant: bool,
-    /// Deleted: every replica drains (flag bit 1).
-    pub draining: bool,
-    /// No load report recent enough to act on: the autoscaler holds the replicas as they are
-    /// (flag bit 2).
-    pub stale: bool,
+abi_layout! {
+    /// A decision record, after the decision buffer's 8-byte header (magic `"ATDC"`, count).
+    pub const DECISION = "Decision" {
+        size: 32, c: "DECISION" "AIRTIME_DECISION_SIZE",
+        caption: "Header, 8 bytes: magic `\"ATDC\"`, then `count: u32`. Then `count` records of {size} bytes",
+    } {
+        /// 1 place, 2 preempt, 3 keep pending.
+        kind: u32 @ 0,
+        /// Index into the snapshot's workloads.
+        workload: u32 @ 4,
+        /// Node index; place only, else `NONE`.
+        node: u32 @ 8,
+        /// 0.
+        reserved: reserved @ 12,
+        /// `{offset, len}` of a `u32` array of GPU indexes (into the gpus table) in this buffer; `len`
+        /// counts GPUs, not bytes. Empty for a CPU placement.
+        gpus: u32list @ 16,
+        /// Why, in words a tenant reads ("best fit: 40 GB free on h200-3").
+        reason: str @ 24,
+    }
 }
 
-/// The platform's priority settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
-pub struct Settings {
-    /// GPUs kept free for real-time inference.
-    pub burst_reserve_gpus: u32,
-    /// Customer-facing inference outranks training.
-    pub realtime_first: bool,
-    /// Seconds a workload runs before it may be preempted.
-    pub min_runtime_s: u32,
-    pub grace_period_s: u32,
-    pub max_preemptions_per_hour: u32,
-    /// Priority added to training and fine-tuning now: the host resolves the platform's night
-    /// window, so this is 0 outside it.
-    pub night_training_bonus: i32,
-    /// Only checkpointable work may be preempted (flag bit 0 at offset 24; ABI 1.5).
-    pub checkpointable_only: bool,
+/// Every record of the snapshot, in header order, then the decision record: what the C header's
+/// layout section and the document's tables are generated from.
+pub const LAYOUTS: [&layout::RecordLayout; 8] = [
+    &SNAPSHOT_HEADER,
+    &Tenant::LAYOUT,
+    &Node::LAYOUT,
+    &Gpu::LAYOUT,
+    &Workload::LAYOUT,
+    &Settings::LAYOUT,
+    &Service::LAYOUT,
+    &DECISION,
+];
+
+/// Every enumeration the records carry.
+pub const ENUMS: [&layout::EnumLayout; 6] = [
+    &NodeState::LAYOUT,
+    &WorkloadState::LAYOUT,
+    &WorkloadClass::LAYOUT,
+    &Sharing::LAYOUT,
+    &LoadMetric::LAYOUT,
+    &ReplicaVariant::LAYOUT,
+];
+
+/// A node's GPU range lies inside the gpus table (checked when a node is decoded).
+fn gpu_range_fits(node: &Node<'_>, index: u32, counts: &layout::Counts) -> Result<(), AbiError> {
+    if u64::from(node.gpu_first) + u64::from(node.gpu_count) > counts.gpus as u64 {
+        return Err(AbiError::GpuRangeOutOfRange {
+            node: index,
+            gpu_first: node.gpu_first,
+            gpu_count: node.gpu_count,
+            gpus: counts.gpus,
+        });
+    }
+    Ok(())
 }
 
 macro_rules! code_enum {
     (
-        $(#[$meta:meta])*
-        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $code:literal => $text:literal, )* }
+        $(#[doc = $doc:literal])*
+        pub enum $name:ident (c $c_name:literal $c_prefix:literal, default $default:ident) {
+            $( $(#[doc = $vdoc:literal])* $variant:ident = $code:literal => $text:literal, )*
+        }
     ) => {
-        $(#[$meta])*
+        $(#[doc = $doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
         #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
         pub enum $name {
-            $( $(#[$vmeta])* $variant, )*
+            $( $(#[doc = $vdoc])* $variant, )*
             /// A code this SDK does not know (sent by a newer host); policies should treat it
             /// conservatively.
             #[cfg_attr(feature = "serde", serde(untagged))]
             Unknown(u32),
         }
 
+        impl Default for $name {
+            fn default() -> Self {
+                $name::$default
+            }
+        }
+
         impl $name {
             /// Every known value, in code order.
             pub const ALL: &'static [$name] = &[$($name::$variant),*];
+
+            /// Its declaration: codes, names and documentation of its values.
+            pub const LAYOUT: layout::EnumLayout = layout::EnumLayout {
+                name: stringify!($name),
+                doc: concat!($($doc, "\n"),*),
+                c_name: $c_name,
+                c_prefix: $c_prefix,
+                values: &[$(($code, $text, concat!($($vdoc, "\n"),*))),*],
+            };
 
             /// The code on the wire.
             pub const fn code(self) -> u32 {
@@ -424,11 +518,9 @@ macro_rules! code_enum {
 
 code_enum! {
     /// What kind of work a workload is.
-    #[derive(Default)]
-    pub enum WorkloadClass {
+    pub enum WorkloadClass (c "airtime_workload_class" "CLASS", default BatchInference) {
         /// Customer-facing, latency above all.
         RealtimeInference = 0 => "realtime_inference",
-        #[default]
         BatchInference = 1 => "batch_inference",
         Training = 2 => "training",
         FineTuning = 3 => "fine_tuning",
@@ -440,9 +532,7 @@ code_enum! {
 
 code_enum! {
     /// Where a workload is, as a policy sees it.
-    #[derive(Default)]
-    pub enum WorkloadState {
-        #[default]
+    pub enum WorkloadState (c "airtime_workload_state" "WORKLOAD", default Pending) {
         Pending = 0 => "pending",
         /// Running or scheduled: it holds its resources.
         Running = 1 => "running",
@@ -454,10 +544,8 @@ code_enum! {
 
 code_enum! {
     /// How a GPU is shared (ABI 1.2), as the node's agent reports it.
-    #[derive(Default)]
-    pub enum Sharing {
+    pub enum Sharing (c "airtime_sharing" "SHARING", default None) {
         /// Not shared: one workload holds it whole (a fractional workload placed here gets it all).
-        #[default]
         None = 0 => "none",
         /// Shared without isolation.
         TimeSlicing = 1 => "time_slicing",
@@ -470,10 +558,8 @@ code_enum! {
 
 code_enum! {
     /// What a service's load reports measure (ABI 1.3).
-    #[derive(Default)]
-    pub enum LoadMetric {
+    pub enum LoadMetric (c "airtime_load_metric" "METRIC", default RequestsPerSecond) {
         /// Requests per second arriving at the service.
-        #[default]
         RequestsPerSecond = 0 => "requests_per_second",
         /// Requests in flight at once.
         ConcurrentRequests = 1 => "concurrent_requests",
@@ -482,10 +568,8 @@ code_enum! {
 
 code_enum! {
     /// Which of its service's templates a replica runs (ABI 1.3).
-    #[derive(Default)]
-    pub enum ReplicaVariant {
+    pub enum ReplicaVariant (c "airtime_replica_variant" "REPLICA", default None) {
         /// Not a replica: a job.
-        #[default]
         None = 0 => "none",
         /// The main template, on GPUs.
         Gpu = 1 => "gpu",
@@ -496,9 +580,7 @@ code_enum! {
 
 code_enum! {
     /// Whether a node takes work.
-    #[derive(Default)]
-    pub enum NodeState {
-        #[default]
+    pub enum NodeState (c "airtime_node_state" "NODE", default Ready) {
         Ready = 0 => "ready",
         /// Finishing its work; takes none.
         Draining = 1 => "draining",

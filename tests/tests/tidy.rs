@@ -427,6 +427,23 @@ fn the_policy_abi_changes_only_with_its_document() {
     contract_changes_with_its_document(&[root().join("sdk/src/abi.rs")], "docs/policy-abi.md");
 }
 
+/// The C header's layout sections and the document's record tables are generated from the one
+/// declaration of each record (`sdk/src/abi.rs`); a hand edit, or a declaration changed without
+/// regenerating, fails here.
+#[test]
+fn the_generated_abi_sections_are_current() {
+    use airtime_policy_sdk::abi::generate;
+    let stale = generate::stale(&root()).unwrap_or_else(|e| panic!("{e}"));
+    let lines: Vec<String> =
+        stale.iter().map(|s| format!("{}: generated sections {} differ", s.path, s.sections.join(", "))).collect();
+    assert!(
+        lines.is_empty(),
+        "the ABI's generated sections are not what sdk/src/abi.rs declares; run `{}`:\n{}",
+        generate::COMMAND,
+        lines.join("\n")
+    );
+}
+
 #[test]
 fn the_agent_protocol_changes_only_with_its_document() {
     contract_changes_with_its_document(&files(&root().join("protocol/src"), ".rs"), "docs/agent-protocol.md");

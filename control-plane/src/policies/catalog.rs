@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use airtime_policy_host::{
-    CompiledPolicy, EvaluationRecord, Lane as HostLane, ParamsVerdict, PolicyError, PolicyLimits, PolicyRuntime,
-    RuntimeConfig,
+    CompiledPolicy, EvaluationPhases, EvaluationRecord, EvaluationRequest, Lane as HostLane, ParamsVerdict,
+    PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig,
 };
 use airtime_policy_sdk::abi;
 use sqlx::PgPool;
@@ -353,6 +353,7 @@ impl PolicyCatalog {
             logs_dropped: 0,
             elapsed: std::time::Duration::ZERO,
             memory_bytes: 0,
+            phases: EvaluationPhases::default(),
         };
         let lane = match lane {
             Lane::Platform => HostLane::Platform,
@@ -369,7 +370,7 @@ impl PolicyCatalog {
         let limits = selected.limits;
         tokio::task::spawn_blocking(move || {
             let _held = busy;
-            runtime.evaluate_recorded_in(lane, &policy.compiled, &snapshot, &limits)
+            runtime.evaluate(EvaluationRequest::new(&policy.compiled, &snapshot, &limits).in_lane(lane))
         })
         .await
         .unwrap_or_else(|_| failed(PolicyError::Internal { message: "the evaluation thread was lost".into() }))

@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use airtime_policy_host::{CompiledPolicy, EvaluationRecord, PolicyLimits, PolicyLog, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{
+    CompiledPolicy, EvaluationRecord, EvaluationRequest, PolicyLimits, PolicyLog, PolicyRuntime, RuntimeConfig,
+};
 use airtime_policy_sdk::abi::{self, Action, SNAPSHOT_MAGIC, Snapshot};
 use airtime_policy_sdk::check::check_decisions;
 use airtime_policy_sdk::owned::OwnedSnapshot;
@@ -191,14 +193,14 @@ fn run(args: &RunArgs) -> CliResult {
     };
     let mut times = Vec::with_capacity(args.repeat as usize);
     let mut guest_times = Vec::with_capacity(args.repeat as usize);
-    let (mut record, phases) = runtime.evaluate_timed(&policy, &bytes, &limits);
+    let request = EvaluationRequest::new(&policy, &bytes, &limits);
+    let mut record = runtime.evaluate(request);
     times.push(record.elapsed);
-    guest_times.push(phases.guest);
+    guest_times.push(record.phases.guest);
     for _ in 1..args.repeat {
-        let (next, phases) = runtime.evaluate_timed(&policy, &bytes, &limits);
-        record = next;
+        record = runtime.evaluate(request);
         times.push(record.elapsed);
-        guest_times.push(phases.guest);
+        guest_times.push(record.phases.guest);
     }
     guest_times.sort();
     let guest_median = guest_times.get(guest_times.len() / 2).copied().unwrap_or_default();

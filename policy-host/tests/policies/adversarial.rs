@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use airtime_policy_host::{PolicyError, PolicyLimits};
+use airtime_policy_host::{EvaluationRequest, PolicyError, PolicyLimits};
 
 use crate::support::{compile_error, compile_wat, evaluate_error, runtime, small_fleet};
 
@@ -153,14 +153,16 @@ fn missing_and_mistyped_exports_are_named() {
 fn a_log_flood_is_capped_and_counted_not_fatal() {
     let policy = compile_wat("log_flood");
     let evaluation = runtime()
-        .evaluate(&policy, &small_fleet().encode(), &limits(|l| l.max_log_lines = 50))
+        .evaluate(EvaluationRequest::new(&policy, &small_fleet().encode(), &limits(|l| l.max_log_lines = 50)))
+        .into_result()
         .expect("logging too much is not an error");
     assert_eq!(evaluation.logs.len(), 50);
     assert_eq!(evaluation.logs_dropped, 100_000 - 50);
     assert_eq!(evaluation.logs[0].message, "flood");
 
     let evaluation = runtime()
-        .evaluate(&policy, &small_fleet().encode(), &limits(|l| l.max_log_bytes = 12))
+        .evaluate(EvaluationRequest::new(&policy, &small_fleet().encode(), &limits(|l| l.max_log_bytes = 12)))
+        .into_result()
         .expect("logging too much is not an error");
     assert_eq!(evaluation.logs.len(), 2, "two 5-byte lines fit in 12 bytes");
 }
@@ -168,7 +170,7 @@ fn a_log_flood_is_capped_and_counted_not_fatal() {
 #[test]
 fn airtime_fail_carries_the_message_and_logs_survive() {
     let policy = compile_wat("fail_with_message");
-    let record = runtime().evaluate_recorded(&policy, &small_fleet().encode(), &PolicyLimits::default());
+    let record = runtime().evaluate(EvaluationRequest::new(&policy, &small_fleet().encode(), &PolicyLimits::default()));
     assert_eq!(record.result, Err(PolicyError::GuestFailed { message: "no GPUs of model B300 in this fleet".into() }));
     assert_eq!(record.logs.len(), 1);
     assert_eq!(record.logs[0].message, "about to give up");
@@ -179,15 +181,31 @@ fn the_host_survives_every_adversary_and_still_evaluates() {
     // After all of the above (in any order), a good policy still runs.
     let policy = compile_wat("first_pending_on_gpu0");
     for _ in 0..3 {
-        let _ =
-            runtime().evaluate(&compile_wat("infinite_loop"), &small_fleet().encode(), &limits(|l| l.deadline_ms = 20));
-        let _ = runtime().evaluate(
-            &compile_wat("memory_bomb"),
-            &small_fleet().encode(),
-            &limits(|l| l.max_memory_bytes = 4 << 20),
-        );
-        let _ = runtime().evaluate(&compile_wat("deep_recursion"), &small_fleet().encode(), &PolicyLimits::default());
+        let _ = runtime()
+            .evaluate(EvaluationRequest::new(
+                &compile_wat("infinite_loop"),
+                &small_fleet().encode(),
+                &limits(|l| l.deadline_ms = 20),
+            ))
+            .into_result();
+        let _ = runtime()
+            .evaluate(EvaluationRequest::new(
+                &compile_wat("memory_bomb"),
+                &small_fleet().encode(),
+                &limits(|l| l.max_memory_bytes = 4 << 20),
+            ))
+            .into_result();
+        let _ = runtime()
+            .evaluate(EvaluationRequest::new(
+                &compile_wat("deep_recursion"),
+                &small_fleet().encode(),
+                &PolicyLimits::default(),
+            ))
+            .into_result();
     }
-    let evaluation = runtime().evaluate(&policy, &small_fleet().encode(), &PolicyLimits::default()).expect("runs");
+    let evaluation = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &small_fleet().encode(), &PolicyLimits::default()))
+        .into_result()
+        .expect("runs");
     assert_eq!(evaluation.decisions().expect("decodes").len(), 1);
 }

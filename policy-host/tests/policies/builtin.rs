@@ -2,7 +2,7 @@
 //! as they run natively.
 
 use airtime_builtin_policies::{ALL, PRIORITY_BEST_FIT, SDK_PROBE, TEMPLATE};
-use airtime_policy_host::{PolicyError, PolicyLimits};
+use airtime_policy_host::{EvaluationRequest, PolicyError, PolicyLimits};
 use airtime_policy_sdk::abi::{decode_snapshot, encode_decisions};
 use airtime_policy_sdk::check::check_decisions;
 use airtime_policy_sdk::testing::SnapshotFixture;
@@ -15,7 +15,10 @@ use crate::support::{runtime, small_fleet};
 fn same_as_native(module: &[u8], native: &dyn airtime_policy_sdk::guest::Policy, fixture: &SnapshotFixture) {
     let policy = runtime().compile(module).expect("compiles");
     let bytes = fixture.encode();
-    let evaluation = runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect("evaluates");
+    let evaluation = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &bytes, &PolicyLimits::default()))
+        .into_result()
+        .expect("evaluates");
     let expected = fixture.evaluate(native).expect("native run");
     assert_eq!(evaluation.output, encode_decisions(&expected.decisions), "wasm and native decide alike");
     let logs: Vec<_> = evaluation.logs.iter().map(|l| (l.level, l.message.as_str())).collect();
@@ -44,7 +47,10 @@ fn priority_best_fit_in_wasm_matches_native() {
 fn priority_best_fit_places_as_documented() {
     let policy = runtime().compile(PRIORITY_BEST_FIT).expect("compiles");
     let fixture = small_fleet();
-    let evaluation = runtime().evaluate(&policy, &fixture.encode(), &PolicyLimits::default()).expect("evaluates");
+    let evaluation = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &fixture.encode(), &PolicyLimits::default()))
+        .into_result()
+        .expect("evaluates");
     let reasons: Vec<String> = evaluation.decisions().expect("decodes").iter().map(|d| d.reason.to_string()).collect();
     assert_eq!(
         reasons,
@@ -66,7 +72,10 @@ fn the_template_in_wasm_matches_native() {
 fn a_policy_error_reaches_the_host_as_guest_failed() {
     let policy = runtime().compile(PRIORITY_BEST_FIT).expect("compiles");
     let bytes = small_fleet().params(r#"{"max_placements": -1}"#).encode();
-    let error = runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect_err("bad params");
+    let error = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &bytes, &PolicyLimits::default()))
+        .into_result()
+        .expect_err("bad params");
     assert_eq!(
         error,
         PolicyError::GuestFailed {
@@ -77,7 +86,7 @@ fn a_policy_error_reaches_the_host_as_guest_failed() {
 
 fn probe(params: &str, limits: &PolicyLimits) -> Result<airtime_policy_host::Evaluation, PolicyError> {
     let policy = runtime().compile(SDK_PROBE).expect("compiles");
-    runtime().evaluate(&policy, &small_fleet().params(params).encode(), limits)
+    runtime().evaluate(EvaluationRequest::new(&policy, &small_fleet().params(params).encode(), limits)).into_result()
 }
 
 #[test]

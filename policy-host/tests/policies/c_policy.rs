@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use airtime_policy_host::PolicyLimits;
+use airtime_policy_host::{EvaluationRequest, PolicyLimits};
 use airtime_policy_sdk::abi::{Action, NodeState, Snapshot, decode_snapshot};
 use airtime_policy_sdk::check::check_decisions;
 use airtime_policy_sdk::guest::LogLevel;
@@ -79,7 +79,10 @@ fn run(fixture: &SnapshotFixture) -> Option<Run> {
     };
     let policy = runtime().compile(module).expect("the C policy passes the upload checks");
     let bytes = fixture.encode();
-    let evaluation = runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect("the C policy evaluates");
+    let evaluation = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &bytes, &PolicyLimits::default()))
+        .into_result()
+        .expect("the C policy evaluates");
     let decisions = evaluation.decisions().expect("its decision buffer decodes");
     let snapshot = decode_snapshot(&bytes).expect("valid fixture");
     assert_eq!(check_decisions(&snapshot, &decisions), vec![], "the host accepts every decision");
@@ -560,7 +563,10 @@ fn echo(bytes: &[u8]) -> Option<Vec<String>> {
         }
     };
     let policy = runtime().compile(module).expect("the echo module passes the upload checks");
-    let evaluation = runtime().evaluate(&policy, bytes, &PolicyLimits::default()).expect("the echo module evaluates");
+    let evaluation = runtime()
+        .evaluate(EvaluationRequest::new(&policy, bytes, &PolicyLimits::default()))
+        .into_result()
+        .expect("the echo module evaluates");
     let decisions = evaluation.decisions().expect("its decision buffer decodes");
     Some(decisions.iter().map(|d| d.reason.to_string()).collect())
 }
@@ -589,7 +595,13 @@ fn the_c_header_steps_by_stride_and_skips_fields_it_does_not_know() {
     let Ok(module) = c_first_fit() else { return };
     let policy = runtime().compile(module).expect("compiles");
     let small = small_fleet().encode();
-    let narrow = runtime().evaluate(&policy, &small, &PolicyLimits::default()).expect("evaluates");
-    let wide = runtime().evaluate(&policy, &widen_strides(&small, 12), &PolicyLimits::default()).expect("evaluates");
+    let narrow = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &small, &PolicyLimits::default()))
+        .into_result()
+        .expect("evaluates");
+    let wide = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &widen_strides(&small, 12), &PolicyLimits::default()))
+        .into_result()
+        .expect("evaluates");
     assert_eq!(wide.decisions().expect("decodes"), narrow.decisions().expect("decodes"));
 }

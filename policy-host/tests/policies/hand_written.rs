@@ -1,6 +1,6 @@
 //! A policy in hand-written WAT: the ABI is implementable without Rust or the SDK.
 
-use airtime_policy_host::PolicyLimits;
+use airtime_policy_host::{EvaluationRequest, PolicyLimits};
 use airtime_policy_sdk::abi::{Action, decode_snapshot};
 use airtime_policy_sdk::check::check_decisions;
 use airtime_policy_sdk::guest::LogLevel;
@@ -12,7 +12,10 @@ fn a_wat_policy_places_the_first_pending_workload_on_gpu_0() {
     let policy = compile_wat("first_pending_on_gpu0");
     let fixture = small_fleet();
     let snapshot_bytes = fixture.encode();
-    let evaluation = runtime().evaluate(&policy, &snapshot_bytes, &PolicyLimits::default()).expect("evaluates");
+    let evaluation = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &snapshot_bytes, &PolicyLimits::default()))
+        .into_result()
+        .expect("evaluates");
     let decisions = evaluation.decisions().expect("decodes");
     assert_eq!(decisions.len(), 1);
     // Workload 0 is `serving` (running); the first pending one is 1.
@@ -34,7 +37,10 @@ fn a_wat_policy_places_the_first_pending_workload_on_gpu_0() {
 fn a_wat_policy_with_nothing_to_do_returns_an_empty_list() {
     let policy = compile_wat("first_pending_on_gpu0");
     let bytes = airtime_policy_sdk::testing::SnapshotFixture::new().pending("a", 1, 1).encode();
-    let evaluation = runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect("evaluates");
+    let evaluation = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &bytes, &PolicyLimits::default()))
+        .into_result()
+        .expect("evaluates");
     assert_eq!(evaluation.decisions().expect("decodes"), vec![]);
 }
 
@@ -43,6 +49,9 @@ fn every_evaluation_gets_a_fresh_instance() {
     let policy = compile_wat("state_probe");
     let bytes = small_fleet().encode();
     for _ in 0..5 {
-        runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect("no state from the previous run");
+        runtime()
+            .evaluate(EvaluationRequest::new(&policy, &bytes, &PolicyLimits::default()))
+            .into_result()
+            .expect("no state from the previous run");
     }
 }

@@ -6,7 +6,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use airtime_builtin_policies::PRIORITY_BEST_FIT;
-use airtime_policy_host::{Lane, LaneSlots, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{
+    EvaluationRequest, Lane, LaneSlots, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig,
+};
 use airtime_policy_sdk::testing::SnapshotFixture;
 use sha2::{Digest, Sha256};
 
@@ -24,7 +26,10 @@ fn compiled_policies_are_cached_by_sha256_and_evicted_least_recently_used() {
     runtime.compile(&wat("log_flood")).expect("compiles");
     assert_eq!(runtime.cached_policies(), 2, "capacity 2");
     // An evicted policy stays usable by whoever holds it.
-    runtime.evaluate(&first, &small_fleet().encode(), &PolicyLimits::default()).expect("still runs");
+    runtime
+        .evaluate(EvaluationRequest::new(&first, &small_fleet().encode(), &PolicyLimits::default()))
+        .into_result()
+        .expect("still runs");
 }
 
 #[test]
@@ -51,7 +56,10 @@ fn limits_are_json_with_defaults_and_refuse_unknown_fields() {
 fn limits_out_of_range_are_refused_before_anything_runs() {
     let policy = runtime().compile(PRIORITY_BEST_FIT).expect("compiles");
     let bad = PolicyLimits { deadline_ms: 0, ..PolicyLimits::default() };
-    let error = runtime().evaluate(&policy, &small_fleet().encode(), &bad).expect_err("refused");
+    let error = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &small_fleet().encode(), &bad))
+        .into_result()
+        .expect_err("refused");
     assert_eq!(error.to_string(), "invalid policy limits: deadline_ms is 0; it must be 1 to 60000");
     assert!(!error.is_policy_fault());
     let bad = PolicyLimits { max_memory_bytes: 1024, ..PolicyLimits::default() };
@@ -64,7 +72,10 @@ fn memory_limits_above_the_runtime_ceiling_are_clamped_to_it() {
         PolicyRuntime::new(RuntimeConfig { max_memory_bytes: 8 << 20, ..RuntimeConfig::default() }).expect("starts");
     let policy = runtime.compile(&wat("memory_bomb")).expect("compiles");
     let limits = PolicyLimits { max_memory_bytes: 4 << 30, ..PolicyLimits::default() };
-    let error = runtime.evaluate(&policy, &small_fleet().encode(), &limits).expect_err("bomb");
+    let error = runtime
+        .evaluate(EvaluationRequest::new(&policy, &small_fleet().encode(), &limits))
+        .into_result()
+        .expect_err("bomb");
     assert!(matches!(error, PolicyError::MemoryLimit { limit, .. } if limit == 8 << 20), "{error:?}");
 }
 
@@ -78,7 +89,11 @@ fn evaluations_run_concurrently_on_one_runtime() {
                 scope.spawn(|| {
                     let mut last = Vec::new();
                     for _ in 0..10 {
-                        last = runtime().evaluate(&policy, &bytes, &PolicyLimits::default()).expect("runs").output;
+                        last = runtime()
+                            .evaluate(EvaluationRequest::new(&policy, &bytes, &PolicyLimits::default()))
+                            .into_result()
+                            .expect("runs")
+                            .output;
                     }
                     last
                 })
@@ -105,25 +120,39 @@ fn a_full_lane_answers_capacity_after_the_deadline_and_never_takes_the_platforms
     thread::scope(|scope| {
         // A tenant's looping policy holds the tenants' only slot for 600 ms.
         let busy = scope.spawn(|| {
-            runtime.evaluate(&looping, &bytes, &PolicyLimits { deadline_ms: 600, ..PolicyLimits::default() })
+            runtime
+                .evaluate(EvaluationRequest::new(
+                    &looping,
+                    &bytes,
+                    &PolicyLimits { deadline_ms: 600, ..PolicyLimits::default() },
+                ))
+                .into_result()
         });
         thread::sleep(Duration::from_millis(150));
         // Another tenant evaluation waits for a slot at most its own deadline, then says so.
         let started = Instant::now();
         let error = runtime
-            .evaluate(&good, &bytes, &PolicyLimits { deadline_ms: 100, ..PolicyLimits::default() })
+            .evaluate(EvaluationRequest::new(
+                &good,
+                &bytes,
+                &PolicyLimits { deadline_ms: 100, ..PolicyLimits::default() },
+            ))
+            .into_result()
             .expect_err("the tenants' only slot is busy");
         assert!(started.elapsed() >= Duration::from_millis(100), "it waited for a slot");
         assert_eq!(error.kind(), "capacity", "{error}");
         assert!(!error.is_policy_fault());
         // The platform's lane is its own: the looping tenant cannot keep it from an instance.
         runtime
-            .evaluate_recorded_in(Lane::Platform, &good, &bytes, &PolicyLimits::default())
+            .evaluate(EvaluationRequest::new(&good, &bytes, &PolicyLimits::default()).in_lane(Lane::Platform))
             .into_result()
             .expect("the platform's slot is free");
         assert_eq!(busy.join().expect("no panic").expect_err("loops").kind(), "deadline_exceeded");
     });
-    runtime.evaluate(&good, &bytes, &PolicyLimits::default()).expect("the slot is free again");
+    runtime
+        .evaluate(EvaluationRequest::new(&good, &bytes, &PolicyLimits::default()))
+        .into_result()
+        .expect("the slot is free again");
 }
 
 #[test]
@@ -142,7 +171,10 @@ fn lanes_that_do_not_fit_the_pool_are_refused_at_start() {
 fn a_policy_compiled_by_another_runtime_is_refused() {
     let other = PolicyRuntime::new(RuntimeConfig::default()).expect("starts");
     let policy = other.compile(PRIORITY_BEST_FIT).expect("compiles");
-    let error = runtime().evaluate(&policy, &small_fleet().encode(), &PolicyLimits::default()).expect_err("foreign");
+    let error = runtime()
+        .evaluate(EvaluationRequest::new(&policy, &small_fleet().encode(), &PolicyLimits::default()))
+        .into_result()
+        .expect_err("foreign");
     assert_eq!(
         error.to_string(),
         "internal error in the policy runtime: the policy was compiled by another PolicyRuntime"

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use airtime_policy_host::{CompiledPolicy, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
+use airtime_policy_host::{CompiledPolicy, EvaluationRequest, PolicyError, PolicyLimits, PolicyRuntime, RuntimeConfig};
 use airtime_policy_sdk::testing::SnapshotFixture;
 
 /// One runtime for all tests, as in a process (tests also build their own where config matters).
@@ -34,7 +34,7 @@ pub fn compile_error(name: &str) -> PolicyError {
 
 /// The error evaluating `policy` on a small fleet with `limits`.
 pub fn evaluate_error(policy: &CompiledPolicy, limits: &PolicyLimits) -> PolicyError {
-    match runtime().evaluate(policy, &small_fleet().encode(), limits) {
+    match runtime().evaluate(EvaluationRequest::new(policy, &small_fleet().encode(), limits)).into_result() {
         Ok(evaluation) => panic!("the evaluation should fail, but returned {} bytes", evaluation.output.len()),
         Err(error) => error,
     }

@@ -6,11 +6,11 @@
 
 use std::cell::Cell;
 
+use super::layout::{Counts, Record, field, index, u32_at, u64_at};
 use super::{
-    ABI_VERSION, AbiError, Action, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision,
-    GPU_SIZE, Gpu, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, LoadMetric, Location, NODE_SIZE, NONE, Node, NodeState,
-    ReplicaVariant, SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Service, Settings, Sharing,
-    Snapshot, TENANT_SIZE, Table, Tenant, WORKLOAD_SIZE, Workload, WorkloadClass, WorkloadState,
+    ABI_VERSION, AbiError, Action, BufferKind, DECISION, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC,
+    Decision, GPU_SIZE, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, Location, NODE_SIZE, NONE, SERVICE_SIZE,
+    SETTINGS_SIZE, SNAPSHOT_HEADER, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot, TENANT_SIZE, Table, WORKLOAD_SIZE,
 };
 
 /// Decodes a snapshot, borrowing every string from `bytes`.
@@ -35,193 +35,55 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
     if magic != SNAPSHOT_MAGIC {
         return Err(AbiError::BadMagic { buffer: BufferKind::Snapshot, expected: SNAPSHOT_MAGIC, found: magic });
     }
-    let version = u32_at(header, 4);
+    let version = u32_at(header, SNAPSHOT_HEADER.offset("abi_version"));
     if version != ABI_VERSION {
         return Err(AbiError::UnsupportedVersion { found: version, supported: ABI_VERSION });
     }
     let at_header = Location::Header(BufferKind::Snapshot);
 
-    let tenants = buf.table(header, 16, Table::Tenants, TENANT_SIZE)?;
-    let nodes = buf.table(header, 28, Table::Nodes, NODE_SIZE)?;
-    let gpus = buf.table(header, 40, Table::Gpus, GPU_SIZE)?;
-    let workloads = buf.table(header, 52, Table::Workloads, WORKLOAD_SIZE)?;
-    let settings = buf.table(header, 64, Table::Settings, SETTINGS_SIZE)?;
-    let services = buf.table(header, 88, Table::Services, SERVICE_SIZE)?;
+    let h = |name| SNAPSHOT_HEADER.offset(name);
+    let tenants = buf.table(header, h("tenants"), Table::Tenants, TENANT_SIZE)?;
+    let nodes = buf.table(header, h("nodes"), Table::Nodes, NODE_SIZE)?;
+    let gpus = buf.table(header, h("gpus"), Table::Gpus, GPU_SIZE)?;
+    let workloads = buf.table(header, h("workloads"), Table::Workloads, WORKLOAD_SIZE)?;
+    let settings = buf.table(header, h("settings"), Table::Settings, SETTINGS_SIZE)?;
+    let services = buf.table(header, h("services"), Table::Services, SERVICE_SIZE)?;
     if settings.count > 1 {
         return Err(AbiError::TooManySettings { count: settings.count });
     }
-    let (tenant_count, node_count, gpu_count, workload_count, service_count) = (
-        tenants.count as usize,
-        nodes.count as usize,
-        gpus.count as usize,
-        workloads.count as usize,
-        services.count as usize,
-    );
-
-    let mut snapshot = Snapshot {
-        now_ms: u64_at(header, 8),
-        tenants: Vec::with_capacity(tenant_count),
-        nodes: Vec::with_capacity(node_count),
-        gpus: Vec::with_capacity(gpu_count),
-        workloads: Vec::with_capacity(workload_count),
-        settings: None,
-        params: buf.string(at_header, "params", header, 76)?,
-        scope_tenant: index(at_header, "scope tenant", u32_at(header, 84), Table::Tenants, tenant_count)?,
-        services: Vec::with_capacity(service_count),
+    let counts = Counts {
+        tenants: tenants.count as usize,
+        nodes: nodes.count as usize,
+        gpus: gpus.count as usize,
+        workloads: workloads.count as usize,
+        services: services.count as usize,
     };
+    Ok(Snapshot {
+        now_ms: u64_at(header, h("now_ms")),
+        params: buf.string(at_header, "params", header, h("params"))?,
+        scope_tenant: index(
+            at_header,
+            "scope tenant",
+            u32_at(header, h("scope_tenant")),
+            Table::Tenants,
+            counts.tenants,
+        )?,
+        tenants: records(&buf, &tenants, &counts)?,
+        nodes: records(&buf, &nodes, &counts)?,
+        gpus: records(&buf, &gpus, &counts)?,
+        workloads: records(&buf, &workloads, &counts)?,
+        settings: records(&buf, &settings, &counts)?.pop(),
+        services: records(&buf, &services, &counts)?,
+    })
+}
 
-    for (i, rec) in tenants.records() {
-        let at = Location::Record { table: Table::Tenants, index: i };
-        snapshot.tenants.push(Tenant {
-            name: buf.string(at, "name", rec, 0)?,
-            guaranteed_gpus: u32_at(rec, 8),
-            weight: u32_at(rec, 12),
-            running_gpus: u32_at(rec, 16),
-            tier: i32_at(rec, 20),
-            decayed_gpu_hours: f32_at(rec, 24),
-            may_borrow: u32_at(rec, 28) & 1 != 0,
-            running_gpu_milli: u32_at(rec, 32),
-        });
+/// Every record of `table`.
+fn records<'a, R: Record<'a>>(buf: &Buf<'a>, table: &TableView<'a>, counts: &Counts) -> Result<Vec<R>, AbiError> {
+    let mut out = Vec::with_capacity(table.count as usize);
+    for (i, rec) in table.records() {
+        out.push(R::decode(buf, rec, i, counts)?);
     }
-    for (i, rec) in nodes.records() {
-        let at = Location::Record { table: Table::Nodes, index: i };
-        let (gpu_first, gpus_on_node) = (u32_at(rec, 28), u32_at(rec, 32));
-        if u64::from(gpu_first) + u64::from(gpus_on_node) > gpu_count as u64 {
-            return Err(AbiError::GpuRangeOutOfRange { node: i, gpu_first, gpu_count: gpus_on_node, gpus: gpu_count });
-        }
-        snapshot.nodes.push(Node {
-            name: buf.string(at, "name", rec, 0)?,
-            state: NodeState::from_code(u32_at(rec, 8)),
-            cpu_millis: u32_at(rec, 12),
-            cpu_millis_free: u32_at(rec, 16),
-            memory_mb: u32_at(rec, 20),
-            memory_mb_free: u32_at(rec, 24),
-            gpu_first,
-            gpu_count: gpus_on_node,
-            cost_per_hour: f32_at(rec, 36),
-            cpu_util: f32_at(rec, 40),
-            simulated: u32_at(rec, 44) & 1 != 0,
-            containers: u32_at(rec, 44) & 2 != 0,
-        });
-    }
-    for (i, rec) in gpus.records() {
-        let at = Location::Record { table: Table::Gpus, index: i };
-        let node = u32_at(rec, 0);
-        if node as usize >= node_count {
-            return Err(AbiError::IndexOutOfRange {
-                at,
-                what: "node",
-                index: node,
-                table: Table::Nodes,
-                table_len: node_count,
-            });
-        }
-        snapshot.gpus.push(Gpu {
-            node,
-            device_index: u32_at(rec, 4),
-            model: buf.string(at, "model", rec, 8)?,
-            memory_mb: u32_at(rec, 16),
-            memory_used_mb: u32_at(rec, 20),
-            util: f32_at(rec, 24),
-            nvlink_group: optional(u32_at(rec, 28)),
-            holder: index(at, "holder", u32_at(rec, 32), Table::Workloads, workload_count)?,
-            simulated: u32_at(rec, 36) & 1 != 0,
-            sharing: Sharing::from_code(u32_at(rec, 40)),
-            free_milli: u32_at(rec, 44),
-            memory_reserved_mb: u32_at(rec, 48),
-            sharers: u32_at(rec, 52),
-            mig_profile: buf.string(at, "mig_profile", rec, 56)?,
-        });
-    }
-    for (i, rec) in workloads.records() {
-        let at = Location::Record { table: Table::Workloads, index: i };
-        let tenant = u32_at(rec, 16);
-        if tenant as usize >= tenant_count {
-            return Err(AbiError::IndexOutOfRange {
-                at,
-                what: "tenant",
-                index: tenant,
-                table: Table::Tenants,
-                table_len: tenant_count,
-            });
-        }
-        let flags = u32_at(rec, 76);
-        snapshot.workloads.push(Workload {
-            id: buf.string(at, "id", rec, 0)?,
-            name: buf.string(at, "name", rec, 8)?,
-            tenant,
-            class: WorkloadClass::from_code(u32_at(rec, 20)),
-            state: WorkloadState::from_code(u32_at(rec, 24)),
-            priority: i32_at(rec, 28),
-            gpu_count: u32_at(rec, 32),
-            gpu_memory_mb: u32_at(rec, 36),
-            gpu_models: buf.string(at, "gpu_models", rec, 40)?,
-            cpu_millis: u32_at(rec, 48),
-            memory_mb: u32_at(rec, 52),
-            submitted_ms: u64_at(rec, 56),
-            started_ms: u64_at(rec, 64),
-            node: index(at, "node", u32_at(rec, 72), Table::Nodes, node_count)?,
-            preemptible: flags & 1 != 0,
-            checkpointable: flags & 2 != 0,
-            cpu_capable: flags & 4 != 0,
-            gang: flags & 8 != 0,
-            container: flags & 16 != 0,
-            expected_duration_s: u32_at(rec, 80),
-            preemptions_last_hour: u32_at(rec, 84),
-            gpu_milli: u32_at(rec, 88),
-            mig_profile: buf.string(at, "mig_profile", rec, 92)?,
-            service: index(at, "service", u32_at(rec, 104), Table::Services, service_count)?,
-            replica_variant: ReplicaVariant::from_code(u32_at(rec, 108)),
-        });
-    }
-    if let Some((_, rec)) = settings.records().next() {
-        snapshot.settings = Some(Settings {
-            burst_reserve_gpus: u32_at(rec, 0),
-            realtime_first: u32_at(rec, 4) & 1 != 0,
-            min_runtime_s: u32_at(rec, 8),
-            grace_period_s: u32_at(rec, 12),
-            max_preemptions_per_hour: u32_at(rec, 16),
-            night_training_bonus: i32_at(rec, 20),
-            checkpointable_only: u32_at(rec, 24) & 1 != 0,
-        });
-    }
-    for (i, rec) in services.records() {
-        let at = Location::Record { table: Table::Services, index: i };
-        let tenant = u32_at(rec, 8);
-        if tenant as usize >= tenant_count {
-            return Err(AbiError::IndexOutOfRange {
-                at,
-                what: "tenant",
-                index: tenant,
-                table: Table::Tenants,
-                table_len: tenant_count,
-            });
-        }
-        let flags = u32_at(rec, 72);
-        snapshot.services.push(Service {
-            name: buf.string(at, "name", rec, 0)?,
-            tenant,
-            class: WorkloadClass::from_code(u32_at(rec, 12)),
-            metric: LoadMetric::from_code(u32_at(rec, 16)),
-            min_replicas: u32_at(rec, 20),
-            max_replicas: u32_at(rec, 24),
-            capacity: f32_at(rec, 28),
-            cpu_capacity: f32_at(rec, 32),
-            demand: f32_at(rec, 36),
-            latest: f32_at(rec, 40),
-            desired_gpu: u32_at(rec, 44),
-            desired_cpu: u32_at(rec, 48),
-            placed_gpu: u32_at(rec, 52),
-            placed_cpu: u32_at(rec, 56),
-            pending_gpu: u32_at(rec, 60),
-            pending_cpu: u32_at(rec, 64),
-            gpu_milli_per_replica: u32_at(rec, 68),
-            has_cpu_variant: flags & 1 != 0,
-            draining: flags & 2 != 0,
-            stale: flags & 4 != 0,
-        });
-    }
-    Ok(snapshot)
+    Ok(out)
 }
 
 /// Decodes a decision buffer, borrowing reasons from `bytes` (cleaned and cut to
@@ -292,11 +154,12 @@ fn walk_decisions<'a>(
     let mut gpu_total: u64 = 0;
     for (i, rec) in table.records() {
         let at = Location::Record { table: Table::Decisions, index: i };
-        let kind = u32_at(rec, 0);
-        let workload = u32_at(rec, 4);
-        let node = u32_at(rec, 8);
-        let (gpus_offset, gpus_len) = (u32_at(rec, 16), u32_at(rec, 20));
-        let reason = buf.string(at, "reason", rec, 24)?;
+        let kind = u32_at(rec, DECISION.offset("kind"));
+        let workload = u32_at(rec, DECISION.offset("workload"));
+        let node = u32_at(rec, DECISION.offset("node"));
+        let gpus_at = DECISION.offset("gpus");
+        let (gpus_offset, gpus_len) = (u32_at(rec, gpus_at), u32_at(rec, gpus_at + 4));
+        let reason = buf.string(at, "reason", rec, DECISION.offset("reason"))?;
         let action = match kind {
             KIND_PLACE => {
                 if node == NONE {
@@ -327,7 +190,7 @@ fn walk_decisions<'a>(
 }
 
 /// A buffer being decoded.
-struct Buf<'a> {
+pub(crate) struct Buf<'a> {
     bytes: &'a [u8],
     /// Where strings are: from the first non-empty string read to the end of the buffer, or to
     /// the first byte that is not UTF-8, as one validated `&str` (its start in `bytes`, the text).
@@ -393,7 +256,13 @@ impl<'a> Buf<'a> {
     }
 
     /// The string whose `{offset, len}` is at `field_at` in `rec`.
-    fn string(&self, at: Location, what: &'static str, rec: &[u8], field_at: usize) -> Result<&'a str, AbiError> {
+    pub(crate) fn string(
+        &self,
+        at: Location,
+        what: &'static str,
+        rec: &[u8],
+        field_at: usize,
+    ) -> Result<&'a str, AbiError> {
         let (offset, len) = (u32_at(rec, field_at), u32_at(rec, field_at + 4));
         if len == 0 && (offset as usize) <= self.bytes.len() {
             return Ok("");
@@ -427,40 +296,6 @@ impl<'a> Buf<'a> {
     }
 }
 
-/// `None` for `NONE`, else the index, checked against the table it points into.
-fn index(at: Location, what: &'static str, value: u32, table: Table, len: usize) -> Result<Option<u32>, AbiError> {
-    match value {
-        NONE => Ok(None),
-        index if (index as usize) < len => Ok(Some(index)),
-        index => Err(AbiError::IndexOutOfRange { at, what, index, table, table_len: len }),
-    }
-}
-
-fn optional(value: u32) -> Option<u32> {
-    (value != NONE).then_some(value)
-}
-
 fn magic_of(bytes: &[u8]) -> [u8; 4] {
     field(bytes, 0)
-}
-
-/// `N` bytes at `at`, or zeroes if `bytes` is too short (never the case after the bounds checks).
-fn field<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
-    bytes.get(at..at.saturating_add(N)).and_then(|slice| slice.try_into().ok()).unwrap_or([0; N])
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(field(bytes, at))
-}
-
-fn i32_at(bytes: &[u8], at: usize) -> i32 {
-    i32::from_le_bytes(field(bytes, at))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(field(bytes, at))
-}
-
-fn f32_at(bytes: &[u8], at: usize) -> f32 {
-    f32::from_le_bytes(field(bytes, at))
 }

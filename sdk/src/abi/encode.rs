@@ -8,11 +8,16 @@
 
 use std::collections::HashMap;
 
+use super::layout::{Record, set};
 use super::{
-    AbiError, BufferKind, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision, GPU_SIZE, NODE_SIZE, NONE,
-    SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot, TENANT_SIZE, WORKLOAD_SIZE,
+    AbiError, BufferKind, DECISION, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision, GPU_SIZE,
+    NODE_SIZE, NONE, SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot,
+    TENANT_SIZE, WORKLOAD_SIZE,
 };
 use crate::abi::{ABI_VERSION, Action};
+
+/// The header's table descriptors, in the order of the tables in the buffer.
+const TABLES: [&str; 6] = ["tenants", "nodes", "gpus", "workloads", "settings", "services"];
 
 /// Encodes a snapshot for a guest.
 ///
@@ -50,127 +55,29 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
     let mut out = Vec::with_capacity(fixed as usize + 64 * snapshot.workloads.len());
 
     // Header.
-    out.extend_from_slice(&SNAPSHOT_MAGIC);
-    put_u32(&mut out, ABI_VERSION);
-    put_u64(&mut out, snapshot.now_ms);
-    let table = |out: &mut Vec<u8>, i: usize| {
+    let mut header = [0u8; SNAPSHOT_HEADER_SIZE];
+    set(&mut header, SNAPSHOT_HEADER.offset("magic"), SNAPSHOT_MAGIC);
+    set(&mut header, SNAPSHOT_HEADER.offset("abi_version"), ABI_VERSION.to_le_bytes());
+    set(&mut header, SNAPSHOT_HEADER.offset("now_ms"), snapshot.now_ms.to_le_bytes());
+    for (i, name) in TABLES.iter().enumerate() {
         let ((count, size), offset) = (counts[i], table_offsets[i]);
-        put_u32(out, offset as u32);
-        put_u32(out, count as u32);
-        put_u32(out, size as u32);
-    };
-    for i in 0..5 {
-        table(&mut out, i);
+        let at = SNAPSHOT_HEADER.offset(name);
+        set(&mut header, at, (offset as u32).to_le_bytes());
+        set(&mut header, at + 4, (count as u32).to_le_bytes());
+        set(&mut header, at + 8, (size as u32).to_le_bytes());
     }
-    heap.put(&mut out, snapshot.params);
-    put_u32(&mut out, snapshot.scope_tenant.unwrap_or(NONE));
-    // ABI 1.3: appended after the 88 bytes earlier guests read.
-    table(&mut out, 5);
-    put_u32(&mut out, 0);
-    debug_assert_eq!(out.len(), SNAPSHOT_HEADER_SIZE);
+    let params = SNAPSHOT_HEADER.offset("params");
+    heap.put(&mut header[params..params + 8], snapshot.params);
+    set(&mut header, SNAPSHOT_HEADER.offset("scope_tenant"), snapshot.scope_tenant.unwrap_or(NONE).to_le_bytes());
+    out.extend_from_slice(&header);
 
-    for tenant in &snapshot.tenants {
-        heap.put(&mut out, tenant.name);
-        put_u32(&mut out, tenant.guaranteed_gpus);
-        put_u32(&mut out, tenant.weight);
-        put_u32(&mut out, tenant.running_gpus);
-        put_i32(&mut out, tenant.tier);
-        put_f32(&mut out, tenant.decayed_gpu_hours);
-        put_u32(&mut out, u32::from(tenant.may_borrow));
-        put_u32(&mut out, tenant.running_gpu_milli);
-        put_u32(&mut out, 0);
-    }
-    for node in &snapshot.nodes {
-        heap.put_unique(&mut out, node.name);
-        put_u32(&mut out, node.state.code());
-        put_u32(&mut out, node.cpu_millis);
-        put_u32(&mut out, node.cpu_millis_free);
-        put_u32(&mut out, node.memory_mb);
-        put_u32(&mut out, node.memory_mb_free);
-        put_u32(&mut out, node.gpu_first);
-        put_u32(&mut out, node.gpu_count);
-        put_f32(&mut out, node.cost_per_hour);
-        put_f32(&mut out, node.cpu_util);
-        put_u32(&mut out, u32::from(node.simulated) | u32::from(node.containers) << 1);
-    }
-    for gpu in &snapshot.gpus {
-        put_u32(&mut out, gpu.node);
-        put_u32(&mut out, gpu.device_index);
-        heap.put(&mut out, gpu.model);
-        put_u32(&mut out, gpu.memory_mb);
-        put_u32(&mut out, gpu.memory_used_mb);
-        put_f32(&mut out, gpu.util);
-        put_u32(&mut out, gpu.nvlink_group.unwrap_or(NONE));
-        put_u32(&mut out, gpu.holder.unwrap_or(NONE));
-        put_u32(&mut out, u32::from(gpu.simulated));
-        put_u32(&mut out, gpu.sharing.code());
-        put_u32(&mut out, gpu.free_milli);
-        put_u32(&mut out, gpu.memory_reserved_mb);
-        put_u32(&mut out, gpu.sharers);
-        heap.put(&mut out, gpu.mig_profile);
-    }
-    for workload in &snapshot.workloads {
-        heap.put_unique(&mut out, workload.id);
-        heap.put_unique(&mut out, workload.name);
-        put_u32(&mut out, workload.tenant);
-        put_u32(&mut out, workload.class.code());
-        put_u32(&mut out, workload.state.code());
-        put_i32(&mut out, workload.priority);
-        put_u32(&mut out, workload.gpu_count);
-        put_u32(&mut out, workload.gpu_memory_mb);
-        heap.put(&mut out, workload.gpu_models);
-        put_u32(&mut out, workload.cpu_millis);
-        put_u32(&mut out, workload.memory_mb);
-        put_u64(&mut out, workload.submitted_ms);
-        put_u64(&mut out, workload.started_ms);
-        put_u32(&mut out, workload.node.unwrap_or(NONE));
-        let flags = u32::from(workload.preemptible)
-            | u32::from(workload.checkpointable) << 1
-            | u32::from(workload.cpu_capable) << 2
-            | u32::from(workload.gang) << 3
-            | u32::from(workload.container) << 4;
-        put_u32(&mut out, flags);
-        put_u32(&mut out, workload.expected_duration_s);
-        put_u32(&mut out, workload.preemptions_last_hour);
-        put_u32(&mut out, workload.gpu_milli);
-        heap.put(&mut out, workload.mig_profile);
-        put_u32(&mut out, 0);
-        put_u32(&mut out, workload.service.unwrap_or(NONE));
-        put_u32(&mut out, workload.replica_variant.code());
-    }
-    if let Some(settings) = &snapshot.settings {
-        put_u32(&mut out, settings.burst_reserve_gpus);
-        put_u32(&mut out, u32::from(settings.realtime_first));
-        put_u32(&mut out, settings.min_runtime_s);
-        put_u32(&mut out, settings.grace_period_s);
-        put_u32(&mut out, settings.max_preemptions_per_hour);
-        put_i32(&mut out, settings.night_training_bonus);
-        put_u32(&mut out, u32::from(settings.checkpointable_only));
-        put_u32(&mut out, 0);
-    }
-    for service in &snapshot.services {
-        heap.put(&mut out, service.name);
-        put_u32(&mut out, service.tenant);
-        put_u32(&mut out, service.class.code());
-        put_u32(&mut out, service.metric.code());
-        put_u32(&mut out, service.min_replicas);
-        put_u32(&mut out, service.max_replicas);
-        put_f32(&mut out, service.capacity);
-        put_f32(&mut out, service.cpu_capacity);
-        put_f32(&mut out, service.demand);
-        put_f32(&mut out, service.latest);
-        put_u32(&mut out, service.desired_gpu);
-        put_u32(&mut out, service.desired_cpu);
-        put_u32(&mut out, service.placed_gpu);
-        put_u32(&mut out, service.placed_cpu);
-        put_u32(&mut out, service.pending_gpu);
-        put_u32(&mut out, service.pending_cpu);
-        put_u32(&mut out, service.gpu_milli_per_replica);
-        let flags =
-            u32::from(service.has_cpu_variant) | u32::from(service.draining) << 1 | u32::from(service.stale) << 2;
-        put_u32(&mut out, flags);
-        put_u32(&mut out, 0);
-    }
+    // Tables, in header order.
+    put_records(&mut out, &mut heap, &snapshot.tenants);
+    put_records(&mut out, &mut heap, &snapshot.nodes);
+    put_records(&mut out, &mut heap, &snapshot.gpus);
+    put_records(&mut out, &mut heap, &snapshot.workloads);
+    put_records(&mut out, &mut heap, snapshot.settings.as_slice());
+    put_records(&mut out, &mut heap, &snapshot.services);
     debug_assert_eq!(out.len() as u64, fixed);
     let total = fixed + heap.bytes.len() as u64;
     if total > u64::from(u32::MAX) {
@@ -219,25 +126,23 @@ pub fn try_encode_decisions(decisions: &[Decision<'_>]) -> Result<Vec<u8>, AbiEr
     let reasons_base = records_end + gpu_entries * 4;
     let mut previous_reason: Option<(&str, u32)> = None;
     for decision in decisions {
-        put_u32(&mut out, decision.action.code());
-        put_u32(&mut out, decision.workload);
+        let start = out.len();
+        out.resize(start + DECISION_SIZE, 0);
+        let rec = &mut out[start..];
+        set(rec, DECISION.offset("kind"), decision.action.code().to_le_bytes());
+        set(rec, DECISION.offset("workload"), decision.workload.to_le_bytes());
+        let gpus_at = DECISION.offset("gpus");
         match &decision.action {
             Action::Place { node, gpus } => {
-                put_u32(&mut out, *node);
-                put_u32(&mut out, 0);
+                set(rec, DECISION.offset("node"), node.to_le_bytes());
                 let offset = if gpus.is_empty() { 0 } else { records_end + tail.len() as u64 };
-                put_u32(&mut out, offset as u32);
-                put_u32(&mut out, gpus.len() as u32);
+                set(rec, gpus_at, (offset as u32).to_le_bytes());
+                set(rec, gpus_at + 4, (gpus.len() as u32).to_le_bytes());
                 for gpu in gpus {
                     put_u32(&mut tail, *gpu);
                 }
             }
-            Action::Preempt | Action::KeepPending => {
-                put_u32(&mut out, NONE);
-                put_u32(&mut out, 0);
-                put_u32(&mut out, 0);
-                put_u32(&mut out, 0);
-            }
+            Action::Preempt | Action::KeepPending => set(rec, DECISION.offset("node"), NONE.to_le_bytes()),
         }
         let reason: &str = &decision.reason;
         let offset = match previous_reason {
@@ -250,16 +155,27 @@ pub fn try_encode_decisions(decisions: &[Decision<'_>]) -> Result<Vec<u8>, AbiEr
             }
         };
         previous_reason = Some((reason, offset));
-        put_u32(&mut out, offset);
-        put_u32(&mut out, reason.len() as u32);
+        let reason_at = DECISION.offset("reason");
+        set(rec, reason_at, offset.to_le_bytes());
+        set(rec, reason_at + 4, (reason.len() as u32).to_le_bytes());
     }
     out.extend_from_slice(&tail);
     out.extend_from_slice(&reasons);
     Ok(out)
 }
 
+/// Writes `records` one after another, each `R::LAYOUT.size` bytes.
+fn put_records<'s, R: Record<'s>>(out: &mut Vec<u8>, heap: &mut StringHeap<'s>, records: &[R]) {
+    let size = R::LAYOUT.size;
+    let start = out.len();
+    out.resize(start + records.len() * size, 0);
+    for (record, rec) in records.iter().zip(out[start..].chunks_exact_mut(size)) {
+        record.encode(rec, heap);
+    }
+}
+
 /// Strings stored once each, after the fixed part of the buffer.
-struct StringHeap<'s> {
+pub(crate) struct StringHeap<'s> {
     base: u64,
     bytes: Vec<u8>,
     seen: HashMap<&'s str, u32>,
@@ -270,9 +186,10 @@ impl<'s> StringHeap<'s> {
         StringHeap { base, bytes: Vec::new(), seen: HashMap::new() }
     }
 
-    /// Writes the `{offset, len}` of `text` to `out`, storing `text` if it is new. Offsets past 4 GiB
-    /// are caught by the caller's final size check (they wrap here, and the buffer is refused).
-    fn put(&mut self, out: &mut Vec<u8>, text: &'s str) {
+    /// Writes the `{offset, len}` of `text` to `slot` (8 bytes), storing `text` if it is new.
+    /// Offsets past 4 GiB are caught by the caller's final size check (they wrap here, and the
+    /// buffer is refused).
+    pub(crate) fn put(&mut self, slot: &mut [u8], text: &'s str) {
         let offset = if text.is_empty() {
             0
         } else if let Some(&offset) = self.seen.get(text) {
@@ -283,33 +200,21 @@ impl<'s> StringHeap<'s> {
             self.seen.insert(text, offset);
             offset
         };
-        put_u32(out, offset);
-        put_u32(out, text.len() as u32);
+        set(slot, 0, offset.to_le_bytes());
+        set(slot, 4, (text.len() as u32).to_le_bytes());
     }
 
     /// [`put`](Self::put) for text that rarely repeats (a workload's id and name, a node's name): stored without
     /// looking for an earlier copy, since hashing 15,000 ids to find none was a third of the
     /// encoding's time. The guest reads `{offset, len}` either way.
-    fn put_unique(&mut self, out: &mut Vec<u8>, text: &str) {
+    pub(crate) fn put_unique(&mut self, slot: &mut [u8], text: &str) {
         let offset = if text.is_empty() { 0 } else { (self.base + self.bytes.len() as u64) as u32 };
         self.bytes.extend_from_slice(text.as_bytes());
-        put_u32(out, offset);
-        put_u32(out, text.len() as u32);
+        set(slot, 0, offset.to_le_bytes());
+        set(slot, 4, (text.len() as u32).to_le_bytes());
     }
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {
-    out.extend_from_slice(&value.to_le_bytes());
-}
-
-fn put_i32(out: &mut Vec<u8>, value: i32) {
-    out.extend_from_slice(&value.to_le_bytes());
-}
-
-fn put_u64(out: &mut Vec<u8>, value: u64) {
-    out.extend_from_slice(&value.to_le_bytes());
-}
-
-fn put_f32(out: &mut Vec<u8>, value: f32) {
     out.extend_from_slice(&value.to_le_bytes());
 }
