@@ -87,6 +87,9 @@ pub enum Command {
     /// The fleet's nodes and their GPUs (the default); one node; cordon, drain and uncordon a
     /// node for maintenance (platform admins).
     Nodes(NodesArgs),
+    /// Tenants with their quota and standing (the default); create one, change its quota, or
+    /// preview what the change would do (platform admins).
+    Tenants(TenantsArgs),
     /// Scheduling policies: list, upload, try, shadow, activate, roll back.
     #[command(subcommand, alias = "policy")]
     Policies(PolicyCommand),
@@ -95,6 +98,52 @@ pub enum Command {
     Priorities(PriorityCommand),
     /// GPU-hours owned, allocated, busy and idle, and what the idle ones cost, by group.
     Usage(UsageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TenantsArgs {
+    #[command(subcommand)]
+    pub command: Option<TenantCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Every tenant with its quota, what it runs and waits for, and its standing.
+    #[command(alias = "ls")]
+    List,
+    /// Create a tenant with its quota.
+    Create {
+        /// Its name: lowercase letters, digits and dashes.
+        name: String,
+        #[command(flatten)]
+        quota: QuotaArgs,
+    },
+    /// Change a tenant's quota (the flags given change; audited; applied at the next cycle).
+    Set {
+        /// Tenant name or id.
+        tenant: String,
+        #[command(flatten)]
+        quota: QuotaArgs,
+        /// Show what the next scheduling cycle would do differently, and change nothing.
+        #[arg(long)]
+        preview: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct QuotaArgs {
+    /// GPUs the tenant is guaranteed.
+    #[arg(long)]
+    pub guaranteed_gpus: Option<u32>,
+    /// Its share of what is left over, against the other tenants' weights.
+    #[arg(long)]
+    pub weight: Option<u32>,
+    /// Its rank when guarantees cannot all be met (higher first).
+    #[arg(long, allow_hyphen_values = true)]
+    pub tier: Option<i32>,
+    /// Whether it may borrow idle GPUs beyond its guarantee.
+    #[arg(long, value_name = "BOOL")]
+    pub may_borrow: Option<bool>,
 }
 
 #[derive(Debug, Args)]

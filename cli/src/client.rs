@@ -110,6 +110,10 @@ impl Client {
         self.json(self.request(Method::PUT, path).json(body)).await
     }
 
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, Failure> {
+        self.json(self.request(Method::PATCH, path).json(body)).await
+    }
+
     pub async fn delete(&self, path: &str) -> Result<Value, Failure> {
         self.json(self.request(Method::DELETE, path)).await
     }

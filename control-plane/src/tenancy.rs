@@ -1,6 +1,11 @@
-//! Tenants: the teams that own workloads and policies — listing and creating them; "who is over
-//! quota, borrowing, starved": the per-tenant summary of the scheduling model; and which tenant a
-//! new resource goes into.
+//! Tenants: the teams that own workloads and policies — listing, creating them and changing their
+//! quota; "who is over quota, borrowing, starved": the per-tenant summary of the scheduling model;
+//! and which tenant a new resource goes into.
+//!
+//! A quota change is audited with what it was and what it became, and takes effect at the next
+//! scheduling cycle (the scheduler reads the tenants every cycle). Lowering a guarantee below what
+//! a tenant holds reclaims nothing by itself: the policy preempts under the platform's normal
+//! preemption rules, as it would for any tenant over its guarantee.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -56,16 +61,94 @@ pub async fn list(db: &PgPool, scope: &Scope) -> domain::Result<Vec<TenantView>>
     .await?)
 }
 
-/// Creates a tenant with its quota (platform admins), audited in the same transaction.
-pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::Result<TenantView> {
-    scope.require_platform_admin()?;
-    let name = TenantName::parse(&req.name).map_err(|m| domain::Error::invalid("invalid_tenant", m))?;
-    if req.guaranteed_gpus > 100_000 || req.weight == 0 || req.weight > 10_000 || !(-1000..=1000).contains(&req.tier) {
+/// A change to a tenant's quota: the fields given change, the others keep their values.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantQuota {
+    /// GPUs the tenant is guaranteed (0 to 100000).
+    pub guaranteed_gpus: Option<u32>,
+    /// Its share of what is left over, against the other tenants' weights (1 to 10000).
+    pub weight: Option<u32>,
+    /// Its rank when guarantees cannot all be met: a higher tier's guarantee is honoured first
+    /// (-1000 to 1000).
+    pub tier: Option<i32>,
+    /// Whether it may run on GPUs beyond its guarantee while they are idle.
+    pub may_borrow: Option<bool>,
+}
+
+impl TenantQuota {
+    /// The quota's numbers within their ranges, and at least one of them given.
+    pub fn check(&self) -> domain::Result<()> {
+        if self.guaranteed_gpus.is_none() && self.weight.is_none() && self.tier.is_none() && self.may_borrow.is_none() {
+            return Err(domain::Error::invalid(
+                "invalid_quota",
+                "give at least one of guaranteed_gpus, weight, tier and may_borrow",
+            ));
+        }
+        check_quota(self.guaranteed_gpus.unwrap_or(0), self.weight.unwrap_or(1), self.tier.unwrap_or(0))
+    }
+}
+
+fn check_quota(guaranteed_gpus: u32, weight: u32, tier: i32) -> domain::Result<()> {
+    if guaranteed_gpus > 100_000 || weight == 0 || weight > 10_000 || !(-1000..=1000).contains(&tier) {
         return Err(domain::Error::invalid(
             "invalid_tenant",
             "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000",
         ));
     }
+    Ok(())
+}
+
+/// Changes tenant `id`'s quota (platform admins), audited with what it was and what it became, in
+/// one transaction; the scheduler applies it at its next cycle. A change that changes nothing is
+/// answered with the tenant as it is and not audited.
+pub async fn update(db: &PgPool, scope: &Scope, id: Uuid, change: &TenantQuota) -> domain::Result<TenantView> {
+    scope.require_platform_admin()?;
+    change.check()?;
+    let mut tx = db.begin().await?;
+    let before: Option<TenantView> = sqlx::query_as(
+        "SELECT id, name, guaranteed_gpus, weight, tier, may_borrow, created_at FROM tenants WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(before) = before else { return Err(domain::Error::NotFound("tenant")) };
+    let after: TenantView = sqlx::query_as(
+        "UPDATE tenants SET guaranteed_gpus = COALESCE($2, guaranteed_gpus), weight = COALESCE($3, weight), \
+             tier = COALESCE($4, tier), may_borrow = COALESCE($5, may_borrow) \
+         WHERE id = $1 RETURNING id, name, guaranteed_gpus, weight, tier, may_borrow, created_at",
+    )
+    .bind(id)
+    .bind(change.guaranteed_gpus.map(|g| g as i32))
+    .bind(change.weight.map(|w| w as i32))
+    .bind(change.tier)
+    .bind(change.may_borrow)
+    .fetch_one(&mut *tx)
+    .await?;
+    let quota = |t: &TenantView| {
+        serde_json::json!({"guaranteed_gpus": t.guaranteed_gpus, "weight": t.weight, "tier": t.tier,
+                           "may_borrow": t.may_borrow})
+    };
+    if quota(&before) == quota(&after) {
+        return Ok(after);
+    }
+    audit::record(
+        &mut tx,
+        &scope.actor,
+        Change::new("tenant.quota", "tenant", id)
+            .tenant(Some(id))
+            .detail(serde_json::json!({"name": after.name, "before": quota(&before), "after": quota(&after)})),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(after)
+}
+
+/// Creates a tenant with its quota (platform admins), audited in the same transaction.
+pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::Result<TenantView> {
+    scope.require_platform_admin()?;
+    let name = TenantName::parse(&req.name).map_err(|m| domain::Error::invalid("invalid_tenant", m))?;
+    check_quota(req.guaranteed_gpus, req.weight, req.tier)?;
     let mut tx = db.begin().await?;
     let created: Option<TenantView> = sqlx::query_as(
         "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow) VALUES ($1, $2, $3, $4, $5, $6) \

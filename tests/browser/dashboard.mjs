@@ -295,6 +295,16 @@ try {
   await page.locator("[data-testid=users] tbody tr", { hasText: env("MEMBER_EMAIL") }).waitFor();
   await capture("users");
 
+  // Tenants: a quota changed in the form, previewed first (what the next cycle would decide
+  // differently), then saved.
+  await nav("Tenants", "Tenants and quotas");
+  await page.selectOption("[data-testid=edit-quota] select[name=tenant]", { label: "team-b" });
+  await page.fill("[data-testid=edit-quota] input[name=guaranteed_gpus]", "1");
+  await page.locator("[data-testid=quota-preview] [data-testid=preview-summary]").waitFor();
+  await capture("tenants-quota-preview");
+  await page.click("[data-testid=edit-quota] button[type=submit]");
+  await page.locator("[data-testid=edit-quota] [role=status]", { hasText: "team-b is guaranteed 1 GPUs" }).waitFor();
+
   for (const [label, heading] of [["Tenants", "Tenants and quotas"], ["Decisions"], ["Audit log"]]) {
     await nav(label, heading);
     await page.waitForTimeout(500);

@@ -299,6 +299,11 @@ impl World {
                     self.a_admin.created("/api/v1/tokens", &json!({"name": format!("fixture-{short}")})).await.unwrap();
                 (id_of(&token), true)
             }
+            ("/api/v1/tenants/{id}" | "/api/v1/tenants/{id}/preview", "id") => {
+                let tenant =
+                    self.admin.created("/api/v1/tenants", &json!({"name": format!("fixture-{short}")})).await.unwrap();
+                (id_of(&tenant), false)
+            }
             ("/api/v1/enrolment-tokens/{id}", "id") => {
                 let token = self.admin.created("/api/v1/enrolment-tokens", &json!({})).await.unwrap();
                 (id_of(&token), false)

@@ -132,6 +132,14 @@ async fn a_job_runs_through_an_agent_restart(going: Going) {
     .unwrap();
     assert_complete(&shipped, &stdout);
     assert_complete(&output(&api, &id, "stderr").await, &stderr);
+    let mut kept = shipped.clone();
+    kept.sort();
+    kept.dedup();
+    eprintln!(
+        "agent-restart ({node}): the job ran on through it — same process, attempt 1, {} of {LINES} stdout lines kept, {} shipped twice",
+        kept.len(),
+        shipped.len() - kept.len()
+    );
     let node = &api.ok("/api/v1/nodes").await.unwrap()[0];
     assert_eq!(node["agent_protocol"], "1.1", "{node}");
     cp.stop().await;

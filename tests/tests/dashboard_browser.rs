@@ -4,7 +4,8 @@
 //! password refused); the fleet's GPU tiles; a submitted workload waits with its reason, then runs
 //! once the workload holding the GPUs is cancelled from the page, without a reload; its state
 //! history and output; a node's page with its GPUs and CPU/memory history, drained (what is left on
-//! it shown) and uncordoned from its Maintenance section; a priority setting
+//! it shown) and uncordoned from its Maintenance section; a tenant's quota previewed and changed; a
+//! priority setting
 //! changed and saved; a policy module dropped on the page, uploaded, dry-run, shadowed (a
 //! comparison opened to its differences), replayed in a what-if run (both score sets side by side)
 //! and activated; an inference service's replicas against demand; an API token created and
@@ -144,6 +145,9 @@ async fn the_dashboard_runs_the_fleet_in_a_real_browser() {
     let policies = api.ok("/api/v1/policies").await.unwrap();
     let uploaded = policies.as_array().unwrap().iter().find(|p| p["name"] == "browser-policy").unwrap();
     assert_eq!(uploaded["active_version"], 1, "{uploaded}");
+    let team_b = api.ok("/api/v1/tenants").await.unwrap();
+    let team_b = team_b.as_array().unwrap().iter().find(|t| t["name"] == "team-b").unwrap();
+    assert_eq!(team_b["guaranteed_gpus"], 1, "the page's quota change did not land: {team_b}");
     let drains = api.ok("/api/v1/audit?action=node.drain").await.unwrap();
     assert!(drains.to_string().contains("browser drain drill"), "{drains}");
     let node = api.ok("/api/v1/nodes").await.unwrap()[0].clone();

@@ -4,16 +4,84 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+use uuid::Uuid;
 
-use crate::api::extract::Json;
+use crate::api::extract::{Json, Path};
 use crate::api::openapi::ErrorResponse;
 use crate::auth::Caller;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
+use crate::scheduler::QuotaPreview;
 use crate::state::AppState;
-use crate::tenancy::{CreateTenant, TenantView};
+use crate::tenancy::{CreateTenant, TenantQuota, TenantView};
 
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list, create)).routes(routes!(summary))
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(summary))
+        .routes(routes!(update))
+        .routes(routes!(preview))
+}
+
+/// Change a tenant's quota — guaranteed GPUs, weight, tier, borrowing; the fields given change
+/// (platform admins). Audited with what it was and what it became; the scheduler applies it at its
+/// next cycle. Lowering a guarantee below what the tenant holds reclaims nothing by itself: the
+/// policy preempts under the normal preemption rules.
+#[utoipa::path(
+    operation_id = "tenants_update",
+    patch,
+    path = "/tenants/{id}",
+    tag = "tenants",
+    params(("id" = Uuid, Path, description = "Tenant id")),
+    request_body(content = TenantQuota, example = json!({"guaranteed_gpus": 16, "weight": 2})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses(
+        (status = 200, description = "The tenant, changed", body = TenantView),
+        (status = 403, body = ErrorResponse),
+        (status = 404, body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn update(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Json(change): Json<TenantQuota>,
+) -> ApiResult<axum::Json<TenantView>> {
+    let updated = crate::tenancy::update(&state.db, &caller.scope(), id, &change).await?;
+    state.wake.wake();
+    Ok(axum::Json(updated))
+}
+
+/// What the next scheduling cycle would do if the tenant's quota changed as the body says, against
+/// what it would do now: the active platform policy evaluated on the live fleet and queue twice,
+/// checked like real decisions (platform admins). Nothing is applied or stored.
+#[utoipa::path(
+    operation_id = "tenants_preview",
+    post,
+    path = "/tenants/{id}/preview",
+    tag = "tenants",
+    params(("id" = Uuid, Path, description = "Tenant id")),
+    request_body(content = TenantQuota, example = json!({"guaranteed_gpus": 16})),
+    security(("session" = []), ("api_token" = [])),
+    extensions(("x-airtime-access" = json!("platform_admin"))),
+    responses(
+        (status = 200, description = "The decisions that would differ", body = QuotaPreview),
+        (status = 403, body = ErrorResponse),
+        (status = 404, body = ErrorResponse),
+        (status = 422, body = ErrorResponse)
+    )
+)]
+async fn preview(
+    caller: Caller,
+    State(state): State<AppState>,
+    Path(id): Path<Uuid>,
+    Json(change): Json<TenantQuota>,
+) -> ApiResult<axum::Json<QuotaPreview>> {
+    caller.require_platform_admin()?;
+    change.check()?;
+    let preview = crate::scheduler::preview_quota(&state.scheduler(), id, &change).await?;
+    Ok(axum::Json(preview.ok_or(ApiError::NotFound("tenant"))?))
 }
 
 /// Who is within quota, borrowing or starved: per tenant, the GPUs it holds against its guarantee,

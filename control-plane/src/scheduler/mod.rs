@@ -678,12 +678,82 @@ pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySett
         let mut conn = state.db.acquire().await?;
         fleet_view::load(&mut conn).await?
     };
+    let mut with_candidate = fleet.clone();
+    with_candidate.settings = candidate.clone();
+    let c = compare(state, &fleet, &with_candidate).await?;
+    Ok(Preview {
+        policy: c.policy,
+        current_settings: fleet.settings.clone(),
+        candidate_settings: candidate,
+        changes: c.changes,
+        placed_now: c.placed_now,
+        placed_with_candidate: c.placed_with_candidate,
+        preempted_now: c.preempted_now,
+        preempted_with_candidate: c.preempted_with_candidate,
+        error: c.error,
+    })
+}
+
+/// `POST /tenants/{id}/preview`: what the next cycle would do if tenant `id`'s quota were changed
+/// as `change` says, against what it would do now. `None`: no such tenant.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct QuotaPreview {
+    pub tenant: String,
+    pub current: crate::tenancy::TenantQuota,
+    pub candidate: crate::tenancy::TenantQuota,
+    pub comparison: Comparison,
+}
+
+/// Evaluates the active platform policy on the live snapshot with tenant `id`'s quota as it is and
+/// as `change` would make it (see [`preview`]). `None` when no such tenant exists.
+pub async fn preview_quota(
+    state: &Scheduler,
+    id: uuid::Uuid,
+    change: &crate::tenancy::TenantQuota,
+) -> anyhow::Result<Option<QuotaPreview>> {
+    let fleet = {
+        let mut conn = state.db.acquire().await?;
+        fleet_view::load(&mut conn).await?
+    };
+    let Some(index) = fleet.tenants.iter().position(|t| t.id == id) else { return Ok(None) };
+    let mut with_candidate = fleet.clone();
+    let tenant = &mut with_candidate.tenants[index];
+    let quota = |t: &airtime_scheduler::fleet::TenantEntry| crate::tenancy::TenantQuota {
+        guaranteed_gpus: Some(t.guaranteed_gpus),
+        weight: Some(t.weight),
+        tier: Some(t.tier),
+        may_borrow: Some(t.may_borrow),
+    };
+    let current = quota(tenant);
+    tenant.guaranteed_gpus = change.guaranteed_gpus.unwrap_or(tenant.guaranteed_gpus);
+    tenant.weight = change.weight.unwrap_or(tenant.weight);
+    tenant.tier = change.tier.unwrap_or(tenant.tier);
+    tenant.may_borrow = change.may_borrow.unwrap_or(tenant.may_borrow);
+    let candidate = quota(tenant);
+    let name = tenant.name.clone();
+    let comparison = compare(state, &fleet, &with_candidate).await?;
+    Ok(Some(QuotaPreview { tenant: name, current, candidate, comparison }))
+}
+
+/// What the active platform policy decides on a fleet and on a candidate (the same fleet with one
+/// thing changed), and the workloads whose outcome differs.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Comparison {
+    pub policy: String,
+    pub changes: Vec<PreviewChange>,
+    pub placed_now: usize,
+    pub placed_with_candidate: usize,
+    pub preempted_now: usize,
+    pub preempted_with_candidate: usize,
+    /// Why the runs could not be compared (the policy failed on one of them).
+    pub error: Option<String>,
+}
+
+async fn compare(state: &Scheduler, fleet: &FleetView, with_candidate: &FleetView) -> anyhow::Result<Comparison> {
     let policy = match state.policies.active(&state.db, PLATFORM_SCOPE).await? {
         Some(active) => active,
         None => state.policies.fallback(&state.db).await?,
     };
-    let mut with_candidate = fleet.clone();
-    with_candidate.settings = candidate.clone();
     let evaluator = CatalogEvaluator::new(state);
     let outcomes = |fleet: &FleetView, proposals: Vec<Proposal>| {
         let checked = check::check(fleet, Scope::Platform, proposals);
@@ -701,12 +771,10 @@ pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySett
         }
         by_workload
     };
-    let (now, _) = cycle::evaluate(&evaluator, &fleet, &policy, None, Lane::Tenant, None).await;
-    let (then, _) = cycle::evaluate(&evaluator, &with_candidate, &policy, None, Lane::Tenant, None).await;
-    let mut preview = Preview {
+    let (now, _) = cycle::evaluate(&evaluator, fleet, &policy, None, Lane::Tenant, None).await;
+    let (then, _) = cycle::evaluate(&evaluator, with_candidate, &policy, None, Lane::Tenant, None).await;
+    let mut comparison = Comparison {
         policy: policy.label(),
-        current_settings: fleet.settings.clone(),
-        candidate_settings: candidate,
         changes: Vec::new(),
         placed_now: 0,
         placed_with_candidate: 0,
@@ -715,25 +783,25 @@ pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySett
         error: None,
     };
     let (now, then) = match (now, then) {
-        (Ok(now), Ok(then)) => (outcomes(&fleet, now), outcomes(&with_candidate, then)),
+        (Ok(now), Ok(then)) => (outcomes(fleet, now), outcomes(with_candidate, then)),
         (Err(f), _) | (_, Err(f)) => {
-            preview.error = Some(format!("{}: {}", f.kind, f.message));
-            return Ok(preview);
+            comparison.error = Some(format!("{}: {}", f.kind, f.message));
+            return Ok(comparison);
         }
     };
     let count = |m: &std::collections::HashMap<usize, PreviewOutcome>, action: &str| {
         m.values().filter(|o| o.action == action).count()
     };
-    preview.placed_now = count(&now, "place");
-    preview.placed_with_candidate = count(&then, "place");
-    preview.preempted_now = count(&now, "preempt");
-    preview.preempted_with_candidate = count(&then, "preempt");
+    comparison.placed_now = count(&now, "place");
+    comparison.placed_with_candidate = count(&then, "place");
+    comparison.preempted_now = count(&now, "preempt");
+    comparison.preempted_with_candidate = count(&then, "preempt");
     let none = || PreviewOutcome { action: "none".into(), node: None, reason: String::new() };
     for (i, w) in fleet.workloads.iter().enumerate() {
         let (a, b) = (now.get(&i).cloned().unwrap_or_else(none), then.get(&i).cloned().unwrap_or_else(none));
         // The same action on the same node is no change, whatever the words.
         if (a.action.as_str(), &a.node) != (b.action.as_str(), &b.node) {
-            preview.changes.push(PreviewChange {
+            comparison.changes.push(PreviewChange {
                 workload_id: w.id,
                 name: w.name.to_string(),
                 tenant: fleet.tenants[w.tenant].name.clone(),
@@ -742,5 +810,5 @@ pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySett
             });
         }
     }
-    Ok(preview)
+    Ok(comparison)
 }

@@ -1056,6 +1056,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/tenants/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change a tenant's quota — guaranteed GPUs, weight, tier, borrowing; the fields given change
+         *     (platform admins). Audited with what it was and what it became; the scheduler applies it at its
+         *     next cycle. Lowering a guarantee below what the tenant holds reclaims nothing by itself: the
+         *     policy preempts under the normal preemption rules.
+         */
+        patch: operations["tenants_update"];
+        trace?: never;
+    };
+    "/api/v1/tenants/{id}/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What the next scheduling cycle would do if the tenant's quota changed as the body says, against
+         *     what it would do now: the active platform policy evaluated on the live fleet and queue twice,
+         *     checked like real decisions (platform admins). Nothing is applied or stored.
+         */
+        post: operations["tenants_preview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tenants/{tenant_id}/invitations": {
         parameters: {
             query?: never;
@@ -1486,6 +1529,20 @@ export interface components {
         ClearFaultRequest: {
             /** @description Why, at most 500 characters ("reseated, passed dcgmi diag -r 3"). */
             reason?: string | null;
+        };
+        /**
+         * @description What the active platform policy decides on a fleet and on a candidate (the same fleet with one
+         *     thing changed), and the workloads whose outcome differs.
+         */
+        Comparison: {
+            changes: components["schemas"]["PreviewChange"][];
+            /** @description Why the runs could not be compared (the policy failed on one of them). */
+            error?: string | null;
+            placed_now: number;
+            placed_with_candidate: number;
+            policy: string;
+            preempted_now: number;
+            preempted_with_candidate: number;
         };
         /** @description A node's container engine, as its agent found it at start (registration). */
         ContainerEngine: {
@@ -2508,6 +2565,16 @@ export interface components {
             /** @description Customer-facing inference outranks internal training. */
             realtime_first: boolean;
         };
+        /**
+         * @description `POST /tenants/{id}/preview`: what the next cycle would do if tenant `id`'s quota were changed
+         *     as `change` says, against what it would do now. `None`: no such tenant.
+         */
+        QuotaPreview: {
+            candidate: components["schemas"]["TenantQuota"];
+            comparison: components["schemas"]["Comparison"];
+            current: components["schemas"]["TenantQuota"];
+            tenant: string;
+        };
         ReasonCount: {
             /** Format: int64 */
             count: number;
@@ -2876,6 +2943,27 @@ export interface components {
              *     each share of a shared GPU uses, so its busy time is attributed to the workloads on it.
              */
             shares?: components["schemas"]["ShareSample"][];
+        };
+        /** @description A change to a tenant's quota: the fields given change, the others keep their values. */
+        TenantQuota: {
+            /**
+             * Format: int32
+             * @description GPUs the tenant is guaranteed (0 to 100000).
+             */
+            guaranteed_gpus?: number | null;
+            /** @description Whether it may run on GPUs beyond its guarantee while they are idle. */
+            may_borrow?: boolean | null;
+            /**
+             * Format: int32
+             * @description Its rank when guarantees cannot all be met: a higher tier's guarantee is honoured first
+             *     (-1000 to 1000).
+             */
+            tier?: number | null;
+            /**
+             * Format: int32
+             * @description Its share of what is left over, against the other tenants' weights (1 to 10000).
+             */
+            weight?: number | null;
         };
         TenantStanding: {
             /**
@@ -7858,6 +7946,173 @@ export interface operations {
             };
             /** @description The caller's role does not allow this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    tenants_update: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "guaranteed_gpus": 16,
+                 *       "weight": 2
+                 *     }
+                 */
+                "application/json": components["schemas"]["TenantQuota"];
+            };
+        };
+        responses: {
+            /** @description The tenant, changed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantView"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    tenants_preview: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "guaranteed_gpus": 16
+                 *     }
+                 */
+                "application/json": components["schemas"]["TenantQuota"];
+            };
+        };
+        responses: {
+            /** @description The decisions that would differ */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["QuotaPreview"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

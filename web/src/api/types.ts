@@ -45,6 +45,9 @@ export type HeldIdle = S["HeldIdle"];
 /** POST /api/v1/settings/priorities/preview. */
 export type PriorityPreview = S["Preview"];
 export type PreviewOutcome = S["PreviewOutcome"];
+export type PreviewChange = S["PreviewChange"];
+export type QuotaPreview = S["QuotaPreview"];
+export type TenantQuota = S["TenantQuota"];
 
 export const WORKLOAD_CLASSES: WorkloadClass[] = [
   "realtime_inference",

@@ -2,9 +2,9 @@ import { useState, type FormEvent } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import type { PageProps } from "../App";
 import { ApiError, api, unwrap } from "../api/client";
-import type { PreviewOutcome, PrioritySettings, PriorityPreview } from "../api/types";
+import type { PrioritySettings, PriorityPreview } from "../api/types";
+import { DecisionDiff } from "../components/DecisionDiff";
 import { ErrorNote, Loading, PageHeader, Section } from "../components/ui";
-import { words } from "../lib/format";
 import { usePriorities } from "../lib/queries";
 
 type Field = { key: keyof PrioritySettings; label: string; help: string; kind: "int" | "bool"; min?: number; max?: number };
@@ -138,62 +138,13 @@ export function Priorities({ can }: PageProps) {
   );
 }
 
-function outcome(o: PreviewOutcome): string {
-  if (o.action === "none") return "no change";
-  return `${words(o.action)}${o.node ? ` on ${o.node}` : ""}`;
-}
-
 function Preview({ answer, error, loading }: { answer: PreviewAnswer | undefined; error: unknown; loading: boolean }) {
   if (answer?.absent) return null; // No preview endpoint on this control plane.
   return (
     <Section title="What these settings would change now" id="preview">
       <ErrorNote error={error} />
       {!answer && loading && <Loading what="the preview" />}
-      {answer && !answer.absent && answer.preview.error && (
-        <p className="error" role="alert" data-testid="preview-error">
-          The two runs could not be compared: {answer.preview.error}
-        </p>
-      )}
-      {answer && !answer.absent && !answer.preview.error && (
-        <>
-          <p data-testid="preview-summary">
-            Placed now: <strong>{answer.preview.placed_now}</strong> · with these settings: <strong>{answer.preview.placed_with_candidate}</strong> ·{" "}
-            {answer.preview.changes.length} workloads decided differently.
-          </p>
-          {answer.preview.changes.length > 0 && (
-            <div className="table-scroll" tabIndex={0} role="region" aria-label="Preview of changes">
-              <table data-testid="preview">
-                <thead>
-                  <tr>
-                    <th scope="col">Workload</th>
-                    <th scope="col">Tenant</th>
-                    <th scope="col">Now</th>
-                    <th scope="col">With these settings</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {answer.preview.changes.map((c) => (
-                    <tr key={c.workload_id}>
-                      <td>{c.name}</td>
-                      <td>{c.tenant}</td>
-                      <td>
-                        {outcome(c.current)}
-                        <br />
-                        <span className="muted small">{c.current.reason}</span>
-                      </td>
-                      <td>
-                        {outcome(c.candidate)}
-                        <br />
-                        <span className="muted small">{c.candidate.reason}</span>
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          )}
-        </>
-      )}
+      {answer && !answer.absent && <DecisionDiff comparison={answer.preview} candidate="with these settings" />}
     </Section>
   );
 }

@@ -1,7 +1,9 @@
 import { useState, type FormEvent } from "react";
-import { useMutation, useQueryClient } from "@tanstack/react-query";
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
+import type { Tenant, TenantQuota } from "../api/types";
+import { DecisionDiff } from "../components/DecisionDiff";
 import { ErrorNote, Loading, PageHeader, Section } from "../components/ui";
 import { gpus, words } from "../lib/format";
 import { useTenantSummary, useTenants } from "../lib/queries";
@@ -53,6 +55,7 @@ export function Tenants({ can }: PageProps) {
       <Section title="Standing" id="standing">
         <TenantsTable rows={summary.data ?? []} />
       </Section>
+      {can.manageTenants && tenants.data && tenants.data.length > 0 && <EditQuota tenants={tenants.data} />}
       {can.manageTenants && <CreateTenant />}
     </>
   );
@@ -91,6 +94,129 @@ function CreateTenant() {
         </div>
         <ErrorNote error={create.error} />
       </form>
+    </Section>
+  );
+}
+
+
+/** The quota fields of a tenant, as the form edits them. */
+function quotaOf(t: Tenant): Required<{ [K in keyof TenantQuota]: NonNullable<TenantQuota[K]> }> {
+  return { guaranteed_gpus: t.guaranteed_gpus, weight: t.weight, tier: t.tier, may_borrow: t.may_borrow };
+}
+
+/** Only what differs from the tenant as it is: the change the API is sent. */
+export function quotaChange(t: Tenant, form: ReturnType<typeof quotaOf>): TenantQuota {
+  const now = quotaOf(t);
+  const change: TenantQuota = {};
+  if (form.guaranteed_gpus !== now.guaranteed_gpus) change.guaranteed_gpus = form.guaranteed_gpus;
+  if (form.weight !== now.weight) change.weight = form.weight;
+  if (form.tier !== now.tier) change.tier = form.tier;
+  if (form.may_borrow !== now.may_borrow) change.may_borrow = form.may_borrow;
+  return change;
+}
+
+/**
+ * A tenant's quota changed by a platform admin (PATCH /tenants/{id}, audited, applied at the next
+ * cycle), with what the next cycle would decide differently shown first (POST /tenants/{id}/preview).
+ */
+function EditQuota({ tenants }: { tenants: Tenant[] }) {
+  const [id, setId] = useState<string | null>(null);
+  const tenant = tenants.find((t) => t.id === id) ?? tenants[0];
+  if (!tenant) return null;
+  // A fresh form per tenant: switching tenants drops the edits.
+  return <QuotaForm key={tenant.id} tenant={tenant} tenants={tenants} onPick={setId} />;
+}
+
+function QuotaForm({ tenant, tenants, onPick }: { tenant: Tenant; tenants: Tenant[]; onPick: (id: string) => void }) {
+  const client = useQueryClient();
+  const [edited, setEdited] = useState<ReturnType<typeof quotaOf> | null>(null);
+  const form = edited ?? quotaOf(tenant);
+  const change = quotaChange(tenant, form);
+  const dirty = Object.keys(change).length > 0;
+  const [saved, setSaved] = useState("");
+  const preview = useQuery({
+    queryKey: ["tenant-preview", tenant.id, change],
+    enabled: dirty,
+    retry: false,
+    queryFn: () => unwrap(api.POST("/api/v1/tenants/{id}/preview", { params: { path: { id: tenant.id } }, body: change })),
+  });
+  const save = useMutation({
+    mutationFn: () => unwrap(api.PATCH("/api/v1/tenants/{id}", { params: { path: { id: tenant.id } }, body: change })),
+    onSuccess: (t) => {
+      setEdited(null);
+      setSaved(`Saved: ${t.name} is guaranteed ${t.guaranteed_gpus} GPUs, weight ${t.weight}, tier ${t.tier}${t.may_borrow ? "" : ", may not borrow"}. The next cycle applies it.`);
+      void client.invalidateQueries({ queryKey: ["tenants"] });
+      void client.invalidateQueries({ queryKey: ["tenant-summary"] });
+    },
+  });
+  const set = (patch: Partial<ReturnType<typeof quotaOf>>) => {
+    setSaved("");
+    save.reset();
+    setEdited({ ...form, ...patch });
+  };
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    save.mutate();
+  };
+  return (
+    <Section title="Change a quota" id="edit-quota">
+      <form className="form-grid" onSubmit={submit} data-testid="edit-quota">
+        <label>
+          Tenant
+          <select
+            name="tenant"
+            value={tenant.id}
+            onChange={(e) => onPick(e.target.value)}
+          >
+            {tenants.map((t) => (
+              <option key={t.id} value={t.id}>
+                {t.name}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Guaranteed GPUs
+          <input name="guaranteed_gpus" type="number" min={0} max={100000} value={form.guaranteed_gpus} onChange={(e) => set({ guaranteed_gpus: Number(e.target.value) })} />
+        </label>
+        <label>
+          Weight
+          <input name="weight" type="number" min={1} max={10000} value={form.weight} onChange={(e) => set({ weight: Number(e.target.value) })} />
+        </label>
+        <label>
+          Tier
+          <input name="tier" type="number" min={-1000} max={1000} value={form.tier} onChange={(e) => set({ tier: Number(e.target.value) })} />
+        </label>
+        <label className="inline">
+          <input name="may_borrow" type="checkbox" checked={form.may_borrow} onChange={(e) => set({ may_borrow: e.target.checked })} /> May borrow idle GPUs
+        </label>
+        <div className="row">
+          <button type="submit" className="primary" disabled={!dirty || save.isPending}>
+            Save
+          </button>
+          {dirty && (
+            <button type="button" onClick={() => setEdited(null)}>
+              Discard
+            </button>
+          )}
+        </div>
+        <div className="wide">
+          <ErrorNote error={save.error} />
+          {saved && (
+            <p role="status" className="muted">
+              {saved}
+            </p>
+          )}
+        </div>
+      </form>
+      {dirty && (
+        <div data-testid="quota-preview">
+          <h3>What this change would do now</h3>
+          <ErrorNote error={preview.error} />
+          {preview.isFetching && !preview.data && <Loading what="the preview" />}
+          {preview.data && <DecisionDiff comparison={preview.data.comparison} candidate="with this quota" />}
+        </div>
+      )}
     </Section>
   );
 }
