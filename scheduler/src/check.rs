@@ -143,34 +143,13 @@ fn within_quota(fleet: &FleetView, workload: usize, milli: u32, held: &[u32]) ->
 mod tests {
     use super::*;
     use crate::fleet::{GpuEntry, GpuSharing, Holder, NodeEntry, TenantEntry, TenantView, WorkloadEntry};
-    use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
+    use airtime_protocol::workload::{NodeState, WorkloadState};
     use uuid::Uuid;
 
     fn fleet() -> FleetView {
-        let tenant = |name: &str| TenantEntry {
-            id: Uuid::new_v4(),
-            name: name.into(),
-            guaranteed_gpus: 0,
-            weight: 1,
-            tier: 0,
-            may_borrow: true,
-            running_gpu_milli: 0,
-            decayed_gpu_hours: 0.0,
-        };
         let node = |name: &str, first: usize, count: usize| NodeEntry {
-            id: Uuid::new_v4(),
-            name: name.into(),
-            state: NodeState::Ready,
-            cpu_millis: 8000,
-            memory_mb: 65536,
-            cpu_millis_free: 8000,
-            memory_mb_free: 65536,
             cost_per_hour: 10.0,
-            cpu_util: 0.0,
-            simulated: true,
-            containers: true,
-            gpu_first: first,
-            gpu_count: count,
+            ..NodeEntry::ready(name, first, count)
         };
         let gpu = |node: usize, device_index: u32, holder: Option<usize>| GpuEntry {
             id: Uuid::new_v4(),
@@ -189,37 +168,14 @@ mod tests {
             mig_profile: String::new(),
         };
         let workload = |tenant: usize, state: WorkloadState, gpu_count: u32| WorkloadEntry {
-            id: Uuid::new_v4(),
-            id_text: "".into(),
-            name: "w".into(),
-            tenant,
-            class: WorkloadClass::Training,
             state,
-            priority: 0,
-            gpu_count,
             gpu_memory_mb: 40000,
-            gpu_models: String::new(),
-            cpu_millis: 1000,
-            memory_mb: 1024,
-            cpu_capable: false,
-            preemptible: false,
-            checkpointable: false,
-            expected_duration_s: 0,
-            submitted_at: chrono::Utc::now(),
-            started_at: None,
-            node: None,
-            pending_reason: None,
-            shortfall: None,
-            preemptions_last_hour: 0,
-            gpu_milli: WHOLE_GPU_MILLI,
-            mig_profile: String::new(),
-            replica_of: None,
-            container: false,
+            ..WorkloadEntry::pending("w", tenant, gpu_count, chrono::Utc::now())
         };
         FleetView {
             now: chrono::Utc::now(),
             settings: Default::default(),
-            tenants: vec![tenant("a"), tenant("b")],
+            tenants: vec![TenantEntry::named("a"), TenantEntry::named("b")],
             nodes: vec![node("n1", 0, 2), node("n2", 2, 1)],
             gpus: vec![gpu(0, 0, None), gpu(0, 1, None), gpu(1, 0, Some(3))],
             workloads: vec![

@@ -28,6 +28,23 @@ pub struct TenantEntry {
     pub decayed_gpu_hours: f64,
 }
 
+impl TenantEntry {
+    /// A tenant called `name` with a fresh id, no guarantee, weight 1, tier 0, free to borrow and
+    /// using nothing yet: what tests and fixtures start from.
+    pub fn named(name: &str) -> TenantEntry {
+        TenantEntry {
+            id: Uuid::new_v4(),
+            name: name.into(),
+            guaranteed_gpus: 0,
+            weight: 1,
+            tier: 0,
+            may_borrow: true,
+            running_gpu_milli: 0,
+            decayed_gpu_hours: 0.0,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NodeEntry {
     pub id: Uuid,
@@ -45,6 +62,29 @@ pub struct NodeEntry {
     pub containers: bool,
     pub gpu_first: usize,
     pub gpu_count: usize,
+}
+
+impl NodeEntry {
+    /// A ready, simulated node called `name` with a container engine, 8 idle cores, 64 GiB free,
+    /// $1 an hour, and the `gpu_count` GPUs from index `gpu_first` of the fleet's: what tests and
+    /// fixtures start from.
+    pub fn ready(name: &str, gpu_first: usize, gpu_count: usize) -> NodeEntry {
+        NodeEntry {
+            id: Uuid::new_v4(),
+            name: name.into(),
+            state: NodeState::Ready,
+            cpu_millis: 8000,
+            memory_mb: 65536,
+            cpu_millis_free: 8000,
+            memory_mb_free: 65536,
+            cost_per_hour: 1.0,
+            cpu_util: 0.0,
+            simulated: true,
+            containers: true,
+            gpu_first,
+            gpu_count,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +208,41 @@ pub struct ReplicaOf {
 }
 
 impl WorkloadEntry {
+    /// A pending training job called `name` of the fleet's tenant `tenant`, submitted at
+    /// `submitted_at`, asking for `gpu_count` whole GPUs of any model and size, a core and 1 GiB,
+    /// with every flag off: what tests and fixtures start from.
+    pub fn pending(name: &str, tenant: usize, gpu_count: u32, submitted_at: DateTime<Utc>) -> WorkloadEntry {
+        let id = Uuid::new_v4();
+        WorkloadEntry {
+            id,
+            id_text: id.to_string().into(),
+            name: name.into(),
+            tenant,
+            class: WorkloadClass::Training,
+            state: WorkloadState::Pending,
+            priority: 0,
+            gpu_count,
+            gpu_memory_mb: 0,
+            gpu_models: String::new(),
+            cpu_millis: 1000,
+            memory_mb: 1024,
+            cpu_capable: false,
+            preemptible: false,
+            checkpointable: false,
+            expected_duration_s: 0,
+            submitted_at,
+            started_at: None,
+            node: None,
+            pending_reason: None,
+            shortfall: None,
+            preemptions_last_hour: 0,
+            gpu_milli: WHOLE_GPU_MILLI,
+            mig_profile: String::new(),
+            replica_of: None,
+            container: false,
+        }
+    }
+
     /// The SDK's rule (`airtime_policy_sdk::model_allowed`): the host refuses exactly what a
     /// policy's own tests refuse.
     pub fn allows_model(&self, model: &str) -> bool {

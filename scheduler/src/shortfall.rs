@@ -112,7 +112,6 @@ fn describe_gpus(w: &WorkloadEntry) -> String {
 mod tests {
     use super::*;
     use crate::fleet::{GpuSharing, Holder};
-    use airtime_protocol::workload::WorkloadClass;
     use chrono::Utc;
     use uuid::Uuid;
 
@@ -153,32 +152,10 @@ mod tests {
 
     fn pending(gpu_count: u32, cpu_millis: u32) -> WorkloadEntry {
         WorkloadEntry {
-            id: Uuid::new_v4(),
-            id_text: "".into(),
-            name: "w".into(),
-            tenant: 0,
-            class: WorkloadClass::Training,
-            state: WorkloadState::Pending,
-            priority: 0,
-            gpu_count,
-            gpu_memory_mb: 0,
             gpu_models: "H100".into(),
             cpu_millis,
             memory_mb: 0,
-            cpu_capable: false,
-            preemptible: false,
-            checkpointable: false,
-            expected_duration_s: 0,
-            submitted_at: Utc::now(),
-            started_at: None,
-            node: None,
-            pending_reason: None,
-            shortfall: None,
-            preemptions_last_hour: 0,
-            gpu_milli: WHOLE_GPU_MILLI,
-            mig_profile: String::new(),
-            replica_of: None,
-            container: false,
+            ..WorkloadEntry::pending("w", 0, gpu_count, Utc::now())
         }
     }
 

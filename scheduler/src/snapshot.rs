@@ -281,24 +281,10 @@ pub fn proposals(decisions: Vec<abi::Decision<'_>>) -> Vec<crate::check::Proposa
 #[cfg(test)]
 mod tests {
     use chrono::{Duration, TimeZone, Utc};
-    use uuid::Uuid;
 
     use super::*;
     use crate::fleet::{NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
     use crate::services::{CpuVariant, LoadSample};
-
-    fn tenant(name: &str) -> TenantEntry {
-        TenantEntry {
-            id: Uuid::new_v4(),
-            name: name.into(),
-            guaranteed_gpus: 0,
-            weight: 1,
-            tier: 0,
-            may_borrow: true,
-            running_gpu_milli: 0,
-            decayed_gpu_hours: 0.0,
-        }
-    }
 
     fn service(name: &str, tenant: usize) -> ServiceEntry {
         ServiceEntry::fixture(name, tenant)
@@ -306,32 +292,10 @@ mod tests {
 
     fn workload(f: &FleetView, name: &str, tenant: usize, replica_of: Option<ReplicaOf>) -> WorkloadEntry {
         WorkloadEntry {
-            id: Uuid::new_v4(),
             id_text: format!("00000000-0000-4000-8000-{:012}", f.workloads.len()).into(),
-            name: name.into(),
-            tenant,
             class: WorkloadClass::RealtimeInference,
-            state: WorkloadState::Pending,
-            priority: 0,
-            gpu_count: 1,
-            gpu_memory_mb: 0,
-            gpu_models: String::new(),
-            cpu_millis: 1000,
-            memory_mb: 1024,
-            cpu_capable: false,
-            preemptible: false,
-            checkpointable: false,
-            expected_duration_s: 0,
-            submitted_at: f.now - Duration::seconds(60),
-            started_at: None,
-            node: None,
-            pending_reason: None,
-            shortfall: None,
-            preemptions_last_hour: 0,
-            gpu_milli: 1000,
-            mig_profile: String::new(),
             replica_of,
-            container: false,
+            ..WorkloadEntry::pending(name, tenant, 1, f.now - Duration::seconds(60))
         }
     }
 
@@ -341,22 +305,8 @@ mod tests {
         let now = Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap();
         let mut f = FleetView {
             now,
-            tenants: vec![tenant("web"), tenant("acme")],
-            nodes: vec![NodeEntry {
-                id: Uuid::new_v4(),
-                name: "gpu-0".into(),
-                state: NodeState::Ready,
-                cpu_millis: 8000,
-                memory_mb: 65536,
-                cpu_millis_free: 8000,
-                memory_mb_free: 65536,
-                cost_per_hour: 1.0,
-                cpu_util: 0.0,
-                simulated: true,
-                containers: true,
-                gpu_first: 0,
-                gpu_count: 0,
-            }],
+            tenants: vec![TenantEntry::named("web"), TenantEntry::named("acme")],
+            nodes: vec![NodeEntry::ready("gpu-0", 0, 0)],
             ..FleetView::default()
         };
         let mut chat = service("chat", 0);

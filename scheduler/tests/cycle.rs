@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use airtime_policy_host::{CompiledPolicy, EvaluationRequest, PolicyLimits, PolicyLog, PolicyRuntime, RuntimeConfig};
 use airtime_policy_sdk::abi;
-use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
+use airtime_protocol::workload::{NodeState, WorkloadState};
 use airtime_scheduler::check::Proposal;
 use airtime_scheduler::cycle::{self, Composed, Evaluated, Evaluator, Lane, Levels, PolicyHandle};
 use airtime_scheduler::fleet::{
@@ -76,16 +76,6 @@ fn best_fit(runtime: &Wasm) -> Module {
 /// Two tenants; one node of four H100s, the first held by tenant b's running job.
 fn fleet() -> FleetView {
     let now = chrono::Utc::now();
-    let tenant = |name: &str| TenantEntry {
-        id: Uuid::new_v4(),
-        name: name.into(),
-        guaranteed_gpus: 0,
-        weight: 1,
-        tier: 0,
-        may_borrow: true,
-        running_gpu_milli: 0,
-        decayed_gpu_hours: 0.0,
-    };
     let gpu = |device_index: u32, holder: Option<usize>| GpuEntry {
         id: Uuid::new_v4(),
         node: 0,
@@ -102,43 +92,19 @@ fn fleet() -> FleetView {
         sharing: GpuSharing::None,
         mig_profile: String::new(),
     };
-    let workload = |name: &str, tenant: usize, state: WorkloadState, age_s: i64| {
-        let id = Uuid::new_v4();
-        WorkloadEntry {
-            id,
-            id_text: id.to_string().into(),
-            name: name.into(),
-            tenant,
-            class: WorkloadClass::Training,
-            state,
-            priority: 0,
-            gpu_count: 1,
-            gpu_memory_mb: 1024,
-            gpu_models: String::new(),
-            cpu_millis: 1000,
-            memory_mb: 1024,
-            cpu_capable: false,
-            preemptible: false,
-            checkpointable: false,
-            expected_duration_s: 0,
-            submitted_at: now - chrono::Duration::seconds(age_s),
-            started_at: (state == WorkloadState::Running).then_some(now),
-            node: (state == WorkloadState::Running).then_some(0),
-            pending_reason: None,
-            shortfall: None,
-            preemptions_last_hour: 0,
-            gpu_milli: WHOLE_GPU_MILLI,
-            mig_profile: String::new(),
-            replica_of: None,
-            container: false,
-        }
+    let workload = |name: &str, tenant: usize, state: WorkloadState, age_s: i64| WorkloadEntry {
+        state,
+        gpu_memory_mb: 1024,
+        started_at: (state == WorkloadState::Running).then_some(now),
+        node: (state == WorkloadState::Running).then_some(0),
+        ..WorkloadEntry::pending(name, tenant, 1, now - chrono::Duration::seconds(age_s))
     };
-    let mut b = tenant("b");
+    let mut b = TenantEntry::named("b");
     b.running_gpu_milli = 1000;
     FleetView {
         now,
         settings: Default::default(),
-        tenants: vec![tenant("a"), b],
+        tenants: vec![TenantEntry::named("a"), b],
         nodes: vec![NodeEntry {
             id: Uuid::new_v4(),
             name: "gpu-1".into(),

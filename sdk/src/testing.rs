@@ -211,6 +211,15 @@ impl SnapshotFixture {
         self
     }
 
+    /// Adds the three pending workloads of a container test: `image` (`gpu_count` GPUs with 1024 MiB
+    /// each, in a container), `image-cpu` (no GPU, in a container) and `plain` (as `image`, but not
+    /// in a container), in that order.
+    pub fn container_work(self, gpu_count: u32) -> Self {
+        self.pending_with("image", gpu_count, 1024, |w| w.container = true)
+            .pending_with("image-cpu", 0, 0, |w| w.container = true)
+            .pending("plain", gpu_count, 1024)
+    }
+
     /// Adds a running workload of the default tenant holding GPUs `devices` of `node` (each GPU gets
     /// it as holder, and the node's free CPU and memory shrink by what it asks for), started a
     /// minute before now.
@@ -397,6 +406,14 @@ impl SnapshotFixture {
         abi::encode_snapshot(&self.doc.as_snapshot())
     }
 
+    /// What the host's check finds wrong with `decisions` on this fixture's snapshot (nothing: an
+    /// empty list), as [`evaluate`](Self::evaluate) checks a policy's own.
+    pub fn problems(&self, decisions: &[Decision<'_>]) -> Vec<DecisionProblem> {
+        let bytes = self.encode();
+        let snapshot = decode_snapshot(&bytes).expect("the fixture encodes to a valid snapshot");
+        check_decisions(&snapshot, decisions)
+    }
+
     /// Runs `policy` as the host would, through the ABI both ways, and checks its decisions.
     pub fn evaluate<P: Policy + ?Sized>(&self, policy: &P) -> Result<Outcome, EvaluationError> {
         let snapshot_bytes = self.encode();
@@ -425,7 +442,7 @@ impl SnapshotFixture {
     /// some CPU-only), with priorities and submission times from a seeded generator (same seed, same
     /// fleet).
     pub fn synthetic_fleet(nodes: u32, gpus_per_node: u32, pending: u32, seed: u64) -> Self {
-        let mut random = SplitMix64(seed);
+        let mut random = SplitMix64::new(seed);
         let mut fixture = SnapshotFixture::new();
         for t in 0..16 {
             fixture = fixture.tenant_with(&format!("tenant-{t:02}"), |tenant| {
@@ -446,11 +463,11 @@ impl SnapshotFixture {
             let first = fixture.doc.gpus.len() - gpus_per_node as usize;
             for gpu in &mut fixture.doc.gpus[first..] {
                 gpu.nvlink_group = Some(n);
-                gpu.memory_used_mb = (random.next() % 4) as u32 * 1024;
+                gpu.memory_used_mb = (random.next_u64() % 4) as u32 * 1024;
             }
         }
         for w in 0..pending {
-            let roll = random.next();
+            let roll = random.next_u64();
             let gpu_count = [1, 1, 1, 2, 2, 4, 8, 0][(roll % 8) as usize];
             let gpu_memory_mb = [10_240, 20_480, 40_960, 79_872][((roll >> 8) % 4) as usize];
             let class = WorkloadClass::ALL[((roll >> 16) % 7) as usize];
@@ -638,15 +655,28 @@ impl Outcome {
     }
 }
 
-/// A small, fast, seedable generator (SplitMix64), so fixtures need no dependency.
-struct SplitMix64(u64);
+/// A small, fast, seedable generator (SplitMix64), so fixtures and randomised tests need no
+/// dependency and repeat exactly: the same seed, the same numbers.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    /// A generator that starts from `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 }

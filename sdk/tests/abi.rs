@@ -9,22 +9,18 @@ use airtime_policy_sdk::abi::{
     Sharing, Snapshot, Table, Tenant, Workload, WorkloadClass, WorkloadState, decode_decisions, decode_snapshot,
     encode_decisions, encode_snapshot, validate_decisions,
 };
-use airtime_policy_sdk::testing::SnapshotFixture;
+use airtime_policy_sdk::testing::{SnapshotFixture, SplitMix64};
 
-/// SplitMix64: a seeded generator, so every run fuzzes the same inputs and a failure reproduces.
-struct Rng(u64);
+/// A seeded generator, so every run fuzzes the same inputs and a failure reproduces.
+struct Rng(SplitMix64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(n)
     }
 
     fn u32(&mut self) -> u32 {
@@ -541,7 +537,7 @@ fn a_snapshot_from_a_host_older_than_abi_1_3_is_refused_precisely() {
 
 #[test]
 fn random_valid_snapshots_roundtrip() {
-    let mut rng = Rng(7);
+    let mut rng = Rng(SplitMix64::new(7));
     for _ in 0..300 {
         let texts: Vec<String> = (0..64).map(|_| rng.text()).collect();
         let mut text_at = 0;
@@ -644,7 +640,7 @@ fn random_valid_snapshots_roundtrip() {
 
 #[test]
 fn random_decisions_roundtrip() {
-    let mut rng = Rng(11);
+    let mut rng = Rng(SplitMix64::new(11));
     for _ in 0..500 {
         let texts: Vec<String> = (0..8).map(|_| rng.text()).collect();
         let decisions: Vec<Decision<'_>> = (0..rng.below(20))
@@ -698,7 +694,7 @@ fn decode_both(bytes: &[u8]) {
 
 #[test]
 fn fuzz_random_bytes() {
-    let mut rng = Rng(1);
+    let mut rng = Rng(SplitMix64::new(1));
     for _ in 0..20_000 {
         let len = rng.below(300) as usize;
         let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
@@ -729,7 +725,7 @@ fn fuzz_every_truncation() {
 
 #[test]
 fn fuzz_mutations_of_valid_buffers() {
-    let mut rng = Rng(3);
+    let mut rng = Rng(SplitMix64::new(3));
     let fixture = SnapshotFixture::synthetic_fleet(6, 4, 20, 5).params(r#"{"a": 1}"#);
     let seeds = [
         encode_snapshot(&every_field_snapshot()),

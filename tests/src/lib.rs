@@ -935,6 +935,26 @@ pub async fn nodes_ready(api: &Api, count: usize) -> anyhow::Result<Value> {
     .await
 }
 
+/// How most stories begin: a fresh database and a control plane on it, started with `extra`.
+///
+/// Bind both, the database first (`let (db, cp) = …`): the database is dropped with its
+/// [`TestDb`], and bindings drop in reverse order, so the control plane goes before its database.
+pub async fn fresh_control_plane(extra: &[&str]) -> anyhow::Result<(TestDb, ControlPlane)> {
+    let db = TestDb::create().await?;
+    let cp = ControlPlane::start(&db, extra).await?;
+    Ok((db, cp))
+}
+
+/// [`fresh_control_plane`] with default flags and one agent, `name` started with `extra`,
+/// registered and ready: the one-node fleet of most stories. Bind all three in this order
+/// (`let (db, cp, agent) = …`) so the agent drops first and the database last.
+pub async fn one_node_fleet(name: &str, extra: &[&str]) -> anyhow::Result<(TestDb, ControlPlane, NodeAgent)> {
+    let (db, cp) = fresh_control_plane(&[]).await?;
+    let agent = NodeAgent::start(&cp, name, extra).await?;
+    nodes_ready(&cp.api(), 1).await?;
+    Ok((db, cp, agent))
+}
+
 /// A control plane on a fresh database with its node agents registered and ready, and a scratch
 /// folder for what the stories' commands write: the fleet the scenario stories start from. Its
 /// story steps panic with what they waited for, as a story's `unwrap` would.
@@ -958,8 +978,7 @@ impl Fleet {
 
     /// A control plane with default flags, and an agent for each (name, extra flags), all ready.
     pub async fn start(agents: &[(&str, &[&str])]) -> Fleet {
-        let db = TestDb::create().await.unwrap();
-        let cp = ControlPlane::start(&db, &[]).await.unwrap();
+        let (db, cp) = fresh_control_plane(&[]).await.unwrap();
         let api = cp.api();
         let mut started = Vec::new();
         for (name, flags) in agents {

@@ -9,7 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{
+    Api, ControlPlane, NodeAgent, TestDb, eventually, fresh_control_plane, nodes_ready, one_node_fleet,
+    workload_reaches,
+};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -81,8 +84,7 @@ async fn a_job_runs_through_an_agent_restart(going: Going) {
         Going::Stopped => "upgraded",
         Going::Killed => "crashed",
     };
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let mut agent = NodeAgent::start(&cp, node, &["--no-nvml"]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();
@@ -210,8 +212,7 @@ async fn an_agent_that_crashes_and_stays_down_keeps_its_work_until_the_lease_run
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_of_the_previous_protocol_registers_and_one_of_a_newer_protocol_is_told_to_upgrade_the_control_plane()
 {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let enrol = |name: &'static str| {
         let cp = &cp;
@@ -250,11 +251,8 @@ async fn an_agent_of_the_previous_protocol_registers_and_one_of_a_newer_protocol
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_ends_while_its_agent_is_down_is_reported_as_it_ended_and_never_runs_again() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, mut agent) = one_node_fleet("down-at-the-end", &["--no-nvml"]).await.unwrap();
     let api = cp.api();
-    let mut agent = NodeAgent::start(&cp, "down-at-the-end", &["--no-nvml"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let starts = dir.path().join("starts");

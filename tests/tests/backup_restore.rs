@@ -12,7 +12,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, PgCluster, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{
+    ControlPlane, NodeAgent, PgCluster, TestDb, eventually, fresh_control_plane, nodes_ready, workload_reaches,
+};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -53,8 +55,7 @@ async fn run(program: &str, args: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dump_restored_into_a_fresh_cluster_resumes_with_every_workload_decision_and_usage_row() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let flags = ["--simulate-gpus", "2:A100:40960", "--cost-per-hour", "4"];
     let agent = NodeAgent::start(&cp, "gpu-1", &flags).await.unwrap();

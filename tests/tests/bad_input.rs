@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, nodes_ready, workload_reaches};
+use airtime_tests::{Api, NodeAgent, fresh_control_plane, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
 async fn row_counts(db: &sqlx::PgPool) -> Vec<i64> {
@@ -39,8 +39,7 @@ async fn raw(api: &Api, method: &str, path: &str, content_type: &str, body: Vec<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_a_clear_json_error_change_nothing_and_scheduling_goes_on() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let agent = NodeAgent::start(&cp, "sim", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
     let nodes = nodes_ready(&api, 1).await.unwrap();

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use airtime_tests::{
-    ADMIN_EMAIL, ADMIN_PASSWORD, Cli, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches,
+    ADMIN_EMAIL, ADMIN_PASSWORD, Cli, eventually, fresh_control_plane, one_node_fleet, workload_reaches,
 };
 use serde_json::{Value, json};
 
@@ -17,11 +17,8 @@ const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_logs_in_submits_a_spec_follows_its_logs_and_cancels_what_cannot_run() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("cpu-node", &["--no-nvml"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "cpu-node", &["--no-nvml"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
     cp.user("research", "ann@research.test", "tenant_member").await.unwrap();
     let ann = Cli::new().unwrap();
 
@@ -126,8 +123,7 @@ async fn a_user_logs_in_submits_a_spec_follows_its_logs_and_cancels_what_cannot_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_pushes_a_policy_tries_it_shadows_it_activates_it_rolls_it_back_and_sets_priorities() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let admin = Cli::new().unwrap();
 
     // An existing token is stored once the API accepted it.

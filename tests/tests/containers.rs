@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, ControlPlane, NodeAgent, eventually, fresh_control_plane, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -131,8 +131,7 @@ fn containers_of(id: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_job_runs_in_its_image_within_its_limits_and_only_where_an_engine_is() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     // A node without an engine comes first in name order; the container work must skip it.
     let _bare = NodeAgent::start(&cp, "a-bare", &["--no-nvml", "--container-engine", "none"]).await.unwrap();
@@ -190,8 +189,7 @@ async fn a_container_job_runs_in_its_image_within_its_limits_and_only_where_an_e
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_the_container_within_its_grace_period() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let _engine = container_agent(&cp, "cancel-node", &[]).await;
     nodes_ready(&api, 1).await.unwrap();
@@ -223,8 +221,7 @@ async fn cancel_stops_the_container_within_its_grace_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agents_container_is_found_by_label_and_ended_when_it_restarts() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     // Untethered (`--on-lost-contact keep`): this story is the container that outlives its
     // agent and its engine client, which a tether would have stopped with the agent.
@@ -267,8 +264,7 @@ async fn a_killed_agents_container_is_found_by_label_and_ended_when_it_restarts(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_100_mb_log_flood_from_a_container_is_capped_and_the_api_stays_responsive() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--log-bytes-per-workload", "1048576"]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&["--log-bytes-per-workload", "1048576"]).await.unwrap();
     let api = cp.api();
     let _engine = container_agent(&cp, "flood-node", &[]).await;
     nodes_ready(&api, 1).await.unwrap();
@@ -351,8 +347,7 @@ fn marker_library(dir: &Path, marker: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_containers_env_reaches_the_container_and_nothing_on_the_agents_side() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let agent = container_agent(&cp, "env-node", &[]).await;
     nodes_ready(&api, 1).await.unwrap();
@@ -417,8 +412,7 @@ async fn a_symlink_planted_by_one_container_carries_no_other_containers_mount_ou
     let shared = allowed.join("shared");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::write(host.path().join("host-secret"), "the host's own secret\n").unwrap();
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--container-mount-prefix", allowed.to_str().unwrap()]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&["--container-mount-prefix", allowed.to_str().unwrap()]).await.unwrap();
     let api = cp.api();
     let _agent = container_agent(&cp, "mount-node", &[]).await;
     nodes_ready(&api, 1).await.unwrap();

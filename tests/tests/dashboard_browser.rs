@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use airtime_tests::{ADMIN_EMAIL, ADMIN_PASSWORD, ControlPlane, NodeAgent, TestDb, nodes_ready, workload_reaches};
+use airtime_tests::{ADMIN_EMAIL, ADMIN_PASSWORD, NodeAgent, fresh_control_plane, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -45,8 +45,7 @@ async fn the_dashboard_runs_the_fleet_in_a_real_browser() {
         "web/node_modules has no playwright-core or axe-core: run `make web` (npm ci in web/)"
     );
 
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let agent = NodeAgent::start(&cp, "sim-dash-1", &["--simulate-gpus", "2:H100:81920", "--cost-per-hour", "8"])
         .await

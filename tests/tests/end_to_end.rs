@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, TestDb, nodes_ready, workload_reaches};
+use airtime_tests::{NodeAgent, fresh_control_plane, nodes_ready, one_node_fleet, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -16,8 +16,7 @@ fn scratch_file(tag: &str) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submitted_workload_is_placed_by_the_wasm_policy_run_by_the_agent_and_its_exit_recorded() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let _agent = NodeAgent::start(&cp, "sim-gpu-1", &["--simulate-gpus", "2:H100-SXM:81920", "--cost-per-hour", "8.5"])
         .await
@@ -97,11 +96,8 @@ async fn a_submitted_workload_is_placed_by_the_wasm_policy_run_by_the_agent_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_command_is_recorded_failed_and_a_cancelled_one_is_stopped() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("sim-gpu-2", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "sim-gpu-2", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     let failing = api
         .created(

@@ -10,7 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use airtime_tests::{ControlPlane, Netns, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{
+    ControlPlane, Netns, NodeAgent, TestDb, eventually, fresh_control_plane, nodes_ready, workload_reaches,
+};
 use serde_json::json;
 
 /// A training job that writes `start <attempt> <time>` to `journal` when it starts and `stop
@@ -116,8 +118,7 @@ fn processes_of(id: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_killed_with_sigkill_takes_its_work_with_it_after_the_grace_period() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let mut settings = api.ok("/api/v1/settings/priorities").await.unwrap();
     settings["grace_period_s"] = json!(3);

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{Api, Cli, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, Cli, NodeAgent, eventually, fresh_control_plane, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -40,8 +40,7 @@ async fn held_slot(api: &Api, id: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpu_that_faults_is_quarantined_its_work_moves_to_a_healthy_gpu_and_a_second_fault_drains_the_node() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let dir = tempfile::tempdir().unwrap();
     let faults = dir.path().join("faults");

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use airtime_tests::policies::time_bomb;
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, NodeAgent, eventually, fresh_control_plane, nodes_ready, workload_reaches};
 use serde_json::{Value, json};
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -64,8 +64,7 @@ async fn submit_one(api: &Api, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_modules_are_refused_or_contained_and_scheduling_goes_on_for_everyone() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--policy-suspend-after", "2"]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&["--policy-suspend-after", "2"]).await.unwrap();
     let api = cp.api();
     let _agent = NodeAgent::start(&cp, "sim", &["--simulate-gpus", "2:H100-SXM:81920"]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();

@@ -8,7 +8,10 @@
 use std::time::{Duration, Instant};
 
 use airtime_tests::policies::{deciding, many_functions, time_bomb};
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{
+    Api, ControlPlane, NodeAgent, TestDb, eventually, fresh_control_plane, nodes_ready, one_node_fleet,
+    workload_reaches,
+};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -41,11 +44,8 @@ async fn ready(cp: &ControlPlane) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_writing_nul_bytes_and_megabytes_of_text_stops_no_one_and_sees_no_neighbour() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("shared", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
     let admin = cp.api();
-    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
-    nodes_ready(&admin, 1).await.unwrap();
     let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
     cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap();
 
@@ -123,11 +123,8 @@ async fn refuse_events_containing(db: &TestDb, marker: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_database_refuses_one_tenants_decisions_only_that_tenant_falls_back() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp, _agent) = one_node_fleet("shared", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
     let admin = cp.api();
-    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
-    nodes_ready(&admin, 1).await.unwrap();
     let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
     let alice = cp.api_as(&cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap());
     refuse_events_containing(&db, "POISON").await;
@@ -156,11 +153,8 @@ async fn when_the_database_refuses_one_tenants_decisions_only_that_tenant_falls_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduling_loop_that_cannot_commit_makes_readyz_say_so_until_it_recovers() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp, _agent) = one_node_fleet("shared", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
     let admin = cp.api();
-    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
-    nodes_ready(&admin, 1).await.unwrap();
     let pool = db.pool().await.unwrap();
     sqlx::query(
         "CREATE FUNCTION refuse_cycles() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
@@ -197,8 +191,7 @@ async fn a_scheduling_loop_that_cannot_commit_makes_readyz_say_so_until_it_recov
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_tenant_policy_delays_no_one_else_and_stays_suspended_when_reactivated() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--policy-suspend-after", "2"]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&["--policy-suspend-after", "2"]).await.unwrap();
     let admin = cp.api();
     let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "2:H100-SXM:81920"]).await.unwrap();
     nodes_ready(&admin, 1).await.unwrap();
@@ -268,8 +261,7 @@ async fn modules_compiled(cp: &ControlPlane) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_of_too_many_functions_is_refused_before_it_costs_any_compilation() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
     let started = Instant::now();
     let refused =
@@ -283,8 +275,7 @@ async fn a_module_of_too_many_functions_is_refused_before_it_costs_any_compilati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_are_bounded_in_cpu_memory_and_concurrency() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--policy-compile-timeout-ms", "300"]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&["--policy-compile-timeout-ms", "300"]).await.unwrap();
     let admin = cp.api();
     let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
     let upload = |wasm: Vec<u8>| {
@@ -344,8 +335,7 @@ async fn log_lines(api: &Api, id: &str, last: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_workload_runs_as_another_user_and_cannot_read_the_node_credential() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let admin = cp.api();
     let work = tempfile::tempdir().unwrap();
     let agent = NodeAgent::start(
@@ -390,8 +380,7 @@ async fn a_process_workload_runs_as_another_user_and_cannot_read_the_node_creden
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_only_node_refuses_process_work_and_a_stolen_credential_forges_no_event() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let admin = cp.api();
     cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap();
     cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap();
@@ -434,8 +423,7 @@ async fn a_container_only_node_refuses_process_work_and_a_stolen_credential_forg
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_one_tenant_admin_invited_first_never_collects_another_tenants_invitation() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());
     let alice = cp.api_as(&cp.user("alice", "admin@alice.test", "tenant_admin").await.unwrap());
     let tenants = cp.api().ok("/api/v1/tenants").await.unwrap();
@@ -537,8 +525,7 @@ async fn a_tenants_policy_storage_is_bounded_and_checked_before_any_compilation(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_what_if_flood_is_capped_and_another_tenants_run_takes_its_turn() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--what-if-runs-per-tenant", "4"]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&["--what-if-runs-per-tenant", "4"]).await.unwrap();
     let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "2:L4:24576"]).await.unwrap();
     nodes_ready(&cp.api(), 1).await.unwrap();
     let mallory = cp.api_as(&cp.user("mallory", "admin@mallory.test", "tenant_admin").await.unwrap());

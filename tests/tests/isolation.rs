@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use airtime_tests::policies::BUMP_ALLOC;
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, NodeAgent, eventually, fresh_control_plane, nodes_ready, one_node_fleet, workload_reaches};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -56,11 +56,8 @@ async fn same_as_missing(api: &Api, method: &str, template: &str, theirs: &str, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_a_can_neither_see_nor_touch_nor_infer_tenant_b() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("sim", &["--simulate-gpus", "2:H100-SXM:81920"]).await.unwrap();
     let admin = cp.api();
-    let _agent = NodeAgent::start(&cp, "sim", &["--simulate-gpus", "2:H100-SXM:81920"]).await.unwrap();
-    nodes_ready(&admin, 1).await.unwrap();
 
     let a_admin = cp.api_as(&cp.user("tenant-a", "ann@a.test", "tenant_admin").await.unwrap());
     let a_member = cp.api_as(&cp.user("tenant-a", "al@a.test", "tenant_member").await.unwrap());
@@ -186,8 +183,7 @@ async fn tenant_a_can_neither_see_nor_touch_nor_infer_tenant_b() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_credential_acts_for_its_own_node_only() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let admin = cp.api();
     let one = NodeAgent::start(&cp, "node-one", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
     let two = NodeAgent::start(&cp, "node-two", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, nodes_ready, workload_reaches};
+use airtime_tests::{Api, one_node_fleet, workload_reaches};
 use serde_json::{Value, json};
 
 /// One stream's events as `(event, id, data)`, collected until `enough` says so or `wait` passes.
@@ -49,11 +49,8 @@ fn reached(events: &[(String, String, Value)], workload: &str, state: &str) -> b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_caller_sees_live_only_what_the_api_would_show_them() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("cpu-node", &["--no-nvml"]).await.unwrap();
     let admin = cp.api();
-    let _agent = NodeAgent::start(&cp, "cpu-node", &["--no-nvml"]).await.unwrap();
-    nodes_ready(&admin, 1).await.unwrap();
     let ann = admin.with_token(&cp.user("acme", "ann@acme.test", "tenant_member").await.unwrap());
     let bob = admin.with_token(&cp.user("globex", "bob@globex.test", "tenant_member").await.unwrap());
     let job =

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, NodeAgent, eventually, fresh_control_plane, nodes_ready, one_node_fleet, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -29,11 +29,8 @@ fn texts(logs: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_jobs_output_says_why_in_its_detail_and_reads_back_by_stream_and_tail() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("cpu-node", &["--no-nvml"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "cpu-node", &["--no-nvml"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     let id = submit(
         &api,
@@ -87,11 +84,8 @@ async fn a_failed_jobs_output_says_why_in_its_detail_and_reads_back_by_stream_an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn following_a_running_job_streams_its_lines_as_they_come_and_ends_with_it() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("cpu-node", &["--no-nvml"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "cpu-node", &["--no-nvml"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     let id = submit(&api, "ticker", "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.5; done").await;
     workload_reaches(&api, &id, "running", WAIT).await.unwrap();
@@ -118,8 +112,7 @@ async fn following_a_running_job_streams_its_lines_as_they_come_and_ends_with_it
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chatty_job_keeps_only_its_newest_output_within_the_limit() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--log-bytes-per-workload", "65536"]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&["--log-bytes-per-workload", "65536"]).await.unwrap();
     let api = cp.api();
     let _agent = NodeAgent::start(&cp, "cpu-node", &["--no-nvml"]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();

@@ -13,7 +13,9 @@
 
 use std::time::Duration;
 
-use airtime_tests::{Api, Cli, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{
+    Api, Cli, ControlPlane, NodeAgent, eventually, fresh_control_plane, nodes_ready, workload_reaches,
+};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -66,8 +68,7 @@ fn job(name: &str, extra: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cordoned_node_takes_no_work_through_agent_and_control_plane_restarts_until_uncordoned() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let flags = ["--simulate-gpus", "1:A100:40960"];
     let agent = NodeAgent::start(&cp, "rack-7", &flags).await.unwrap();
@@ -137,8 +138,7 @@ async fn a_cordoned_node_takes_no_work_through_agent_and_control_plane_restarts_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_ends_empty_with_each_kind_of_work_moved_or_finished_as_promised() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let flags = ["--simulate-gpus", "2:A100:40960"];
     let _old = NodeAgent::start(&cp, "old-host", &flags).await.unwrap();

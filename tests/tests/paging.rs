@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, nodes_ready};
+use airtime_tests::{Api, NodeAgent, fresh_control_plane, nodes_ready};
 use serde_json::{Value, json};
 
 /// Follows a list page by page: `cursor(last item)` names the next page's start.
@@ -34,8 +34,7 @@ fn ids(items: &[Value]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_pages_through_the_queue_and_the_fleet_and_sees_everything_once() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let mut agents = Vec::new();
     for (name, gpus) in [("node-a", "2:H100:81920"), ("node-b", "3:L4:24576"), ("node-c", "2:H100:81920")] {

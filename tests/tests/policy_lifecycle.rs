@@ -5,16 +5,13 @@
 
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, TestDb, eventually, nodes_ready};
+use airtime_tests::{eventually, one_node_fleet};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_author_uploads_dry_runs_shadows_activates_and_rolls_back_a_policy() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("sim", &["--simulate-gpus", "2:A100:40960"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "sim", &["--simulate-gpus", "2:A100:40960"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     // A workload that cannot fit anywhere keeps the loop deciding every cycle.
     let stuck = api

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{Api, ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{Api, eventually, one_node_fleet, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -22,11 +22,8 @@ fn job(name: &str, class: &str, gpus: u32, priority: i32) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_workload_knows_its_place_in_the_queue_and_what_it_is_short_of() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("gpu-1", &["--simulate-gpus", "2:H100:81920"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "2:H100:81920"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     // Two GPUs, both busy; then a gang of four, and two single-GPU jobs, the later one urgent.
     let running = submit(&api, job("train", "training", 2, 0)).await;
@@ -93,11 +90,8 @@ async fn a_waiting_workload_knows_its_place_in_the_queue_and_what_it_is_short_of
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_priority_change_is_previewed_against_the_live_queue_before_it_is_saved() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("gpu-1", &["--simulate-gpus", "1:H100:81920"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "1:H100:81920"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
     // Training may not be preempted in its first hour: a customer-facing request waits for it.
     let mut settings = api.ok("/api/v1/settings/priorities").await.unwrap();
     settings["min_runtime_s"] = json!(3600);

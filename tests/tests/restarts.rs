@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use airtime_tests::{
-    ControlPlane, NodeAgent, TestDb, eventually, lease_held, nodes_ready, overlapping_cycles, send_signal,
-    workload_reaches,
+    ControlPlane, NodeAgent, TestDb, eventually, fresh_control_plane, lease_held, nodes_ready, one_node_fleet,
+    overlapping_cycles, send_signal, workload_reaches,
 };
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -19,11 +19,8 @@ const WAIT: Duration = Duration::from_secs(40);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_killed_mid_flight_comes_back_with_every_workload_and_decision() {
-    let db = TestDb::create().await.unwrap();
-    let first = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, first, _agent) = one_node_fleet("steady", &["--simulate-gpus", "2:A100:40960"]).await.unwrap();
     let api = first.api();
-    let _agent = NodeAgent::start(&first, "steady", &["--simulate-gpus", "2:A100:40960"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     let running = api
         .created(
@@ -73,11 +70,8 @@ async fn a_control_plane_killed_mid_flight_comes_back_with_every_workload_and_de
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_down_longer_than_the_lost_node_timeout_restarts_no_running_work() {
     // The harness runs control planes with --node-lost-after-ms 3000 and heartbeats every 500 ms.
-    let db = TestDb::create().await.unwrap();
-    let first = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, first, _agent) = one_node_fleet("steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
     let api = first.api();
-    let _agent = NodeAgent::start(&first, "steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
     let w = api
         .created(
             "/api/v1/workloads",
@@ -108,11 +102,8 @@ async fn a_control_plane_down_longer_than_the_lost_node_timeout_restarts_no_runn
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_agent_is_killed_and_replaced_without_its_state_runs_its_work_again() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, agent) = one_node_fleet("flaky", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
     let api = cp.api();
-    let agent = NodeAgent::start(&cp, "flaky", &["--simulate-gpus", "1:L4:24576"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     let w = api
         .created(
@@ -171,8 +162,7 @@ async fn submit_with_key(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_retried_with_its_idempotency_key_is_queued_once() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     let body = json!({"name": "retried", "class": "evaluation", "resources": {"gpu_count": 1}, "command": ["true"]});
 
@@ -222,8 +212,7 @@ async fn submit_concurrently(api: &airtime_tests::Api, key: &str, body: &serde_j
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_lease_was_taken_commits_no_cycle_until_it_leads_again() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--leader-lease-ms", "2000"]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&["--leader-lease-ms", "2000"]).await.unwrap();
     let api = cp.api();
     let _agent = NodeAgent::start(&cp, "steady", &["--simulate-gpus", "1:A100:40960"]).await.unwrap();
     nodes_ready(&api, 1).await.unwrap();
@@ -266,8 +255,7 @@ async fn a_leader_whose_lease_was_taken_commits_no_cycle_until_it_leads_again() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_served_by_a_standby_replica_hears_the_leaders_placement_at_once() {
-    let db = TestDb::create().await.unwrap();
-    let leader = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, leader) = fresh_control_plane(&[]).await.unwrap();
     let pool = db.pool().await.unwrap();
     lease_held(&pool, None).await.unwrap();
     let standby = ControlPlane::start(&db, &[]).await.unwrap();

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use airtime_tests::agents::{EnrolledNode, telemetry_report};
-use airtime_tests::{ControlPlane, TestDb, eventually};
+use airtime_tests::{ControlPlane, eventually, fresh_control_plane};
 use serde_json::json;
 
 const NODES: usize = 24;
@@ -23,8 +23,7 @@ fn util(n: usize, k: usize, i: usize) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_agents_at_once_every_sample_kept_latest_on_the_rows() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&[]).await.unwrap();
     let mut nodes = Vec::new();
     for n in 0..NODES {
         nodes.push(EnrolledNode::register(&cp, &format!("tele-{n:02}"), GPUS).await.unwrap());
@@ -131,8 +130,7 @@ async fn many_agents_at_once_every_sample_kept_latest_on_the_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_drops_whole_old_partitions_and_keeps_recent_history() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--telemetry-retention-hours", "24"]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&["--telemetry-retention-hours", "24"]).await.unwrap();
     let node = EnrolledNode::register(&cp, "keeper", 1).await.unwrap();
     let answer = node.agent.post(&node.telemetry_path(), &telemetry_report(0.5, &[0.5])).await.unwrap();
     assert_eq!(answer.status, 204, "{}", answer.body);
@@ -206,8 +204,7 @@ async fn retention_drops_whole_old_partitions_and_keeps_recent_history() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_node_credential_is_refused_at_once_here_and_within_a_second_elsewhere() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&[]).await.unwrap();
     let pool = db.pool().await.unwrap();
     let report = telemetry_report(0.5, &[0.5]);
     let revoke_in_sql = |name: &'static str| {

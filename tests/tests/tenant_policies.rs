@@ -6,18 +6,15 @@
 
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, TestDb, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{eventually, one_node_fleet, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_own_policy_places_its_work_within_the_platforms_grant() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("shared", &["--simulate-gpus", "1:H100-SXM:81920"]).await.unwrap();
     let admin = cp.api();
-    let _agent = NodeAgent::start(&cp, "shared", &["--simulate-gpus", "1:H100-SXM:81920"]).await.unwrap();
-    nodes_ready(&admin, 1).await.unwrap();
 
     // The research tenant's admin uploads and activates the tenant's own policy: newest first.
     let research_token = cp.user("research", "lead@research.test", "tenant_admin").await.unwrap();

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, TestDb, nodes_ready};
+use airtime_tests::{ControlPlane, NodeAgent, fresh_control_plane, nodes_ready, one_node_fleet};
 use chrono::{DurationRound, TimeDelta, Utc};
 use serde_json::{Value, json};
 
@@ -23,8 +23,7 @@ fn usd(actual: &Value, expected: f64, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_hours_and_cost_match_a_hand_computation_raw_and_rolled_up() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     // One node, one GPU at 8 USD an hour.
     let agent =
@@ -154,8 +153,7 @@ async fn gpu_hours_and_cost_match_a_hand_computation_raw_and_rolled_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_holding_gpus_it_does_not_use_is_listed_with_what_it_costs() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &["--idle-after-s", "2"]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&["--idle-after-s", "2"]).await.unwrap();
     let api = cp.api();
     let _agent =
         NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "2:H100:81920", "--cost-per-hour", "16"]).await.unwrap();
@@ -199,11 +197,8 @@ async fn a_workload_holding_gpus_it_does_not_use_is_listed_with_what_it_costs() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_opens_a_gpus_history_and_sees_its_telemetry_bucketed_by_the_step_asked_for() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp, _agent) = one_node_fleet("gpu-1", &["--simulate-gpus", "1:H100:81920"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "1:H100:81920"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
     let pool = db.pool().await.unwrap();
     let (gpu_id,): (uuid::Uuid,) = sqlx::query_as("SELECT id FROM gpus").fetch_one(&pool).await.unwrap();
 
@@ -268,11 +263,8 @@ async fn an_operator_opens_a_gpus_history_and_sees_its_telemetry_bucketed_by_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_opens_a_nodes_history_and_sees_its_cpu_and_memory_bucketed_by_the_step_asked_for() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (db, cp, _agent) = one_node_fleet("gpu-1", &["--simulate-gpus", "2:H100:81920"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "gpu-1", &["--simulate-gpus", "2:H100:81920"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
     let pool = db.pool().await.unwrap();
     let (node_id, cpu_millis, memory_mb): (uuid::Uuid, i32, i64) =
         sqlx::query_as("SELECT id, cpu_millis, memory_mb FROM nodes").fetch_one(&pool).await.unwrap();
@@ -347,8 +339,7 @@ async fn an_operator_opens_a_nodes_history_and_sees_its_cpu_and_memory_bucketed_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_summary_counts_as_allocated_only_the_gpus_a_workload_holds() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp) = fresh_control_plane(&[]).await.unwrap();
     let api = cp.api();
     // Two GPUs at 8 USD an hour for the node: 4 USD each.
     let _agent =

@@ -8,18 +8,15 @@
 
 use std::time::Duration;
 
-use airtime_tests::{ControlPlane, NodeAgent, TestDb, bin, eventually, nodes_ready, workload_reaches};
+use airtime_tests::{bin, eventually, one_node_fleet, workload_reaches};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_platform_admin_replays_the_last_hour_with_fair_share_and_gets_the_simulators_scores() {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("gpu-node", &["--simulate-gpus", "2:H100:81920"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "gpu-node", &["--simulate-gpus", "2:H100:81920"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
 
     // An hour's work, in miniature: a gang of two, two single-GPU jobs and a CPU job.
     let mut ids = Vec::new();

@@ -62,8 +62,6 @@ impl Policy for Fifo {
 
 #[cfg(test)]
 mod tests {
-    use airtime_policy_sdk::abi::decode_snapshot;
-    use airtime_policy_sdk::check::check_decisions;
     use airtime_policy_sdk::testing::SnapshotFixture;
 
     use super::*;
@@ -134,16 +132,12 @@ mod tests {
         let fixture = SnapshotFixture::new()
             .node("bare", 8, "H100", 81920)
             .node_with("engine", 8, "H100", 81920, |n| n.containers = true)
-            .pending_with("image", 1, 1024, |w| w.container = true)
-            .pending_with("image-cpu", 0, 0, |w| w.container = true)
-            .pending("plain", 1, 1024);
+            .container_work(1);
         let outcome = fixture.evaluate(&Fifo).expect("valid decisions");
         assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
         assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
         assert_eq!(outcome.placed_on("plain"), Some("bare"));
-        let bytes = fixture.encode();
-        let snapshot = decode_snapshot(&bytes).expect("fixture");
-        assert_eq!(check_decisions(&snapshot, &outcome.decisions), vec![]);
+        assert_eq!(fixture.problems(&outcome.decisions), vec![]);
 
         let outcome = SnapshotFixture::new()
             .node("bare", 8, "H100", 81920)
@@ -172,9 +166,7 @@ mod tests {
         let fixture = SnapshotFixture::synthetic_fleet(40, 8, 800, 3);
         let outcome = fixture.evaluate(&Fifo).expect("the host's checks pass");
         assert_eq!(outcome.decisions.len(), 800);
-        let bytes = fixture.encode();
-        let snapshot = decode_snapshot(&bytes).expect("fixture");
-        assert_eq!(check_decisions(&snapshot, &outcome.decisions), vec![]);
+        assert_eq!(fixture.problems(&outcome.decisions), vec![]);
         let placed = outcome.placed().len();
         assert!(placed > 0 && placed < 800, "{placed} placed before the head blocked");
     }

@@ -262,9 +262,7 @@ mod tests {
         assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
         assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
         assert_eq!(outcome.placement("plain"), Some(("bare", vec![0])));
-        let bytes = fixture.encode();
-        let snapshot = decode_snapshot(&bytes).expect("fixture");
-        assert_eq!(check_decisions(&snapshot, &outcome.decisions), vec![]);
+        assert_eq!(fixture.problems(&outcome.decisions), vec![]);
 
         // The engine is in the inference pool only: training in a container has nowhere to go.
         let outcome = fleet()

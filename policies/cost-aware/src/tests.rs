@@ -271,17 +271,12 @@ fn a_container_workload_goes_to_a_node_with_a_container_engine_though_it_costs_m
         n.cost_per_hour = 0.8;
         n.containers = true;
     });
-    let fixture = fleet
-        .pending_with("image", 1, 1024, |w| w.container = true)
-        .pending_with("image-cpu", 0, 0, |w| w.container = true)
-        .pending("plain", 1, 1024);
+    let fixture = fleet.container_work(1);
     let outcome = fixture.evaluate(&CostAware).expect("valid decisions");
     assert_eq!(outcome.placement("image"), Some(("dear-engine", vec![0])));
     assert_eq!(outcome.placement("image-cpu"), Some(("cpu-engine", vec![])));
     assert_eq!(outcome.placement("plain"), Some(("cheap-bare", vec![0])));
-    let bytes = fixture.encode();
-    let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
-    assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);
+    assert_eq!(fixture.problems(&outcome.decisions), vec![]);
 
     let fleet = gpu_node(SnapshotFixture::new(), "cheap-bare", 8, "H100", 81920, 8.0);
     let outcome = fleet

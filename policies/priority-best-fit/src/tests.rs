@@ -312,16 +312,12 @@ fn a_container_workload_goes_to_a_node_with_a_container_engine() {
         .node_with("engine", 8, "H100", 81920, |n| n.containers = true)
         .cpu_node("bare-cpu", 16_000, 65_536)
         .node_with("engine-cpu", 0, "", 0, |n| n.containers = true)
-        .pending_with("image", 2, 1024, |w| w.container = true)
-        .pending_with("image-cpu", 0, 0, |w| w.container = true)
-        .pending("plain", 2, 1024);
+        .container_work(2);
     let outcome = run(fixture.clone());
     assert_eq!(outcome.placement("image"), Some(("engine", vec![0, 1])));
     assert_eq!(outcome.placement("image-cpu"), Some(("engine-cpu", vec![])));
     assert_eq!(outcome.placement("plain"), Some(("bare", vec![0, 1])));
-    let bytes = fixture.encode();
-    let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
-    assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);
+    assert_eq!(fixture.problems(&outcome.decisions), vec![]);
 
     // Only the bare node has room: the container workload waits and says why; the same shape out
     // of a container still runs.

@@ -162,9 +162,7 @@ mod tests {
         let fixture = SnapshotFixture::new()
             .node("bare", 8, "H100", 81920)
             .node_with("engine", 8, "H100", 81920, |n| n.containers = true)
-            .pending_with("image", 1, 1024, |w| w.container = true)
-            .pending_with("image-cpu", 0, 0, |w| w.container = true)
-            .pending("plain", 1, 1024);
+            .container_work(1);
         let outcome = fixture.evaluate(&Template).expect("valid decisions");
         assert_eq!(outcome.placement("image"), Some(("engine", vec![0])));
         assert_eq!(outcome.placement("image-cpu"), Some(("engine", vec![])));
@@ -173,9 +171,7 @@ mod tests {
             Some("engine"),
             "work not in a container runs anywhere: best fit packs it"
         );
-        let bytes = fixture.encode();
-        let snapshot = airtime_policy_sdk::abi::decode_snapshot(&bytes).expect("fixture");
-        assert_eq!(airtime_policy_sdk::check::check_decisions(&snapshot, &outcome.decisions), vec![]);
+        assert_eq!(fixture.problems(&outcome.decisions), vec![]);
 
         let outcome = SnapshotFixture::new()
             .node("bare", 8, "H100", 81920)

@@ -20,35 +20,11 @@ fn with_cpu(mut s: ServiceEntry) -> ServiceEntry {
 
 /// A fleet at `t0()` with one GPU node and `cpu_nodes` CPU nodes of 8 cores, and `service`.
 fn fleet(service: ServiceEntry, cpu_nodes: usize) -> FleetView {
-    let node = |name: &str, gpus: usize| NodeEntry {
-        id: Uuid::new_v4(),
-        name: name.into(),
-        state: NodeState::Ready,
-        cpu_millis: 8000,
-        memory_mb: 65536,
-        cpu_millis_free: 8000,
-        memory_mb_free: 65536,
-        cost_per_hour: 1.0,
-        cpu_util: 0.0,
-        simulated: true,
-        containers: true,
-        gpu_first: 0,
-        gpu_count: gpus,
-    };
-    let mut nodes = vec![node("gpu-0", 8)];
-    nodes.extend((0..cpu_nodes).map(|i| node(&format!("cpu-{i}"), 0)));
+    let mut nodes = vec![NodeEntry::ready("gpu-0", 0, 8)];
+    nodes.extend((0..cpu_nodes).map(|i| NodeEntry::ready(&format!("cpu-{i}"), 0, 0)));
     FleetView {
         now: t0(),
-        tenants: vec![TenantEntry {
-            id: Uuid::new_v4(),
-            name: "web".into(),
-            guaranteed_gpus: 0,
-            weight: 1,
-            tier: 0,
-            may_borrow: true,
-            running_gpu_milli: 0,
-            decayed_gpu_hours: 0.0,
-        }],
+        tenants: vec![TenantEntry::named("web")],
         nodes,
         services: vec![service],
         ..FleetView::default()
@@ -69,33 +45,16 @@ fn report(f: &mut FleetView, values: &[f64]) {
 fn replica(f: &mut FleetView, variant: ReplicaVariant, state: WorkloadState, node: usize) -> usize {
     let i = f.workloads.len();
     let placed = state != WorkloadState::Pending;
+    let gpu_count = u32::from(variant == ReplicaVariant::Gpu);
     f.workloads.push(WorkloadEntry {
-        id: Uuid::new_v4(),
-        id_text: "".into(),
-        name: format!("chat-{i}").into(),
-        tenant: 0,
         class: WorkloadClass::RealtimeInference,
         state,
-        priority: 0,
-        gpu_count: u32::from(variant == ReplicaVariant::Gpu),
-        gpu_memory_mb: 0,
-        gpu_models: String::new(),
         cpu_millis: 4000,
         memory_mb: 8192,
-        cpu_capable: false,
-        preemptible: false,
-        checkpointable: false,
-        expected_duration_s: 0,
-        submitted_at: f.now - Duration::seconds(600 - i as i64),
         started_at: placed.then(|| f.now - Duration::seconds(500 - i as i64)),
         node: placed.then_some(node),
-        pending_reason: None,
-        shortfall: None,
-        preemptions_last_hour: 0,
-        gpu_milli: 1000,
-        mig_profile: String::new(),
         replica_of: Some(ReplicaOf { service: 0, variant }),
-        container: false,
+        ..WorkloadEntry::pending(&format!("chat-{i}"), 0, gpu_count, f.now - Duration::seconds(600 - i as i64))
     });
     if placed && variant == ReplicaVariant::Cpu {
         f.nodes[node].cpu_millis_free -= 4000;

@@ -2,22 +2,14 @@
 
 use super::*;
 use crate::abi::{Sharing, decode_snapshot};
-use crate::testing::SnapshotFixture;
+use crate::testing::{SnapshotFixture, SplitMix64};
 
-/// A small deterministic generator (SplitMix64), so the randomised checks are the same every run.
-struct Random(u64);
+/// A small deterministic generator, so the randomised checks are the same every run.
+struct Random(SplitMix64);
 
 impl Random {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     fn below(&mut self, n: u64) -> u32 {
-        (self.next() % n) as u32
+        self.0.below(n) as u32
     }
 }
 
@@ -68,7 +60,7 @@ fn best_by_scan(rooms: &[NodeRoom], cpu: u32, memory: u32, can_run: impl Fn(u32)
 
 #[test]
 fn room_index_answers_what_a_scan_answers_as_rooms_shrink_and_grow() {
-    let mut random = Random(11);
+    let mut random = Random(SplitMix64::new(11));
     for round in 0..50 {
         let nodes = 1 + random.below(40) as usize;
         let mut rooms: Vec<NodeRoom> = (0..nodes as u32)

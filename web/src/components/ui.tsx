@@ -59,3 +59,20 @@ export function PageHeader({ title, children }: { title: string; children?: Reac
     </div>
   );
 }
+
+/**
+ * A `<select>` of `options`, each shown in words ("batch_inference" reads "batch inference");
+ * `all`, where given, labels a first choice of "" (no filter).
+ */
+export function WordSelect<T extends string>({ value, options, onChange, name, all }: { value: T; options: readonly T[]; onChange: (value: T) => void; name?: string; all?: string }) {
+  return (
+    <select name={name} value={value} onChange={(e) => onChange(e.target.value as T)}>
+      {all !== undefined && <option value="">{all}</option>}
+      {options.map((o) => (
+        <option key={o} value={o}>
+          {words(o)}
+        </option>
+      ))}
+    </select>
+  );
+}

@@ -3,7 +3,7 @@ import { createColumnHelper } from "@tanstack/react-table";
 import type { PageProps } from "../App";
 import type { Decision } from "../api/types";
 import { DataTable } from "../components/DataTable";
-import { ErrorNote, PageHeader, Section } from "../components/ui";
+import { ErrorNote, PageHeader, Section, WordSelect } from "../components/ui";
 import { ago, words } from "../lib/format";
 import { useDecisions } from "../lib/queries";
 import { Link } from "../lib/router";
@@ -33,14 +33,7 @@ export function Decisions(_: PageProps) {
       <PageHeader title="Decisions">
         <label className="inline">
           Kind{" "}
-          <select value={kind} onChange={(e) => setKind(e.target.value)}>
-            <option value="">all</option>
-            {kinds.map((k) => (
-              <option key={k} value={k}>
-                {words(k)}
-              </option>
-            ))}
-          </select>
+          <WordSelect value={kind} options={kinds} onChange={setKind} all="all" />
         </label>
       </PageHeader>
       <Section title={`Latest ${rows.length} decisions`} id="decisions">

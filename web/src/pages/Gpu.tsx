@@ -2,52 +2,29 @@
 // power) from GET /api/v1/gpus/{id}/history.
 import { useMemo, useState } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import type { EChartsCoreOption } from "echarts/core";
 import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
-import { Chart } from "../components/Chart";
-import { Badge, ErrorNote, Loading, PageHeader, Section, Stat } from "../components/ui";
-import { duration, gib, pct, words } from "../lib/format";
-import { historyRange, historySeries } from "../lib/history";
-import { pollEvery, useClock } from "../lib/live";
+import { HISTORY_RANGES, HistoryCharts, lineOption, RangeSelect, useHistory } from "../components/History";
+import { Badge, ErrorNote, Loading, PageHeader, Stat } from "../components/ui";
+import { gib, pct, words } from "../lib/format";
+import { historySeries } from "../lib/history";
+import { pollEvery } from "../lib/live";
 import { Link } from "../lib/router";
-
-const RANGES = [
-  { minutes: 15, label: "Last 15 minutes" },
-  { minutes: 60, label: "Last hour" },
-  { minutes: 6 * 60, label: "Last 6 hours" },
-  { minutes: 24 * 60, label: "Last 24 hours" },
-];
 
 export function GpuPage({ id, can }: PageProps & { id: string }) {
   const [minutes, setMinutes] = useState(60);
   const gpu = useQuery({ queryKey: ["gpu", id], queryFn: () => unwrap(api.GET("/api/v1/gpus/{id}", { params: { path: { id } } })), refetchInterval: pollEvery(5000) });
-  // The range moves on every 10 s, so the query key (and the cache) stays put between renders.
-  const now = useClock(10_000);
-  const r = useMemo(() => historyRange(minutes, now), [minutes, now]);
-  const history = useQuery({
-    queryKey: ["gpu-history", id, minutes, r.to],
-    queryFn: () => unwrap(api.GET("/api/v1/gpus/{id}/history", { params: { path: { id }, query: r } })),
-    refetchInterval: 10_000,
-    placeholderData: (prev) => prev,
-  });
+  const history = useHistory(["gpu-history", id], minutes, (query) => unwrap(api.GET("/api/v1/gpus/{id}/history", { params: { path: { id }, query } })));
   const g = gpu.data;
   const h = history.data;
   const series = useMemo(() => (h ? historySeries(h) : null), [h]);
   const charts = useMemo(() => {
     if (!h || !series) return [];
-    const base = (name: string, unit: string, data: [string, number | null][], max?: number): EChartsCoreOption => ({
-      tooltip: { trigger: "axis" },
-      grid: { left: 52, right: 16, top: 24, bottom: 28 },
-      xAxis: { type: "time", min: h.from, max: h.to },
-      yAxis: { type: "value", name: unit, min: 0, max },
-      series: [{ name, type: "line", showSymbol: data.length <= 30, connectNulls: false, areaStyle: { opacity: 0.2 }, data }],
-    });
     return [
-      { id: "util", title: "Utilisation", option: base("Utilisation", "%", series.util, 100) },
-      { id: "memory", title: "Memory used", option: base("Memory used", "GiB", series.memoryGib, g ? g.memory_mb / 1024 : undefined) },
-      { id: "temperature", title: "Temperature", option: base("Temperature", "°C", series.temperature) },
-      { id: "power", title: "Power", option: base("Power", "W", series.power) },
+      { id: "util", title: "Utilisation", option: lineOption(h, "Utilisation", "%", series.util, 100) },
+      { id: "memory", title: "Memory used", option: lineOption(h, "Memory used", "GiB", series.memoryGib, g ? g.memory_mb / 1024 : undefined) },
+      { id: "temperature", title: "Temperature", option: lineOption(h, "Temperature", "°C", series.temperature) },
+      { id: "power", title: "Power", option: lineOption(h, "Power", "W", series.power) },
     ];
   }, [h, series, g]);
 
@@ -80,16 +57,7 @@ export function GpuPage({ id, can }: PageProps & { id: string }) {
           </p>
         )}
         {g.fault && can.maintainNodes && <ClearFault id={g.id} />}
-        <label className="inline">
-          Time range{" "}
-          <select value={minutes} onChange={(e) => setMinutes(Number(e.target.value))} data-testid="gpu-range">
-            {RANGES.map((x) => (
-              <option key={x.minutes} value={x.minutes}>
-                {x.label}
-              </option>
-            ))}
-          </select>
-        </label>
+        <RangeSelect value={minutes} onChange={setMinutes} choices={HISTORY_RANGES} testId="gpu-range" />
       </PageHeader>
       <dl className="stats" data-testid="gpu-now">
         <Stat label="Utilisation now" value={pct(t.util)} testId="gpu-util" />
@@ -98,18 +66,7 @@ export function GpuPage({ id, can }: PageProps & { id: string }) {
         <Stat label="Power" value={t.power_w == null ? "—" : `${Math.round(t.power_w)} W`} />
         <Stat label="Held by" value={g.shares.length === 0 ? (g.held ? "held" : "nobody") : `${g.shares.length} workload${g.shares.length > 1 ? "s" : ""}`} />
       </dl>
-      <ErrorNote error={history.error} />
-      {history.isPending && <Loading what="its telemetry" />}
-      {h && h.points.length === 0 && <p className="muted">No telemetry in this range (it is kept as long as the control plane's --telemetry-retention-hours).</p>}
-      {h && h.points.length > 0 && (
-        <div className="grid2" data-testid="gpu-charts" data-points={h.points.length}>
-          {charts.map((c) => (
-            <Section key={c.id} title={c.title} id={`gpu-${c.id}`}>
-              <Chart option={c.option} label={`${c.title} of ${g.node_name} GPU ${g.device_index}, one point per ${duration(h.step_s)}`} height={220} />
-            </Section>
-          ))}
-        </div>
-      )}
+      <HistoryCharts history={history} charts={charts} prefix="gpu" of={`${g.node_name} GPU ${g.device_index}`} />
     </>
   );
 }

@@ -3,16 +3,15 @@
 import { useMemo, useState } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { createColumnHelper } from "@tanstack/react-table";
-import type { EChartsCoreOption } from "echarts/core";
 import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
 import type { NodeView, Workload } from "../api/types";
-import { Chart } from "../components/Chart";
+import { HISTORY_RANGES, HistoryCharts, lineOption, RangeSelect, useHistory } from "../components/History";
 import { DataTable } from "../components/DataTable";
 import { Badge, ErrorNote, Loading, PageHeader, Section, Stat, StateBadge } from "../components/ui";
-import { ago, duration, gib, money, pct, time, words } from "../lib/format";
-import { historyRange, nodeSeries } from "../lib/history";
-import { pollEvery, useClock } from "../lib/live";
+import { ago, gib, money, pct, time, words } from "../lib/format";
+import { nodeSeries } from "../lib/history";
+import { pollEvery } from "../lib/live";
 import {
   cordonBody,
   drainBody,
@@ -29,13 +28,6 @@ import { useWorkloads } from "../lib/queries";
 import { Link } from "../lib/router";
 import { GpuTile, Legend } from "./Fleet";
 
-const RANGES = [
-  { minutes: 15, label: "Last 15 minutes" },
-  { minutes: 60, label: "Last hour" },
-  { minutes: 6 * 60, label: "Last 6 hours" },
-  { minutes: 24 * 60, label: "Last 24 hours" },
-];
-
 export function NodePage({ id, can }: PageProps & { id: string }) {
   const [minutes, setMinutes] = useState(60);
   const node = useQuery({
@@ -45,30 +37,15 @@ export function NodePage({ id, can }: PageProps & { id: string }) {
   });
   const workloads = useWorkloads();
   const names = useMemo(() => new Map((workloads.data ?? []).map((w: Workload) => [w.id, w.name])), [workloads.data]);
-  // The range moves on every 10 s, so the query key (and the cache) stays put between renders.
-  const now = useClock(10_000);
-  const r = useMemo(() => historyRange(minutes, now), [minutes, now]);
-  const history = useQuery({
-    queryKey: ["node-history", id, minutes, r.to],
-    queryFn: () => unwrap(api.GET("/api/v1/nodes/{id}/history", { params: { path: { id }, query: r } })),
-    refetchInterval: 10_000,
-    placeholderData: (prev) => prev,
-  });
+  const history = useHistory(["node-history", id], minutes, (query) => unwrap(api.GET("/api/v1/nodes/{id}/history", { params: { path: { id }, query } })));
   const n = node.data;
   const h = history.data;
   const charts = useMemo(() => {
     if (!h) return [];
     const s = nodeSeries(h);
-    const base = (name: string, unit: string, data: [string, number | null][], max?: number): EChartsCoreOption => ({
-      tooltip: { trigger: "axis" },
-      grid: { left: 52, right: 16, top: 24, bottom: 28 },
-      xAxis: { type: "time", min: h.from, max: h.to },
-      yAxis: { type: "value", name: unit, min: 0, max },
-      series: [{ name, type: "line", showSymbol: data.length <= 30, connectNulls: false, areaStyle: { opacity: 0.2 }, data }],
-    });
     return [
-      { id: "cpu", title: "CPU utilisation", option: base("CPU", "%", s.cpu, 100) },
-      { id: "memory", title: "Memory used", option: base("Memory used", "GiB", s.memoryGib, Math.round((h.memory_mb / 1024) * 100) / 100) },
+      { id: "cpu", title: "CPU utilisation", option: lineOption(h, "CPU", "%", s.cpu, 100) },
+      { id: "memory", title: "Memory used", option: lineOption(h, "Memory used", "GiB", s.memoryGib, Math.round((h.memory_mb / 1024) * 100) / 100) },
     ];
   }, [h]);
 
@@ -87,16 +64,7 @@ export function NodePage({ id, can }: PageProps & { id: string }) {
             <Badge key={k}>{`${k}=${String(v)}`}</Badge>
           ))}
         </p>
-        <label className="inline">
-          Time range{" "}
-          <select value={minutes} onChange={(e) => setMinutes(Number(e.target.value))} data-testid="node-range">
-            {RANGES.map((x) => (
-              <option key={x.minutes} value={x.minutes}>
-                {x.label}
-              </option>
-            ))}
-          </select>
-        </label>
+        <RangeSelect value={minutes} onChange={setMinutes} choices={HISTORY_RANGES} testId="node-range" />
       </PageHeader>
       <dl className="stats" data-testid="node-now">
         <Stat label="CPU now" value={pct(n.telemetry.cpu_util)} hint={`${(n.cpu_millis / 1000).toFixed(0)} cores`} testId="node-cpu" />
@@ -120,18 +88,7 @@ export function NodePage({ id, can }: PageProps & { id: string }) {
           </>
         )}
       </Section>
-      <ErrorNote error={history.error} />
-      {history.isPending && <Loading what="its telemetry" />}
-      {h && h.points.length === 0 && <p className="muted">No telemetry in this range (it is kept as long as the control plane's --telemetry-retention-hours).</p>}
-      {h && h.points.length > 0 && (
-        <div className="grid2" data-testid="node-charts" data-points={h.points.length}>
-          {charts.map((c) => (
-            <Section key={c.id} title={c.title} id={`node-${c.id}`}>
-              <Chart option={c.option} label={`${c.title} of ${n.name}, one point per ${duration(h.step_s)}`} height={220} />
-            </Section>
-          ))}
-        </div>
-      )}
+      <HistoryCharts history={history} charts={charts} prefix="node" of={`${n.name}`} />
     </>
   );
 }

@@ -3,6 +3,7 @@ import type { EChartsCoreOption } from "echarts/core";
 import type { PageProps } from "../App";
 import { Chart } from "../components/Chart";
 import { DataTable } from "../components/DataTable";
+import { RangeSelect } from "../components/History";
 import { ErrorNote, Loading, PageHeader, Section, Stat } from "../components/ui";
 import { duration, gpuHours, gpus, money, pct, words } from "../lib/format";
 import { useFleetSummary, useHeldIdle, useTenantSummary, useUsage, useWorkloads } from "../lib/queries";
@@ -13,9 +14,9 @@ import type { HeldIdle, TenantStanding } from "../api/types";
 import { createColumnHelper } from "@tanstack/react-table";
 
 const RANGES = [
-  { hours: 1, label: "Last hour" },
-  { hours: 24, label: "Today (24 h)" },
-  { hours: 24 * 7, label: "This week (7 d)" },
+  { value: 1, label: "Last hour" },
+  { value: 24, label: "Today (24 h)" },
+  { value: 24 * 7, label: "This week (7 d)" },
 ];
 
 const EMPTY = { nodes: 0, nodesReady: 0, gpus: 0, simulatedGpus: 0, allocated: 0, utilisation: null, costPerHour: 0, idleCostPerHour: 0 };
@@ -33,16 +34,7 @@ export function Overview(_: PageProps) {
   return (
     <>
       <PageHeader title="Overview">
-        <label className="inline">
-          Time range{" "}
-          <select value={hours} onChange={(e) => setHours(Number(e.target.value))} data-testid="range">
-            {RANGES.map((r) => (
-              <option key={r.hours} value={r.hours}>
-                {r.label}
-              </option>
-            ))}
-          </select>
-        </label>
+        <RangeSelect value={hours} onChange={setHours} choices={RANGES} testId="range" />
       </PageHeader>
       <ErrorNote error={summary.error} />
       <dl className="stats" data-testid="fleet-now">

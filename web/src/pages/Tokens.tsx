@@ -8,7 +8,7 @@ import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
 import type { ApiToken, CreatedToken, Me, Role } from "../api/types";
 import { DataTable } from "../components/DataTable";
-import { ErrorNote, Loading, PageHeader, Section } from "../components/ui";
+import { ErrorNote, Loading, PageHeader, Section, WordSelect } from "../components/ui";
 import { ago, time, words } from "../lib/format";
 import { rolesUpTo, type Can } from "../lib/roles";
 
@@ -99,13 +99,7 @@ function CreateToken({ role, inTenant }: { role: Role; inTenant: boolean }) {
         </label>
         <label>
           Role
-          <select value={asRole} onChange={(e) => setAsRole(e.target.value as Role)}>
-            {roles.map((r) => (
-              <option key={r} value={r}>
-                {words(r)}
-              </option>
-            ))}
-          </select>
+          <WordSelect value={asRole} options={roles} onChange={setAsRole} />
         </label>
         <label>
           Expires in (days)

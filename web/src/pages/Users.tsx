@@ -8,7 +8,7 @@ import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
 import type { Role, User } from "../api/types";
 import { DataTable } from "../components/DataTable";
-import { Badge, ErrorNote, Loading, PageHeader, Section } from "../components/ui";
+import { Badge, ErrorNote, Loading, PageHeader, Section, WordSelect } from "../components/ui";
 import { time, words } from "../lib/format";
 import { rolesUpTo } from "../lib/roles";
 
@@ -97,13 +97,7 @@ function AddUser({ platformAdmin, role, tenant }: { platformAdmin: boolean; role
         )}
         <label>
           Role
-          <select value={asRole} onChange={(e) => setAsRole(e.target.value as Role)}>
-            {roles.map((r) => (
-              <option key={r} value={r}>
-                {words(r)}
-              </option>
-            ))}
-          </select>
+          <WordSelect value={asRole} options={roles} onChange={setAsRole} />
         </label>
         <div className="row">
           <button type="submit" className="primary" disabled={add.isPending}>

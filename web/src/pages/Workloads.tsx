@@ -6,7 +6,7 @@ import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
 import { ACTIVE_STATES, WORKLOAD_CLASSES, type SubmitWorkload, type Workload, type WorkloadClass } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
-import { ErrorNote, Loading, PageHeader, Section, StateBadge } from "../components/ui";
+import { ErrorNote, Loading, PageHeader, Section, StateBadge, WordSelect } from "../components/ui";
 import { ago, duration, gpusAsked, time, words } from "../lib/format";
 import { LIVE_MS, useTenants, useWorkloads } from "../lib/queries";
 import { Link, navigate } from "../lib/router";
@@ -176,13 +176,7 @@ function SubmitForm({ platformAdmin }: { platformAdmin: boolean }) {
           </label>
           <label>
             Class
-            <select name="class" value={klass} onChange={(e) => setKlass(e.target.value as WorkloadClass)}>
-              {WORKLOAD_CLASSES.map((c) => (
-                <option key={c} value={c}>
-                  {words(c)}
-                </option>
-              ))}
-            </select>
+            <WordSelect name="class" value={klass} options={WORKLOAD_CLASSES} onChange={setKlass} />
           </label>
           <label>
             Priority
