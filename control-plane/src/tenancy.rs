@@ -85,16 +85,20 @@ impl TenantQuota {
                 "give at least one of guaranteed_gpus, weight, tier and may_borrow",
             ));
         }
-        check_quota(self.guaranteed_gpus.unwrap_or(0), self.weight.unwrap_or(1), self.tier.unwrap_or(0))
+        check_quota(
+            "invalid_quota",
+            self.guaranteed_gpus.unwrap_or(0),
+            self.weight.unwrap_or(1),
+            self.tier.unwrap_or(0),
+        )
     }
 }
 
-fn check_quota(guaranteed_gpus: u32, weight: u32, tier: i32) -> domain::Result<()> {
+/// A quota's numbers within their ranges; `code` is the error's (`invalid_tenant` for a new tenant,
+/// `invalid_quota` for a change).
+fn check_quota(code: &'static str, guaranteed_gpus: u32, weight: u32, tier: i32) -> domain::Result<()> {
     if guaranteed_gpus > 100_000 || weight == 0 || weight > 10_000 || !(-1000..=1000).contains(&tier) {
-        return Err(domain::Error::invalid(
-            "invalid_tenant",
-            "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000",
-        ));
+        return Err(domain::Error::invalid(code, "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000"));
     }
     Ok(())
 }
@@ -148,7 +152,7 @@ pub async fn update(db: &PgPool, scope: &Scope, id: Uuid, change: &TenantQuota) 
 pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::Result<TenantView> {
     scope.require_platform_admin()?;
     let name = TenantName::parse(&req.name).map_err(|m| domain::Error::invalid("invalid_tenant", m))?;
-    check_quota(req.guaranteed_gpus, req.weight, req.tier)?;
+    check_quota("invalid_tenant", req.guaranteed_gpus, req.weight, req.tier)?;
     let mut tx = db.begin().await?;
     let created: Option<TenantView> = sqlx::query_as(
         "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow) VALUES ($1, $2, $3, $4, $5, $6) \

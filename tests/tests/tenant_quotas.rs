@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use airtime_tests::{Cli, ControlPlane, NodeAgent, TestDb, nodes_ready, workload_reaches};
+use airtime_tests::{Cli, one_node_fleet, workload_reaches};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -15,11 +15,8 @@ const WAIT: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quota_raised_with_the_cli_lets_waiting_work_start_at_the_next_cycle_and_lowering_it_reclaims_nothing_by_itself()
  {
-    let db = TestDb::create().await.unwrap();
-    let cp = ControlPlane::start(&db, &[]).await.unwrap();
+    let (_db, cp, _agent) = one_node_fleet("quota-node", &["--simulate-gpus", "2:H100-SXM:81920"]).await.unwrap();
     let api = cp.api();
-    let _agent = NodeAgent::start(&cp, "quota-node", &["--simulate-gpus", "2:H100-SXM:81920"]).await.unwrap();
-    nodes_ready(&api, 1).await.unwrap();
     let cli = Cli::new().unwrap();
     let airtime = |args: &[&str]| {
         let mut all = vec!["--url", cp.url.as_str(), "--token", cp.admin_token.as_str()];

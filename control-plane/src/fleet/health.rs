@@ -102,23 +102,21 @@ pub async fn clear_fault(db: &PgPool, scope: &Scope, gpu_id: Uuid, why: Option<&
     scope.require_platform_admin()?;
     let why = maintenance::reason(why)?;
     let mut tx = db.begin().await?;
-    let Some((node_id,)): Option<(Uuid,)> =
-        sqlx::query_as("SELECT node_id FROM gpus WHERE id = $1").bind(gpu_id).fetch_optional(&mut *tx).await?
-    else {
-        return Err(domain::Error::NotFound("gpu"));
-    };
-    // The node's row lock orders this against a fault reported at the same moment.
-    let (node,): (String,) = sqlx::query_as("SELECT name FROM nodes WHERE id = $1 FOR NO KEY UPDATE")
-        .bind(node_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    let cleared: Option<(i32, String)> = sqlx::query_as(
-        "UPDATE gpus g SET fault = NULL, faulted_at = NULL FROM gpus before          WHERE g.id = $1 AND before.id = g.id AND g.fault IS NOT NULL RETURNING g.device_index, before.fault",
+    // The node's row lock orders this against a fault reported at the same moment (`record_faults`
+    // takes it too): under it, no fault is recorded for the GPU meanwhile.
+    let Some((node,)): Option<(String,)> = sqlx::query_as(
+        "SELECT n.name FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = $1 FOR NO KEY UPDATE OF n",
     )
     .bind(gpu_id)
     .fetch_optional(&mut *tx)
-    .await?;
-    let Some((index, fault)) = cleared else { return Ok(false) };
+    .await?
+    else {
+        return Err(domain::Error::NotFound("gpu"));
+    };
+    let (index, fault): (i32, Option<String>) =
+        sqlx::query_as("SELECT device_index, fault FROM gpus WHERE id = $1").bind(gpu_id).fetch_one(&mut *tx).await?;
+    let Some(fault) = fault else { return Ok(false) };
+    sqlx::query("UPDATE gpus SET fault = NULL, faulted_at = NULL WHERE id = $1").bind(gpu_id).execute(&mut *tx).await?;
     audit::record(
         &mut tx,
         &scope.actor,

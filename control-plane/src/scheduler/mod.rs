@@ -694,8 +694,8 @@ pub async fn preview(state: &Scheduler, candidate: crate::settings::PrioritySett
     })
 }
 
-/// `POST /tenants/{id}/preview`: what the next cycle would do if tenant `id`'s quota were changed
-/// as `change` says, against what it would do now. `None`: no such tenant.
+/// `POST /tenants/{id}/preview`: a tenant's quota as it is and as the change would make it, and
+/// what the next cycle would decide differently.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct QuotaPreview {
     pub tenant: String,

@@ -134,29 +134,23 @@ impl SimulatedGpus {
     fn sample_at(&self, holders: &GpuHolders, elapsed: Duration) -> GpuReadings {
         let mut readings = GpuReadings::default();
         let health = self.faults.as_deref().map(read_faults).unwrap_or_default();
-        let faults_of = |slot: u32| -> Vec<GpuFault> {
-            health
-                .iter()
-                .filter_map(|(s, h)| match h {
-                    Reported::Fault(f) if *s == slot => Some(f.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
-        let throttle_of = |slot: u32| -> Vec<GpuThrottle> {
-            health
-                .iter()
-                .filter_map(|(s, h)| match h {
-                    Reported::Throttle(t) if *s == slot => Some(*t),
-                    _ => None,
-                })
-                .collect()
+        // What the file names for a slot: its faults and its throttle reasons.
+        let reported = |slot: u32| {
+            let (mut faults, mut throttle) = (Vec::new(), Vec::new());
+            for (_, h) in health.iter().filter(|(s, _)| *s == slot) {
+                match h {
+                    Reported::Fault(f) => faults.push(f.clone()),
+                    Reported::Throttle(t) => throttle.push(*t),
+                }
+            }
+            (faults, throttle)
         };
         for device in &self.devices {
             let gpu = &device.inventory;
             // A slow wave per GPU, in -1..1, so a busy GPU's numbers move a little.
             let wobble = (elapsed.as_secs_f64() * 0.7 + f64::from(gpu.index) * 1.3).sin();
             let busy_level = (BUSY_UTIL + 0.03 * wobble).clamp(0.0, 1.0);
+            let (faults, throttle) = reported(gpu.index);
             let held: Vec<&Holder> = holders.of_slot(gpu.index).collect();
             if held.is_empty() {
                 readings.gpus.push(GpuSample {
@@ -166,8 +160,8 @@ impl SimulatedGpus {
                     temperature_c: Some(IDLE_TEMPERATURE_C as f32),
                     power_w: Some(IDLE_POWER_W as f32),
                     ecc_errors: Some(0),
-                    faults: faults_of(gpu.index),
-                    throttle: throttle_of(gpu.index),
+                    faults,
+                    throttle,
                 });
                 continue;
             }
@@ -197,8 +191,8 @@ impl SimulatedGpus {
                 ),
                 power_w: Some((IDLE_POWER_W + (BUSY_POWER_W - IDLE_POWER_W + 15.0 * wobble) * load) as f32),
                 ecc_errors: Some(0),
-                faults: faults_of(gpu.index),
-                throttle: throttle_of(gpu.index),
+                faults,
+                throttle,
             });
             readings.shares.extend(held.iter().map(|holder| ShareSample {
                 workload_id: holder.workload_id,

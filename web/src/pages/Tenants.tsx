@@ -99,13 +99,15 @@ function CreateTenant() {
 }
 
 
-/** The quota fields of a tenant, as the form edits them. */
-function quotaOf(t: Tenant): Required<{ [K in keyof TenantQuota]: NonNullable<TenantQuota[K]> }> {
+/** A tenant's quota, every field set, as the form edits it. */
+type Quota = Pick<Tenant, "guaranteed_gpus" | "weight" | "tier" | "may_borrow">;
+
+function quotaOf(t: Tenant): Quota {
   return { guaranteed_gpus: t.guaranteed_gpus, weight: t.weight, tier: t.tier, may_borrow: t.may_borrow };
 }
 
 /** Only what differs from the tenant as it is: the change the API is sent. */
-export function quotaChange(t: Tenant, form: ReturnType<typeof quotaOf>): TenantQuota {
+function quotaChange(t: Tenant, form: Quota): TenantQuota {
   const now = quotaOf(t);
   const change: TenantQuota = {};
   if (form.guaranteed_gpus !== now.guaranteed_gpus) change.guaranteed_gpus = form.guaranteed_gpus;
@@ -129,7 +131,7 @@ function EditQuota({ tenants }: { tenants: Tenant[] }) {
 
 function QuotaForm({ tenant, tenants, onPick }: { tenant: Tenant; tenants: Tenant[]; onPick: (id: string) => void }) {
   const client = useQueryClient();
-  const [edited, setEdited] = useState<ReturnType<typeof quotaOf> | null>(null);
+  const [edited, setEdited] = useState<Quota | null>(null);
   const form = edited ?? quotaOf(tenant);
   const change = quotaChange(tenant, form);
   const dirty = Object.keys(change).length > 0;
@@ -149,7 +151,7 @@ function QuotaForm({ tenant, tenants, onPick }: { tenant: Tenant; tenants: Tenan
       void client.invalidateQueries({ queryKey: ["tenant-summary"] });
     },
   });
-  const set = (patch: Partial<ReturnType<typeof quotaOf>>) => {
+  const set = (patch: Partial<Quota>) => {
     setSaved("");
     save.reset();
     setEdited({ ...form, ...patch });
