@@ -2566,8 +2566,8 @@ export interface components {
             realtime_first: boolean;
         };
         /**
-         * @description `POST /tenants/{id}/preview`: what the next cycle would do if tenant `id`'s quota were changed
-         *     as `change` says, against what it would do now. `None`: no such tenant.
+         * @description `POST /tenants/{id}/preview`: a tenant's quota as it is and as the change would make it, and
+         *     what the next cycle would decide differently.
          */
         QuotaPreview: {
             candidate: components["schemas"]["TenantQuota"];
