@@ -287,9 +287,13 @@ pub struct SubmitArgs {
     /// -1000 to 1000.
     #[arg(long, allow_hyphen_values = true)]
     pub priority: Option<i32>,
-    /// GPUs, all on one node.
-    #[arg(long, value_name = "N")]
+    /// GPUs, all on one node (with --nodes: on each node).
+    #[arg(long, visible_alias = "gpus-per-node", value_name = "N")]
     pub gpus: Option<u32>,
+    /// A gang across nodes: this many members, each on a node of its own with the resources
+    /// given, started together (MASTER_ADDR, RANK, WORLD_SIZE, …) and requeued together.
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
     /// GPU memory per GPU: MiB, or with a unit (20Gi, 512Mi).
     #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_mib)]
     pub gpu_memory: Option<u64>,

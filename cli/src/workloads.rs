@@ -61,6 +61,7 @@ pub fn submission(args: &SubmitArgs) -> Result<Value, Failure> {
     set("preemptible", args.preemptible.then_some(Value::Bool(true)));
     set("checkpointable", args.checkpointable.then_some(Value::Bool(true)));
     set("expected_duration_s", args.expected_duration.map(Value::from));
+    set("nodes", args.nodes.map(Value::from));
     if !args.command.is_empty() {
         set("command", Some(json!(args.command)));
     }
@@ -148,7 +149,13 @@ fn resources(w: &Value) -> String {
                 "-" => String::new(),
                 m => format!(" ({m})"),
             };
-            parts.push(format!("{n} GPU{share}{mig}{memory}"));
+            let per_node = match w["gang_size"].as_i64() {
+                Some(size) if size > 1 => {
+                    format!(" per node × {size} nodes (rank {})", w["gang_rank"].as_i64().unwrap_or(0))
+                }
+                _ => String::new(),
+            };
+            parts.push(format!("{n} GPU{share}{mig}{memory}{per_node}"));
         }
     }
     if r["cpu_millis"].as_i64().unwrap_or(0) > 0 {
@@ -497,6 +504,28 @@ mod tests {
             Command::Submit(s) => s,
             _ => unreachable!(),
         }
+    }
+
+    #[test]
+    fn a_gang_across_nodes_is_nodes_times_gpus_per_node() {
+        let body = submission(&submit_args(&[
+            "--name",
+            "llama-70b",
+            "--class",
+            "training",
+            "--nodes",
+            "4",
+            "--gpus-per-node",
+            "8",
+            "--",
+            "torchrun",
+            "train.py",
+        ]))
+        .unwrap();
+        assert_eq!(body["nodes"], json!(4));
+        assert_eq!(body["resources"]["gpu_count"], json!(8));
+        let member = json!({"resources": {"gpu_count": 8}, "gang_size": 4, "gang_rank": 0});
+        assert_eq!(resources(&member), "8 GPU per node × 4 nodes (rank 0)");
     }
 
     #[test]

@@ -53,6 +53,11 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_NODE_FENCE_AFTER_MS", default_value_t = 60000)]
     pub node_fence_after_ms: u64,
 
+    /// How long a gang's members have to start, in milliseconds, from their placement: a gang not
+    /// every member of which started by then is stopped and requeued whole, not left half-alive.
+    #[arg(long, env = "AIRTIME_GANG_START_TIMEOUT_MS", default_value_t = 120000)]
+    pub gang_start_timeout_ms: u64,
+
     /// Largest JSON request body accepted, in bytes.
     #[arg(long, env = "AIRTIME_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -331,6 +336,7 @@ impl Config {
         crate::fleet::liveness::LivenessSettings {
             node_lost_after: self.node_lost_after(),
             node_fence_after: std::time::Duration::from_millis(self.node_fence_after_ms),
+            gang_start_timeout: std::time::Duration::from_millis(self.gang_start_timeout_ms.max(1)),
             telemetry_retention_hours: self.telemetry_retention_hours,
         }
     }

@@ -13,7 +13,7 @@
 //! stop, and the time from a desired state arriving to the process spawning is the spawn itself.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -493,6 +493,12 @@ async fn discover_telemetry(config: &Config) -> Result<Telemetry, AgentError> {
     .map_err(|e| AgentError::TaskEnded("telemetry discovery", e.to_string()))?
 }
 
+/// Where a gang member's hostfile is written: a readable temporary file per attempt (the member
+/// may run as another user), removed when the attempt exits.
+fn hostfile_path(workload_id: Uuid, attempt: u32) -> PathBuf {
+    std::env::temp_dir().join("airtime-hostfiles").join(format!("{}-{attempt}", workload_id.simple()))
+}
+
 fn register_request(config: &Config, telemetry: &Telemetry, engine: Option<&Engine>) -> protocol::Registration {
     let inventory = telemetry.inventory();
     protocol::Registration {
@@ -509,6 +515,7 @@ fn register_request(config: &Config, telemetry: &Telemetry, engine: Option<&Engi
         container_engine: engine.map(Engine::describe),
         protocol: Some(protocol::protocol_version()),
         running: Vec::new(),
+        address: config.advertise_address.clone(),
     }
 }
 
@@ -884,9 +891,15 @@ impl Reconciler {
 
         // Stops first: they free the GPUs that runs in the same state may be placed on.
         for stop in assignments.iter().filter(|a| a.action == AssignmentAction::Stop) {
-            self.launched.insert((stop.workload_id, stop.attempt));
+            let first = self.launched.insert((stop.workload_id, stop.attempt));
             let reason = stop.reason.as_deref().unwrap_or("stop requested");
-            self.runner.stop(stop.workload_id, Some(Duration::from_millis(stop.grace_period_ms)), reason);
+            let running = self.runner.stop(stop.workload_id, Some(Duration::from_millis(stop.grace_period_ms)), reason);
+            // A gang member held for its gang and stopped before it started: say so, so the
+            // control plane requeues (or ends) it rather than wait for an exit that never comes.
+            if first && !running && stop.gang.is_some() {
+                let message = format!("stopped before its gang started: {reason}");
+                self.send(stop.workload_id, EventReport::failed_to_start(stop.attempt, message));
+            }
         }
         for running in self.runner.running() {
             if !listed.contains(&running.workload_id) && !running.stopping {
@@ -916,6 +929,14 @@ impl Reconciler {
         if self.launched.contains(&key) {
             return;
         }
+        // A gang member starts only once every member's node has its assignment.
+        if run.gang.as_ref().is_some_and(|g| g.hold) {
+            if self.deferred.insert(key) {
+                tracing::info!(workload_id = %run.workload_id, attempt = run.attempt,
+                    "holding a gang member until every member's node has its assignment");
+            }
+            return;
+        }
         // A GPU is not free until the workload being stopped on it has exited (checkpointing
         // in its grace period). GPUs shared with workloads that keep running are not waited for.
         let releasing: BTreeSet<u32> =
@@ -933,7 +954,25 @@ impl Reconciler {
     }
 
     fn start(&mut self, run: &Assignment, received_at: Instant) {
-        let spec = WorkloadSpec::from_assignment(run);
+        let mut spec = WorkloadSpec::from_assignment(run);
+        if let Some(gang) = &run.gang {
+            // The rendezvous, and the hostfile MPI-style launchers read.
+            spec.env.extend(gang.env().into_iter().map(|(k, v)| (k.to_owned(), v)));
+            spec.env.insert("AIRTIME_HOSTS".into(), gang.hosts.join(","));
+            let hostfile = hostfile_path(run.workload_id, run.attempt);
+            let written = hostfile
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&hostfile, gang.hostfile()));
+            match written {
+                Ok(()) => {
+                    spec.env.insert("AIRTIME_HOSTFILE".into(), hostfile.display().to_string());
+                }
+                Err(error) => {
+                    tracing::warn!(workload_id = %run.workload_id, %error, "writing the gang's hostfile");
+                }
+            }
+        }
         match self.runner.start(&spec) {
             Ok(started) => {
                 tracing::debug!(
@@ -967,6 +1006,8 @@ impl Reconciler {
 
     fn on_exit(&mut self, exit: Exit) {
         self.runner.reap(&exit);
+        // A gang member's hostfile goes with its attempt (most workloads have none).
+        let _ = std::fs::remove_file(hostfile_path(exit.workload_id, exit.attempt));
         let mut event = exit.to_event();
         event.requeue =
             self.fenced_attempts.remove(&(exit.workload_id, exit.attempt)) || self.requeue_exits || exit.lost;

@@ -51,6 +51,11 @@ pub struct Cli {
     #[arg(long, env = "AIRTIME_COST_PER_HOUR", value_parser = parse_cost)]
     pub cost_per_hour: Option<f64>,
 
+    /// Where the other members of a gang reach this node (an IP address or a host name): a gang's
+    /// rank-0 member's node is its MASTER_ADDR [default: the hostname].
+    #[arg(long, env = "AIRTIME_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<String>,
+
     /// Advertise simulated GPUs, COUNT:MODEL:MEMORY_MIB (e.g. 8:H100-SXM:81920); repeat the flag, or
     /// separate with commas. Their telemetry is synthetic. Appended after any real GPUs.
     #[arg(
@@ -266,6 +271,8 @@ pub struct Config {
     pub hostname: String,
     pub labels: BTreeMap<String, String>,
     pub cost_per_hour: Option<f64>,
+    /// `--advertise-address`.
+    pub advertise_address: Option<String>,
     pub simulated_gpus: Vec<SimulatedGpuSpec>,
     /// `--simulated-gpu-faults`.
     pub simulated_gpu_faults: Option<PathBuf>,
@@ -388,6 +395,7 @@ impl Config {
             name,
             labels,
             cost_per_hour: cli.cost_per_hour,
+            advertise_address: cli.advertise_address.filter(|a| !a.trim().is_empty()),
             simulated_gpus: cli.simulate_gpus,
             simulated_gpu_faults: cli.simulated_gpu_faults,
             nvml,

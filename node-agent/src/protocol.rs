@@ -155,8 +155,9 @@ mod tests {
                 version: "4.3.1".into(),
                 cdi: true,
             }),
-            protocol: Some("1.1".into()),
+            protocol: Some("1.2".into()),
             running: vec![RunningAttempt { workload_id: uuid::Uuid::nil(), attempt: 2 }],
+            address: Some("10.0.0.7".into()),
         };
         assert_eq!(
             serde_json::to_value(&request)?,
@@ -175,8 +176,9 @@ mod tests {
                      "sharing_note": "MIG mode is disabled on GPU 2: advertised whole"}
                 ],
                 "container_engine": {"kind": "podman", "version": "4.3.1", "cdi": true},
-                "protocol": "1.1",
-                "running": [{"workload_id": "00000000-0000-0000-0000-000000000000", "attempt": 2}]
+                "protocol": "1.2",
+                "running": [{"workload_id": "00000000-0000-0000-0000-000000000000", "attempt": 2}],
+                "address": "10.0.0.7"
             })
         );
         assert_eq!(airtime_protocol::agent::check_registration(&request), Ok(()));

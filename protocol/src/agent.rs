@@ -13,19 +13,22 @@ use crate::model::GpuModel;
 use crate::sharing::{GpuSharing, MigProfile, WHOLE_GPU_MILLI};
 
 /// The agent protocol's version, `major.minor`. A control plane accepts agents of its own
-/// version and of the previous minor version ([`accepts_protocol`]), so a fleet upgrades node by
+/// version and of every earlier minor version ([`accepts_protocol`]), so a fleet upgrades node by
 /// node after its control planes. 1.0: agents before versioning (they send none). 1.1: a
 /// registration lists the attempts the agent runs ([`Registration::running`]), which the control
-/// plane keeps instead of requeueing.
-pub const PROTOCOL_VERSION: (u32, u32) = (1, 1);
+/// plane keeps instead of requeueing. 1.2: gangs — a registration may advertise the node's
+/// address ([`Registration::address`]), and a gang member's assignment carries its rendezvous
+/// ([`Assignment::gang`]), held until every member's node has it.
+pub const PROTOCOL_VERSION: (u32, u32) = (1, 2);
 
 /// The protocol version as the agent sends it.
 pub fn protocol_version() -> String {
     format!("{}.{}", PROTOCOL_VERSION.0, PROTOCOL_VERSION.1)
 }
 
-/// Whether this control plane speaks with an agent of `version` (absent: 1.0); the refusal says
-/// which side to upgrade.
+/// Whether this control plane speaks with an agent of `version` (absent: 1.0): any earlier minor
+/// version of its major (every minor only adds optional fields, so the control plane keeps
+/// speaking each older dialect), never a newer one. The refusal says which side to upgrade.
 pub fn accepts_protocol(version: Option<&str>) -> Result<(u32, u32), String> {
     let (major, minor) = match version {
         None => (1, 0),
@@ -41,13 +44,6 @@ pub fn accepts_protocol(version: Option<&str>) -> Result<(u32, u32), String> {
         return Err(format!(
             "this control plane speaks agent protocol {our_major}.{our_minor} and the agent {major}.{minor}: \
              upgrade the control plane first"
-        ));
-    }
-    if minor + 1 < our_minor {
-        return Err(format!(
-            "this control plane speaks agent protocol {our_major}.{our_minor} and accepts agents of {our_major}.{} \
-             or later; the agent speaks {major}.{minor}: upgrade the agent",
-            our_minor - 1
         ));
     }
     Ok((major, minor))
@@ -102,7 +98,14 @@ pub struct Registration {
     /// places on this node and requeues the node's other work. (Protocol 1.1.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub running: Vec<RunningAttempt>,
+    /// Where the other members of a gang reach this node: an IP address or a host name (the
+    /// agent's `--advertise-address`). Absent: the node's `hostname`. (Protocol 1.2.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
+
+/// Longest advertised address kept, in characters.
+pub const MAX_ADDRESS_CHARS: usize = 255;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -326,6 +329,17 @@ pub fn check_registration(r: &Registration) -> Result<(), String> {
     if r.running.iter().any(|a| a.attempt == 0 || i32::try_from(a.attempt).is_err()) {
         return Err("a running attempt's number must be between 1 and 2147483647".into());
     }
+    if let Some(address) = &r.address {
+        let ok = !address.is_empty()
+            && address.len() <= MAX_ADDRESS_CHARS
+            && address.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'));
+        if !ok {
+            return Err(format!(
+                "address must be an IP address or a host name (letters, digits, '.', '-', ':', '_'; at most \
+                 {MAX_ADDRESS_CHARS}), not {address:?}"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -481,6 +495,59 @@ pub struct Assignment {
     /// Absent for work placed before control planes issued tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_token: Option<String>,
+    /// For a member of a gang (a workload spanning nodes): its rank and how to reach the others.
+    /// Absent for a workload on one node. (Protocol 1.2.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<GangRendezvous>,
+}
+
+/// A gang member's place in its gang, as the frameworks' launchers expect it: the agent starts
+/// the member with `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `NODE_RANK`, `LOCAL_RANK`,
+/// `LOCAL_WORLD_SIZE` and a hostfile (`AIRTIME_HOSTFILE`) built from these.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GangRendezvous {
+    /// The gang: its rank-0 member's workload id.
+    pub gang_id: Uuid,
+    /// This member's rank, `0 .. size`; also its node's rank (one member per node).
+    pub rank: u32,
+    /// Members (nodes) in the gang.
+    pub size: u32,
+    /// The rank-0 member's node address (`MASTER_ADDR`).
+    pub master_addr: String,
+    /// The port the rank-0 member listens on for the rendezvous (`MASTER_PORT`).
+    pub master_port: u16,
+    /// Every member's node address, by rank (the hostfile's lines).
+    pub hosts: Vec<String>,
+    /// GPUs each member holds (the hostfile's `slots`).
+    pub slots: u32,
+    /// Not every member's node has its assignment yet: the agent must not start the member (it
+    /// may prepare) until a later desired state clears this.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub hold: bool,
+}
+
+impl GangRendezvous {
+    /// The environment a member starts with (beside the workload's own and `CUDA_VISIBLE_DEVICES`).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("MASTER_ADDR", self.master_addr.clone()),
+            ("MASTER_PORT", self.master_port.to_string()),
+            ("WORLD_SIZE", self.size.to_string()),
+            ("RANK", self.rank.to_string()),
+            ("NODE_RANK", self.rank.to_string()),
+            ("NNODES", self.size.to_string()),
+            ("LOCAL_RANK", "0".into()),
+            ("LOCAL_WORLD_SIZE", "1".into()),
+            ("AIRTIME_GANG_ID", self.gang_id.to_string()),
+            ("AIRTIME_GPUS_PER_NODE", self.slots.to_string()),
+        ]
+    }
+
+    /// The hostfile MPI-style launchers read: one `address slots=N` line per member, by rank.
+    pub fn hostfile(&self) -> String {
+        self.hosts.iter().map(|h| format!("{h} slots={}\n", self.slots)).collect()
+    }
 }
 
 impl Assignment {
@@ -669,10 +736,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_control_plane_accepts_its_own_and_the_previous_minor_protocol_and_says_what_to_upgrade() {
+    fn a_control_plane_accepts_its_own_and_every_earlier_minor_protocol_and_says_what_to_upgrade() {
         let (major, minor) = PROTOCOL_VERSION;
         assert_eq!(accepts_protocol(Some(&protocol_version())), Ok(PROTOCOL_VERSION));
-        assert_eq!(accepts_protocol(Some(&format!("{major}.{}", minor - 1))), Ok((major, minor - 1)));
+        for older in 0..minor {
+            assert_eq!(accepts_protocol(Some(&format!("{major}.{older}"))), Ok((major, older)));
+        }
         assert_eq!(accepts_protocol(None), Ok((1, 0)), "agents before versioning speak 1.0");
         let newer = accepts_protocol(Some(&format!("{major}.{}", minor + 1))).unwrap_err();
         assert!(newer.contains("upgrade the control plane"), "{newer}");
@@ -695,5 +764,41 @@ mod tests {
         assert_eq!(check_registration(&old), Ok(()));
         let serialized = serde_json::to_value(&old).unwrap();
         assert!(serialized.get("running").is_none() && serialized.get("protocol").is_none());
+    }
+
+    #[test]
+    fn an_advertised_address_is_an_address_or_a_host_name() {
+        let mut r: Registration = serde_json::from_value(serde_json::json!({
+            "name": "gpu-1", "hostname": "gpu-1", "cpu_millis": 1000, "memory_mb": 1024,
+            "agent_version": "0.3.0", "gpu_source": "none", "protocol": "1.2", "address": "10.0.0.7"
+        }))
+        .expect("a 1.2 registration");
+        assert_eq!(check_registration(&r), Ok(()));
+        for good in ["fe80::1", "gpu-7.rack-2.example"] {
+            r.address = Some(good.into());
+            assert_eq!(check_registration(&r), Ok(()), "{good}");
+        }
+        for bad in ["", "10.0.0.7; rm -rf /", "a b", "x\n"] {
+            r.address = Some(bad.into());
+            assert!(check_registration(&r).unwrap_err().contains("address must be"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_gang_member_gets_the_torchrun_variables_and_a_hostfile() {
+        let gang = GangRendezvous {
+            gang_id: Uuid::nil(),
+            rank: 2,
+            size: 3,
+            master_addr: "10.0.0.1".into(),
+            master_port: 29_500,
+            hosts: vec!["10.0.0.1".into(), "10.0.0.2".into(), "10.0.0.3".into()],
+            slots: 8,
+            hold: false,
+        };
+        let env: BTreeMap<_, _> = gang.env().into_iter().collect();
+        assert_eq!(env["MASTER_ADDR"], "10.0.0.1");
+        assert_eq!((env["RANK"].as_str(), env["WORLD_SIZE"].as_str(), env["NODE_RANK"].as_str()), ("2", "3", "2"));
+        assert_eq!(gang.hostfile(), "10.0.0.1 slots=8\n10.0.0.2 slots=8\n10.0.0.3 slots=8\n");
     }
 }

@@ -478,6 +478,7 @@ impl World {
                         .replica
                         .and_then(|r| Some(ReplicaOf { service: service_pos(r.service)?, variant: r.variant })),
                     container: false,
+                    gang: None,
                 }
             })
             .collect();

@@ -94,6 +94,12 @@ pub fn check(fleet: &FleetView, scope: Scope, proposals: Vec<Proposal>) -> Check
             Err(reason) => out.refused.push(refuse(reason)),
         }
     }
+    // A gang is placed whole or not at all: the members of one placed in part are refused.
+    for (workload, reason) in checker.partial_gangs() {
+        let workload = workload as usize;
+        out.accepted.retain(|p| !(p.workload() == workload && matches!(p, Proposal::Place { .. })));
+        out.refused.push(Refusal { workload: Some(workload), reason });
+    }
     out
 }
 

@@ -197,6 +197,18 @@ pub struct WorkloadEntry {
     pub replica_of: Option<ReplicaOf>,
     /// Runs in an OCI image: only a node with a container engine can take it.
     pub container: bool,
+    /// Its place in a gang across nodes; `None` for work on one node.
+    pub gang: Option<GangOf>,
+}
+
+/// A workload that is one member of a gang across nodes (`docs/gangs.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangOf {
+    /// The gang's id (its rank-0 member's workload id), as the ABI carries it.
+    pub id: Arc<str>,
+    pub rank: u32,
+    /// Members of the gang.
+    pub size: u32,
 }
 
 /// A workload that is a service's replica.
@@ -240,6 +252,7 @@ impl WorkloadEntry {
             mig_profile: String::new(),
             replica_of: None,
             container: false,
+            gang: None,
         }
     }
 
@@ -458,6 +471,7 @@ impl FleetView {
                             .replica_of
                             .and_then(|r| Some(ReplicaOf { service: service_pos(r.service)?, ..r })),
                         container: entry.container,
+                        gang: entry.gang.clone(),
                     }
                 })
                 .collect(),

@@ -149,6 +149,9 @@ fn build_inner<'a>(
                 mig_profile: &w.mig_profile,
                 container: w.container,
                 preemptions_last_hour: w.preemptions_last_hour,
+                gang_size: w.gang.as_ref().map_or(0, |g| g.size),
+                gang_rank: w.gang.as_ref().map_or(0, |g| g.rank),
+                gang_id: w.gang.as_ref().map_or("", |g| &g.id),
                 // A replica of a service outside this view names none (a tenant view keeps only
                 // its own services, and remaps the index).
                 service: w.replica_of.filter(|r| r.service < fleet.services.len()).map(|r| to_index(r.service)),

@@ -212,8 +212,8 @@ AIRTIME_STATIC_ASSERT(AIRTIME_NODE_FLAGS + 4 == AIRTIME_NODE_SIZE, "Node");
 #define AIRTIME_GPU_MIG_PROFILE 56u /* string {offset u32, len u32} */
 AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "Gpu");
 
-/* Workload, 112 bytes. */
-#define AIRTIME_WORKLOAD_SIZE 112u
+/* Workload, 128 bytes. */
+#define AIRTIME_WORKLOAD_SIZE 128u
 /** UUID text. */
 #define AIRTIME_WORKLOAD_ID 0u /* string {offset u32, len u32} */
 #define AIRTIME_WORKLOAD_NAME 8u /* string {offset u32, len u32} */
@@ -250,8 +250,9 @@ AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "Gpu");
 /** Can run on CPU only. */
 #define AIRTIME_WORKLOAD_FLAG_CPU_CAPABLE 0x4u
 /**
- * All its GPUs must be on one node. In ABI version 1 every placement names one node, so every
- * placement satisfies it; the flag exists for multi-node placements later.
+ * All its GPUs must be on one node (it asks for more than one): every placement names one node, so
+ * every placement satisfies it. A workload spanning nodes is a gang of members instead
+ * (`gang_size`, ABI 1.6).
  */
 #define AIRTIME_WORKLOAD_FLAG_GANG 0x8u
 /** ABI 1.4: runs in an OCI image, so only a node with its `containers` bit can take it. */
@@ -275,7 +276,18 @@ AIRTIME_STATIC_ASSERT(AIRTIME_GPU_MIG_PROFILE + 8 == AIRTIME_GPU_SIZE, "Gpu");
 #define AIRTIME_WORKLOAD_SERVICE 104u /* u32, AIRTIME_NONE when absent */
 /** ABI 1.3: which of its service's templates a replica runs; `none` for a job. */
 #define AIRTIME_WORKLOAD_REPLICA_VARIANT 108u /* u32: enum airtime_replica_variant */
-AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_REPLICA_VARIANT + 4 == AIRTIME_WORKLOAD_SIZE, "Workload");
+/**
+ * ABI 1.6: members of the gang across nodes it belongs to (0 or 1: it runs on one node). Each
+ * member is a workload of its own asking for the same resources; the host accepts a member's
+ * placement only when every member of the gang is placed in the same evaluation, each on a node of
+ * its own (all or none).
+ */
+#define AIRTIME_WORKLOAD_GANG_SIZE 112u /* u32 */
+/** ABI 1.6: its rank in its gang, `0 .. gang_size`. */
+#define AIRTIME_WORKLOAD_GANG_RANK 116u /* u32 */
+/** ABI 1.6: its gang's id (the rank-0 member's workload id); empty when not in a gang. */
+#define AIRTIME_WORKLOAD_GANG_ID 120u /* string {offset u32, len u32} */
+AIRTIME_STATIC_ASSERT(AIRTIME_WORKLOAD_GANG_ID + 8 == AIRTIME_WORKLOAD_SIZE, "Workload");
 
 /* Settings, 32 bytes. */
 #define AIRTIME_SETTINGS_SIZE 32u
@@ -975,6 +987,9 @@ typedef struct airtime_workload {
     airtime_str mig_profile;
     uint32_t service; /* AIRTIME_NONE when absent */
     uint32_t replica_variant; /* enum airtime_replica_variant */
+    uint32_t gang_size;
+    uint32_t gang_rank;
+    airtime_str gang_id;
 } airtime_workload;
 
 /** The workload at index `i`; false when the index names no workload. */
@@ -1002,6 +1017,9 @@ static inline bool airtime_read_workload(const airtime_snapshot *s, uint32_t i, 
     out->mig_profile = airtime_string_at(s, r + AIRTIME_WORKLOAD_MIG_PROFILE);
     out->service = airtime_get_u32(r + AIRTIME_WORKLOAD_SERVICE);
     out->replica_variant = airtime_get_u32(r + AIRTIME_WORKLOAD_REPLICA_VARIANT);
+    out->gang_size = airtime_get_u32(r + AIRTIME_WORKLOAD_GANG_SIZE);
+    out->gang_rank = airtime_get_u32(r + AIRTIME_WORKLOAD_GANG_RANK);
+    out->gang_id = airtime_string_at(s, r + AIRTIME_WORKLOAD_GANG_ID);
     return true;
 }
 

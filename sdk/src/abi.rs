@@ -30,13 +30,14 @@ pub use error::{AbiError, BufferKind, Location, Table};
 
 /// The ABI version this SDK speaks; a module's `airtime_abi_version` export returns it.
 pub const ABI_VERSION: u32 = 1;
-/// The minor version of this SDK's records (1.5: the preemption rules a policy needs to propose
+/// The minor version of this SDK's records (1.6: gangs across nodes — a workload's gang, its
+/// rank and size; 1.5: the preemption rules a policy needs to propose
 /// only what the host accepts — a workload's preemptions in the last hour and checkpointable-only;
 /// 1.4: container workloads and the nodes that run them,
 /// as flag bits; 1.3: elastic inference services). Minor versions only append fields or flag bits
 /// (tables carry their stride; 1.3 appends the services table's descriptor after the 88 header
-/// bytes earlier guests read), so guests built for 1.0 to 1.4 keep working.
-pub const ABI_MINOR_VERSION: u32 = 5;
+/// bytes earlier guests read), so guests built for 1.0 to 1.5 keep working.
+pub const ABI_MINOR_VERSION: u32 = 6;
 /// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
 pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
@@ -217,9 +218,9 @@ abi_records! {
     /// A pending or running workload.
     #[derive(Debug, Clone, PartialEq)]
     pub struct Workload<'a> {
-        table: Workloads, size: 112, c: "WORKLOAD" "workload",
+        table: Workloads, size: 128, c: "WORKLOAD" "workload",
         owned: OwnedWorkload as_workload,
-        caption: "Workload, {size} bytes (pending and running workloads of the scope; 1.0 and 1.1 guests read 88, 1.2 guests 104)",
+        caption: "Workload, {size} bytes (pending and running workloads of the scope; 1.0 and 1.1 guests read 88, 1.2 guests 104, 1.3 to 1.5 guests 112)",
         reserved: [reserved_2 @ 100],
     } {
         /// UUID text.
@@ -254,8 +255,9 @@ abi_records! {
         checkpointable: bit(1) @ 76,
         /// Can run on CPU only.
         cpu_capable: bit(2) @ 76,
-        /// All its GPUs must be on one node. In ABI version 1 every placement names one node, so
-        /// every placement satisfies it; the flag exists for multi-node placements later.
+        /// All its GPUs must be on one node (it asks for more than one): every placement names one
+        /// node, so every placement satisfies it. A workload spanning nodes is a gang of members
+        /// instead (`gang_size`, ABI 1.6).
         gang: bit(3) @ 76,
         /// Expected duration in seconds; 0 when unknown.
         expected_duration_s: u32 @ 80,
@@ -274,6 +276,15 @@ abi_records! {
         /// ABI 1.5: times it was preempted in the last hour: at the settings'
         /// `max_preemptions_per_hour` the host refuses to preempt it again (0 from older hosts).
         preemptions_last_hour: u32 @ 84,
+        /// ABI 1.6: members of the gang across nodes it belongs to (0 or 1: it runs on one node).
+        /// Each member is a workload of its own asking for the same resources; the host accepts a
+        /// member's placement only when every member of the gang is placed in the same
+        /// evaluation, each on a node of its own (all or none).
+        gang_size: u32 @ 112,
+        /// ABI 1.6: its rank in its gang, `0 .. gang_size`.
+        gang_rank: u32 @ 116,
+        /// ABI 1.6: its gang's id (the rank-0 member's workload id); empty when not in a gang.
+        gang_id: str @ 120,
     }
 
     /// An elastic inference service (ABI 1.3): a tenant's inference that runs as replicas, with what

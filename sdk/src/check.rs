@@ -25,6 +25,7 @@
 use std::fmt;
 
 use crate::abi::{Action, Decision, Node, Snapshot, WHOLE_GPU_MILLI, Workload};
+use crate::gang::{GangReadiness, Gangs};
 
 /// Why one decision cannot be carried out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +51,7 @@ impl fmt::Display for DecisionProblem {
 /// problem.
 pub fn check_decisions(snapshot: &Snapshot<'_>, decisions: &[Decision<'_>]) -> Vec<DecisionProblem> {
     let mut checker = Checker::new(snapshot);
-    decisions
+    let mut problems: Vec<DecisionProblem> = decisions
         .iter()
         .enumerate()
         .filter_map(|(position, decision)| {
@@ -60,7 +61,16 @@ pub fn check_decisions(snapshot: &Snapshot<'_>, decisions: &[Decision<'_>]) -> V
                 problem,
             })
         })
-        .collect()
+        .collect();
+    for (workload, problem) in checker.partial_gangs() {
+        if let Some(position) =
+            decisions.iter().position(|d| d.workload == workload && matches!(d.action, Action::Place { .. }))
+        {
+            problems.push(DecisionProblem { decision: position, workload, problem });
+        }
+    }
+    problems.sort_by_key(|p| p.decision);
+    problems
 }
 
 /// The ABI's rules, one decision at a time, remembering what the accepted ones took. This is the
@@ -76,6 +86,10 @@ pub struct Checker<'s, 'a> {
     memory_taken: Vec<u32>,
     cpu_free: Vec<u32>,
     memory_free: Vec<u32>,
+    /// The snapshot's gangs, indexed at the first gang member's placement.
+    gangs: Option<Gangs<'a>>,
+    /// Accepted placements of gang members: (gang, workload, node).
+    gang_placed: Vec<(&'a str, u32, u32)>,
 }
 
 impl<'s, 'a> Checker<'s, 'a> {
@@ -87,7 +101,65 @@ impl<'s, 'a> Checker<'s, 'a> {
             memory_taken: vec![0; snapshot.gpus.len()],
             cpu_free: snapshot.nodes.iter().map(|n| n.cpu_millis_free).collect(),
             memory_free: snapshot.nodes.iter().map(|n| n.memory_mb_free).collect(),
+            gangs: None,
+            gang_placed: Vec::new(),
         }
+    }
+
+    /// The accepted placements of gang members whose gang was not placed whole — every member, each
+    /// on a node of its own, in this evaluation — with the problem: a host undoes them (a gang
+    /// runs whole or not at all). Call after the last decision.
+    pub fn partial_gangs(&self) -> Vec<(u32, String)> {
+        let snapshot = self.snapshot;
+        let mut out = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        for &(gang, _, _) in &self.gang_placed {
+            if seen.contains(&gang) {
+                continue;
+            }
+            seen.push(gang);
+            let placed: Vec<u32> = self.gang_placed.iter().filter(|(g, _, _)| *g == gang).map(|(_, w, _)| *w).collect();
+            let size = snapshot.workloads[placed[0] as usize].gang_size;
+            if (placed.len() as u32) < size {
+                for w in placed.iter().copied() {
+                    out.push((
+                        w,
+                        format!(
+                            "place: workload {} is a member of a gang of {size}, and only {} of its members were \
+                             placed: a gang is placed whole or not at all",
+                            snapshot.workloads[w as usize].name,
+                            placed.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// A gang member's placement on `node`: every member of its gang pending, and no other member
+    /// placed on `node`.
+    fn check_gang(&mut self, workload: &Workload<'a>, index: u32, node: u32) -> Result<(), String> {
+        let snapshot = self.snapshot;
+        let gangs = self.gangs.get_or_insert_with(|| Gangs::of(snapshot));
+        if let GangReadiness::Waiting { pending, size } =
+            gangs.readiness(snapshot, workload.gang_id, workload.gang_size)
+        {
+            return Err(format!(
+                "place: workload {} is a member of a gang of {size} of which {pending} are waiting: a gang is placed \
+                 only when all its members wait",
+                workload.name
+            ));
+        }
+        if let Some((_, other, _)) =
+            self.gang_placed.iter().find(|(g, w, n)| *g == workload.gang_id && *n == node && *w != index)
+        {
+            return Err(format!(
+                "place: workload {} and {} are members of one gang: each member needs a node of its own",
+                workload.name, snapshot.workloads[*other as usize].name
+            ));
+        }
+        Ok(())
     }
 
     /// Checks one decision and, if it passes, records what it takes.
@@ -116,8 +188,14 @@ impl<'s, 'a> Checker<'s, 'a> {
         }
         match &decision.action {
             Action::Place { node, gpus } => {
+                if workload.in_gang() {
+                    self.check_gang(workload, decision.workload, *node)?;
+                }
                 self.check_place(workload, *node, gpus)?;
                 more(workload)?;
+                if workload.in_gang() {
+                    self.gang_placed.push((workload.gang_id, decision.workload, *node));
+                }
                 if let Some(n) = self.cpu_free.get_mut(*node as usize) {
                     *n -= workload.cpu_millis;
                 }

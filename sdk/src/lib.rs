@@ -105,6 +105,7 @@ pub mod actions;
 pub mod check;
 pub mod fit;
 pub mod frag;
+pub mod gang;
 pub mod guest;
 pub mod owned;
 pub mod params;

@@ -345,9 +345,89 @@ impl<'s, 'a> Plan<'s, 'a> {
         &self.decisions
     }
 
-    /// The decisions, in the order made.
+    /// The decisions, in the order made — but a gang's members placed while another member of the
+    /// gang was not are kept pending instead (the host would refuse them: a gang is placed whole or
+    /// not at all; [`crate::gang`]).
     pub fn into_decisions(self) -> Vec<Decision<'a>> {
+        let snapshot = self.snapshot;
+        if !snapshot.workloads.iter().any(|w| w.in_gang()) {
+            return self.decisions;
+        }
+        let gangs = crate::gang::Gangs::of(snapshot);
+        let placed = |i: u32| {
+            self.decisions.iter().any(|d| d.workload == i && matches!(d.action, crate::abi::Action::Place { .. }))
+        };
+        let partial: Vec<&str> = gangs
+            .iter()
+            .filter(|(_, members)| {
+                let n = members.iter().filter(|&&m| placed(m)).count();
+                n > 0
+                    && (n < members.len() || (members.len() as u32) < snapshot.workloads[members[0] as usize].gang_size)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if partial.is_empty() {
+            return self.decisions;
+        }
         self.decisions
+            .into_iter()
+            .map(|d| {
+                let w = &snapshot.workloads[d.workload as usize];
+                if w.in_gang() && partial.contains(&w.gang_id) && matches!(d.action, crate::abi::Action::Place { .. }) {
+                    Decision::keep_pending(
+                        d.workload,
+                        "the rest of its gang was not placed: a gang runs whole or not at all",
+                    )
+                } else {
+                    d
+                }
+            })
+            .collect()
+    }
+
+    /// Takes back the last decision if it is a placement, returning what it took to the plan
+    /// (`false`, changing nothing, when the last decision is not a placement) — how a gang that
+    /// does not fit whole leaves no member placed.
+    pub fn unplace_last(&mut self) -> bool {
+        let Some(Decision { workload, action: crate::abi::Action::Place { node, gpus }, .. }) = self.decisions.last()
+        else {
+            return false;
+        };
+        let (workload, node, gpus) = (*workload, *node, gpus.clone());
+        let Some(w) = self.snapshot.workload(workload) else { return false };
+        self.decisions.pop();
+        if let Some(c) = self.cpu_free.get_mut(node as usize) {
+            *c += w.cpu_millis;
+        }
+        if let Some(m) = self.memory_free.get_mut(node as usize) {
+            *m += w.memory_mb;
+        }
+        let mut freed = 0u32;
+        for &gpu in &gpus {
+            let share = self.takes_share(w, gpu);
+            let Some(taken) = self.milli_taken.get_mut(gpu as usize) else { continue };
+            if share {
+                *taken = taken.saturating_sub(w.gpu_milli);
+                if let Some(reserved) = self.memory_reserved.get_mut(gpu as usize) {
+                    *reserved = reserved.saturating_sub(w.gpu_memory_mb);
+                }
+            } else {
+                *taken = 0;
+            }
+            if *taken == 0 {
+                freed += 1;
+            }
+        }
+        if let Some(free) = self.free_on_node.get_mut(node as usize) {
+            *free += freed;
+        }
+        if self.snapshot.node(node).is_some_and(|n| n.is_ready()) {
+            self.free_total += freed;
+        }
+        if let Some(decided) = self.decided.get_mut(workload as usize) {
+            *decided = false;
+        }
+        true
     }
 
     fn check_undecided(&self, workload: u32, what: &str) -> Result<&'s crate::abi::Workload<'a>, PlanError> {

@@ -211,6 +211,19 @@ impl SnapshotFixture {
         self
     }
 
+    /// Adds a pending gang across nodes (ABI 1.6): `members` workloads `{name}-0`, `{name}-1`, …,
+    /// each asking for `gpu_count` whole GPUs, of gang `name`.
+    pub fn pending_gang(mut self, name: &str, members: u32, gpu_count: u32) -> Self {
+        for rank in 0..members {
+            let mut workload = self.new_workload(&format!("{name}-{rank}"), gpu_count, 0);
+            workload.gang_id = name.to_owned();
+            workload.gang_size = members;
+            workload.gang_rank = rank;
+            self.doc.workloads.push(workload);
+        }
+        self
+    }
+
     /// Adds the three pending workloads of a container test: `image` (`gpu_count` GPUs with 1024 MiB
     /// each, in a container), `image-cpu` (no GPU, in a container) and `plain` (as `image`, but not
     /// in a container), in that order.

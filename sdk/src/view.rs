@@ -311,6 +311,12 @@ impl<'a> Workload<'a> {
         self.gpu_count == 1 && self.gpu_milli < WHOLE_GPU_MILLI && self.mig_profile.is_empty()
     }
 
+    /// A member of a gang across nodes (ABI 1.6): placed only with every other member of its
+    /// gang, each on a node of its own ([`crate::gang::Gangs`]).
+    pub fn in_gang(&self) -> bool {
+        self.gang_size > 1 && !self.gang_id.is_empty()
+    }
+
     /// Asks for a MIG instance of a profile.
     pub fn asks_mig(&self) -> bool {
         !self.mig_profile.is_empty()

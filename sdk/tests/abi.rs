@@ -122,6 +122,9 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 replica_variant: ReplicaVariant::None,
                 container: true,
                 preemptions_last_hour: 2,
+                gang_size: 4,
+                gang_rank: 1,
+                gang_id: "0190c6a4-0000-7000-8000-000000000000",
             },
             Workload {
                 id: "0190c6a4-0000-7000-8000-000000000002",
@@ -218,7 +221,7 @@ fn snapshot_layout_matches_the_document() {
     assert_eq!(u64_at(8), 1_700_000_123_456);
     // Tables: {offset, count, stride} at 16, 28, 40, 52, 64 and (ABI 1.3) 88, in that order after
     // the 104-byte header; a reserved 0 at 100.
-    let tables = [(16, 2, 40), (28, 3, 48), (40, 3, 64), (52, 3, 112), (64, 1, 32), (88, 2, 80)];
+    let tables = [(16, 2, 40), (28, 3, 48), (40, 3, 64), (52, 3, 128), (64, 1, 32), (88, 2, 80)];
     let mut expected_offset = 104;
     for (at, count, stride) in tables {
         assert_eq!((u32_at(at), u32_at(at + 4), u32_at(at + 8)), (expected_offset, count, stride), "table at {at}");
@@ -229,6 +232,7 @@ fn snapshot_layout_matches_the_document() {
     // Workload 0: priority at +28 (i32), submitted_ms at +56, node at +72 (NONE), flags at +76.
     let w0 = u32_at(52) as usize;
     assert_eq!(u32_at(w0 + 20), 2, "class training");
+    assert_eq!((u32_at(w0 + 112), u32_at(w0 + 116)), (4, 1), "ABI 1.6: gang size and rank");
     assert_eq!(u32_at(w0 + 28) as i32, -5);
     assert_eq!(u64_at(w0 + 56), 1_699_999_000_000);
     assert_eq!(u32_at(w0 + 72), NONE);
@@ -236,12 +240,12 @@ fn snapshot_layout_matches_the_document() {
     // Node 0: flags at +44, simulated and (1.4) runs containers.
     assert_eq!(u32_at(u32_at(28) as usize + 44), 0b11, "simulated, containers");
     // ABI 1.2: workload 1's share at +88 and MIG profile at +92.
-    assert_eq!(u32_at(w0 + 112 + 88), 250);
-    let (profile_at, profile_len) = (u32_at(w0 + 112 + 92) as usize, u32_at(w0 + 112 + 96) as usize);
+    assert_eq!(u32_at(w0 + 128 + 88), 250);
+    let (profile_at, profile_len) = (u32_at(w0 + 128 + 92) as usize, u32_at(w0 + 128 + 96) as usize);
     assert_eq!(&bytes[profile_at..profile_at + profile_len], b"3g.40gb");
     // ABI 1.3: a workload's service at +104 (NONE for a job) and replica variant at +108.
     assert_eq!((u32_at(w0 + 104), u32_at(w0 + 108)), (NONE, 0));
-    assert_eq!((u32_at(w0 + 112 + 104), u32_at(w0 + 112 + 108)), (1, 1), "service 1, GPU variant");
+    assert_eq!((u32_at(w0 + 128 + 104), u32_at(w0 + 128 + 108)), (1, 1), "service 1, GPU variant");
     // Service 1: name, tenant +8, class +12, metric +16, min/max +20/+24, capacities +28/+32,
     // demand +36, latest +40, desired +44/+48, placed +52/+56, pending +60/+64, milli +68, flags +72.
     let s1 = u32_at(88) as usize + 80;
@@ -299,7 +303,7 @@ fn decisions_roundtrip_and_match_the_document() {
 
 #[test]
 fn larger_strides_from_a_newer_minor_version_are_skipped() {
-    // Rebuild the snapshot with every workload record padded to 120 bytes.
+    // Rebuild the snapshot with every workload record padded to 136 bytes.
     let snapshot = every_field_snapshot();
     let bytes = encode_snapshot(&snapshot);
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
@@ -307,13 +311,13 @@ fn larger_strides_from_a_newer_minor_version_are_skipped() {
     let mut padded = bytes.clone();
     let mut extra = Vec::new();
     for i in 0..count {
-        extra.extend_from_slice(&bytes[offset + 112 * i..offset + 112 * (i + 1)]);
+        extra.extend_from_slice(&bytes[offset + 128 * i..offset + 128 * (i + 1)]);
         extra.extend_from_slice(&[0xAB; 8]);
     }
     let new_offset = padded.len() as u32;
     padded.extend_from_slice(&extra);
     padded[52..56].copy_from_slice(&new_offset.to_le_bytes());
-    padded[60..64].copy_from_slice(&120u32.to_le_bytes());
+    padded[60..64].copy_from_slice(&136u32.to_le_bytes());
     assert_eq!(decode_snapshot(&padded), Ok(snapshot));
 }
 
@@ -386,7 +390,7 @@ fn snapshot_errors_say_where_and_what() {
     set(&mut stride, 60, 80);
     assert_eq!(
         decode_snapshot(&stride).expect_err("stride").to_string(),
-        "snapshot header: workloads table stride 80 is smaller than the 112-byte record"
+        "snapshot header: workloads table stride 80 is smaller than the 128-byte record"
     );
     let mut service_stride = good.clone();
     set(&mut service_stride, 96, 76);
@@ -409,7 +413,7 @@ fn snapshot_errors_say_where_and_what() {
         "node 1: GPUs 2..4 run past the gpus table of 3 records"
     );
     let mut name = good.clone();
-    let w1 = u32_at(&good, 52) as usize + 112;
+    let w1 = u32_at(&good, 52) as usize + 128;
     set(&mut name, w1 + 8, good.len() as u32 - 2);
     set(&mut name, w1 + 12, 10);
     assert_eq!(

@@ -90,6 +90,8 @@ pub struct Netns {
     host_link: String,
     /// The host's end of the pair, where the namespace reaches the control plane.
     pub host_address: String,
+    /// The namespace's own address (its end of the pair).
+    pub address: String,
 }
 
 impl Netns {
@@ -102,6 +104,7 @@ impl Netns {
             name: format!("airtime-{}", &id[..8]),
             host_link: format!("ath{}", &id[8..16]),
             host_address: format!("10.{x}.{y}.1"),
+            address: format!("10.{x}.{y}.2"),
         };
         let inner = format!("atn{}", &id[8..16]);
         let ns_address = format!("10.{x}.{y}.2/30");
@@ -123,6 +126,21 @@ impl Netns {
             ns.ip(&command).await?;
         }
         Ok(ns)
+    }
+
+    /// Namespaces that reach each other through this host, as servers of one cluster do: each
+    /// routes everything through its host end, and the host forwards between them.
+    pub async fn joined(count: usize) -> anyhow::Result<Vec<Netns>> {
+        let out = Command::new("sysctl").args(["-w", "net.ipv4.ip_forward=1"]).output().await.context("sysctl")?;
+        anyhow::ensure!(out.status.success(), "enabling forwarding: {}", String::from_utf8_lossy(&out.stderr));
+        let mut all = Vec::with_capacity(count);
+        for _ in 0..count {
+            let ns = Netns::create().await?;
+            let via = ns.host_address.clone();
+            ns.ip(&["netns", "exec", ns.name.as_str(), "ip", "route", "add", "default", "via", via.as_str()]).await?;
+            all.push(ns);
+        }
+        Ok(all)
     }
 
     /// Cuts the namespace off: the host's end of the pair goes down, so nothing passes either way.

@@ -34,10 +34,10 @@ const LEASE: Duration = Duration::from_millis(3000);
 /// column on a table every cycle writes, a nullable one, a new table, and its row in sqlx's
 /// migration table (a version this build does not know).
 const NEXT_RELEASE_EXPAND: &str = "\
-    ALTER TABLE workloads ADD COLUMN gang_size integer NOT NULL DEFAULT 1 CHECK (gang_size >= 1); \
+    ALTER TABLE workloads ADD COLUMN gang_min_members integer NOT NULL DEFAULT 1 CHECK (gang_min_members >= 1); \
     ALTER TABLE nodes ADD COLUMN topology jsonb; \
-    CREATE TABLE gang_members (workload_id uuid NOT NULL REFERENCES workloads (id), rank integer NOT NULL, \
-        PRIMARY KEY (workload_id, rank));";
+    CREATE TABLE topology_domains (node_id uuid NOT NULL REFERENCES nodes (id), level text NOT NULL, \
+        PRIMARY KEY (node_id, level));";
 const NEXT_RELEASE_VERSION: i64 = 9_999;
 
 /// A schema as an old replica's statements see it.

@@ -144,6 +144,11 @@ async fn assignments(
     let deadline = tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.min(crate::config::MAX_LONG_POLL_MS));
     // Subscribe before reading, so a change between the read and the wait is not missed.
     let mut changes = state.desired.subscribe();
+    // Asking for a version newer than `after` says the agent has `after`: the gang members it
+    // showed are acknowledged, and a gang whose members all are is released on every node.
+    if q.after > 0 && !crate::workloads::gangs::acknowledge(&state.db, node_id, q.after).await?.is_empty() {
+        state.desired.announce();
+    }
     loop {
         let version = desired::version(&state.db, node_id).await?.ok_or_else(node_not_found)?;
         // A replica shutting down answers at once: the agent asks again, through the balancer,
@@ -198,7 +203,14 @@ async fn event(
     let token = report.attempt_token.as_deref().map(|t| t.parse::<Uuid>().unwrap_or(Uuid::nil()));
     let (outcome, freed) =
         transitions::record_agent_event(&state.db, node_id, workload_id, attempt, token, &event).await?;
-    if freed {
+    // A gang member that left its node takes the rest of its gang with it (the fleet watch's sweep
+    // does it too, should this fail).
+    let gang_moved = freed
+        && crate::workloads::gangs::follow_member(&state.db, workload_id).await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, %workload_id, "stopping the rest of a gang; the fleet watch will retry");
+            false
+        });
+    if freed || gang_moved {
         // Resources came free: schedule again now, and tell the agent its state changed.
         state.desired.announce();
         state.wake.wake();

@@ -39,6 +39,16 @@ pub async fn state(db: &PgPool, node_id: Uuid, version: u64) -> sqlx::Result<Des
         let mut conn = db.acquire().await?;
         crate::settings::load(&mut conn).await?.grace_period_ms()
     };
+    // A gang member's rendezvous; an agent before protocol 1.2 cannot hold a member, so it is not
+    // shown one until its gang is released.
+    let gangs = crate::workloads::gangs::rendezvous(db, node_id, version).await?;
+    let holds: bool = sqlx::query_scalar(
+        "SELECT COALESCE(string_to_array(agent_protocol, '.')::int[] >= '{1,2}', false) FROM nodes WHERE id = $1",
+    )
+    .bind(node_id)
+    .fetch_optional(db)
+    .await?
+    .unwrap_or(false);
     let rows: Vec<AssignmentRow> = sqlx::query_as(
         "SELECT w.id, w.attempt, w.state, w.command, w.env, w.container, w.cpu_millis, w.memory_mb, w.attempt_token, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
@@ -53,6 +63,7 @@ pub async fn state(db: &PgPool, node_id: Uuid, version: u64) -> sqlx::Result<Des
     .await?;
     let assignments = rows
         .into_iter()
+        .filter(|r| holds || r.state != WorkloadState::Scheduled || gangs.get(&r.id).is_none_or(|g| !g.hold))
         .map(|r| {
             let run = matches!(r.state, WorkloadState::Scheduled | WorkloadState::Running);
             Assignment {
@@ -72,6 +83,7 @@ pub async fn state(db: &PgPool, node_id: Uuid, version: u64) -> sqlx::Result<Des
                 cpu_millis: u32::try_from(r.cpu_millis).ok().filter(|&c| c > 0),
                 memory_mb: u64::try_from(r.memory_mb).ok().filter(|&m| m > 0),
                 attempt_token: r.attempt_token.map(|t| t.simple().to_string()),
+                gang: gangs.get(&r.id).cloned(),
             }
         })
         .collect();

@@ -2,7 +2,8 @@
 //! and takes no new work; its workloads go back to the queue once its lease
 //! (`--node-fence-after-ms`), the grace period and a margin have passed, by when its agent has
 //! fenced them (stopped them itself). Closed
-//! hours of GPU usage are rolled up; old telemetry history is pruned; node drains advance.
+//! hours of GPU usage are rolled up; old telemetry history is pruned; node drains advance; gangs
+//! are kept whole.
 //!
 //! Silence is measured only over time this control plane could have heard the agent: since it
 //! started, or since the database last came back, whichever is later (`hearing_since`, in the
@@ -24,6 +25,8 @@ pub struct LivenessSettings {
     /// The node's lease: its agent fences its work after this long without reaching us.
     pub node_fence_after: Duration,
     pub telemetry_retention_hours: u32,
+    /// A gang not every member of which started this long after its placement is requeued whole.
+    pub gang_start_timeout: Duration,
 }
 
 /// The fleet watch's handles: the database, its settings, and the signals it sends when nodes are
@@ -83,6 +86,17 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 tracing::error!(error = %err, "checking node liveness");
                 hearing_since = None;
             }
+        }
+        // Gangs stay whole: out-of-step members follow the rest, and a gang that did not start in
+        // time is requeued (`workloads::gangs`).
+        match crate::workloads::gangs::sweep(&state.db, state.settings.gang_start_timeout).await {
+            Ok(0) => {}
+            Ok(gangs) => {
+                tracing::info!(gangs, "gangs out of step were stopped or requeued whole");
+                state.desired.announce();
+                state.wake.wake();
+            }
+            Err(err) => tracing::error!(error = %err, "keeping gangs whole"),
         }
         // Drains move work off their nodes as it becomes movable, and stop what is left at their
         // deadline (`fleet::maintenance`).

@@ -28,14 +28,14 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     let (node_id,): (Uuid,) = sqlx::query_as(
         "INSERT INTO nodes (id, name, hostname, state, cpu_millis, memory_mb, labels, cost_per_hour, \
                             gpu_source, agent_version, container_engine, container_engine_version, container_cdi, \
-                            agent_protocol) \
-         VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+                            agent_protocol, address) \
+         VALUES ($1, $2, $3, 'ready', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
          ON CONFLICT (name) DO UPDATE SET hostname = EXCLUDED.hostname, state = 'ready', \
              cpu_millis = EXCLUDED.cpu_millis, memory_mb = EXCLUDED.memory_mb, labels = EXCLUDED.labels, \
              cost_per_hour = EXCLUDED.cost_per_hour, gpu_source = EXCLUDED.gpu_source, \
              agent_version = EXCLUDED.agent_version, container_engine = EXCLUDED.container_engine, \
              container_engine_version = EXCLUDED.container_engine_version, container_cdi = EXCLUDED.container_cdi, \
-             agent_protocol = EXCLUDED.agent_protocol, last_seen_at = now(), \
+             agent_protocol = EXCLUDED.agent_protocol, address = EXCLUDED.address, last_seen_at = now(), \
              desired_version = nodes.desired_version + 1 \
          RETURNING id",
     )
@@ -52,6 +52,7 @@ pub async fn register(db: &PgPool, r: &Registration) -> sqlx::Result<Uuid> {
     .bind(r.container_engine.as_ref().map(|e| &e.version))
     .bind(r.container_engine.as_ref().is_some_and(|e| e.cdi))
     .bind(&r.protocol)
+    .bind(&r.address)
     .fetch_one(&mut *tx)
     .await?;
 

@@ -137,7 +137,8 @@ pub enum Moved {
 /// The active workloads' columns, but for their preemptions in the last hour.
 const WORKLOAD_COLUMNS: &str = "id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, \
      cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, started_at, \
-     node_id, pending_reason, shortfall, gpu_milli, mig_profile, service_id, replica_variant, container IS NOT NULL AS container";
+     node_id, pending_reason, shortfall, gpu_milli, mig_profile, service_id, replica_variant, container IS NOT NULL AS container, \
+     gang_id, gang_rank, gang_size";
 const ACTIVE: &str = "state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling')";
 
 /// The active workloads, every row read.
@@ -334,6 +335,11 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
                     })
                 }),
                 container: r.container,
+                gang: r.gang_id.map(|g| airtime_scheduler::fleet::GangOf {
+                    id: g.to_string().into(),
+                    rank: r.gang_rank.unwrap_or(0).max(0) as u32,
+                    size: r.gang_size.unwrap_or(1).max(1) as u32,
+                }),
             })
         })
         .collect();
@@ -481,6 +487,9 @@ struct WorkloadRow {
     service_id: Option<Uuid>,
     replica_variant: Option<ReplicaVariant>,
     container: bool,
+    gang_id: Option<Uuid>,
+    gang_rank: Option<i32>,
+    gang_size: Option<i32>,
     /// The id as text (the snapshots' form), made once when the row is fetched.
     #[sqlx(skip)]
     id_text: Option<Arc<str>>,

@@ -353,7 +353,8 @@ async fn apply_placements<'a>(
     // next read fetch every row it placed again). Then, in a second statement, any still pending
     // that changed meanwhile: placed all the same, and read afresh next cycle.
     const MOVE: &str = "UPDATE workloads w SET state = 'scheduled', node_id = p.node_id, attempt = w.attempt + 1, \
-             attempt_token = gen_random_uuid(), pending_reason = NULL, updated_at = now() \
+             attempt_token = gen_random_uuid(), pending_reason = NULL, updated_at = now(), \
+             gang_shown_version = NULL, gang_acked_at = NULL \
          FROM UNNEST($1::uuid[], $2::uuid[], $3::bigint[]) AS p(id, node_id, seen) \
          WHERE w.id = p.id AND w.state = 'pending'";
     let mut moved: Vec<(Uuid, i32, Option<i64>, i64)> = if seen.is_some() {

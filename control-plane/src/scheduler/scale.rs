@@ -247,6 +247,7 @@ async fn start_and_drain(
                 idempotency: None,
                 replica: Some((service.id, variant)),
                 pending_reason: "waiting for the next scheduling cycle",
+                gang: None,
             };
             workloads::insert(&mut *tx, &row).await?;
             transitions::record_event(&mut *tx, id, tenant_id, None, WorkloadState::Pending, 0, &reason).await?;

@@ -227,6 +227,7 @@ pub fn submission(
         expected_duration_s: None,
         slo: Slo { latency_ms: latency_target_ms, deadline: None },
         container: replica.container.clone(),
+        nodes: None,
     }
 }
 

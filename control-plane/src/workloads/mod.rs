@@ -1,6 +1,7 @@
 //! Workloads: submission with its checks, listing, the detail view (state history and decisions)
 //! and cancellation.
 
+pub mod gangs;
 pub mod logs;
 pub mod transitions;
 
@@ -49,6 +50,12 @@ pub struct SubmitWorkload {
     /// `command` runs as a process on the node.
     #[serde(default)]
     pub container: Option<ContainerSpec>,
+    /// A gang across nodes: this many members (2 to 256), each on a node of its own with the
+    /// `resources` given (so `resources.gpu_count` is GPUs per node), placed all together or not
+    /// at all, started together with a rendezvous (`MASTER_ADDR`, `RANK`, `WORLD_SIZE`, …) and
+    /// requeued together. Absent or 1: one node.
+    #[serde(default)]
+    pub nodes: Option<u32>,
 }
 
 /// What the workload promises its users.
@@ -172,6 +179,21 @@ impl SubmitWorkload {
                 return Err("resources.gpu_milli below 1000 is a share of one GPU: it needs gpu_count 1".into());
             }
         }
+        if let Some(nodes) = self.nodes {
+            if !(1..=gangs::MAX_MEMBERS).contains(&nodes) {
+                return Err(format!("nodes must be between 1 and {} (members of a gang)", gangs::MAX_MEMBERS));
+            }
+            if nodes > 1
+                && (r.gpu_count == 0 || r.gpu_milli.is_some_and(|m| m < WHOLE_GPU_MILLI) || r.mig_profile.is_some())
+            {
+                return Err("a gang across nodes (nodes > 1) takes whole GPUs on each node: resources.gpu_count of \
+                            at least 1, no gpu_milli share, no mig_profile"
+                    .into());
+            }
+            if nodes > 1 && r.cpu_capable {
+                return Err("a gang across nodes runs on GPUs: it cannot be cpu_capable".into());
+            }
+        }
         if r.mig_profile.is_some() {
             if r.gpu_count != 1 {
                 return Err("resources.mig_profile runs on one MIG instance: it needs gpu_count 1".into());
@@ -234,6 +256,24 @@ pub struct WorkloadView {
     /// The OCI image it runs in; absent: a process on its node.
     #[schema(value_type = Option<ContainerSpec>)]
     pub container: Option<sqlx::types::Json<ContainerSpec>>,
+    /// The gang it is a member of (its rank-0 member's id); absent: a workload on one node.
+    pub gang_id: Option<Uuid>,
+    /// Its rank in the gang, `0 .. gang_size`.
+    pub gang_rank: Option<i32>,
+    /// Members of its gang.
+    pub gang_size: Option<i32>,
+}
+
+/// One member of a gang, as a member's detail lists them.
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct GangMember {
+    pub id: Uuid,
+    pub rank: i32,
+    pub state: WorkloadState,
+    pub attempt: i32,
+    pub node_id: Option<Uuid>,
+    /// The name of the node it runs on, or last ran on.
+    pub node: Option<String>,
 }
 
 #[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -267,6 +307,9 @@ pub struct WorkloadDetail {
     /// The last lines its latest attempt printed (stdout and stderr in order), when it failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub last_output: Vec<String>,
+    /// Every member of its gang by rank, where each runs; empty for a workload on one node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gang: Vec<GangMember>,
 }
 
 /// How a read of workloads finds each pending one's place in its queue.
@@ -304,7 +347,8 @@ fn workload_select(position: Position) -> String {
          COALESCE((SELECT array_agg(g.gpu_id ORDER BY g.gpu_id) FROM gpu_grants g WHERE g.workload_id = w.id), '{{}}') AS gpu_ids, \
          w.pending_reason, {queue_position} AS queue_position, \
          CASE WHEN w.state = 'pending' THEN w.shortfall END AS shortfall, w.exit_code, w.message, w.submitted_at, w.started_at, w.finished_at, w.service_id, \
-         w.replica_variant, w.container FROM workloads w JOIN tenants t ON t.id = w.tenant_id{ranked}"
+         w.replica_variant, w.container, w.gang_id, w.gang_rank, w.gang_size \
+         FROM workloads w JOIN tenants t ON t.id = w.tenant_id{ranked}"
     )
 }
 
@@ -390,26 +434,35 @@ async fn submit_once(
         }
     }
     let id = Uuid::now_v7();
-    let row = NewWorkload {
-        id,
-        tenant_id,
-        req,
-        idempotency: key.map(|IdempotencyKey(k)| k.as_str()).zip(digest.as_deref()),
-        replica: None,
-        pending_reason: "waiting for the next scheduling cycle",
-    };
-    insert(&mut tx, &row).await.map_err(|err| match &err {
-        sqlx::Error::Database(e) if key.is_some() && e.is_unique_violation() => {
-            domain::Error::conflict(RACED, "a retry with the same Idempotency-Key committed first")
-        }
-        _ => domain::Error::from(err),
-    })?;
-    transitions::record_event(&mut tx, id, tenant_id, None, WorkloadState::Pending, 0, "submitted").await?;
+    // A gang is its members' rows, the rank-0 member's id naming the gang; the key is on it alone.
+    let members = req.nodes.unwrap_or(1);
+    for rank in 0..members {
+        let member = if rank == 0 { id } else { Uuid::now_v7() };
+        let row = NewWorkload {
+            id: member,
+            tenant_id,
+            req,
+            idempotency: key.filter(|_| rank == 0).map(|IdempotencyKey(k)| k.as_str()).zip(digest.as_deref()),
+            replica: None,
+            pending_reason: "waiting for the next scheduling cycle",
+            gang: (members > 1).then_some((id, rank, members)),
+        };
+        insert(&mut tx, &row).await.map_err(|err| match &err {
+            sqlx::Error::Database(e) if key.is_some() && e.is_unique_violation() => {
+                domain::Error::conflict(RACED, "a retry with the same Idempotency-Key committed first")
+            }
+            _ => domain::Error::from(err),
+        })?;
+        let detail =
+            if members > 1 { format!("submitted (gang member rank {rank} of {members})") } else { "submitted".into() };
+        transitions::record_event(&mut tx, member, tenant_id, None, WorkloadState::Pending, 0, &detail).await?;
+    }
     audit::record(
         &mut tx,
         &scope.actor,
         Change::new("workload.submit", "workload", id).tenant(Some(tenant_id)).detail(serde_json::json!({
             "name": req.name, "class": req.class, "priority": req.priority, "gpu_count": req.resources.gpu_count,
+            "nodes": req.nodes,
             "image": req.container.as_ref().map(|c| &c.image),
         })),
     )
@@ -429,6 +482,8 @@ pub struct NewWorkload<'a> {
     /// The service it is a replica of, and which template it runs.
     pub replica: Option<(Uuid, ReplicaVariant)>,
     pub pending_reason: &'a str,
+    /// A gang member: (the gang's id, its rank, the gang's members).
+    pub gang: Option<(Uuid, u32, u32)>,
 }
 
 /// Writes a pending workload (its first event is the caller's to record).
@@ -438,9 +493,9 @@ pub async fn insert(conn: &mut sqlx::PgConnection, w: &NewWorkload<'_>) -> sqlx:
         "INSERT INTO workloads (id, tenant_id, name, class, priority, gpu_count, gpu_memory_mb, gpu_models, \
              cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, command, env, \
              slo_latency_ms, deadline, state, pending_reason, idempotency_key, idempotency_digest, gpu_milli, \
-             mig_profile, service_id, replica_variant, container) \
+             mig_profile, service_id, replica_variant, container, gang_id, gang_rank, gang_size) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, 'pending', \
-                 $19, $20, $21, $22, $23, $24, $25, $26)",
+                 $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)",
     )
     .bind(w.id)
     .bind(w.tenant_id)
@@ -468,6 +523,9 @@ pub async fn insert(conn: &mut sqlx::PgConnection, w: &NewWorkload<'_>) -> sqlx:
     .bind(w.replica.map(|(s, _)| s))
     .bind(w.replica.map(|(_, v)| v))
     .bind(req.container.as_ref().map(sqlx::types::Json))
+    .bind(w.gang.map(|(g, _, _)| g))
+    .bind(w.gang.map(|(_, rank, _)| rank as i32))
+    .bind(w.gang.map(|(_, _, size)| size as i32))
     .execute(conn)
     .await?;
     Ok(())
@@ -571,7 +629,20 @@ pub async fn detail(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<Work
     } else {
         Vec::new()
     };
-    Ok(WorkloadDetail { workload, history, decisions, last_output })
+    let gang = match workload.gang_id {
+        Some(gang_id) => {
+            sqlx::query_as(
+                "SELECT w.id, w.gang_rank AS rank, w.state, w.attempt, w.node_id, n.name AS node \
+                 FROM workloads w LEFT JOIN nodes n ON n.id = COALESCE(w.node_id, w.last_node_id) \
+                 WHERE w.gang_id = $1 ORDER BY w.gang_rank",
+            )
+            .bind(gang_id)
+            .fetch_all(db)
+            .await?
+        }
+        None => Vec::new(),
+    };
+    Ok(WorkloadDetail { workload, history, decisions, last_output, gang })
 }
 
 /// Lines of a failed attempt's output its detail shows.
@@ -582,12 +653,14 @@ const LAST_OUTPUT_LINES: usize = 20;
 /// tenant's workload is not found; the change is audited in the same transaction.
 pub async fn cancel(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<(WorkloadView, bool)> {
     let mut tx = db.begin().await?;
-    let row: Option<(Uuid, WorkloadState, i32, Option<Uuid>)> =
-        sqlx::query_as("SELECT tenant_id, state, attempt, node_id FROM workloads WHERE id = $1 FOR UPDATE")
+    /// (tenant, state, attempt, node, gang)
+    type Row = (Uuid, WorkloadState, i32, Option<Uuid>, Option<Uuid>);
+    let row: Option<Row> =
+        sqlx::query_as("SELECT tenant_id, state, attempt, node_id, gang_id FROM workloads WHERE id = $1 FOR UPDATE")
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?;
-    let Some((tenant_id, state, attempt, node_id)) = row else {
+    let Some((tenant_id, state, attempt, node_id, gang_id)) = row else {
         return Err(domain::Error::NotFound("workload"));
     };
     scope.ensure_can_write(tenant_id, "workload")?;
@@ -617,9 +690,14 @@ pub async fn cancel(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<(Wor
             ));
         }
     };
+    // Cancelling a member cancels its gang.
+    let gang_changed = match gang_id {
+        Some(gang) => gangs::follow(&mut tx, &[gang]).await?,
+        None => false,
+    };
     tx.commit().await?;
     let view = get(db, id).await?.ok_or(domain::Error::NotFound("workload"))?;
-    Ok((view, node_changed))
+    Ok((view, node_changed || gang_changed))
 }
 
 #[cfg(test)]

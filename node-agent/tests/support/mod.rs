@@ -233,6 +233,7 @@ pub fn run(workload_id: Uuid, command: &str, gpus: &[u32], grace_ms: u64) -> Ass
         cpu_millis: None,
         memory_mb: None,
         attempt_token: None,
+        gang: None,
     }
 }
 

@@ -30,8 +30,9 @@
 
 use std::collections::BTreeMap;
 
-use airtime_policy_sdk::actions::{Holdings, Ranking, queue};
+use airtime_policy_sdk::actions::{Fit, Holdings, Ranking, decide_gang, queue};
 use airtime_policy_sdk::fit::{Candidate, FitMemo, NodeRoom, NodesByFree, RoomIndex, TightestGpus, push_number};
+use airtime_policy_sdk::gang::Gangs;
 use airtime_policy_sdk::prelude::*;
 
 /// The policy. Stateless: everything it needs is in the snapshot.
@@ -69,12 +70,23 @@ impl Policy for PriorityBestFit {
         let mut failed_shapes: BTreeMap<Shape<'s>, String> = BTreeMap::new();
         let mut reserve_reason: Option<(u32, String)> = None;
         let mut budget_reason: Option<String> = None;
+        let mut gangs: Option<Gangs<'s>> = None;
 
         for (index, workload) in order {
             if cycle.placed >= max_placements {
                 let reason = budget_reason
                     .get_or_insert_with(|| format!("placement budget of this cycle ({max_placements}) is used up"));
                 cycle.plan.keep_pending(index, reason.clone())?;
+                continue;
+            }
+            if workload.in_gang() {
+                // A gang across nodes: every member by best fit, each on a node of its own, or all wait.
+                let gangs = gangs.get_or_insert_with(|| Gangs::of(snapshot));
+                let free_before = cycle.plan.free_gpu_total();
+                decide_gang(&mut cycle.plan, gangs, workload, Fit::BestFit)?;
+                if cycle.plan.free_gpu_total() != free_before {
+                    cycle.reindex();
+                }
                 continue;
             }
             if workload.container && !cycle.any_engine {
@@ -198,6 +210,16 @@ impl<'p, 's> Cycle<'p, 's> {
             scratch: Vec::new(),
             any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
         }
+    }
+
+    /// Builds the indexes again from the plan, after placements made outside them (a gang's).
+    fn reindex(&mut self) {
+        let (snapshot, plan) = (self.snapshot, &self.plan);
+        self.gpus = NodesByFree::of_ready_nodes(snapshot, plan);
+        let rooms = snapshot.ready_nodes().map(|(n, node)| cpu_room(plan, n, node.has_gpus()));
+        self.cpus = RoomIndex::new(snapshot.nodes.len(), rooms);
+        self.memo = FitMemo::new(snapshot.nodes.len());
+        self.tightest = TightestGpus::new(snapshot);
     }
 
     /// Files `node` in the CPU index again after a placement took its CPU and memory.

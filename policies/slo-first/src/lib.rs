@@ -58,6 +58,7 @@ use airtime_policy_sdk::actions::{
     consolidate, queue,
 };
 use airtime_policy_sdk::fit::gpu_list;
+use airtime_policy_sdk::gang::{GangReadiness, Gangs};
 use airtime_policy_sdk::prelude::*;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -142,6 +143,8 @@ struct Cycle<'p, 's> {
     memo: Memo<'s>,
     /// A gang behind fragmentation may move checkpointable work (param `consolidate`).
     consolidate: bool,
+    /// The snapshot's gangs across nodes, indexed at the first member met.
+    gangs: Option<Gangs<'s>>,
 }
 
 impl<'p, 's> Cycle<'p, 's> {
@@ -161,6 +164,7 @@ impl<'p, 's> Cycle<'p, 's> {
             any_engine: snapshot.ready_nodes().any(|(_, n)| n.containers),
             memo: Memo::default(),
             consolidate: params.consolidate,
+            gangs: None,
             plan,
         }
     }
@@ -173,6 +177,9 @@ impl<'p, 's> Cycle<'p, 's> {
     /// and the burst reserve, then a place on GPUs, and failing that a reason to wait — the
     /// reservation, victims stopping, a preemption, or the head's reservation of its own.
     fn decide(&mut self, index: u32, w: &'p Workload<'s>) -> Result<(), Failure> {
+        if w.in_gang() {
+            return self.gang(index, w);
+        }
         if w.container && !self.any_engine {
             return Ok(self.plan.keep_pending(index, "no ready node runs containers")?);
         }
@@ -186,6 +193,71 @@ impl<'p, 's> Cycle<'p, 's> {
             return Ok(());
         }
         self.wait(index, w)
+    }
+
+    /// A gang across nodes, decided whole when its first member comes up in the queue: every member
+    /// placed (each where it fits best, on a node of its own, outside the head's reservation) or
+    /// every member kept pending with what the gang waits for. No member holds GPUs while another
+    /// waits. (Gangs neither preempt nor reserve yet: they take what is free.)
+    fn gang(&mut self, index: u32, w: &'p Workload<'s>) -> Result<(), Failure> {
+        if self.plan.is_decided(index) {
+            return Ok(());
+        }
+        let snapshot = self.snapshot;
+        let gangs = self.gangs.get_or_insert_with(|| Gangs::of(snapshot));
+        let size = w.gang_size;
+        let members = match gangs.readiness(snapshot, w.gang_id, size) {
+            GangReadiness::Ready(members) => members,
+            GangReadiness::Waiting { pending, .. } => {
+                let waiting: Vec<u32> = gangs.members(w.gang_id).to_vec();
+                let reason = format!("its gang waits until all {size} members are back in the queue ({pending} are)");
+                return self.keep_gang_pending(&waiting, &reason);
+            }
+        };
+        if w.container && !self.any_engine {
+            return self.keep_gang_pending(&members, "no ready node runs containers");
+        }
+        if let Some(reason) = self.held_back(w) {
+            return self.keep_gang_pending(&members, &reason);
+        }
+        let reservation = &self.reservation;
+        let words = |member: u32, a: &airtime_policy_sdk::actions::Allocation| {
+            format!(
+                "gang member rank {} of {size} on {}: {}; {}; {} priority {}",
+                snapshot.workloads[member as usize].gang_rank,
+                snapshot.nodes[a.node as usize].name,
+                gpu_list(snapshot, &a.gpus),
+                a.how,
+                w.class.as_str(),
+                snapshot.effective_priority(w)
+            )
+        };
+        match self.alloc.gang(&mut self.plan, &members, |g| !reservation.is_reserved(g), words)? {
+            Some(_) => {
+                for _ in &members {
+                    self.holdings.take(w.tenant, w.gpu_need().count * WHOLE_GPU_MILLI);
+                }
+                Ok(())
+            }
+            None => {
+                let room = self.alloc.nodes_with_room(&self.plan, w, |g| !self.reservation.is_reserved(g));
+                let reason = format!(
+                    "a gang of {size}: needs {size} nodes, each with {}; {room} ready nodes have that now",
+                    w.needs_in_words()
+                );
+                self.keep_gang_pending(&members, &reason)
+            }
+        }
+    }
+
+    /// Keeps every undecided pending member of a gang pending, with one reason.
+    fn keep_gang_pending(&mut self, members: &[u32], reason: &str) -> Result<(), Failure> {
+        for &m in members {
+            if !self.plan.is_decided(m) && self.snapshot.workloads[m as usize].state == WorkloadState::Pending {
+                self.plan.keep_pending(m, reason.to_owned())?;
+            }
+        }
+        Ok(())
     }
 
     /// CPU-only work, and CPU-capable work while a CPU node has room: placed (or, for CPU-only

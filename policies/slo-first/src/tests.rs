@@ -410,3 +410,28 @@ fn a_gang_behind_fragmentation_moves_checkpointable_work_that_fits_elsewhere() {
     assert!(reason.starts_with("consolidating: moving sweep off b"), "{reason}");
     assert!(!outcome.is_preempted("serving"));
 }
+
+#[test]
+fn a_gang_across_nodes_is_placed_whole_one_member_a_node_or_waits_holding_nothing() {
+    let fleet = || {
+        SnapshotFixture::new()
+            .settings(settings())
+            .node("n0", 2, "H100", 81920)
+            .node("n1", 2, "H100", 81920)
+            .node("n2", 2, "H100", 81920)
+    };
+    // Three members of two GPUs: one on each node, though each node could not hold two of them.
+    let outcome = fleet().pending_gang("train", 3, 2).evaluate(&SloFirst).expect("runs");
+    let mut nodes: Vec<&str> = ["train-0", "train-1", "train-2"].iter().filter_map(|m| outcome.placed_on(m)).collect();
+    nodes.sort_unstable();
+    assert_eq!(nodes, ["n0", "n1", "n2"]);
+    assert!(outcome.reason("train-1").unwrap().contains("gang member rank 1 of 3"), "{:?}", outcome.reason("train-1"));
+    // Four members on three nodes: none placed, and small work behind it still runs.
+    let outcome = fleet().pending_gang("big", 4, 2).pending("small", 1, 0).evaluate(&SloFirst).expect("runs");
+    for member in ["big-0", "big-1", "big-2", "big-3"] {
+        assert!(outcome.is_kept_pending(member), "{member}: {:?}", outcome.decision(member));
+    }
+    let reason = outcome.reason("big-0").unwrap();
+    assert!(reason.contains("needs 4 nodes") && reason.contains("3 ready nodes have that now"), "{reason}");
+    assert!(outcome.placed_on("small").is_some());
+}

@@ -18,7 +18,8 @@
 //! Test: `cargo test -p airtime-policy-template`. Try it on a snapshot:
 //! `airtime-policy run <module.wasm> --snapshot snapshot.json`.
 
-use airtime_policy_sdk::actions::{Allocator, Fit, Holdings, Ranking, Reservation, queue};
+use airtime_policy_sdk::actions::{Allocation, Allocator, Fit, Holdings, Ranking, Reservation, queue};
+use airtime_policy_sdk::gang::{GangReadiness, Gangs};
 use airtime_policy_sdk::prelude::*;
 
 /// The policy. Keep it stateless: a fresh instance runs each evaluation anyway.
@@ -53,9 +54,32 @@ impl Policy for Template {
         let any_engine = snapshot.ready_nodes().any(|(_, n)| n.containers);
         let ranking = Ranking { guaranteed_first: false, ..Ranking::of(snapshot) };
         let mut placed = 0;
+        let mut gangs: Option<Gangs<'s>> = None;
         for (index, w) in queue(snapshot, &Holdings::of(snapshot), ranking) {
             if placed == max_placements {
                 plan.keep_pending(index, format!("at most {max_placements} placements per cycle"))?;
+                continue;
+            }
+            if w.in_gang() {
+                // A gang across nodes: every member on a node of its own, or every member waits.
+                let gangs = gangs.get_or_insert_with(|| Gangs::of(snapshot));
+                let members = match gangs.readiness(snapshot, w.gang_id, w.gang_size) {
+                    GangReadiness::Ready(members) if !plan.is_decided(index) => members,
+                    _ => {
+                        if w.is_pending() && !plan.is_decided(index) {
+                            plan.keep_pending(index, "waiting for the rest of its gang")?;
+                        }
+                        continue;
+                    }
+                };
+                let words = |m: u32, a: &Allocation| {
+                    format!("gang member {m} {} on {}", a.how, snapshot.nodes[a.node as usize].name)
+                };
+                if alloc.gang(&mut plan, &members, |g| !reservation.is_reserved(g), words)?.is_none() {
+                    for m in members {
+                        plan.keep_pending(m, "its gang does not fit whole: no node for every member")?;
+                    }
+                }
                 continue;
             }
             if w.container && !any_engine {

@@ -5,6 +5,7 @@
 use crate::abi::{Node, Snapshot, Workload};
 use crate::fit::{NodeRoom, NodesByFree, RoomIndex};
 use crate::frag::{FragPlacer, Workmix};
+use crate::gang::{GangReadiness, Gangs};
 use crate::plan::{Plan, PlanError};
 use crate::view::GpuNeed;
 
@@ -187,6 +188,75 @@ impl<'s> Allocator<'s> {
         None
     }
 
+    /// A gang across nodes (ABI 1.6): every one of `members` (its pending members, by rank) on a
+    /// node of its own, on GPUs `usable` admits — each member where it fits best (or fragments
+    /// least), the nodes its earlier members took excluded, so the search is one allocation per
+    /// member, never over subsets of nodes. All or nothing: when a member finds no node, the
+    /// members placed before it are taken back and `None` is returned, the plan as it was.
+    /// `reason` words each member's placement from its allocation.
+    pub fn gang(
+        &mut self,
+        plan: &mut Plan<'_, 's>,
+        members: &[u32],
+        usable: impl Fn(u32) -> bool,
+        reason: impl Fn(u32, &Allocation) -> String,
+    ) -> Result<Option<Vec<Allocation>>, PlanError> {
+        let snapshot = plan.snapshot();
+        let mut placed: Vec<Allocation> = Vec::with_capacity(members.len());
+        for &member in members {
+            let taken: Vec<u32> = placed.iter().map(|a| a.node).collect();
+            let fit =
+                self.gpus(plan, member, |g| usable(g) && snapshot.gpu(g).is_some_and(|gpu| !taken.contains(&gpu.node)));
+            let Some(fit) = fit else {
+                for a in placed.iter().rev() {
+                    let before = plan.free_gpu_count(a.node);
+                    plan.unplace_last();
+                    self.refile(plan, a.node, before);
+                }
+                return Ok(None);
+            };
+            let words = reason(member, &fit);
+            self.place(plan, member, fit.node, fit.gpus.clone(), words)?;
+            placed.push(fit);
+        }
+        Ok(Some(placed))
+    }
+
+    /// How many ready nodes could each take one member of a gang shaped like `w` now (on GPUs
+    /// `usable` admits): what a waiting gang's reason says.
+    pub fn nodes_with_room(&self, plan: &Plan<'_, 's>, w: &Workload<'_>, usable: impl Fn(u32) -> bool) -> u32 {
+        let need = w.gpu_need();
+        let snapshot = plan.snapshot();
+        let mut count = 0;
+        for group in self.free.at_least(need.count.max(1)) {
+            for &node in group {
+                let runs = snapshot.node(node).is_some_and(|n| n.can_run(w));
+                if runs
+                    && plan.cpu_free(node) >= w.cpu_millis
+                    && plan.memory_free(node) >= w.memory_mb
+                    && plan.free_gpus(node).filter(|(g, gpu)| need.fits(gpu) && usable(*g)).count() as u32 >= need.count
+                {
+                    count += 1;
+                }
+            }
+        }
+        count
+    }
+
+    /// Files a node whose free capacity changed (it had `before` free GPUs) in every index.
+    fn refile(&mut self, plan: &Plan<'_, 's>, node: u32, before: u32) {
+        self.free.moved(node, before, plan.free_gpu_count(node));
+        if let Some(cpu) = self.cpu.as_mut() {
+            let (free_cpu, memory) = (plan.cpu_free(node), plan.memory_free(node));
+            let tie = plan.snapshot().node(node).map_or(0, cents);
+            cpu.cpu_only.set(node, free_cpu, memory, tie);
+            cpu.every.set(node, free_cpu, memory, 0);
+        }
+        if let Some(placer) = self.placer.as_mut() {
+            placer.placed(plan, node);
+        }
+    }
+
     /// Places `workload` through the plan and files what the placement took.
     pub fn place(
         &mut self,
@@ -198,18 +268,58 @@ impl<'s> Allocator<'s> {
     ) -> Result<(), PlanError> {
         let before = plan.free_gpu_count(node);
         plan.place(workload, node, gpus, reason)?;
-        self.free.moved(node, before, plan.free_gpu_count(node));
-        if let Some(cpu) = self.cpu.as_mut() {
-            let (free_cpu, memory) = (plan.cpu_free(node), plan.memory_free(node));
-            let tie = plan.snapshot().node(node).map_or(0, cents);
-            cpu.cpu_only.set(node, free_cpu, memory, tie);
-            cpu.every.set(node, free_cpu, memory, 0);
-        }
-        if let Some(placer) = self.placer.as_mut() {
-            placer.placed(plan, node);
-        }
+        self.refile(plan, node, before);
         Ok(())
     }
+}
+
+/// A gang across nodes decided whole, for a policy that keeps no [`Allocator`] of its own: every
+/// pending member placed by `fit` (each on a node of its own), or every one kept pending with what
+/// the gang waits for. Nothing when its members are decided already (the first one met decided
+/// them all).
+pub fn decide_gang<'s>(
+    plan: &mut Plan<'_, 's>,
+    gangs: &Gangs<'s>,
+    w: &Workload<'s>,
+    fit: Fit,
+) -> Result<(), PlanError> {
+    let snapshot = plan.snapshot();
+    let size = w.gang_size;
+    let members = gangs.members(w.gang_id);
+    let undecided: Vec<u32> = members
+        .iter()
+        .copied()
+        .filter(|&m| !plan.is_decided(m) && snapshot.workloads[m as usize].state == crate::abi::WorkloadState::Pending)
+        .collect();
+    if undecided.is_empty() {
+        return Ok(());
+    }
+    let reason = match gangs.readiness(snapshot, w.gang_id, size) {
+        GangReadiness::Waiting { pending, .. } => {
+            format!("its gang waits until all {size} members are back in the queue ({pending} are)")
+        }
+        GangReadiness::Ready(ready) => {
+            let mut alloc = Allocator::new(plan, fit);
+            let words = |m: u32, a: &Allocation| {
+                format!(
+                    "gang member rank {} of {size} on {}: {}",
+                    snapshot.workloads[m as usize].gang_rank, snapshot.nodes[a.node as usize].name, a.how
+                )
+            };
+            if alloc.gang(plan, &ready, |_| true, words)?.is_some() {
+                return Ok(());
+            }
+            let room = alloc.nodes_with_room(plan, w, |_| true);
+            format!(
+                "a gang of {size}: needs {size} nodes, each with {}; {room} ready nodes have that now",
+                w.needs_in_words()
+            )
+        }
+    };
+    for m in undecided {
+        plan.keep_pending(m, reason.clone())?;
+    }
+    Ok(())
 }
 
 /// How a fragmentation-aware placement is explained: what it adds to the capacity no typical

@@ -24,7 +24,7 @@ pub mod order;
 pub mod preempt;
 pub mod reserve;
 
-pub use allocate::{Allocation, Allocator, Fit};
+pub use allocate::{Allocation, Allocator, Fit, decide_gang};
 pub use consolidate::{Move, consolidate};
 pub use order::{Holdings, Ranking, queue};
 pub use preempt::{Cause, Preemption, RunningByNode, VictimRules, VictimSearch, worth};

@@ -1473,6 +1473,7 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            gang?: components["schemas"]["GangRendezvous"] | null;
             gpu_indices?: number[];
             /**
              * Format: int64
@@ -1878,6 +1879,61 @@ export interface components {
             workloads: {
                 [key: string]: number;
             };
+        };
+        /** @description One member of a gang, as a member's detail lists them. */
+        GangMember: {
+            /** Format: int32 */
+            attempt: number;
+            /** Format: uuid */
+            id: string;
+            /** @description The name of the node it runs on, or last ran on. */
+            node?: string | null;
+            /** Format: uuid */
+            node_id?: string | null;
+            /** Format: int32 */
+            rank: number;
+            state: components["schemas"]["WorkloadState"];
+        };
+        /**
+         * @description A gang member's place in its gang, as the frameworks' launchers expect it: the agent starts
+         *     the member with `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `NODE_RANK`, `LOCAL_RANK`,
+         *     `LOCAL_WORLD_SIZE` and a hostfile (`AIRTIME_HOSTFILE`) built from these.
+         */
+        GangRendezvous: {
+            /**
+             * Format: uuid
+             * @description The gang: its rank-0 member's workload id.
+             */
+            gang_id: string;
+            /**
+             * @description Not every member's node has its assignment yet: the agent must not start the member (it
+             *     may prepare) until a later desired state clears this.
+             */
+            hold?: boolean;
+            /** @description Every member's node address, by rank (the hostfile's lines). */
+            hosts: string[];
+            /** @description The rank-0 member's node address (`MASTER_ADDR`). */
+            master_addr: string;
+            /**
+             * Format: int32
+             * @description The port the rank-0 member listens on for the rendezvous (`MASTER_PORT`).
+             */
+            master_port: number;
+            /**
+             * Format: int32
+             * @description This member's rank, `0 .. size`; also its node's rank (one member per node).
+             */
+            rank: number;
+            /**
+             * Format: int32
+             * @description Members (nodes) in the gang.
+             */
+            size: number;
+            /**
+             * Format: int32
+             * @description GPUs each member holds (the hostfile's `slots`).
+             */
+            slots: number;
         };
         /** @description A fault of a GPU, as the agent reads it from NVML (or is told to simulate it). */
         GpuFault: {
@@ -2595,6 +2651,11 @@ export interface components {
             node_id: string;
         };
         Registration: {
+            /**
+             * @description Where the other members of a gang reach this node: an IP address or a host name (the
+             *     agent's `--advertise-address`). Absent: the node's `hostname`. (Protocol 1.2.)
+             */
+            address?: string | null;
             agent_version: string;
             container_engine?: components["schemas"]["ContainerEngine"] | null;
             /** Format: double */
@@ -2923,6 +2984,14 @@ export interface components {
             /** Format: int32 */
             expected_duration_s?: number | null;
             name: string;
+            /**
+             * Format: int32
+             * @description A gang across nodes: this many members (2 to 256), each on a node of its own with the
+             *     `resources` given (so `resources.gpu_count` is GPUs per node), placed all together or not
+             *     at all, started together with a rendezvous (`MASTER_ADDR`, `RANK`, `WORLD_SIZE`, …) and
+             *     requeued together. Absent or 1: one node.
+             */
+            nodes?: number | null;
             preemptible?: boolean;
             /** Format: int32 */
             priority?: number;
@@ -3195,6 +3264,8 @@ export interface components {
         WorkloadClass: "realtime_inference" | "batch_inference" | "training" | "fine_tuning" | "quantization" | "embeddings" | "evaluation";
         WorkloadDetail: components["schemas"]["WorkloadView"] & {
             decisions: components["schemas"]["DecisionView"][];
+            /** @description Every member of its gang by rank, where each runs; empty for a workload on one node. */
+            gang?: components["schemas"]["GangMember"][];
             history: components["schemas"]["WorkloadEvent"][];
             /** @description The last lines its latest attempt printed (stdout and stderr in order), when it failed. */
             last_output?: string[];
@@ -3239,6 +3310,21 @@ export interface components {
             expected_duration_s?: number | null;
             /** Format: date-time */
             finished_at?: string | null;
+            /**
+             * Format: uuid
+             * @description The gang it is a member of (its rank-0 member's id); absent: a workload on one node.
+             */
+            gang_id?: string | null;
+            /**
+             * Format: int32
+             * @description Its rank in the gang, `0 .. gang_size`.
+             */
+            gang_rank?: number | null;
+            /**
+             * Format: int32
+             * @description Members of its gang.
+             */
+            gang_size?: number | null;
             gpu_ids: string[];
             /** Format: uuid */
             id: string;
