@@ -354,9 +354,15 @@ impl<'s, 'a> Plan<'s, 'a> {
             return self.decisions;
         }
         let gangs = crate::gang::Gangs::of(snapshot);
-        let placed = |i: u32| {
-            self.decisions.iter().any(|d| d.workload == i && matches!(d.action, crate::abi::Action::Place { .. }))
-        };
+        let mut is_placed = vec![false; snapshot.workloads.len()];
+        for d in &self.decisions {
+            if matches!(d.action, crate::abi::Action::Place { .. })
+                && let Some(p) = is_placed.get_mut(d.workload as usize)
+            {
+                *p = true;
+            }
+        }
+        let placed = |i: u32| is_placed.get(i as usize).copied().unwrap_or(false);
         let partial: Vec<&str> = gangs
             .iter()
             .filter(|(_, members)| {

@@ -12,6 +12,8 @@ export type GpuView = S["GpuView"];
 export type GpuShare = S["GpuShareView"];
 export type Workload = S["WorkloadView"];
 export type WorkloadDetail = S["WorkloadDetail"];
+/** One member of a gang across nodes, as a member's detail lists them. */
+export type GangMember = S["GangMember"];
 export type WorkloadClass = S["WorkloadClass"];
 export type SubmitWorkload = S["SubmitWorkload"];
 export type Decision = S["DecisionView"];

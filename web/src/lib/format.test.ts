@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ago, duration, gpuHours, gpusAsked, money, pct } from "./format";
+import { ago, duration, gpuHours, gpusAcross, gpusAsked, money, pct } from "./format";
 
 describe("format", () => {
   it("writes GPU-hours with the digits that matter", () => {
@@ -32,5 +32,10 @@ describe("format", () => {
     expect(gpusAsked({ gpu_count: 1, gpu_milli: 250 })).toBe("0.25 GPU");
     expect(gpusAsked({ gpu_count: 1, gpu_milli: 142, mig_profile: "1g.10gb" })).toBe("MIG 1g.10gb");
     expect(gpusAsked({ gpu_count: 0, gpu_milli: 1000 })).toBe("CPU");
+  });
+  it("says what a gang member asks for across its nodes", () => {
+    expect(gpusAcross({ resources: { gpu_count: 2, gpu_milli: 1000 }, gang_size: 3 })).toBe("2 × 3 nodes");
+    expect(gpusAcross({ resources: { gpu_count: 2, gpu_milli: 1000 }, gang_size: null })).toBe("2");
+    expect(gpusAcross({ resources: { gpu_count: 8, gpu_milli: 1000 } })).toBe("8");
   });
 });

@@ -69,6 +69,15 @@ export function gpusAsked(r: { gpu_count: number; gpu_milli: number; mig_profile
   return `${r.gpu_count}`;
 }
 
+/**
+ * What a workload asks for across its nodes: a gang member's GPUs per node times its gang's nodes
+ * ("2 × 3 nodes", "MIG 1g.10gb × 2 nodes"); what `gpusAsked` reads for work on one node.
+ */
+export function gpusAcross(w: { resources: Parameters<typeof gpusAsked>[0]; gang_size?: number | null }): string {
+  const each = gpusAsked(w.resources);
+  return w.gang_size != null && w.gang_size > 1 ? `${each} × ${w.gang_size} nodes` : each;
+}
+
 /** snake_case to words: "realtime_inference" → "realtime inference". */
 export function words(s: string | null | undefined): string {
   return (s ?? "").replace(/_/g, " ");

@@ -4,10 +4,10 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { createColumnHelper } from "@tanstack/react-table";
 import type { PageProps } from "../App";
 import { api, unwrap } from "../api/client";
-import { ACTIVE_STATES, WORKLOAD_CLASSES, type SubmitWorkload, type Workload, type WorkloadClass } from "../api/types";
+import { ACTIVE_STATES, WORKLOAD_CLASSES, type GangMember, type SubmitWorkload, type Workload, type WorkloadClass } from "../api/types";
 import { DataTable, type Column } from "../components/DataTable";
-import { ErrorNote, Loading, PageHeader, Section, StateBadge, WordSelect } from "../components/ui";
-import { ago, duration, gpusAsked, time, words } from "../lib/format";
+import { Badge, ErrorNote, Loading, PageHeader, Section, StateBadge, WordSelect } from "../components/ui";
+import { ago, duration, gpusAcross, time, words } from "../lib/format";
 import { LIVE_MS, useTenants, useWorkloads } from "../lib/queries";
 import { Link, navigate } from "../lib/router";
 import { DecisionsTable } from "./Decisions";
@@ -42,17 +42,33 @@ function CancelButton({ w }: { w: Workload }) {
   );
 }
 
+/** A gang member's place in its gang, "1/3"; null for work on one node. */
+function gangOf(w: Workload): string | null {
+  return w.gang_id != null && w.gang_rank != null && w.gang_size != null ? `${w.gang_rank}/${w.gang_size}` : null;
+}
+
 const col = createColumnHelper<Workload>();
 function columns(tab: Tab, canCancel: boolean) {
   const cs: Column<Workload>[] = [
     ...(tab === "queue"
       ? [col.accessor((w) => w.queue_position ?? null, { id: "position", header: "#", cell: (c) => c.getValue() ?? "" })]
       : []),
-    col.accessor("name", { header: "Name", cell: (c) => <Link to={`/workloads/${c.row.original.id}`}>{c.getValue()}</Link> }),
+    col.accessor("name", {
+      header: "Name",
+      cell: (c) => {
+        const gang = gangOf(c.row.original);
+        return (
+          <>
+            <Link to={`/workloads/${c.row.original.id}`}>{c.getValue()}</Link>
+            {gang && <span className="muted small" data-gang-rank={c.row.original.gang_rank}> gang {gang}</span>}
+          </>
+        );
+      },
+    }),
     col.accessor("tenant", { header: "Tenant" }),
     col.accessor("class", { header: "Class", cell: (c) => words(c.getValue()) }),
     col.accessor("state", { header: "State", cell: (c) => <StateBadge state={c.getValue()} /> }),
-    col.accessor((w) => gpusAsked(w.resources), { id: "gpus", header: "GPUs" }),
+    col.accessor((w) => gpusAcross(w), { id: "gpus", header: "GPUs" }),
     col.accessor("priority", { header: "Priority" }),
     ...(tab === "queue"
       ? [
@@ -251,6 +267,13 @@ export function WorkloadPage({ id, can }: PageProps & { id: string }) {
     <>
       <PageHeader title={w.name}>
         <StateBadge state={w.state} />
+        {w.gang_id != null && w.gang_rank != null && w.gang_size != null && (
+          <span data-testid="workload-gang">
+            <Badge>
+              Gang: rank {w.gang_rank} of {w.gang_size}
+            </Badge>
+          </span>
+        )}
         {can.cancel && <CancelButton w={w} />}
       </PageHeader>
       <p>
@@ -266,7 +289,7 @@ export function WorkloadPage({ id, can }: PageProps & { id: string }) {
             <dt>Priority</dt>
             <dd>{w.priority}</dd>
             <dt>GPUs</dt>
-            <dd>{gpusAsked(w.resources)}</dd>
+            <dd>{gpusAcross(w)}</dd>
             <dt>State</dt>
             <dd data-testid="workload-state">{words(w.state)}</dd>
             {w.state === "pending" && (
@@ -332,6 +355,7 @@ export function WorkloadPage({ id, can }: PageProps & { id: string }) {
           </ol>
         </Section>
       </div>
+      {(w.gang?.length ?? 0) > 0 && <GangMembers members={w.gang ?? []} current={w.id} />}
       <Section title="Decisions" id="workload-decisions">
         <DecisionsTable rows={w.decisions} />
       </Section>
@@ -342,6 +366,59 @@ export function WorkloadPage({ id, can }: PageProps & { id: string }) {
         </pre>
       </Section>
     </>
+  );
+}
+
+/** The members of a gang by rank: each one's state, attempt and node, the one shown marked. */
+export function GangMembers({ members, current }: { members: GangMember[]; current: string }) {
+  const byRank = [...members].sort((a, b) => a.rank - b.rank);
+  return (
+    <Section title="Gang members" id="gang">
+      <div className="table-scroll" tabIndex={0} role="region" aria-label="Gang members">
+        <table className="compact" data-testid="gang-members">
+          <thead>
+            <tr>
+              <th scope="col">Rank</th>
+              <th scope="col">Member</th>
+              <th scope="col">State</th>
+              <th scope="col">Attempt</th>
+              <th scope="col">Node</th>
+            </tr>
+          </thead>
+          <tbody>
+            {byRank.map((m) => {
+              const here = m.id === current;
+              return (
+                <tr key={m.id} data-rank={m.rank} className={here ? "selected" : undefined}>
+                  <td>{m.rank}</td>
+                  <td>
+                    <Link to={`/workloads/${m.id}`} aria-current={here ? "page" : undefined} title={m.id}>
+                      <code>{m.id.slice(0, 8)}</code>
+                    </Link>
+                    {here && <span className="muted small"> (this one)</span>}
+                  </td>
+                  <td>
+                    <StateBadge state={m.state} />
+                  </td>
+                  <td>{m.attempt}</td>
+                  <td>
+                    {m.node_id ? (
+                      <Link to={`/fleet/nodes/${m.node_id}`}>{m.node ?? m.node_id.slice(0, 8)}</Link>
+                    ) : m.node ? (
+                      <span className="muted" title="Where it last ran">
+                        {m.node}
+                      </span>
+                    ) : (
+                      <span className="muted">—</span>
+                    )}
+                  </td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      </div>
+    </Section>
   );
 }
 
