@@ -39,6 +39,18 @@ struct Member {
     gang_rank: i32,
 }
 
+/// Every member of `gang` by rank, locked for the caller's transaction (always in rank order, so
+/// two transactions on one gang never deadlock on its rows).
+async fn lock_members(conn: &mut PgConnection, gang: Uuid) -> sqlx::Result<Vec<Member>> {
+    sqlx::query_as(
+        "SELECT id, tenant_id, state, attempt, node_id, gang_rank FROM workloads WHERE gang_id = $1 \
+         ORDER BY gang_rank FOR UPDATE",
+    )
+    .bind(gang)
+    .fetch_all(conn)
+    .await
+}
+
 /// Keeps the members of each gang in `gangs` together: a member failed or cancelled ends every
 /// other member (a pending one at once, one on a node through its agent); else a member pending or
 /// being preempted stops the members on nodes, which are requeued as they exit. Returns whether a
@@ -46,13 +58,7 @@ struct Member {
 pub async fn follow(conn: &mut PgConnection, gangs: &[Uuid]) -> sqlx::Result<bool> {
     let mut changed = false;
     for &gang in gangs {
-        let members: Vec<Member> = sqlx::query_as(
-            "SELECT id, tenant_id, state, attempt, node_id, gang_rank FROM workloads WHERE gang_id = $1 \
-             ORDER BY gang_rank FOR UPDATE",
-        )
-        .bind(gang)
-        .fetch_all(&mut *conn)
-        .await?;
+        let members = lock_members(conn, gang).await?;
         let ended = members.iter().find(|m| matches!(m.state, WorkloadState::Failed | WorkloadState::Cancelled));
         if let Some(ended) = ended {
             let detail = format!("its gang ended: member rank {} was {}", ended.gang_rank, ended.state.as_str());
@@ -138,13 +144,7 @@ pub async fn sweep(db: &PgPool, start_timeout: Duration) -> sqlx::Result<usize> 
     .await?;
     for (gang, waiting) in stalled {
         let mut tx = db.begin().await?;
-        let members: Vec<Member> = sqlx::query_as(
-            "SELECT id, tenant_id, state, attempt, node_id, gang_rank FROM workloads WHERE gang_id = $1 \
-             ORDER BY gang_rank FOR UPDATE",
-        )
-        .bind(gang)
-        .fetch_all(&mut *tx)
-        .await?;
+        let members = lock_members(&mut tx, gang).await?;
         let detail = format!(
             "preempted: its gang did not start within {} s ({waiting} of {} members never started); requeued whole",
             start_timeout.as_secs(),
