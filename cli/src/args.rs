@@ -87,8 +87,8 @@ pub enum Command {
     /// The fleet's nodes and their GPUs (the default); one node; cordon, drain and uncordon a
     /// node for maintenance (platform admins).
     Nodes(NodesArgs),
-    /// Tenants with their quota and standing (the default); create one, change its quota, or
-    /// preview what the change would do (platform admins).
+    /// Tenants with their quota and standing (the default); create one, change its quota or
+    /// preview what the change would do, set its budgets, archive it (platform admins).
     Tenants(TenantsArgs),
     /// Scheduling policies: list, upload, try, shadow, activate, roll back.
     #[command(subcommand, alias = "policy")]
@@ -128,6 +128,34 @@ pub enum TenantCommand {
         #[arg(long)]
         preview: bool,
     },
+    /// Archive a tenant: its pending work is cancelled, its running work stopped with its grace
+    /// period, its services drained; it admits nothing new. Its history and accounting remain.
+    Archive {
+        /// Tenant name or id.
+        tenant: String,
+    },
+    /// Budgets and what each tenant used of them this period (one tenant's with a name).
+    Budgets {
+        /// Tenant name or id.
+        tenant: Option<String>,
+    },
+    /// Set (or with --remove, remove) a tenant's GPU-hour budget for a week or a month.
+    Budget {
+        /// Tenant name or id.
+        tenant: String,
+        /// The period: week (from Monday 00:00 UTC) or month (from the 1st).
+        #[arg(long, default_value = "month")]
+        period: String,
+        /// GPU-hours per period, counted as billed (a quarter GPU for an hour is 0.25).
+        #[arg(long, required_unless_present = "remove")]
+        gpu_hours: Option<f64>,
+        /// What happens to new work once it is used up: warn, best-effort or stop.
+        #[arg(long, default_value = "warn")]
+        action: String,
+        /// Remove the budget instead.
+        #[arg(long, conflicts_with_all = ["gpu_hours"])]
+        remove: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -144,6 +172,9 @@ pub struct QuotaArgs {
     /// Whether it may borrow idle GPUs beyond its guarantee.
     #[arg(long, value_name = "BOOL")]
     pub may_borrow: Option<bool>,
+    /// The most GPUs its work may hold at once, borrowed or not (0 removes the limit).
+    #[arg(long)]
+    pub gpu_limit: Option<u32>,
 }
 
 #[derive(Debug, Args)]

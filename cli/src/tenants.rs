@@ -1,6 +1,6 @@
 //! `airtime tenants`: the teams and their quotas — who holds what against its guarantee, creating a
-//! tenant and changing its quota (platform admins), with `--preview` to see first what the next
-//! scheduling cycle would do differently.
+//! tenant and changing its quota and limit (platform admins), with `--preview` to see first what
+//! the next scheduling cycle would do differently; budgets; archiving a tenant.
 
 use serde_json::{Map, Value, json};
 
@@ -22,7 +22,7 @@ pub async fn run(client: &Client, command: Option<&TenantCommand>, out: Output) 
             let body = Value::Object(quota_body(quota));
             if body.as_object().is_some_and(Map::is_empty) {
                 return Err(Failure::Usage(
-                    "give at least one of --guaranteed-gpus, --weight, --tier and --may-borrow".into(),
+                    "give at least one of --guaranteed-gpus, --weight, --tier, --may-borrow and --gpu-limit".into(),
                 ));
             }
             let id = resolve(client, tenant).await?;
@@ -35,7 +35,67 @@ pub async fn run(client: &Client, command: Option<&TenantCommand>, out: Output) 
             }
             Ok(())
         }
+        Some(TenantCommand::Archive { tenant }) => {
+            let id = resolve(client, tenant).await?;
+            let answer = client.post(&format!("/tenants/{id}/archive"), &json!({})).await?;
+            if out == Output::Json {
+                output::json(&answer);
+            } else {
+                output::line(&format!(
+                    "tenant {} archived: {} pending workloads cancelled, {} stopping, {} services draining",
+                    output::cell(&answer["tenant"]["name"]),
+                    output::cell(&answer["cancelled_pending"]),
+                    output::cell(&answer["stopping"]),
+                    output::cell(&answer["draining_services"]),
+                ));
+            }
+            Ok(())
+        }
+        Some(TenantCommand::Budgets { tenant }) => {
+            let path = match tenant {
+                Some(t) => format!("/tenants/budgets?tenant={}", resolve(client, t).await?),
+                None => "/tenants/budgets".to_owned(),
+            };
+            show_budgets(&client.get(&path).await?, out);
+            Ok(())
+        }
+        Some(TenantCommand::Budget { tenant, period, gpu_hours, action, remove }) => {
+            let id = resolve(client, tenant).await?;
+            let path = format!("/tenants/{id}/budgets/{}", period.trim());
+            if *remove {
+                client.delete(&path).await?;
+                output::line(&format!("the {} budget of {tenant} is removed", period.trim()));
+                return Ok(());
+            }
+            let body = json!({"gpu_hours": gpu_hours, "action": action.trim().replace('-', "_")});
+            let answer = client.put(&path, &body).await?;
+            show_budgets(&Value::Array(vec![answer]), out);
+            Ok(())
+        }
     }
+}
+
+/// Budgets with this period's use.
+fn show_budgets(budgets: &Value, out: Output) {
+    if out == Output::Json {
+        output::json(budgets);
+        return;
+    }
+    let mut t = output::table(&["TENANT", "PERIOD", "GPU-HOURS", "USED", "REMAINING", "ACTION", "EXHAUSTED", "UNTIL"]);
+    for b in budgets.as_array().into_iter().flatten() {
+        let hours = |v: &Value| format!("{:.2}", v.as_f64().unwrap_or(0.0));
+        t.add_row(vec![
+            output::cell(&b["tenant"]),
+            output::cell(&b["period"]),
+            hours(&b["gpu_hours"]),
+            hours(&b["used_gpu_hours"]),
+            hours(&b["remaining_gpu_hours"]),
+            output::cell(&b["action"]),
+            if b["exhausted"] == true { "yes".into() } else { "no".into() },
+            output::cell(&b["period_end"]),
+        ]);
+    }
+    output::print(&t);
 }
 
 /// The quota flags given, as the API's fields.
@@ -52,6 +112,9 @@ fn quota_body(q: &QuotaArgs) -> Map<String, Value> {
     }
     if let Some(b) = q.may_borrow {
         body.insert("may_borrow".into(), json!(b));
+    }
+    if let Some(l) = q.gpu_limit {
+        body.insert("gpu_limit".into(), json!(l));
     }
     body
 }
@@ -108,6 +171,8 @@ fn show(tenant: &Value, out: Output) {
         ("weight", output::cell(&tenant["weight"])),
         ("tier", output::cell(&tenant["tier"])),
         ("may_borrow", output::cell(&tenant["may_borrow"])),
+        ("gpu_limit", output::cell(&tenant["gpu_limit"])),
+        ("archived_at", output::cell(&tenant["archived_at"])),
     ]));
 }
 

@@ -1,5 +1,5 @@
-//! What the domain modules (`workloads`, `services`, `policies`, `tenancy`, `what_if`, `users`,
-//! `invitations`, `settings`, `auth::tokens`) return and take: [`Error`], a failure in the domain's
+//! What the domain modules (`workloads`, `services`, `policies`, `tenancy`, `archive`, `budgets`,
+//! `what_if`, `users`, `invitations`, `settings`, `auth::tokens`) return and take: [`Error`], a failure in the domain's
 //! words, and [`Scope`], who acts and which tenants they may see and change. Neither knows HTTP:
 //! `api/` maps an [`Error`] to a status and the JSON error body (`impl From<domain::Error> for
 //! ApiError`), and builds a [`Scope`] from the authenticated caller (`Caller::scope`). The tidy test

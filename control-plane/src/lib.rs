@@ -7,7 +7,9 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod archive;
 pub mod auth;
+pub mod budgets;
 pub mod config;
 pub mod db;
 pub mod decisions;

@@ -5,7 +5,10 @@
 //! A quota change is audited with what it was and what it became, and takes effect at the next
 //! scheduling cycle (the scheduler reads the tenants every cycle). Lowering a guarantee below what
 //! a tenant holds reclaims nothing by itself: the policy preempts under the platform's normal
-//! preemption rules, as it would for any tenant over its guarantee.
+//! preemption rules, as it would for any tenant over its guarantee. A limit (`gpu_limit`) caps
+//! what a tenant may hold, borrowed or not; the checker refuses any placement past it, and work
+//! it already holds past a lowered limit runs on (nothing new is placed until it is below).
+//! An archived tenant (`archive`) admits nothing new: [`resolve_for_write`] refuses it.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -26,7 +29,18 @@ pub struct TenantView {
     pub weight: i32,
     pub tier: i32,
     pub may_borrow: bool,
+    /// The most GPUs its work may hold at once, borrowed or not; none when absent.
+    pub gpu_limit: Option<i32>,
+    /// When it was archived; absent for a live tenant.
+    pub archived_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+}
+
+/// A tenant's columns as [`TenantView`] reads them.
+macro_rules! tenant_columns {
+    () => {
+        "id, name, guaranteed_gpus, weight, tier, may_borrow, gpu_limit, archived_at, created_at"
+    };
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -41,6 +55,9 @@ pub struct CreateTenant {
     pub tier: i32,
     #[serde(default = "yes")]
     pub may_borrow: bool,
+    /// The most GPUs its work may hold at once (1 to 100000); no limit when absent.
+    #[serde(default)]
+    pub gpu_limit: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -52,10 +69,11 @@ fn yes() -> bool {
 
 /// Every tenant for platform admins; the actor's own tenant for everyone else.
 pub async fn list(db: &PgPool, scope: &Scope) -> domain::Result<Vec<TenantView>> {
-    Ok(sqlx::query_as(
-        "SELECT id, name, guaranteed_gpus, weight, tier, may_borrow, created_at FROM tenants \
-         WHERE ($1::uuid IS NULL OR id = $1) ORDER BY name",
-    )
+    Ok(sqlx::query_as(concat!(
+        "SELECT ",
+        tenant_columns!(),
+        " FROM tenants WHERE ($1::uuid IS NULL OR id = $1) ORDER BY archived_at IS NOT NULL, name"
+    ))
     .bind(scope.tenant_filter())
     .fetch_all(db)
     .await?)
@@ -74,15 +92,23 @@ pub struct TenantQuota {
     pub tier: Option<i32>,
     /// Whether it may run on GPUs beyond its guarantee while they are idle.
     pub may_borrow: Option<bool>,
+    /// The most GPUs its work may hold at once, borrowed or not (1 to 100000); 0 removes the
+    /// limit.
+    pub gpu_limit: Option<u32>,
 }
 
 impl TenantQuota {
     /// The quota's numbers within their ranges, and at least one of them given.
     pub fn check(&self) -> domain::Result<()> {
-        if self.guaranteed_gpus.is_none() && self.weight.is_none() && self.tier.is_none() && self.may_borrow.is_none() {
+        if self.guaranteed_gpus.is_none()
+            && self.weight.is_none()
+            && self.tier.is_none()
+            && self.may_borrow.is_none()
+            && self.gpu_limit.is_none()
+        {
             return Err(domain::Error::invalid(
                 "invalid_quota",
-                "give at least one of guaranteed_gpus, weight, tier and may_borrow",
+                "give at least one of guaranteed_gpus, weight, tier, may_borrow and gpu_limit",
             ));
         }
         check_quota(
@@ -90,15 +116,30 @@ impl TenantQuota {
             self.guaranteed_gpus.unwrap_or(0),
             self.weight.unwrap_or(1),
             self.tier.unwrap_or(0),
+            self.gpu_limit.filter(|&l| l > 0),
         )
     }
 }
 
 /// A quota's numbers within their ranges; `code` is the error's (`invalid_tenant` for a new tenant,
 /// `invalid_quota` for a change).
-fn check_quota(code: &'static str, guaranteed_gpus: u32, weight: u32, tier: i32) -> domain::Result<()> {
-    if guaranteed_gpus > 100_000 || weight == 0 || weight > 10_000 || !(-1000..=1000).contains(&tier) {
-        return Err(domain::Error::invalid(code, "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000"));
+fn check_quota(
+    code: &'static str,
+    guaranteed_gpus: u32,
+    weight: u32,
+    tier: i32,
+    gpu_limit: Option<u32>,
+) -> domain::Result<()> {
+    if guaranteed_gpus > 100_000
+        || weight == 0
+        || weight > 10_000
+        || !(-1000..=1000).contains(&tier)
+        || gpu_limit.is_some_and(|l| l == 0 || l > 100_000)
+    {
+        return Err(domain::Error::invalid(
+            code,
+            "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000, gpu_limit 1..=100000",
+        ));
     }
     Ok(())
 }
@@ -110,28 +151,28 @@ pub async fn update(db: &PgPool, scope: &Scope, id: Uuid, change: &TenantQuota) 
     scope.require_platform_admin()?;
     change.check()?;
     let mut tx = db.begin().await?;
-    let before: Option<TenantView> = sqlx::query_as(
-        "SELECT id, name, guaranteed_gpus, weight, tier, may_borrow, created_at FROM tenants WHERE id = $1 FOR UPDATE",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(before) = before else { return Err(domain::Error::NotFound("tenant")) };
-    let after: TenantView = sqlx::query_as(
+    let before = lock(&mut tx, id).await?;
+    if before.archived_at.is_some() {
+        return Err(domain::Error::conflict("tenant_archived", format!("tenant {} is archived", before.name)));
+    }
+    let after: TenantView = sqlx::query_as(concat!(
         "UPDATE tenants SET guaranteed_gpus = COALESCE($2, guaranteed_gpus), weight = COALESCE($3, weight), \
-             tier = COALESCE($4, tier), may_borrow = COALESCE($5, may_borrow) \
-         WHERE id = $1 RETURNING id, name, guaranteed_gpus, weight, tier, may_borrow, created_at",
-    )
+             tier = COALESCE($4, tier), may_borrow = COALESCE($5, may_borrow), \
+             gpu_limit = CASE WHEN $6::int IS NULL THEN gpu_limit WHEN $6 = 0 THEN NULL ELSE $6 END \
+         WHERE id = $1 RETURNING ",
+        tenant_columns!()
+    ))
     .bind(id)
     .bind(change.guaranteed_gpus.map(|g| g as i32))
     .bind(change.weight.map(|w| w as i32))
     .bind(change.tier)
     .bind(change.may_borrow)
+    .bind(change.gpu_limit.map(|l| l as i32))
     .fetch_one(&mut *tx)
     .await?;
     let quota = |t: &TenantView| {
         serde_json::json!({"guaranteed_gpus": t.guaranteed_gpus, "weight": t.weight, "tier": t.tier,
-                           "may_borrow": t.may_borrow})
+                           "may_borrow": t.may_borrow, "gpu_limit": t.gpu_limit})
     };
     if quota(&before) == quota(&after) {
         return Ok(after);
@@ -152,19 +193,20 @@ pub async fn update(db: &PgPool, scope: &Scope, id: Uuid, change: &TenantQuota) 
 pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::Result<TenantView> {
     scope.require_platform_admin()?;
     let name = TenantName::parse(&req.name).map_err(|m| domain::Error::invalid("invalid_tenant", m))?;
-    check_quota("invalid_tenant", req.guaranteed_gpus, req.weight, req.tier)?;
+    check_quota("invalid_tenant", req.guaranteed_gpus, req.weight, req.tier, req.gpu_limit)?;
     let mut tx = db.begin().await?;
-    let created: Option<TenantView> = sqlx::query_as(
-        "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow) VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (name) DO NOTHING \
-         RETURNING id, name, guaranteed_gpus, weight, tier, may_borrow, created_at",
-    )
+    let created: Option<TenantView> = sqlx::query_as(concat!(
+        "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow, gpu_limit) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING RETURNING ",
+        tenant_columns!()
+    ))
     .bind(Uuid::now_v7())
     .bind(name.as_str())
     .bind(req.guaranteed_gpus as i32)
     .bind(req.weight as i32)
     .bind(req.tier)
     .bind(req.may_borrow)
+    .bind(req.gpu_limit.map(|l| l as i32))
     .fetch_optional(&mut *tx)
     .await?;
     let Some(created) = created else {
@@ -175,12 +217,33 @@ pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::R
         &scope.actor,
         Change::new("tenant.create", "tenant", created.id).tenant(Some(created.id)).detail(serde_json::json!({
             "name": created.name, "guaranteed_gpus": created.guaranteed_gpus, "weight": created.weight,
-            "tier": created.tier, "may_borrow": created.may_borrow,
+            "tier": created.tier, "may_borrow": created.may_borrow, "gpu_limit": created.gpu_limit,
         })),
     )
     .await?;
     tx.commit().await?;
     Ok(created)
+}
+
+/// Tenant `id`, locked for the rest of the transaction.
+pub async fn lock(tx: &mut sqlx::PgConnection, id: Uuid) -> domain::Result<TenantView> {
+    let row: Option<TenantView> =
+        sqlx::query_as(concat!("SELECT ", tenant_columns!(), " FROM tenants WHERE id = $1 FOR UPDATE"))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    row.ok_or(domain::Error::NotFound("tenant"))
+}
+
+/// The tenant every install has (single-team installs and the demo submit into it).
+pub const DEFAULT_TENANT: Uuid = Uuid::from_u128(1);
+
+/// Marks tenant `id` archived (the caller holds its lock and has ended its work: `archive`).
+pub async fn mark_archived(tx: &mut sqlx::PgConnection, id: Uuid) -> sqlx::Result<TenantView> {
+    sqlx::query_as(concat!("UPDATE tenants SET archived_at = now() WHERE id = $1 RETURNING ", tenant_columns!()))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
 }
 
 /// The tenant a caller's new workload or service goes into: the caller's own when none is named
@@ -192,19 +255,30 @@ pub async fn resolve_for_write(
     name: Option<&str>,
 ) -> domain::Result<Uuid> {
     let tenant_name = name.unwrap_or("default");
-    let tenant: Option<(Uuid,)> = match (name, scope.tenant_filter()) {
-        (None, Some(own)) => Some((own,)),
-        (_, scope) => {
-            sqlx::query_as("SELECT id FROM tenants WHERE name = $1 AND ($2::uuid IS NULL OR id = $2)")
-                .bind(tenant_name)
-                .bind(scope)
+    let tenant: Option<(Uuid, String, bool)> = match (name, scope.tenant_filter()) {
+        (None, Some(own)) => {
+            sqlx::query_as("SELECT id, name, archived_at IS NOT NULL FROM tenants WHERE id = $1")
+                .bind(own)
                 .fetch_optional(&mut *conn)
                 .await?
         }
+        (_, scope) => sqlx::query_as(
+            "SELECT id, name, archived_at IS NOT NULL FROM tenants WHERE name = $1 AND ($2::uuid IS NULL OR id = $2)",
+        )
+        .bind(tenant_name)
+        .bind(scope)
+        .fetch_optional(&mut *conn)
+        .await?,
     };
-    let Some((tenant_id,)) = tenant else {
+    let Some((tenant_id, name, archived)) = tenant else {
         return Err(domain::Error::invalid("unknown_tenant", format!("no tenant named {tenant_name:?}")));
     };
+    if archived {
+        return Err(domain::Error::conflict(
+            "tenant_archived",
+            format!("tenant {name} is archived: it admits no new work"),
+        ));
+    }
     Ok(tenant_id)
 }
 

@@ -237,6 +237,45 @@ fn assemble(q: &UsageQuery, rows: &[Row]) -> UsageReport {
     }
 }
 
+/// The GPU-hours tenant `tenant`'s grants held from `from` to `to`, weighted by their shares (a
+/// quarter GPU for an hour is 0.25): the rolled-up hours where they are rolled up, the raw rows
+/// after. What budgets count.
+pub async fn tenant_allocated_gpu_hours(
+    conn: &mut sqlx::PgConnection,
+    tenant: Uuid,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    hold: Duration,
+) -> sqlx::Result<f64> {
+    let (rolled_until,): (DateTime<Utc>,) =
+        sqlx::query_as("SELECT rolled_until FROM gpu_usage_progress").fetch_one(&mut *conn).await?;
+    let split = rolled_until.clamp(from, to.max(from));
+    let (rolled,): (f64,) = sqlx::query_as(
+        "SELECT COALESCE(sum(allocated_s), 0)::float8 FROM gpu_usage_hourly WHERE tenant_id = $1 AND hour >= $2 AND hour < $3",
+    )
+    .bind(tenant)
+    .bind(from)
+    .bind(split)
+    .fetch_one(&mut *conn)
+    .await?;
+    let raw = if split < to {
+        let (raw,): (f64,) = sqlx::query_as(
+            "SELECT COALESCE(sum(allocated_s), 0)::float8 FROM airtime_gpu_usage($1, $2, make_interval(secs => $3)) \
+             WHERE tenant_id = $4",
+        )
+        .bind(split)
+        .bind(to)
+        .bind(hold.as_secs_f64())
+        .bind(tenant)
+        .fetch_one(&mut *conn)
+        .await?;
+        raw
+    } else {
+        0.0
+    };
+    Ok((rolled + raw) / 3600.0)
+}
+
 /// Rolls up the closed hours not rolled up yet (at most a day's worth per call), each once: the
 /// progress row is locked while it is advanced, so replicas never roll an hour twice. An hour is
 /// closed once `hold` has passed after it (its last samples are in). Returns the hours rolled.

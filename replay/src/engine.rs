@@ -255,6 +255,7 @@ pub struct Tenant {
     weight: u32,
     tier: i32,
     may_borrow: bool,
+    gpu_limit: Option<u32>,
     /// Thousandths of a GPU its jobs hold.
     pub held_milli: u32,
     pub decayed_gpu_hours: f64,
@@ -287,6 +288,7 @@ impl World {
                 weight: t.weight,
                 tier: t.tier,
                 may_borrow: t.may_borrow,
+                gpu_limit: t.gpu_limit,
                 held_milli: 0,
                 decayed_gpu_hours: 0.0,
                 id: Uuid::new_v4(),
@@ -495,6 +497,7 @@ impl World {
                     weight: t.weight,
                     tier: t.tier,
                     may_borrow: t.may_borrow,
+                    gpu_limit: t.gpu_limit,
                     running_gpu_milli: t.held_milli,
                     decayed_gpu_hours: t.decayed_gpu_hours,
                 })

@@ -481,6 +481,10 @@ pub struct TenantSpec {
     pub tier: i32,
     #[serde(default = "default_true")]
     pub may_borrow: bool,
+    /// The most GPUs its work may hold at once, borrowed or not (as the control plane's tenant
+    /// limit); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_limit: Option<u32>,
     /// The tenant's own policy for its own work (level 2): a built-in's name or a `.wasm` path.
     #[serde(default)]
     pub policy: Option<String>,

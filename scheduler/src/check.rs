@@ -125,12 +125,25 @@ pub fn placement_milli(fleet: &FleetView, workload: usize, gpus: &[usize]) -> u3
 
 pub use airtime_policy_sdk::gpus_in_words;
 
-/// The quota rule no policy can override: a tenant that may not borrow holds at most its
-/// guaranteed GPUs, counted in thousandths (a quarter-GPU share counts 0.25).
+/// The quota rules no policy can override, counted in thousandths (a quarter-GPU share counts
+/// 0.25): a tenant that may not borrow holds at most its guaranteed GPUs, and no tenant more than
+/// its limit.
 fn within_quota(fleet: &FleetView, workload: usize, milli: u32, held: &[u32]) -> Result<(), String> {
     let w = &fleet.workloads[workload];
     let tenant = &fleet.tenants[w.tenant];
     let holds = u64::from(held[w.tenant]);
+    if let Some(limit) = tenant.gpu_limit
+        && milli > 0
+        && holds + u64::from(milli) > u64::from(limit) * u64::from(WHOLE_GPU_MILLI)
+    {
+        return Err(format!(
+            "place: tenant {} is at its limit: it holds {} of at most {limit} GPUs and workload {} needs {}",
+            tenant.name,
+            gpus_in_words(holds),
+            w.name,
+            gpus_in_words(u64::from(milli))
+        ));
+    }
     let guaranteed = u64::from(tenant.guaranteed_gpus) * u64::from(WHOLE_GPU_MILLI);
     if milli > 0 && !tenant.may_borrow && holds + u64::from(milli) > guaranteed {
         return Err(format!(

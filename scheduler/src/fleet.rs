@@ -22,6 +22,8 @@ pub struct TenantEntry {
     pub weight: u32,
     pub tier: i32,
     pub may_borrow: bool,
+    /// The most GPUs its work may hold at once, borrowed or not; `None` for no limit.
+    pub gpu_limit: Option<u32>,
     /// What its placed work holds, in thousandths of a GPU (a quarter share counts 250).
     pub running_gpu_milli: u32,
     /// GPU-hours used, decayed with a half-life (fair share).
@@ -39,6 +41,7 @@ impl TenantEntry {
             weight: 1,
             tier: 0,
             may_borrow: true,
+            gpu_limit: None,
             running_gpu_milli: 0,
             decayed_gpu_hours: 0.0,
         }

@@ -70,6 +70,7 @@ fn build_inner<'a>(
                 tier: t.tier,
                 decayed_gpu_hours: t.decayed_gpu_hours as f32,
                 may_borrow: t.may_borrow,
+                gpu_limit: t.gpu_limit.unwrap_or(0),
             })
             .collect(),
         nodes: fleet

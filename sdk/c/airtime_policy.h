@@ -144,8 +144,12 @@ AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_RESERVED + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE,
  * is this rounded up, for guests that count whole GPUs.
  */
 #define AIRTIME_TENANT_RUNNING_GPU_MILLI 32u /* u32 */
-#define AIRTIME_TENANT_RESERVED 36u /* u32: 0 */
-AIRTIME_STATIC_ASSERT(AIRTIME_TENANT_RESERVED + 4 == AIRTIME_TENANT_SIZE, "Tenant");
+/**
+ * ABI 1.7: the most GPUs its work may hold at once, borrowed or not; 0 for no limit (what hosts
+ * before 1.7 leave here). The host's checker refuses a placement past it.
+ */
+#define AIRTIME_TENANT_GPU_LIMIT 36u /* u32 */
+AIRTIME_STATIC_ASSERT(AIRTIME_TENANT_GPU_LIMIT + 4 == AIRTIME_TENANT_SIZE, "Tenant");
 
 /* Node, 48 bytes. */
 #define AIRTIME_NODE_SIZE 48u
@@ -878,6 +882,7 @@ typedef struct airtime_tenant {
     float decayed_gpu_hours;
     uint32_t flags; /* AIRTIME_TENANT_FLAG_* */
     uint32_t running_gpu_milli;
+    uint32_t gpu_limit;
 } airtime_tenant;
 
 /** The tenant at index `i`; false when the index names no tenant. */
@@ -892,6 +897,7 @@ static inline bool airtime_read_tenant(const airtime_snapshot *s, uint32_t i, ai
     out->decayed_gpu_hours = airtime_get_f32(r + AIRTIME_TENANT_DECAYED_GPU_HOURS);
     out->flags = airtime_get_u32(r + AIRTIME_TENANT_FLAGS);
     out->running_gpu_milli = airtime_get_u32(r + AIRTIME_TENANT_RUNNING_GPU_MILLI);
+    out->gpu_limit = airtime_get_u32(r + AIRTIME_TENANT_GPU_LIMIT);
     return true;
 }
 

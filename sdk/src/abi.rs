@@ -37,7 +37,7 @@ pub const ABI_VERSION: u32 = 1;
 /// as flag bits; 1.3: elastic inference services). Minor versions only append fields or flag bits
 /// (tables carry their stride; 1.3 appends the services table's descriptor after the 88 header
 /// bytes earlier guests read), so guests built for 1.0 to 1.5 keep working.
-pub const ABI_MINOR_VERSION: u32 = 6;
+pub const ABI_MINOR_VERSION: u32 = 7;
 /// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
 pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
@@ -124,7 +124,7 @@ abi_records! {
         table: Tenants, size: 40, c: "TENANT" "tenant",
         owned: OwnedTenant as_tenant,
         caption: "Tenant, {size} bytes (1.0 and 1.1 guests read the first 32)",
-        reserved: [reserved @ 36],
+        reserved: [],
     } {
         name: str @ 0,
         guaranteed_gpus: u32 @ 8,
@@ -141,6 +141,9 @@ abi_records! {
         /// counts 250, a MIG instance its share of the GPU's seven compute slices, 142 for `1g`);
         /// `running_gpus` is this rounded up, for guests that count whole GPUs.
         running_gpu_milli: u32 @ 32,
+        /// ABI 1.7: the most GPUs its work may hold at once, borrowed or not; 0 for no limit
+        /// (what hosts before 1.7 leave here). The host's checker refuses a placement past it.
+        gpu_limit: u32 @ 36,
     }
 
     /// A server.

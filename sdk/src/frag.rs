@@ -9,10 +9,18 @@
 //! - a share `d < 1000` can use only GPUs with at least `d` free: `F(m) = Σ f_g` over `f_g < d`;
 //! - whole-GPU work can use only fully free GPUs: `F(m) = Σ f_g` over `f_g < 1000`.
 //!
+//! - work that needs no GPU can use none of it: `F(m) = Σ f_g` (their "XL" and "XR" cases).
+//!
 //! The node's fragmentation for a [`Workmix`] (the popularity `p_m` of each kind of task) is the
 //! expectation `Σ p_m F(m)`. Placing a task where it *adds* the least fragmentation (the gradient)
 //! leaves the most capacity usable by what comes next; best fit alone packs shares onto the
 //! fullest GPU even when the sliver it leaves fits nothing that arrives.
+//!
+//! [`FragPlacer::new`] compares placements by the exact gradient, ties to the node left with the
+//! least free; [`FragPlacer::scored`] as their plugin does, by `⌊σ(−added/1000) × 100⌋`
+//! ([`score`]), ties in a fixed pseudo-random order of the nodes ([`node_order`]), as their
+//! simulator breaks them by prefixing node names with a random permutation. What each places on
+//! their fill experiment is in `docs/simulator-results.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +31,9 @@ use crate::view::model_allowed;
 /// The share of the work the typical kinds cover: the most popular kinds are kept until they
 /// account for this much of it, as Weng et al.'s simulator keeps its "typical pods" (95%).
 pub const TYPICAL_SHARE: f64 = 0.95;
+
+/// How long pending work counts in [`Workmix::of`]: 10 minutes.
+pub const RECENT_MS: u64 = 600_000;
 
 /// One kind of task in the mix.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,39 +54,73 @@ pub struct TaskKind<'a> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Workmix<'a> {
     kinds: Vec<TaskKind<'a>>,
+    /// The share of the mix that needs no GPU: every free thousandth is fragmented for it.
+    cpu_only: f64,
 }
 
 impl<'a> Workmix<'a> {
     /// A mix of kinds; weights are normalised, kinds with no weight, no GPUs or no capacity dropped.
     pub fn new(kinds: impl IntoIterator<Item = TaskKind<'a>>) -> Workmix<'a> {
+        Workmix::with_cpu_only(kinds, 0.0)
+    }
+
+    /// A mix of GPU kinds and work that needs no GPU, weighing `cpu_only` against the kinds'
+    /// weights; all normalised to sum to 1.
+    pub fn with_cpu_only(kinds: impl IntoIterator<Item = TaskKind<'a>>, cpu_only: f64) -> Workmix<'a> {
         let mut kinds: Vec<TaskKind<'a>> =
             kinds.into_iter().filter(|k| k.weight > 0.0 && k.count > 0 && k.milli > 0).collect();
-        let total: f64 = kinds.iter().map(|k| k.weight).sum();
+        let cpu_only = cpu_only.max(0.0);
+        let total: f64 = kinds.iter().map(|k| k.weight).sum::<f64>() + cpu_only;
+        if total <= 0.0 {
+            return Workmix::default();
+        }
         for kind in &mut kinds {
             kind.weight /= total;
         }
-        Workmix { kinds }
+        Workmix { kinds, cpu_only: cpu_only / total }
     }
 
-    /// The mix of a snapshot's own GPU work, pending and running (not MIG requests, which use
-    /// instances rather than capacity): what the cluster runs and waits for is the best guess of
-    /// what arrives next. Kinds are told apart by GPU demand, host CPU and allowed models, each
+    /// The mix of a snapshot's own work, running and pending for less than [`RECENT_MS`] (not MIG
+    /// requests, which use instances rather than capacity): what the cluster runs and has just
+    /// been asked for is the best guess of what arrives next. Work that has waited longer is left
+    /// out: what could not be placed for minutes piles up in a full cluster (on Weng et al.'s fill,
+    /// a third of the queue by the end) and would bend the mix towards shapes that do not fit. Kinds are told apart by GPU demand, host CPU and allowed models, each
     /// weighted by how many workloads have it; the most popular are kept until they cover
-    /// [`TYPICAL_SHARE`] of the work (the long tail adds cost, not direction).
+    /// [`TYPICAL_SHARE`] of the work (the long tail adds cost, not direction). Work without GPUs
+    /// counts where it competes with GPU work for a GPU node's cores: pending, or running on a
+    /// node with GPUs (CPU work on a CPU-only node never sees a GPU).
     pub fn of(snapshot: &Snapshot<'a>) -> Workmix<'a> {
-        Workmix::typical(snapshot.workloads.iter().filter(|w| w.needs_gpu() && !w.asks_mig()).map(|w| {
-            let (milli, count) = if w.is_share() { (w.gpu_milli, 1) } else { (WHOLE_GPU_MILLI, w.gpu_count) };
-            (milli, count, w.cpu_millis, w.gpu_models.trim())
-        }))
+        let on_gpu_node = |w: &crate::abi::Workload<'a>| {
+            w.is_pending() || w.node.and_then(|n| snapshot.node(n)).is_some_and(|n| n.gpu_count > 0)
+        };
+        Workmix::typical(
+            snapshot
+                .workloads
+                .iter()
+                .filter(|w| !w.is_pending() || snapshot.now_ms.saturating_sub(w.submitted_ms) < RECENT_MS)
+                .filter(|w| if w.needs_gpu() { !w.asks_mig() } else { on_gpu_node(w) })
+                .map(|w| {
+                    let (milli, count) = if !w.needs_gpu() {
+                        (0, 0)
+                    } else if w.is_share() {
+                        (w.gpu_milli, 1)
+                    } else {
+                        (WHOLE_GPU_MILLI, w.gpu_count)
+                    };
+                    (milli, count, w.cpu_millis, w.gpu_models.trim())
+                }),
+        )
     }
 
     /// The typical mix of a list of tasks, each `(thousandths of each GPU, GPUs, host CPU, allowed
     /// models)`: equal tasks are one kind weighted by how many there are, and the most popular kinds
-    /// are kept until they cover [`TYPICAL_SHARE`] of the tasks. Tasks without GPUs are left out
-    /// (every placement changes what they see alike).
+    /// are kept until they cover [`TYPICAL_SHARE`] of the tasks. Tasks without GPUs (0 GPUs or 0
+    /// thousandths) are kinds like any other, told apart by their CPU, and weigh as
+    /// [`cpu_only`](Self::cpu_only) — as Weng et al.'s typical pods include CPU-only pods.
     pub fn typical(tasks: impl IntoIterator<Item = (u32, u32, u32, &'a str)>) -> Workmix<'a> {
         let mut counts: BTreeMap<Shape<'a>, u32> = BTreeMap::new();
-        for task in tasks.into_iter().filter(|t| t.0 > 0 && t.1 > 0) {
+        for (milli, count, cpu, models) in tasks {
+            let task = if milli == 0 || count == 0 { (0, 0, cpu, "") } else { (milli, count, cpu, models) };
             *counts.entry(task).or_default() += 1;
         }
         let mut kinds: Vec<(Shape<'a>, u32)> = counts.into_iter().collect();
@@ -85,25 +130,46 @@ impl<'a> Workmix<'a> {
         let total: u32 = kinds.iter().map(|k| k.1).sum();
         let mut covered = 0u32;
         let mut typical = Vec::new();
+        let mut cpu_only = 0u32;
         for ((milli, count, cpu_millis, models), n) in kinds {
             if f64::from(covered) >= TYPICAL_SHARE * f64::from(total) {
                 break;
             }
             covered += n;
-            typical.push(TaskKind { milli, count, cpu_millis, models, weight: f64::from(n) });
+            if count == 0 {
+                cpu_only += n;
+            } else {
+                typical.push(TaskKind { milli, count, cpu_millis, models, weight: f64::from(n) });
+            }
         }
-        Workmix::new(typical)
+        Workmix::with_cpu_only(typical, f64::from(cpu_only))
     }
 
-    /// The kinds, weights summing to 1 (empty for a mix of nothing).
+    /// The GPU kinds, weights summing to 1 less [`cpu_only`](Self::cpu_only) (empty for a mix of
+    /// nothing).
     pub fn kinds(&self) -> &[TaskKind<'a>] {
         &self.kinds
+    }
+
+    /// The share of the mix that needs no GPU.
+    pub fn cpu_only(&self) -> f64 {
+        self.cpu_only
     }
 
     /// Expected fragmented capacity of a node, in thousandths of a GPU: its GPUs' free thousandths
     /// and models (`free`, one per GPU, 0..=1000) and its free CPU. 0 for an empty mix.
     pub fn node_fragmentation<'m>(&self, free: impl Iterator<Item = (u32, &'m str)> + Clone, cpu_free: u32) -> f64 {
-        self.kinds.iter().map(|kind| kind.weight * f64::from(task_fragmentation(free.clone(), cpu_free, kind))).sum()
+        let gpu: f64 = self
+            .kinds
+            .iter()
+            .map(|kind| kind.weight * f64::from(task_fragmentation(free.clone(), cpu_free, kind)))
+            .sum();
+        if self.cpu_only > 0.0 {
+            let total: u32 = free.map(|(f, _)| f.min(WHOLE_GPU_MILLI)).sum();
+            gpu + self.cpu_only * f64::from(total)
+        } else {
+            gpu
+        }
     }
 }
 
@@ -130,6 +196,30 @@ pub fn task_fragmentation<'m>(
         }
     }
     if usable_gpus < kind.count { total } else { unusable }
+}
+
+/// The score of a placement that adds `added` thousandths of expected fragmentation, as Weng et
+/// al.'s FGD plugin gives it: `⌊σ(−added/1000) × 100⌋`, 0–100, higher better. Placements within
+/// about 0.04 GPU of each other near zero, and wider apart further out, score alike.
+pub fn score(added: f64) -> u32 {
+    let s = 100.0 / (1.0 + (added / 1000.0).exp());
+    if s.is_finite() { s.floor().clamp(0.0, 100.0) as u32 } else { 0 }
+}
+
+/// A node's place in the fixed pseudo-random order that breaks ties between equally scored
+/// placements: a hash of its name, so the order is the same every cycle and on every host and
+/// spreads ties over the fleet rather than filling one corner of it.
+pub fn node_order(name: &str) -> u64 {
+    use std::hash::Hasher;
+    let mut h = Fx(0x243f_6a88_85a3_08d3);
+    h.write(name.as_bytes());
+    h.write_u64(name.len() as u64);
+    // A final avalanche, so names that differ in one byte land far apart.
+    let mut x = h.finish();
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x
 }
 
 /// Where a workload goes, and what it adds to the fleet's expected fragmentation.
@@ -185,9 +275,11 @@ type Fixed = std::hash::BuildHasherDefault<Fx>;
 type Map<K, V> = std::collections::HashMap<K, V, Fixed>;
 
 /// Fragmentation gradient descent (Weng et al., ATC '23) as a placement action: place a workload
-/// where it adds the least expected fragmentation for the [`Workmix`], ties to the tightest fit.
-/// Whole GPUs, shares and CPU work on GPU nodes alike, with host CPU counted (CPU work on a GPU node
-/// strands its GPUs for every kind that then lacks the cores).
+/// where it adds the least expected fragmentation for the [`Workmix`] — exactly, ties to the
+/// tightest node ([`new`](Self::new)), or by FGD's integer [`score`], ties in the fixed
+/// [`node_order`] ([`scored`](Self::scored)). Whole GPUs, shares and CPU work on GPU nodes alike,
+/// with host CPU counted (CPU work on a GPU node strands its GPUs for every kind that then lacks
+/// the cores).
 ///
 /// Built once per cycle (the mix is fixed for it). It interns each node state it meets and
 /// remembers, per state and shape of work, the best it could add there, so a placement looks at
@@ -205,7 +297,13 @@ pub struct FragPlacer<'a> {
     best_on_state: Map<(u32, Shape<'a>), Option<(f64, u64)>>,
     /// The ready nodes by (state id, the most memory one of their GPUs has), built at the first
     /// placement: a placement weighs each group once, then looks at nodes of the best groups only.
-    groups: BTreeMap<(u32, u32), BTreeSet<u32>>,
+    /// Each group's nodes as (place in the [`node_order`], index), first in that order first.
+    groups: BTreeMap<(u32, u32), BTreeSet<(u64, u32)>>,
+    /// Per node: its place in the [`node_order`] (all 0 unless scored).
+    order: Vec<u64>,
+    /// Compare by FGD's integer score, ties in the node order (else the exact gradient, ties to
+    /// the tightest node).
+    scored: bool,
     /// Per node: the group it is filed in.
     filed: Vec<Option<(u32, u32)>>,
     indexed: bool,
@@ -215,11 +313,27 @@ pub struct FragPlacer<'a> {
     ranked: Map<Shape<'a>, (u64, Ranked)>,
 }
 
-/// Groups with the bound of a shape there: (added, free left, group), best first.
-type Ranked = std::rc::Rc<Vec<(f64, u64, (u32, u32))>>;
+/// How two placements compare, the least first: (added, free left, node) when exact, (100 −
+/// score, place in the order, node) when scored.
+type Key = (f64, u64, u32);
+
+/// Groups with the least key any of their nodes could have for a shape: (key, group), best first.
+type Ranked = std::rc::Rc<Vec<(Key, (u32, u32))>>;
 
 impl<'a> FragPlacer<'a> {
+    /// Compares placements by the exact gradient; ties go to the node left with the least free,
+    /// then the lowest index.
     pub fn new(mix: Workmix<'a>) -> Self {
+        FragPlacer::with(mix, false)
+    }
+
+    /// Compares placements by FGD's integer [`score`]; ties go to the first node in the fixed
+    /// [`node_order`], as Weng et al.'s simulator breaks them.
+    pub fn scored(mix: Workmix<'a>) -> Self {
+        FragPlacer::with(mix, true)
+    }
+
+    fn with(mix: Workmix<'a>, scored: bool) -> Self {
         FragPlacer {
             mix,
             measured: Map::default(),
@@ -228,6 +342,8 @@ impl<'a> FragPlacer<'a> {
             state_ids: Map::default(),
             best_on_state: Map::default(),
             groups: BTreeMap::new(),
+            order: Vec::new(),
+            scored,
             filed: Vec::new(),
             indexed: false,
             version: 0,
@@ -243,6 +359,7 @@ impl<'a> FragPlacer<'a> {
         self.indexed = true;
         let snapshot = plan.snapshot();
         self.filed = vec![None; snapshot.nodes.len()];
+        self.order = snapshot.nodes.iter().map(|n| if self.scored { node_order(n.name) } else { 0 }).collect();
         for (node, _) in snapshot.ready_nodes() {
             self.file(plan, node);
         }
@@ -253,6 +370,7 @@ impl<'a> FragPlacer<'a> {
         let id = self.state_of(plan, node);
         let memory = plan.snapshot().node_gpus(node).filter(|(_, g)| !g.is_mig()).map(|(_, g)| g.memory_mb).max();
         let key = (id, memory.unwrap_or(0));
+        let order = (self.order.get(node as usize).copied().unwrap_or(0), node);
         let Some(slot) = self.filed.get_mut(node as usize) else { return };
         if *slot == Some(key) {
             return;
@@ -260,12 +378,12 @@ impl<'a> FragPlacer<'a> {
         if let Some(old) = slot.replace(key)
             && let Some(group) = self.groups.get_mut(&old)
         {
-            group.remove(&node);
+            group.remove(&order);
             if group.is_empty() {
                 self.groups.remove(&old);
             }
         }
-        self.groups.entry(key).or_default().insert(node);
+        self.groups.entry(key).or_default().insert(order);
         self.version += 1;
     }
 
@@ -385,8 +503,9 @@ impl<'a> FragPlacer<'a> {
     /// memory free, a node that can run it) adding the least expected fragmentation; `usable(gpu)`
     /// may rule out GPUs (say, ones reserved for the head of the queue). A share takes one
     /// shareable GPU with room (or a free GPU that is not shared, whole); whole-GPU work takes free
-    /// GPUs that fit it, the tightest by memory; CPU work takes no GPU. Ties go to the node left
-    /// with the least free (best fit), then the lowest index. `None` when it fits nowhere, or asks
+    /// GPUs that fit it, the tightest by memory; CPU work takes no GPU. Nodes are compared as the
+    /// placer compares ([`new`](Self::new), [`scored`](Self::scored)); on a node, the GPUs adding
+    /// the least (then leaving the least free) are taken. `None` when it fits nowhere, or asks
     /// for a MIG instance (which does not fragment capacity). Call [`placed`](Self::placed) after
     /// placing anything, so the next search starts from the right groups.
     pub fn place(
@@ -405,19 +524,22 @@ impl<'a> FragPlacer<'a> {
         let shape: Shape<'a> = (need.count, need.milli, w.cpu_millis, w.gpu_models.trim());
         self.index(plan);
         let candidates = self.rank(shape);
-        // (added, free left, node, gpus)
-        let mut best: Option<(f64, u64, u32, Vec<u32>)> = None;
+        // (key, added, gpus): the least key wins.
+        let mut best: Option<(Key, f64, Vec<u32>)> = None;
         let mut moved: Vec<u32> = Vec::new();
-        for &(added_at_best, left_at_best, key) in candidates.iter() {
+        for &(bound, key) in candidates.iter() {
             if need.count > 0 && need.memory_mb > key.1 {
                 continue;
             }
-            if best.as_ref().is_some_and(|b| (b.0, b.1) < (added_at_best, left_at_best)) {
+            // No node of this group or a later one (the groups are in that order) beats the best.
+            if best.as_ref().is_some_and(|b| b.0 <= bound) {
                 break;
             }
             let Some(group) = self.groups.remove(&key) else { continue };
-            for &node in &group {
-                if best.as_ref().is_some_and(|b| (b.0, b.1, b.2) <= (added_at_best, left_at_best, node)) {
+            for &(order, node) in &group {
+                // The least this node could do: the group's bound, at its place.
+                let least = if self.scored { (bound.0, order, node) } else { (bound.0, bound.1, node) };
+                if best.as_ref().is_some_and(|b| b.0 <= least) {
                     break;
                 }
                 if !allowed(node)
@@ -432,11 +554,13 @@ impl<'a> FragPlacer<'a> {
                     moved.push(node);
                 }
                 if let Some((added, left, gpus)) = self.on_node(plan, w, &need, node, id, &usable) {
-                    if best.as_ref().is_none_or(|b| (added, left, node) < (b.0, b.1, b.2)) {
-                        best = Some((added, left, node, gpus));
+                    let candidate = self.key(added, left, order, node);
+                    let met = id == key.0 && candidate <= least;
+                    if best.as_ref().is_none_or(|b| candidate < b.0) {
+                        best = Some((candidate, added, gpus));
                     }
-                    // No later node of the group beats the bound it met.
-                    if id == key.0 && (added, left) == (added_at_best, left_at_best) {
+                    // No later node of the group beats the bound this one met.
+                    if met {
                         break;
                     }
                 }
@@ -446,28 +570,34 @@ impl<'a> FragPlacer<'a> {
         for node in moved {
             self.file(plan, node);
         }
-        best.map(|(added, _, node, gpus)| Placement { node, gpus, added })
+        best.map(|((_, _, node), added, gpus)| Placement { node, gpus, added })
     }
 
-    /// The groups where `shape` fits, best bound first: no node of a group can do better than its
-    /// bound. Kept per shape until a node changes group.
+    /// The groups where `shape` fits, best bound first, then by their first node in the order: no
+    /// node of a group can do better than its bound. Kept per shape until a node changes group.
     fn rank(&mut self, shape: Shape<'a>) -> Ranked {
         if let Some((version, ranked)) = self.ranked.get(&shape)
             && *version == self.version
         {
             return ranked.clone();
         }
-        let keys: Vec<(u32, u32)> = self.groups.keys().copied().collect();
-        let mut ranked: Vec<(f64, u64, (u32, u32))> = Vec::new();
-        for key in keys {
+        let keys: Vec<((u32, u32), (u64, u32))> =
+            self.groups.iter().filter_map(|(key, group)| Some((*key, *group.first()?))).collect();
+        let mut ranked: Vec<(Key, (u32, u32))> = Vec::new();
+        for (key, (order, node)) in keys {
             if let Some((added, left)) = self.bound(key.0, shape) {
-                ranked.push((added, left, key));
+                ranked.push((self.key(added, left, order, node), key));
             }
         }
-        ranked.sort_by(|x, y| (x.0, x.1, x.2).partial_cmp(&(y.0, y.1, y.2)).unwrap_or(std::cmp::Ordering::Equal));
+        ranked.sort_unstable_by(|x, y| x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Equal));
         let ranked = std::rc::Rc::new(ranked);
         self.ranked.insert(shape, (self.version, ranked.clone()));
         ranked
+    }
+
+    /// How a placement adding `added` and leaving `left` free on `node` (at `order`) compares.
+    fn key(&self, added: f64, left: u64, order: u64, node: u32) -> Key {
+        if self.scored { (f64::from(100 - score(added)), order, node) } else { (added, left, node) }
     }
 
     /// The best placement on one node, the GPUs as they are (memory, reservations, sharing).
@@ -596,12 +726,16 @@ mod tests {
 
     #[test]
     fn the_mix_keeps_the_typical_kinds_and_drops_the_long_tail() {
-        let mut fixture = SnapshotFixture::new().node("n", 8, "V100", 16384);
-        for i in 0..96 {
-            fixture = fixture.pending(&format!("common{i}"), 1, 0);
+        let mut fixture = SnapshotFixture::new().node("n", 200, "V100", 16384);
+        for i in 0..96u32 {
+            fixture = fixture.running(&format!("common{i}"), "n", &[i]);
         }
-        for i in 0..4 {
-            fixture = fixture.pending(&format!("rare{i}"), 2, 0);
+        for i in 0..4u32 {
+            fixture = fixture.running(&format!("rare{i}"), "n", &[100 + 2 * i, 101 + 2 * i]);
+        }
+        // Work that has waited long is not what arrives next.
+        for i in 0..50 {
+            fixture = fixture.pending(&format!("stuck{i}"), 8, 0);
         }
         let bytes = fixture.encode();
         let snapshot = decode_snapshot(&bytes).unwrap();
@@ -625,7 +759,8 @@ mod tests {
     #[test]
     fn the_placer_finds_what_brute_force_over_every_placement_finds() {
         // A small shared fleet in a messy state, and a workload of every kind: the placer's choice
-        // adds exactly the least fragmentation of all the placements the plan would accept.
+        // adds exactly the least fragmentation of all the placements the plan would accept, and
+        // the scored placer's scores as well as that.
         let fixture = SnapshotFixture::new()
             .node("a", 4, "V100", 16384)
             .node("b", 2, "T4", 16384)
@@ -653,6 +788,7 @@ mod tests {
             TaskKind { milli: 1000, count: 1, cpu_millis: 0, models: "T4", weight: 1.0 },
         ]);
         let mut placer = FragPlacer::new(mix.clone());
+        let mut scored_placer = FragPlacer::scored(mix.clone());
         let plan = Plan::new(&snapshot);
         let before = fleet_fragmentation(&plan, &mix);
         for (index, w) in snapshot.workloads.iter().enumerate().filter(|(_, w)| w.is_pending()) {
@@ -688,10 +824,56 @@ mod tests {
                 w.name,
                 chosen.added
             );
+            let scored = scored_placer.place(&plan, index, |_| true, |_| true).expect("fits somewhere");
+            assert_eq!(score(scored.added), score(least), "{}: scored placer adds {}", w.name, scored.added);
             let mut trial = plan.clone();
             trial.place(index, chosen.node, chosen.gpus.clone(), "chosen").expect("the plan accepts it");
             assert!((fleet_fragmentation(&trial, &mix) - before - chosen.added).abs() < 1e-9);
         }
+    }
+
+    #[test]
+    fn work_without_gpus_is_a_kind_of_the_mix_for_which_every_free_gpu_is_fragment() {
+        // Three GPU tasks of one kind and one CPU-only task: a quarter of the mix uses no GPU.
+        let mix = Workmix::typical([(500, 1, 0, ""), (500, 1, 0, ""), (500, 1, 0, ""), (0, 0, 4000, "")]);
+        assert_eq!(mix.kinds().len(), 1);
+        assert!((mix.cpu_only() - 0.25).abs() < 1e-12, "{mix:?}");
+        // 300 is fragment for the half-GPU kind; all 1300 free for the CPU-only one.
+        let expected = 0.75 * 300.0 + 0.25 * 1300.0;
+        assert!((mix.node_fragmentation(any([300, 1000]), 0) - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn placements_score_as_the_fgd_plugin_scores_them() {
+        assert_eq!(score(0.0), 50);
+        // Reducing fragmentation by a whole GPU: σ(1) = 0.731.
+        assert_eq!(score(-1000.0), 73);
+        assert_eq!(score(1000.0), 26);
+        // Within about 0.04 GPU of zero, placements tie.
+        assert_eq!(score(-30.0), score(0.0));
+        assert_eq!(score(f64::INFINITY), 0);
+        assert_eq!(score(f64::NEG_INFINITY), 100);
+    }
+
+    #[test]
+    fn equally_scored_nodes_are_chosen_in_the_fixed_order_not_by_index() {
+        // Eight empty, identical nodes: a whole GPU scores the same on each, so the first node in
+        // the order of names takes it, whatever its index; and a node that fills changes nothing
+        // for the others.
+        let mut fixture = SnapshotFixture::new();
+        let names: Vec<String> = (0..8).map(|i| format!("node-{i}")).collect();
+        for name in &names {
+            fixture = fixture.node(name, 4, "V100", 16384);
+        }
+        let bytes = fixture.pending("one", 1, 0).encode();
+        let snapshot = decode_snapshot(&bytes).unwrap();
+        let mut placer = FragPlacer::scored(Workmix::new([kind(1000, 1, 1.0)]));
+        let plan = Plan::new(&snapshot);
+        let index = snapshot.workloads.iter().position(|w| w.name == "one").unwrap() as u32;
+        let chosen = placer.place(&plan, index, |_| true, |_| true).expect("fits");
+        let first = (0..8u32).min_by_key(|&n| node_order(&names[n as usize])).unwrap();
+        assert_eq!(chosen.node, first);
+        assert_ne!(node_order("node-0"), node_order("node-1"));
     }
 
     #[test]

@@ -161,6 +161,12 @@ impl Tenant<'_> {
     pub fn guaranteed_milli(&self) -> u32 {
         self.guaranteed_gpus.saturating_mul(WHOLE_GPU_MILLI)
     }
+
+    /// The most its work may hold, in thousandths of a GPU (ABI 1.7's `gpu_limit`); `None` when it
+    /// has no limit.
+    pub fn limit_milli(&self) -> Option<u32> {
+        (self.gpu_limit > 0).then(|| self.gpu_limit.saturating_mul(WHOLE_GPU_MILLI))
+    }
 }
 
 impl Service<'_> {

@@ -46,6 +46,7 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 decayed_gpu_hours: 12.5,
                 may_borrow: true,
                 running_gpu_milli: 1_250,
+                gpu_limit: 12,
             },
             Tenant { name: "globex", ..Tenant::default() },
         ],

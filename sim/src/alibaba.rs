@@ -320,6 +320,7 @@ pub fn load(dir: &Path, options: &Options) -> Result<(FleetSpec, Trace), InputEr
             weight: 1,
             tier: 0,
             may_borrow: true,
+            gpu_limit: None,
             policy: None,
         })
         .collect();

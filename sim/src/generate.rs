@@ -98,6 +98,7 @@ pub fn generate(options: &Options) -> (FleetSpec, Trace) {
                 weight: 2,
                 tier: 1,
                 may_borrow: true,
+                gpu_limit: None,
                 policy: None,
             },
             TenantSpec {
@@ -106,6 +107,7 @@ pub fn generate(options: &Options) -> (FleetSpec, Trace) {
                 weight: 1,
                 tier: 0,
                 may_borrow: true,
+                gpu_limit: None,
                 policy: None,
             },
             TenantSpec {
@@ -114,6 +116,7 @@ pub fn generate(options: &Options) -> (FleetSpec, Trace) {
                 weight: 1,
                 tier: 0,
                 may_borrow: true,
+                gpu_limit: None,
                 policy: None,
             },
         ],

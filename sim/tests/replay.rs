@@ -21,6 +21,7 @@ fn fleet(gpus: u32) -> FleetSpec {
                 weight: 1,
                 tier: 1,
                 may_borrow: true,
+                gpu_limit: None,
                 policy: None,
             },
             TenantSpec {
@@ -29,6 +30,7 @@ fn fleet(gpus: u32) -> FleetSpec {
                 weight: 1,
                 tier: 0,
                 may_borrow: true,
+                gpu_limit: None,
                 policy: None,
             },
         ],

@@ -36,6 +36,7 @@ fn fleet(node_types: Vec<NodeType>) -> FleetSpec {
         weight: 1,
         tier: 0,
         may_borrow: true,
+        gpu_limit: None,
         policy: None,
     };
     FleetSpec {

@@ -299,11 +299,22 @@ impl World {
                     self.a_admin.created("/api/v1/tokens", &json!({"name": format!("fixture-{short}")})).await.unwrap();
                 (id_of(&token), true)
             }
-            ("/api/v1/tenants/{id}" | "/api/v1/tenants/{id}/preview", "id") => {
+            ("/api/v1/tenants/{id}" | "/api/v1/tenants/{id}/preview" | "/api/v1/tenants/{id}/archive", "id") => {
                 let tenant =
                     self.admin.created("/api/v1/tenants", &json!({"name": format!("fixture-{short}")})).await.unwrap();
                 (id_of(&tenant), false)
             }
+            ("/api/v1/tenants/{id}/budgets/{period}", "id") => {
+                // A fresh tenant with a monthly budget, so removing it finds one.
+                let tenant =
+                    self.admin.created("/api/v1/tenants", &json!({"name": format!("fixture-{short}")})).await.unwrap();
+                let id = id_of(&tenant);
+                let budget = json!({"gpu_hours": 10, "action": "warn"});
+                let set = self.admin.put(&format!("/api/v1/tenants/{id}/budgets/month"), &budget).await.unwrap();
+                assert_eq!(set.status, 200, "{}", set.body);
+                (id, false)
+            }
+            ("/api/v1/tenants/{id}/budgets/{period}", "period") => ("month".into(), false),
             ("/api/v1/enrolment-tokens/{id}", "id") => {
                 let token = self.admin.created("/api/v1/enrolment-tokens", &json!({})).await.unwrap();
                 (id_of(&token), false)

@@ -1,7 +1,9 @@
 //! Quotas a platform team can change (issue 40): a tenant's guarantee raised with the CLI lets its
 //! waiting work start at the next cycle — previewed first, audited with what it was and what it
 //! became — and lowered again, reclaims nothing by itself: what runs keeps running while nobody
-//! needs its GPUs. Real control plane, agent, CLI and PostgreSQL.
+//! needs its GPUs. A limit caps a team that may borrow; an archived team's work ends and it admits
+//! nothing new, its history kept; a GPU-hour budget that runs out refuses, lowers or only flags new
+//! work as its action says. Real control plane, agent, CLI and PostgreSQL.
 
 #![allow(clippy::unwrap_used)]
 
@@ -90,5 +92,145 @@ async fn a_quota_raised_with_the_cli_lets_waiting_work_start_at_the_next_cycle_a
     let tenants = api.ok("/api/v1/tenants").await.unwrap();
     let research = tenants.as_array().unwrap().iter().find(|t| t["name"] == "research").unwrap();
     assert_eq!(research["weight"], 1, "{research}");
+    cp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_caps_a_team_that_may_borrow_and_an_archived_team_ends_its_work_and_admits_nothing_new() {
+    let (_db, cp, _agent) = one_node_fleet("limit-node", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
+    let api = cp.api();
+    let cli = Cli::new().unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec!["--url", cp.url.as_str(), "--token", cp.admin_token.as_str()];
+        all.extend_from_slice(args);
+        let args: Vec<String> = all.into_iter().map(str::to_owned).collect();
+        let cli = &cli;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cli.run(&args).await.unwrap().ok().unwrap()
+        }
+    };
+    let submit = |name: &str| {
+        let api = api.clone();
+        let body = json!({"name": name, "tenant": "vision", "class": "training",
+                          "resources": {"gpu_count": 1}, "command": ["sleep", "600"]});
+        async move { api.post("/api/v1/workloads", &body).await.unwrap() }
+    };
+
+    // Four GPUs are free and the team may borrow, but its limit is one GPU: one job runs, the
+    // other waits and says why.
+    let created = run(&["tenants", "create", "vision", "--gpu-limit", "1"]).await;
+    let limit = created.stdout.lines().find(|l| l.starts_with("gpu_limit:")).unwrap_or_default().to_owned();
+    assert_eq!(limit.split_whitespace().nth(1), Some("1"), "{}", created.stdout);
+    let first = submit("vision-a").await.body["id"].as_str().unwrap().to_owned();
+    workload_reaches(&api, &first, "running", WAIT).await.unwrap();
+    let second = submit("vision-b").await.body["id"].as_str().unwrap().to_owned();
+    let reason = airtime_tests::eventually("the second job held at the limit", WAIT, || {
+        let (api, id) = (api.clone(), second.clone());
+        async move {
+            let w = api.ok(&format!("/api/v1/workloads/{id}")).await?;
+            let reason = w["pending_reason"].as_str().unwrap_or_default().to_owned();
+            Ok(reason.contains("at its limit").then_some(reason))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(reason.contains("tenant vision holds 1 of at most 1 GPUs"), "{reason}");
+
+    // Raised: it starts at the next cycle; the change is audited.
+    run(&["tenants", "set", "vision", "--gpu-limit", "2"]).await;
+    workload_reaches(&api, &second, "running", WAIT).await.unwrap();
+    let audit = api.ok("/api/v1/audit?action=tenant.quota").await.unwrap();
+    assert_eq!(audit[0]["detail"]["after"]["gpu_limit"], 2, "{audit}");
+
+    // Archived: both jobs stop, nothing new is admitted, and its history stays readable.
+    let archived = run(&["tenants", "archive", "vision"]).await;
+    assert!(archived.stdout.contains("0 pending workloads cancelled, 2 stopping"), "{}", archived.stdout);
+    for id in [&first, &second] {
+        workload_reaches(&api, id, "cancelled", WAIT).await.unwrap();
+    }
+    let refused = submit("vision-c").await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "tenant_archived", "{}", refused.body);
+    let history = api.ok(&format!("/api/v1/workloads/{first}")).await.unwrap();
+    assert_eq!(history["name"], "vision-a");
+    let again = api.post(&format!("/api/v1/tenants/{}/archive", archived_id(&api, "vision").await), &json!({})).await;
+    assert_eq!(again.unwrap().status, 409);
+    let audit = api.ok("/api/v1/audit?action=tenant.archive").await.unwrap();
+    assert_eq!(audit[0]["detail"]["stopping"], 2, "{audit}");
+    cp.stop().await;
+}
+
+async fn archived_id(api: &airtime_tests::Api, name: &str) -> String {
+    let tenants = api.ok("/api/v1/tenants").await.unwrap();
+    let tenant = tenants.as_array().unwrap().iter().find(|t| t["name"] == name).unwrap();
+    assert!(tenant["archived_at"].is_string(), "{tenant}");
+    tenant["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_that_runs_out_refuses_new_work_in_stop_mode_lowers_it_in_best_effort_mode_and_only_flags_it_in_warn_mode()
+ {
+    let (_db, cp, _agent) = one_node_fleet("budget-node", &["--simulate-gpus", "4:H100-SXM:81920"]).await.unwrap();
+    let api = cp.api();
+    let team = api.created("/api/v1/tenants", &json!({"name": "batch"})).await.unwrap();
+    let team = team["id"].as_str().unwrap().to_owned();
+    let submit = |name: &str| {
+        let api = api.clone();
+        let body = json!({"name": name, "tenant": "batch", "class": "batch_inference", "priority": 40,
+                          "resources": {"gpu_count": 1}, "command": ["sleep", "600"]});
+        async move { api.post("/api/v1/workloads", &body).await.unwrap() }
+    };
+
+    // A job holds a GPU for a few seconds: a budget of 0.001 GPU-hours (3.6 GPU-seconds) is spent.
+    let first = submit("batch-a").await.body["id"].as_str().unwrap().to_owned();
+    workload_reaches(&api, &first, "running", WAIT).await.unwrap();
+    let path = format!("/api/v1/tenants/{team}/budgets/month");
+    let set = api.put(&path, &json!({"gpu_hours": 0.001, "action": "stop"})).await.unwrap();
+    assert_eq!(set.status, 200, "{}", set.body);
+    airtime_tests::eventually("the budget used up", WAIT, || {
+        let api = api.clone();
+        let team = team.clone();
+        async move {
+            let budgets = api.ok(&format!("/api/v1/tenants/budgets?tenant={team}")).await?;
+            Ok((budgets[0]["exhausted"] == true).then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+
+    // Stop: new work is refused with the reason; what runs keeps running.
+    let refused = submit("batch-b").await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.body["error"]["code"], "budget_exhausted", "{}", refused.body);
+    let message = refused.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("tenant batch used") && message.contains("this month"), "{message}");
+    assert_eq!(api.ok(&format!("/api/v1/workloads/{first}")).await.unwrap()["state"], "running");
+
+    // Best effort: admitted, preemptible at priority 0, and its first event says why.
+    api.put(&path, &json!({"gpu_hours": 0.001, "action": "best_effort"})).await.unwrap();
+    let lowered = submit("batch-c").await;
+    assert_eq!(lowered.status, 201, "{}", lowered.body);
+    assert_eq!((lowered.body["priority"].as_i64(), lowered.body["preemptible"].as_bool()), (Some(0), Some(true)));
+    let detail = api.ok(&format!("/api/v1/workloads/{}", lowered.body["id"].as_str().unwrap())).await.unwrap();
+    let first_event = detail["history"][0]["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(first_event.contains("admitted as best effort"), "{detail}");
+
+    // Warn: admitted as asked, flagged.
+    api.put(&path, &json!({"gpu_hours": 0.001, "action": "warn"})).await.unwrap();
+    let warned = submit("batch-d").await;
+    assert_eq!((warned.status, warned.body["priority"].as_i64()), (201, Some(40)), "{}", warned.body);
+    let detail = api.ok(&format!("/api/v1/workloads/{}", warned.body["id"].as_str().unwrap())).await.unwrap();
+    assert!(detail["history"][0]["detail"].as_str().unwrap_or_default().contains("budget exceeded"), "{detail}");
+
+    // Bad input changes nothing; removing the budget admits work plainly again.
+    let bad = api.put(&path, &json!({"gpu_hours": -1, "action": "stop"})).await.unwrap();
+    assert_eq!(bad.status, 422, "{}", bad.body);
+    let day = format!("/api/v1/tenants/{team}/budgets/day");
+    let bad = api.put(&day, &json!({"gpu_hours": 1, "action": "stop"})).await.unwrap();
+    assert_eq!(bad.status, 422, "{}", bad.body);
+    assert_eq!(api.delete(&path).await.unwrap().status, 204);
+    let plain = submit("batch-e").await;
+    assert_eq!((plain.status, plain.body["priority"].as_i64()), (201, Some(40)), "{}", plain.body);
     cp.stop().await;
 }

@@ -56,9 +56,17 @@ async fn submit(
                 .map_err(|m| ApiError::bad_request("invalid_idempotency_key", m))?,
         ),
     };
-    let (view, replayed) =
-        workloads::submit(&state.db, &req, &caller.scope(), key.as_ref(), &state.config.container_mount_prefixes)
-            .await?;
+    let (view, replayed) = workloads::submit(
+        &state.db,
+        &req,
+        &caller.scope(),
+        key.as_ref(),
+        &workloads::SubmitRules {
+            allowed_mounts: &state.config.container_mount_prefixes,
+            usage_hold: state.config.telemetry_hold(),
+        },
+    )
+    .await?;
     let mut answer_headers = axum::http::HeaderMap::new();
     if replayed {
         answer_headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));

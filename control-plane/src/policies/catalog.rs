@@ -514,6 +514,7 @@ fn trial_snapshot() -> abi::Snapshot<'static> {
             decayed_gpu_hours: 0.0,
             may_borrow: true,
             running_gpu_milli: 1000,
+            gpu_limit: 0,
         }],
         nodes: vec![abi::Node {
             name: "trial-node",

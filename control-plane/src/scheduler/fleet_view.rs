@@ -226,7 +226,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
     let settings = crate::settings::load(&mut *conn).await?;
 
     let tenant_rows: Vec<TenantRow> = sqlx::query_as(
-        "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, \
+        "SELECT t.id, t.name, t.guaranteed_gpus, t.weight, t.tier, t.may_borrow, t.gpu_limit, \
                 COALESCE(h.milli, 0)::bigint, COALESCE(u.decayed_gpu_hours, 0) \
          FROM tenants t \
          LEFT JOIN (SELECT tenant_id, sum(milli) AS milli FROM gpu_grants GROUP BY tenant_id) h ON h.tenant_id = t.id \
@@ -237,13 +237,14 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
     .await?;
     let tenants: Vec<TenantEntry> = tenant_rows
         .into_iter()
-        .map(|TenantRow(id, name, guaranteed, weight, tier, may_borrow, running, usage)| TenantEntry {
+        .map(|TenantRow(id, name, guaranteed, weight, tier, may_borrow, limit, running, usage)| TenantEntry {
             id,
             name,
             guaranteed_gpus: guaranteed.max(0) as u32,
             weight: weight.max(1) as u32,
             tier,
             may_borrow,
+            gpu_limit: limit.and_then(|l| u32::try_from(l).ok()),
             running_gpu_milli: u32::try_from(running.max(0)).unwrap_or(u32::MAX),
             decayed_gpu_hours: usage.max(0.0),
         })
@@ -431,7 +432,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
 }
 
 #[derive(sqlx::FromRow)]
-struct TenantRow(Uuid, String, i32, i32, i32, bool, i64, f64);
+struct TenantRow(Uuid, String, i32, i32, i32, bool, Option<i32>, i64, f64);
 
 #[derive(sqlx::FromRow)]
 struct NodeRow(Uuid, String, NodeState, i32, i64, Option<f64>, Option<f32>, bool, bool);

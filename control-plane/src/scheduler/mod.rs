@@ -723,12 +723,16 @@ pub async fn preview_quota(
         weight: Some(t.weight),
         tier: Some(t.tier),
         may_borrow: Some(t.may_borrow),
+        gpu_limit: Some(t.gpu_limit.unwrap_or(0)),
     };
     let current = quota(tenant);
     tenant.guaranteed_gpus = change.guaranteed_gpus.unwrap_or(tenant.guaranteed_gpus);
     tenant.weight = change.weight.unwrap_or(tenant.weight);
     tenant.tier = change.tier.unwrap_or(tenant.tier);
     tenant.may_borrow = change.may_borrow.unwrap_or(tenant.may_borrow);
+    if let Some(limit) = change.gpu_limit {
+        tenant.gpu_limit = (limit > 0).then_some(limit);
+    }
     let candidate = quota(tenant);
     let name = tenant.name.clone();
     let comparison = compare(state, &fleet, &with_candidate).await?;

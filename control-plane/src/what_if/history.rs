@@ -199,6 +199,7 @@ fn fleet_spec(
             weight: t.weight.max(1),
             tier: t.tier,
             may_borrow: t.may_borrow,
+            gpu_limit: t.gpu_limit,
             policy: policies.get(&t.id).cloned(),
         })
         .collect();

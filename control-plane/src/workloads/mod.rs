@@ -21,7 +21,7 @@ use crate::domain::Scope;
 use crate::model::{MigProfile, ReplicaVariant, WHOLE_GPU_MILLI, WorkloadClass, WorkloadState};
 
 /// A submission. Unknown fields are refused so a typo ("gpu_cout") is an error, not a default.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitWorkload {
     pub name: String,
@@ -382,13 +382,21 @@ pub async fn submit(
     req: &SubmitWorkload,
     scope: &Scope,
     key: Option<&IdempotencyKey>,
-    allowed_mounts: &[String],
+    rules: &SubmitRules<'_>,
 ) -> domain::Result<(WorkloadView, bool)> {
-    match submit_once(db, req, scope, key, allowed_mounts).await {
+    match submit_once(db, req, scope, key, rules).await {
         // Two retries raced and the other committed first: answer with its workload.
-        Err(domain::Error::Conflict { code: RACED, .. }) => submit_once(db, req, scope, key, allowed_mounts).await,
+        Err(domain::Error::Conflict { code: RACED, .. }) => submit_once(db, req, scope, key, rules).await,
         other => other,
     }
+}
+
+/// What a submission is judged by beside the request itself.
+pub struct SubmitRules<'a> {
+    /// The host paths a container may mount (`--container-mount-prefix`).
+    pub allowed_mounts: &'a [String],
+    /// How long a telemetry sample stands for its GPU (the usage budgets count).
+    pub usage_hold: std::time::Duration,
 }
 
 async fn submit_once(
@@ -396,10 +404,10 @@ async fn submit_once(
     req: &SubmitWorkload,
     scope: &Scope,
     key: Option<&IdempotencyKey>,
-    allowed_mounts: &[String],
+    rules: &SubmitRules<'_>,
 ) -> domain::Result<(WorkloadView, bool)> {
     scope.require_role(crate::auth::Role::TenantMember)?;
-    req.check(allowed_mounts).map_err(|m| domain::Error::invalid("invalid_workload", m))?;
+    req.check(rules.allowed_mounts).map_err(|m| domain::Error::invalid("invalid_workload", m))?;
     let mut tx = db.begin().await?;
     let tenant_id = crate::tenancy::resolve_for_write(&mut tx, scope, req.tenant.as_deref()).await?;
     // The request as parsed, not its bytes: a retry that reorders fields is the same request.
@@ -433,6 +441,20 @@ async fn submit_once(
             return Ok((view, true));
         }
     }
+    // Past a budget: refused (`stop`), or admitted as best effort or with a warning.
+    let admission = crate::budgets::admission(&mut tx, tenant_id, rules.usage_hold).await?;
+    let best_effort;
+    let (req, budget_note) = match &admission {
+        crate::budgets::Admission::Admit => (req, None),
+        crate::budgets::Admission::Warned(note) => (req, Some(note.as_str())),
+        crate::budgets::Admission::BestEffort(note) => {
+            let mut lowered = req.clone();
+            lowered.priority = 0;
+            lowered.preemptible = true;
+            best_effort = lowered;
+            (&best_effort, Some(note.as_str()))
+        }
+    };
     let id = Uuid::now_v7();
     // A gang is its members' rows, the rank-0 member's id naming the gang; the key is on it alone.
     let members = req.nodes.unwrap_or(1);
@@ -453,8 +475,12 @@ async fn submit_once(
             }
             _ => domain::Error::from(err),
         })?;
-        let detail =
+        let mut detail =
             if members > 1 { format!("submitted (gang member rank {rank} of {members})") } else { "submitted".into() };
+        if let Some(note) = budget_note {
+            detail.push_str("; ");
+            detail.push_str(note);
+        }
         transitions::record_event(&mut tx, member, tenant_id, None, WorkloadState::Pending, 0, &detail).await?;
     }
     audit::record(

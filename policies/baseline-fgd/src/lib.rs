@@ -1,20 +1,20 @@
 //! **FGD alone**: each pending pod, in submission order, goes where it adds the least expected
 //! fragmentation for the typical pods — the measure of Weng et al.'s FGD ("Beware of
-//! Fragmentation", USENIX ATC '23) on the SDK's exact placer
+//! Fragmentation", USENIX ATC '23) on the SDK's placer
 //! ([`FragPlacer`](airtime_policy_sdk::frag::FragPlacer)), the placement `slo-first` uses, with
 //! nothing else: no priorities, no reservation, no preemption. `airtime-sim fill` runs it beside
 //! `slo-first` so that what the rest of a real policy costs or gains reads off one table. Not
 //! registered by the control plane.
 //!
-//! Not a copy of their plugin: theirs turns the gradient into an integer score
-//! (`⌊σ(Δ/1000) × 100⌋`, so gradients within about 0.04 GPU tie) and breaks ties by node name. A
-//! literal reimplementation of that scoring (commit 2e3038c) placed far less than their published
-//! FGD on the same protocol (86.6–88.9% at 100% arrived, seeds 42–43, against 95.23%), so some part
-//! of their simulator's FGD is not in their scoring code as we read it; this exact form is kept.
+//! Compared as their plugin compares placements: by `⌊σ(Δ/1000) × 100⌋` of the gradient, so
+//! gradients within about 0.04 GPU tie, and ties broken in a fixed pseudo-random order of the
+//! nodes, as their simulator breaks them by prefixing node names with a random permutation
+//! ([`FragPlacer::scored`](airtime_policy_sdk::frag::FragPlacer::scored)). Both matter on their fill
+//! experiment (`docs/simulator-results.md`).
 //!
-//! - The typical pods are the snapshot's GPU work, running and pending ([`Workmix::of`]): in the
-//!   fill, where nothing leaves, every pod that arrived so far.
-//! - Ties go to the node left with the least free, then the lowest index.
+//! - The typical pods are the snapshot's running work and what was asked for in the last ten
+//!   minutes ([`Workmix::of`]), CPU-only pods included: for them every free GPU is fragment, as
+//!   in their measure.
 //!
 //! Params: none.
 
@@ -34,7 +34,7 @@ impl Policy for Fgd {
         let mut placer: Option<FragPlacer<'s>> = None;
         let mut placed = 0;
         for (index, w) in queue {
-            let placer = placer.get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)));
+            let placer = placer.get_or_insert_with(|| FragPlacer::scored(Workmix::of(snapshot)));
             match placer.place(&plan, index, |_| true, |_| true) {
                 Some(p) => {
                     let reason = format!(

@@ -47,7 +47,9 @@
 //! are tried and the words each decision is explained with.
 //!
 //! Params (JSON, optional): `placement` — `"least_fragmenting"` (the default: fragmentation
-//! gradient descent for whole GPUs, shares and CPU work on GPU nodes) or `"best_fit"`;
+//! gradient descent for whole GPUs, shares and CPU work on GPU nodes), `"fgd_score"` (the same
+//! gradient compared by FGD's integer score, ties spread over the nodes, as Weng et al.'s simulator
+//! does) or `"best_fit"`;
 //! `consolidate` (default true) — whether a gang behind fragmentation may move work.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,10 +86,11 @@ struct Params {
 fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<Params, Failure> {
     let fit = match params.str("placement")? {
         None | Some("least_fragmenting") => Fit::LeastFragmenting,
+        Some("fgd_score") => Fit::FgdScore,
         Some("best_fit") => Fit::BestFit,
         Some(other) => {
             return Err(Failure::from(format!(
-                "placement must be \"least_fragmenting\" or \"best_fit\", not {other:?}"
+                "placement must be \"least_fragmenting\", \"fgd_score\" or \"best_fit\", not {other:?}"
             )));
         }
     };
@@ -289,6 +292,14 @@ impl<'p, 's> Cycle<'p, 's> {
     /// `burst_reserve_gpus` free).
     fn held_back(&self, w: &Workload<'_>) -> Option<String> {
         let t = w.tenant;
+        if self.holdings.past_limit(w) {
+            return Some(format!(
+                "at its limit: tenant {} holds {} of at most {} GPUs",
+                self.tenant_name(t),
+                gpus_in_words(u64::from(self.holdings.held(t))),
+                self.holdings.limit(t).unwrap_or(0) / WHOLE_GPU_MILLI
+            ));
+        }
         if self.holdings.borrowing(w) && !self.holdings.may_borrow(t) {
             return Some(format!(
                 "quota used up: tenant {} holds {} of its {} guaranteed GPUs and may not borrow",

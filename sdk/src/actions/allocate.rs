@@ -15,8 +15,19 @@ pub enum Fit {
     /// Where it adds the least expected fragmentation for the work that typically arrives (Weng et
     /// al.'s FGD: [`FragPlacer`]) — whole GPUs, shares, and CPU work on GPU nodes.
     LeastFragmenting,
+    /// As [`LeastFragmenting`](Self::LeastFragmenting), placements compared by FGD's integer score
+    /// and ties spread in a fixed order of the nodes, as Weng et al.'s simulator does
+    /// ([`FragPlacer::scored`]).
+    FgdScore,
     /// The node with the fewest free GPUs left, the fullest GPU a share fits on.
     BestFit,
+}
+
+impl Fit {
+    /// Placed by fragmentation gradient descent (exactly or by score).
+    pub fn by_fragmentation(self) -> bool {
+        matches!(self, Fit::LeastFragmenting | Fit::FgdScore)
+    }
 }
 
 /// Where an allocation puts a workload, and how it was chosen (for the decision's reason).
@@ -64,7 +75,10 @@ impl<'s> Allocator<'s> {
     }
 
     fn placer(&mut self, snapshot: &Snapshot<'s>) -> &mut FragPlacer<'s> {
-        self.placer.get_or_insert_with(|| FragPlacer::new(Workmix::of(snapshot)))
+        let scored = self.fit == Fit::FgdScore;
+        self.placer.get_or_insert_with(|| {
+            if scored { FragPlacer::scored(Workmix::of(snapshot)) } else { FragPlacer::new(Workmix::of(snapshot)) }
+        })
     }
 
     fn cpu_room(&mut self, plan: &Plan<'_, '_>) -> &CpuRoom {
@@ -97,7 +111,7 @@ impl<'s> Allocator<'s> {
             return None;
         }
         let node = cpu.every.best(w.cpu_millis, w.memory_mb, can_run)?;
-        if self.fit == Fit::LeastFragmenting {
+        if self.fit.by_fragmentation() {
             return self.placer(snapshot).place(plan, workload, |_| true, |_| true).map(|p| p.node);
         }
         Some(node)
@@ -108,7 +122,7 @@ impl<'s> Allocator<'s> {
     pub fn share(&mut self, plan: &Plan<'_, 's>, workload: u32, allowed: impl Fn(u32) -> bool) -> Option<Allocation> {
         let snapshot = plan.snapshot();
         match self.fit {
-            Fit::LeastFragmenting => self
+            Fit::LeastFragmenting | Fit::FgdScore => self
                 .placer(snapshot)
                 .place(plan, workload, allowed, |g| snapshot.gpus[g as usize].is_shareable())
                 .map(|p| Allocation { node: p.node, gpus: p.gpus, how: fragment_words(p.added) }),
@@ -130,7 +144,7 @@ impl<'s> Allocator<'s> {
         let snapshot = plan.snapshot();
         let w = snapshot.workload(workload)?;
         let need = w.gpu_need();
-        if self.fit == Fit::LeastFragmenting && need.mig_profile.is_empty() {
+        if self.fit.by_fragmentation() && need.mig_profile.is_empty() {
             return self.placer(snapshot).place(plan, workload, |_| true, usable).map(|p| Allocation {
                 node: p.node,
                 gpus: p.gpus,

@@ -9,6 +9,8 @@ pub struct Holdings {
     held: Vec<u32>,
     guaranteed: Vec<u32>,
     may_borrow: Vec<bool>,
+    /// Thousandths of a GPU each tenant may hold at most (`u32::MAX`: no limit).
+    limit: Vec<u32>,
 }
 
 impl Holdings {
@@ -18,7 +20,19 @@ impl Holdings {
             held: snapshot.tenants.iter().map(|t| t.held_milli()).collect(),
             guaranteed: snapshot.tenants.iter().map(|t| t.guaranteed_gpus.saturating_mul(WHOLE_GPU_MILLI)).collect(),
             may_borrow: snapshot.tenants.iter().map(|t| t.may_borrow).collect(),
+            limit: snapshot.tenants.iter().map(|t| t.limit_milli().unwrap_or(u32::MAX)).collect(),
         }
+    }
+
+    /// Whether placing `w` takes its tenant past its limit (ABI 1.7), which no borrowing allows.
+    pub fn past_limit(&self, w: &Workload<'_>) -> bool {
+        let limit = self.limit.get(w.tenant as usize).copied().unwrap_or(u32::MAX);
+        w.gpu_demand_milli() > 0 && self.held(w.tenant).saturating_add(w.gpu_demand_milli()) > limit
+    }
+
+    /// Thousandths of a GPU `tenant` may hold at most, if it has a limit.
+    pub fn limit(&self, tenant: u32) -> Option<u32> {
+        self.limit.get(tenant as usize).copied().filter(|&l| l != u32::MAX)
     }
 
     /// Thousandths of a GPU `tenant` holds.

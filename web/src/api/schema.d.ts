@@ -1035,6 +1035,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/tenants/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Budgets and where each tenant stands this period (used, remaining, exhausted): every tenant's
+         *     for platform admins (or one tenant's with `tenant`), the caller's own tenant's for everyone else.
+         */
+        get: operations["tenants_budgets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tenants/summary": {
         parameters: {
             query?: never;
@@ -1076,6 +1096,49 @@ export interface paths {
          *     policy preempts under the normal preemption rules.
          */
         patch: operations["tenants_update"];
+        trace?: never;
+    };
+    "/api/v1/tenants/{id}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Archive a tenant (platform admins): its pending work is cancelled, its running work stopped
+         *     with its grace period, its services drained; it admits nothing new from then on. Its history,
+         *     decisions and accounting remain. Audited. The `default` tenant cannot be archived.
+         */
+        post: operations["tenants_archive"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tenants/{id}/budgets/{period}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a tenant's GPU-hour budget for a period (`week` or `month`) and what happens once it is
+         *     used up (platform admins): `warn`, `best_effort` (new work admitted preemptible at priority 0)
+         *     or `stop` (new work refused). Audited; applies to the next submission.
+         */
+        put: operations["tenants_set_budget"];
+        post?: never;
+        /** Remove a tenant's budget for a period (platform admins). Audited. */
+        delete: operations["tenants_remove_budget"];
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/tenants/{id}/preview": {
@@ -1452,6 +1515,25 @@ export interface components {
              */
             tenant_id?: string | null;
         };
+        /** @description What archiving a tenant did. */
+        Archived: {
+            /**
+             * Format: int32
+             * @description Its pending workloads, cancelled.
+             */
+            cancelled_pending: number;
+            /**
+             * Format: int32
+             * @description Its services, draining.
+             */
+            draining_services: number;
+            /**
+             * Format: int32
+             * @description Its workloads on nodes, asked to stop (each with its grace period).
+             */
+            stopping: number;
+            tenant: components["schemas"]["TenantView"];
+        };
         /** @description One workload the node must run or stop. */
         Assignment: {
             action: components["schemas"]["AssignmentAction"];
@@ -1519,6 +1601,34 @@ export interface components {
             tenant?: string | null;
             /** Format: uuid */
             tenant_id?: string | null;
+        };
+        /**
+         * @description What happens to new work once a budget is used up.
+         * @enum {string}
+         */
+        BudgetAction: "warn" | "best_effort" | "stop";
+        /** @description A budget and where its tenant stands against it in the current period. */
+        BudgetView: {
+            action: components["schemas"]["BudgetAction"];
+            /** @description Used up: the action applies to new work. */
+            exhausted: boolean;
+            /** Format: double */
+            gpu_hours: number;
+            period: components["schemas"]["Period"];
+            /** Format: date-time */
+            period_end: string;
+            /** Format: date-time */
+            period_start: string;
+            /** Format: double */
+            remaining_gpu_hours: number;
+            tenant: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /**
+             * Format: double
+             * @description Allocated GPU-hours so far this period, as billed.
+             */
+            used_gpu_hours: number;
         };
         ChangePassword: {
             /** Format: password */
@@ -1645,6 +1755,11 @@ export interface components {
             name: string;
         };
         CreateTenant: {
+            /**
+             * Format: int32
+             * @description The most GPUs its work may hold at once (1 to 100000); no limit when absent.
+             */
+            gpu_limit?: number | null;
             /** Format: int32 */
             guaranteed_gpus?: number;
             may_borrow?: boolean;
@@ -2525,6 +2640,11 @@ export interface components {
              */
             workload_id?: string | null;
         };
+        /**
+         * @description How long a budget's period is.
+         * @enum {string}
+         */
+        Period: "week" | "month";
         PolicyView: {
             /** @description The parameters the active version runs with. */
             active_params?: Record<string, unknown> | null;
@@ -2912,6 +3032,15 @@ export interface components {
             /** Format: uuid */
             user_id: string;
         };
+        /** @description `PUT /tenants/{id}/budgets/{period}`. */
+        SetBudget: {
+            action: components["schemas"]["BudgetAction"];
+            /**
+             * Format: double
+             * @description GPU-hours per period, counted as billed (a quarter GPU for an hour is 0.25); above 0.
+             */
+            gpu_hours: number;
+        };
         SetMember: {
             role: components["schemas"]["Role"];
         };
@@ -3017,6 +3146,12 @@ export interface components {
         TenantQuota: {
             /**
              * Format: int32
+             * @description The most GPUs its work may hold at once, borrowed or not (1 to 100000); 0 removes the
+             *     limit.
+             */
+            gpu_limit?: number | null;
+            /**
+             * Format: int32
              * @description GPUs the tenant is guaranteed (0 to 100000).
              */
             guaranteed_gpus?: number | null;
@@ -3074,8 +3209,18 @@ export interface components {
             top_pending_reason?: string | null;
         };
         TenantView: {
+            /**
+             * Format: date-time
+             * @description When it was archived; absent for a live tenant.
+             */
+            archived_at?: string | null;
             /** Format: date-time */
             created_at: string;
+            /**
+             * Format: int32
+             * @description The most GPUs its work may hold at once, borrowed or not; none when absent.
+             */
+            gpu_limit?: number | null;
             /** Format: int32 */
             guaranteed_gpus: number;
             /** Format: uuid */
@@ -7994,6 +8139,73 @@ export interface operations {
             };
         };
     };
+    tenants_budgets: {
+        parameters: {
+            query?: {
+                /** @description One tenant's budgets (its id). */
+                tenant?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Budgets with this period's use */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetView"][];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The caller's role does not allow this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
     tenants_summary: {
         parameters: {
             query?: never;
@@ -8080,6 +8292,259 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["TenantView"];
                 };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    tenants_archive: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant, archived, and what that ended */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Archived"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Already archived */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The default tenant */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    tenants_set_budget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant id */
+                id: string;
+                /** @description week or month */
+                period: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "action": "stop",
+                 *       "gpu_hours": 500
+                 *     }
+                 */
+                "application/json": components["schemas"]["SetBudget"];
+            };
+        };
+        responses: {
+            /** @description The budget and this period's use */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetView"];
+                };
+            };
+            /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No credential, or an invalid, expired or revoked one */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The tenant is archived */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description Too many requests (from this credential or address); see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    tenants_remove_budget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Tenant id */
+                id: string;
+                /** @description week or month */
+                period: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             /** @description Malformed request: body, path or query (unknown fields and NUL characters are refused) */
             400: {
