@@ -30,6 +30,8 @@ struct AssignmentRow {
     cpu_millis: i32,
     memory_mb: i64,
     attempt_token: Option<Uuid>,
+    /// A member of a gang across nodes.
+    in_gang: bool,
 }
 
 /// What the node should run and stop now, at `version`: its workloads with their grants, the
@@ -39,18 +41,9 @@ pub async fn state(db: &PgPool, node_id: Uuid, version: u64) -> sqlx::Result<Des
         let mut conn = db.acquire().await?;
         crate::settings::load(&mut conn).await?.grace_period_ms()
     };
-    // A gang member's rendezvous; an agent before protocol 1.2 cannot hold a member, so it is not
-    // shown one until its gang is released.
-    let gangs = crate::workloads::gangs::rendezvous(db, node_id, version).await?;
-    let holds: bool = sqlx::query_scalar(
-        "SELECT COALESCE(string_to_array(agent_protocol, '.')::int[] >= '{1,2}', false) FROM nodes WHERE id = $1",
-    )
-    .bind(node_id)
-    .fetch_optional(db)
-    .await?
-    .unwrap_or(false);
     let rows: Vec<AssignmentRow> = sqlx::query_as(
         "SELECT w.id, w.attempt, w.state, w.command, w.env, w.container, w.cpu_millis, w.memory_mb, w.attempt_token, \
+                w.gang_id IS NOT NULL AS in_gang, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
                           JOIN gpus g ON g.id = gr.gpu_id WHERE gr.workload_id = w.id), '{}') AS gpu_indices, \
                 (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason, \
@@ -61,6 +54,22 @@ pub async fn state(db: &PgPool, node_id: Uuid, version: u64) -> sqlx::Result<Des
     .bind(node_id)
     .fetch_all(db)
     .await?;
+    // A gang member's rendezvous; an agent before protocol 1.2 cannot hold a member, so it is not
+    // shown one until its gang is released. A node that holds no gang member (the common case)
+    // pays nothing for either.
+    let (gangs, holds) = if rows.iter().any(|r| r.in_gang) {
+        let gangs = crate::workloads::gangs::rendezvous(db, node_id, version).await?;
+        let holds: bool = sqlx::query_scalar(
+            "SELECT COALESCE(string_to_array(agent_protocol, '.')::int[] >= '{1,2}', false) FROM nodes WHERE id = $1",
+        )
+        .bind(node_id)
+        .fetch_optional(db)
+        .await?
+        .unwrap_or(false);
+        (gangs, holds)
+    } else {
+        (std::collections::HashMap::new(), true)
+    };
     let assignments = rows
         .into_iter()
         .filter(|r| holds || r.state != WorkloadState::Scheduled || gangs.get(&r.id).is_none_or(|g| !g.hold))

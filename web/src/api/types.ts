@@ -51,6 +51,16 @@ export type PreviewChange = S["PreviewChange"];
 export type QuotaPreview = S["QuotaPreview"];
 export type TenantQuota = S["TenantQuota"];
 
+/** POST /api/v1/tenants/{id}/archive: the tenant, archived, and what that ended. */
+export type Archived = S["Archived"];
+/** GET /api/v1/tenants/budgets, PUT /api/v1/tenants/{id}/budgets/{period}. */
+export type Budget = S["BudgetView"];
+export type BudgetAction = S["BudgetAction"];
+export type BudgetPeriod = S["Period"];
+export type SetBudget = S["SetBudget"];
+export const BUDGET_PERIODS: BudgetPeriod[] = ["week", "month"];
+export const BUDGET_ACTIONS: BudgetAction[] = ["warn", "best_effort", "stop"];
+
 export const WORKLOAD_CLASSES: WorkloadClass[] = [
   "realtime_inference",
   "batch_inference",

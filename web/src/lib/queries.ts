@@ -17,6 +17,9 @@ export const useWorkloads = (limit = 500) =>
 export const useTenantSummary = () =>
   useQuery({ queryKey: ["tenants", "summary"], queryFn: () => unwrap(api.GET("/api/v1/tenants/summary")), refetchInterval: pollEvery(5000) });
 export const useTenants = () => useQuery({ queryKey: ["tenants"], queryFn: () => unwrap(api.GET("/api/v1/tenants")), staleTime: 30_000 });
+/** GET /api/v1/tenants/budgets: every tenant's for platform admins, the caller's own tenant's for everyone else. */
+export const useBudgets = () =>
+  useQuery({ queryKey: ["tenants", "budgets"], queryFn: () => unwrap(api.GET("/api/v1/tenants/budgets")), refetchInterval: pollEvery(30_000) });
 export const useDecisions = (limit = 500) =>
   useQuery({ queryKey: ["decisions", limit], queryFn: () => unwrap(api.GET("/api/v1/decisions", { params: { query: { limit } } })), refetchInterval: pollEvery(5000) });
 export const usePolicies = () => useQuery({ queryKey: ["policies"], queryFn: () => unwrap(api.GET("/api/v1/policies")), refetchInterval: pollEvery(5000) });
