@@ -165,13 +165,19 @@ pub async fn list(
         (Some(own), _) => Some(own),
         (None, asked) => asked,
     };
+    Ok(standing(db, filter, hold).await?)
+}
+
+/// Every budget (of one tenant, if given) with what its tenant used this period: what the API
+/// lists and `/metrics` exports.
+pub async fn standing(db: &PgPool, tenant: Option<Uuid>, hold: std::time::Duration) -> sqlx::Result<Vec<BudgetView>> {
     let mut conn = db.acquire().await?;
     let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *conn).await?;
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT b.tenant_id, t.name, b.period, b.gpu_hours, b.action FROM budgets b JOIN tenants t ON t.id = b.tenant_id \
          WHERE ($1::uuid IS NULL OR b.tenant_id = $1) ORDER BY t.name, b.period",
     )
-    .bind(filter)
+    .bind(tenant)
     .fetch_all(&mut *conn)
     .await?;
     let mut views = Vec::with_capacity(rows.len());

@@ -77,7 +77,7 @@ impl Metrics {
 
     /// The exposition; `named`: with the figures that name tenants and services (the caller gave
     /// the `--metrics-token`), else fleet-wide figures only.
-    pub async fn render(&self, db: &PgPool, named: bool) -> sqlx::Result<String> {
+    pub async fn render(&self, db: &PgPool, named: bool, hold: std::time::Duration) -> sqlx::Result<String> {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -189,6 +189,7 @@ impl Metrics {
         if named {
             render_services(&mut out, db).await?;
             render_gpu_seconds(&mut out, db).await?;
+            render_budgets(&mut out, db, hold).await?;
         } else {
             let _ = writeln!(
                 out,
@@ -202,6 +203,35 @@ impl Metrics {
 /// A label value in the exposition format: backslash, quote and newline escaped.
 fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Each budget's GPU-hours and what its tenant used of them this period, by tenant and period.
+async fn render_budgets(out: &mut String, db: &PgPool, hold: std::time::Duration) -> sqlx::Result<()> {
+    let budgets = crate::budgets::standing(db, None, hold).await?;
+    let _ = writeln!(out, "# HELP airtime_tenant_budget_gpu_hours A tenant's GPU-hour budget for the period.");
+    let _ = writeln!(out, "# TYPE airtime_tenant_budget_gpu_hours gauge");
+    for b in &budgets {
+        let _ = writeln!(
+            out,
+            "airtime_tenant_budget_gpu_hours{{tenant=\"{}\",period=\"{}\"}} {}",
+            label(&b.tenant),
+            b.period.as_str(),
+            b.gpu_hours
+        );
+    }
+    let _ =
+        writeln!(out, "# HELP airtime_tenant_budget_used_gpu_hours GPU-hours a tenant used this period, as billed.");
+    let _ = writeln!(out, "# TYPE airtime_tenant_budget_used_gpu_hours gauge");
+    for b in &budgets {
+        let _ = writeln!(
+            out,
+            "airtime_tenant_budget_used_gpu_hours{{tenant=\"{}\",period=\"{}\"}} {}",
+            label(&b.tenant),
+            b.period.as_str(),
+            b.used_gpu_hours
+        );
+    }
+    Ok(())
 }
 
 /// GPU-seconds by state (owned, allocated, busy, idle), tenant and class, from the hourly roll-up

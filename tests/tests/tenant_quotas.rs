@@ -206,6 +206,10 @@ async fn a_budget_that_runs_out_refuses_new_work_in_stop_mode_lowers_it_in_best_
     let message = refused.body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("tenant batch used") && message.contains("this month"), "{message}");
     assert_eq!(api.ok(&format!("/api/v1/workloads/{first}")).await.unwrap()["state"], "running");
+    // The budget and its use are on /metrics for the scraper that may see tenants.
+    let metrics = cp.metrics(true).await.unwrap();
+    assert!(metrics.contains("airtime_tenant_budget_gpu_hours{tenant=\"batch\",period=\"month\"} 0.001"), "{metrics}");
+    assert!(metrics.contains("airtime_tenant_budget_used_gpu_hours{tenant=\"batch\",period=\"month\"}"), "{metrics}");
 
     // Best effort: admitted, preemptible at priority 0, and its first event says why.
     api.put(&path, &json!({"gpu_hours": 0.001, "action": "best_effort"})).await.unwrap();

@@ -69,7 +69,7 @@ async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) 
             .unwrap_or("");
         constant_time_eq(given.as_bytes(), token.expose().as_bytes())
     });
-    let mut body = state.metrics.render(&state.db, named).await?;
+    let mut body = state.metrics.render(&state.db, named, state.config.telemetry_hold()).await?;
     body.push_str(&format!(
         "# HELP airtime_policy_modules_compiled Policy modules kept compiled (refused uploads never are).\n\
          # TYPE airtime_policy_modules_compiled gauge\nairtime_policy_modules_compiled {}\n",
