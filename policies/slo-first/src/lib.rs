@@ -311,7 +311,8 @@ impl<'p, 's> Cycle<'p, 's> {
         let reserve = self.settings.burst_reserve_gpus;
         let exempt = w.class == WorkloadClass::RealtimeInference || w.preemptible;
         let free = self.plan.free_gpu_total();
-        (reserve > 0 && !exempt && free.saturating_sub(w.gpu_need().count) < reserve).then(|| {
+        let gpus = w.gpu_need().count.saturating_mul(if w.in_gang() { w.gang_size } else { 1 });
+        (reserve > 0 && !exempt && free.saturating_sub(gpus) < reserve).then(|| {
             format!(
                 "held for the burst reserve: {reserve} GPUs are kept free for real-time inference ({free} free now; preemptible work may use them)"
             )

@@ -435,3 +435,22 @@ fn a_gang_across_nodes_is_placed_whole_one_member_a_node_or_waits_holding_nothin
     assert!(reason.contains("needs 4 nodes") && reason.contains("3 ready nodes have that now"), "{reason}");
     assert!(outcome.placed_on("small").is_some());
 }
+
+#[test]
+fn a_gang_whose_whole_demand_passes_its_tenants_limit_waits_whole_with_the_reason() {
+    // Three members of two GPUs is six GPUs; the tenant may hold five. Each member alone would fit.
+    let outcome = SnapshotFixture::new()
+        .settings(settings())
+        .tenant_with("default", |t| t.gpu_limit = 5)
+        .node("n0", 2, "H100", 81920)
+        .node("n1", 2, "H100", 81920)
+        .node("n2", 2, "H100", 81920)
+        .pending_gang("train", 3, 2)
+        .evaluate(&SloFirst)
+        .expect("runs");
+    for member in ["train-0", "train-1", "train-2"] {
+        assert!(outcome.is_kept_pending(member), "{member}: {:?}", outcome.decision(member));
+    }
+    let reason = outcome.reason("train-0").unwrap();
+    assert!(reason.contains("at its limit") && reason.contains("at most 5 GPUs"), "{reason}");
+}

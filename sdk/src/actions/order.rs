@@ -25,9 +25,18 @@ impl Holdings {
     }
 
     /// Whether placing `w` takes its tenant past its limit (ABI 1.7), which no borrowing allows.
+    /// A gang member counts its whole gang ([`demand`](Self::demand)).
     pub fn past_limit(&self, w: &Workload<'_>) -> bool {
         let limit = self.limit.get(w.tenant as usize).copied().unwrap_or(u32::MAX);
-        w.gpu_demand_milli() > 0 && self.held(w.tenant).saturating_add(w.gpu_demand_milli()) > limit
+        let demand = Holdings::demand(w);
+        demand > 0 && self.held(w.tenant).saturating_add(demand) > limit
+    }
+
+    /// Thousandths of a GPU placing `w` takes: a gang member's, its whole gang's (a gang is placed
+    /// whole, so it fits a quota whole or not at all).
+    pub fn demand(w: &Workload<'_>) -> u32 {
+        let members = if w.in_gang() { w.gang_size } else { 1 };
+        w.gpu_demand_milli().saturating_mul(members)
     }
 
     /// Thousandths of a GPU `tenant` may hold at most, if it has a limit.
@@ -45,9 +54,9 @@ impl Holdings {
         self.guaranteed.get(tenant as usize).copied().unwrap_or(0)
     }
 
-    /// Whether placing `w` takes its tenant beyond its guarantee.
+    /// Whether placing `w` takes its tenant beyond its guarantee (a gang member: its whole gang).
     pub fn borrowing(&self, w: &Workload<'_>) -> bool {
-        self.held(w.tenant).saturating_add(w.gpu_demand_milli()) > self.guaranteed(w.tenant)
+        self.held(w.tenant).saturating_add(Holdings::demand(w)) > self.guaranteed(w.tenant)
     }
 
     /// Whether `tenant` holds more than its guarantee now (its work may be reclaimed).
