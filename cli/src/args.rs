@@ -175,6 +175,9 @@ pub struct QuotaArgs {
     /// The most GPUs its work may hold at once, borrowed or not (0 removes the limit).
     #[arg(long)]
     pub gpu_limit: Option<u32>,
+    /// Stop its work that holds GPUs all idle this many seconds, after a warning (0 removes it).
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_reclaim_after_s: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -22,7 +22,7 @@ pub async fn run(client: &Client, command: Option<&TenantCommand>, out: Output) 
             let body = Value::Object(quota_body(quota));
             if body.as_object().is_some_and(Map::is_empty) {
                 return Err(Failure::Usage(
-                    "give at least one of --guaranteed-gpus, --weight, --tier, --may-borrow and --gpu-limit".into(),
+                    "give at least one of --guaranteed-gpus, --weight, --tier, --may-borrow, --gpu-limit and --idle-reclaim-after-s".into(),
                 ));
             }
             let id = resolve(client, tenant).await?;
@@ -115,6 +115,9 @@ fn quota_body(q: &QuotaArgs) -> Map<String, Value> {
     }
     if let Some(l) = q.gpu_limit {
         body.insert("gpu_limit".into(), json!(l));
+    }
+    if let Some(s) = q.idle_reclaim_after_s {
+        body.insert("idle_reclaim_after_s".into(), json!(s));
     }
     body
 }

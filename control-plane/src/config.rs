@@ -138,6 +138,10 @@ pub struct Config {
     #[arg(long, env = "AIRTIME_IDLE_UTIL_THRESHOLD", default_value_t = 0.05, value_parser = parse_unit)]
     pub idle_util_threshold: f32,
 
+    /// How long work a tenant's idle rule caught is warned before it is stopped, seconds.
+    #[arg(long, env = "AIRTIME_IDLE_RECLAIM_WARNING_S", default_value_t = 60, value_parser = clap::value_parser!(u32).range(0..=86_400))]
+    pub idle_reclaim_warning_s: u32,
+
     /// How long a held GPU must read idle before its workload is listed as held but idle, seconds.
     #[arg(long, env = "AIRTIME_IDLE_AFTER_S", default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=86_400))]
     pub idle_after_s: u32,
@@ -337,6 +341,8 @@ impl Config {
             node_lost_after: self.node_lost_after(),
             node_fence_after: std::time::Duration::from_millis(self.node_fence_after_ms),
             gang_start_timeout: std::time::Duration::from_millis(self.gang_start_timeout_ms.max(1)),
+            idle_util_threshold: self.idle_util_threshold,
+            idle_reclaim_warning: std::time::Duration::from_secs(u64::from(self.idle_reclaim_warning_s)),
             telemetry_retention_hours: self.telemetry_retention_hours,
         }
     }

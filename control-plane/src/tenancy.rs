@@ -33,13 +33,16 @@ pub struct TenantView {
     pub gpu_limit: Option<i32>,
     /// When it was archived; absent for a live tenant.
     pub archived_at: Option<DateTime<Utc>>,
+    /// Its idle rule: work holding GPUs that all read idle this long (seconds) is warned, then
+    /// stopped; none when absent.
+    pub idle_reclaim_after_s: Option<i32>,
     pub created_at: DateTime<Utc>,
 }
 
 /// A tenant's columns as [`TenantView`] reads them.
 macro_rules! tenant_columns {
     () => {
-        "id, name, guaranteed_gpus, weight, tier, may_borrow, gpu_limit, archived_at, created_at"
+        "id, name, guaranteed_gpus, weight, tier, may_borrow, gpu_limit, archived_at, idle_reclaim_after_s, created_at"
     };
 }
 
@@ -58,6 +61,9 @@ pub struct CreateTenant {
     /// The most GPUs its work may hold at once (1 to 100000); no limit when absent.
     #[serde(default)]
     pub gpu_limit: Option<u32>,
+    /// Its idle rule in seconds (1 to 604800); none when absent.
+    #[serde(default)]
+    pub idle_reclaim_after_s: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -95,6 +101,9 @@ pub struct TenantQuota {
     /// The most GPUs its work may hold at once, borrowed or not (1 to 100000); 0 removes the
     /// limit.
     pub gpu_limit: Option<u32>,
+    /// Its idle rule (1 to 604800 seconds): work holding GPUs that all read below the idle
+    /// threshold this long is warned, then stopped after the warning period; 0 removes the rule.
+    pub idle_reclaim_after_s: Option<u32>,
 }
 
 impl TenantQuota {
@@ -105,11 +114,15 @@ impl TenantQuota {
             && self.tier.is_none()
             && self.may_borrow.is_none()
             && self.gpu_limit.is_none()
+            && self.idle_reclaim_after_s.is_none()
         {
             return Err(domain::Error::invalid(
                 "invalid_quota",
-                "give at least one of guaranteed_gpus, weight, tier, may_borrow and gpu_limit",
+                "give at least one of guaranteed_gpus, weight, tier, may_borrow, gpu_limit and idle_reclaim_after_s",
             ));
+        }
+        if self.idle_reclaim_after_s.is_some_and(|s| s > 604_800) {
+            return Err(domain::Error::invalid("invalid_quota", "idle_reclaim_after_s is at most 604800 (a week)"));
         }
         check_quota(
             "invalid_quota",
@@ -158,7 +171,8 @@ pub async fn update(db: &PgPool, scope: &Scope, id: Uuid, change: &TenantQuota) 
     let after: TenantView = sqlx::query_as(concat!(
         "UPDATE tenants SET guaranteed_gpus = COALESCE($2, guaranteed_gpus), weight = COALESCE($3, weight), \
              tier = COALESCE($4, tier), may_borrow = COALESCE($5, may_borrow), \
-             gpu_limit = CASE WHEN $6::int IS NULL THEN gpu_limit WHEN $6 = 0 THEN NULL ELSE $6 END \
+             gpu_limit = CASE WHEN $6::int IS NULL THEN gpu_limit WHEN $6 = 0 THEN NULL ELSE $6 END, \
+             idle_reclaim_after_s = CASE WHEN $7::int IS NULL THEN idle_reclaim_after_s WHEN $7 = 0 THEN NULL ELSE $7 END \
          WHERE id = $1 RETURNING ",
         tenant_columns!()
     ))
@@ -168,11 +182,13 @@ pub async fn update(db: &PgPool, scope: &Scope, id: Uuid, change: &TenantQuota) 
     .bind(change.tier)
     .bind(change.may_borrow)
     .bind(change.gpu_limit.map(|l| l as i32))
+    .bind(change.idle_reclaim_after_s.map(|s| s as i32))
     .fetch_one(&mut *tx)
     .await?;
     let quota = |t: &TenantView| {
         serde_json::json!({"guaranteed_gpus": t.guaranteed_gpus, "weight": t.weight, "tier": t.tier,
-                           "may_borrow": t.may_borrow, "gpu_limit": t.gpu_limit})
+                           "may_borrow": t.may_borrow, "gpu_limit": t.gpu_limit,
+                           "idle_reclaim_after_s": t.idle_reclaim_after_s})
     };
     if quota(&before) == quota(&after) {
         return Ok(after);
@@ -194,10 +210,13 @@ pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::R
     scope.require_platform_admin()?;
     let name = TenantName::parse(&req.name).map_err(|m| domain::Error::invalid("invalid_tenant", m))?;
     check_quota("invalid_tenant", req.guaranteed_gpus, req.weight, req.tier, req.gpu_limit)?;
+    if req.idle_reclaim_after_s.is_some_and(|s| s > 604_800) {
+        return Err(domain::Error::invalid("invalid_tenant", "idle_reclaim_after_s is at most 604800 (a week)"));
+    }
     let mut tx = db.begin().await?;
     let created: Option<TenantView> = sqlx::query_as(concat!(
-        "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow, gpu_limit) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING RETURNING ",
+        "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow, gpu_limit, idle_reclaim_after_s) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING RETURNING ",
         tenant_columns!()
     ))
     .bind(Uuid::now_v7())
@@ -207,6 +226,7 @@ pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::R
     .bind(req.tier)
     .bind(req.may_borrow)
     .bind(req.gpu_limit.map(|l| l as i32))
+    .bind(req.idle_reclaim_after_s.filter(|&s| s > 0).map(|s| s as i32))
     .fetch_optional(&mut *tx)
     .await?;
     let Some(created) = created else {

@@ -238,3 +238,52 @@ async fn a_budget_that_runs_out_refuses_new_work_in_stop_mode_lowers_it_in_best_
     assert_eq!((plain.status, plain.body["priority"].as_i64()), (201, Some(40)), "{}", plain.body);
     cp.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_notebook_is_warned_then_stopped_under_its_teams_rule_and_its_gpu_goes_to_the_job_that_waits() {
+    let (_db, cp) = airtime_tests::fresh_control_plane(&["--idle-reclaim-warning-s", "2"]).await.unwrap();
+    let api = cp.api();
+    let _agent = airtime_tests::NodeAgent::start(&cp, "idle-node", &["--simulate-gpus", "1:H100:81920"]).await.unwrap();
+    airtime_tests::nodes_ready(&api, 1).await.unwrap();
+    // The team's rule: GPUs held idle for 2 s are reclaimed (after a 2 s warning).
+    let team = api.created("/api/v1/tenants", &json!({"name": "notebooks", "idle_reclaim_after_s": 2})).await.unwrap();
+    assert_eq!(team["idle_reclaim_after_s"], 2, "{team}");
+    // A notebook holds the only GPU and does not use it (the simulated GPU reads 1 %).
+    let notebook = api
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "forgotten-notebook", "tenant": "notebooks", "class": "evaluation",
+                    "env": {"SIMULATED_GPU_UTIL": "0.01"}, "resources": {"gpu_count": 1}, "command": ["sleep", "600"]}),
+        )
+        .await
+        .unwrap();
+    let notebook = notebook["id"].as_str().unwrap().to_owned();
+    workload_reaches(&api, &notebook, "running", WAIT).await.unwrap();
+    let job = api
+        .created(
+            "/api/v1/workloads",
+            &json!({"name": "waiting-job", "tenant": "notebooks", "class": "training",
+                    "resources": {"gpu_count": 1}, "command": ["sleep", "600"]}),
+        )
+        .await
+        .unwrap();
+    let job = job["id"].as_str().unwrap().to_owned();
+
+    // Warned first, then stopped with the reason; the waiting job gets the GPU.
+    let stopped = workload_reaches(&api, &notebook, "cancelled", WAIT).await.unwrap();
+    let detail = api.ok(&format!("/api/v1/workloads/{notebook}")).await.unwrap();
+    let events: Vec<&str> = detail["history"].as_array().unwrap().iter().filter_map(|e| e["detail"].as_str()).collect();
+    let warned = events.iter().position(|e| e.contains("its GPUs are released in 2 s unless used"));
+    let reclaimed = events.iter().position(|e| e.starts_with("reclaimed, idle: its 1 GPU read below 5 %"));
+    assert!(warned.is_some() && reclaimed.is_some() && warned < reclaimed, "{events:?} ({stopped})");
+    workload_reaches(&api, &job, "running", WAIT).await.unwrap();
+    let audit = api.ok("/api/v1/audit?action=workload.idle_reclaim").await.unwrap();
+    assert_eq!(audit[0]["detail"]["name"], "forgotten-notebook", "{audit}");
+
+    // A busy job under the same rule is never warned.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let busy = api.ok(&format!("/api/v1/workloads/{job}")).await.unwrap();
+    assert_eq!(busy["state"], "running");
+    assert!(!busy["history"].to_string().contains("unless used"), "{busy}");
+    cp.stop().await;
+}

@@ -27,6 +27,10 @@ pub struct LivenessSettings {
     pub telemetry_retention_hours: u32,
     /// A gang not every member of which started this long after its placement is requeued whole.
     pub gang_start_timeout: Duration,
+    /// Below this a GPU reading is idle (tenants' idle rules).
+    pub idle_util_threshold: f32,
+    /// How long work caught by an idle rule is warned before it is stopped.
+    pub idle_reclaim_warning: Duration,
 }
 
 /// The fleet watch's handles: the database, its settings, and the signals it sends when nodes are
@@ -97,6 +101,22 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 state.wake.wake();
             }
             Err(err) => tracing::error!(error = %err, "keeping gangs whole"),
+        }
+        // Tenants' idle rules: work holding idle GPUs is warned, then stopped (`workloads::idle`).
+        match crate::workloads::idle::sweep(
+            &state.db,
+            state.settings.idle_util_threshold,
+            state.settings.idle_reclaim_warning,
+        )
+        .await
+        {
+            Ok(crate::workloads::idle::Reclaimed { stopped: 0, .. }) => {}
+            Ok(done) => {
+                tracing::info!(stopped = done.stopped, "idle work stopped under its tenant's rule");
+                state.desired.announce();
+                state.wake.wake();
+            }
+            Err(err) => tracing::error!(error = %err, "applying tenants' idle rules"),
         }
         // Drains move work off their nodes as it becomes movable, and stop what is left at their
         // deadline (`fleet::maintenance`).

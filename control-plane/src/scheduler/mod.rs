@@ -724,6 +724,7 @@ pub async fn preview_quota(
         tier: Some(t.tier),
         may_borrow: Some(t.may_borrow),
         gpu_limit: Some(t.gpu_limit.unwrap_or(0)),
+        idle_reclaim_after_s: None,
     };
     let current = quota(tenant);
     tenant.guaranteed_gpus = change.guaranteed_gpus.unwrap_or(tenant.guaranteed_gpus);

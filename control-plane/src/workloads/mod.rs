@@ -2,6 +2,7 @@
 //! and cancellation.
 
 pub mod gangs;
+pub mod idle;
 pub mod logs;
 pub mod transitions;
 

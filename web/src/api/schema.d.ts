@@ -1762,6 +1762,11 @@ export interface components {
             gpu_limit?: number | null;
             /** Format: int32 */
             guaranteed_gpus?: number;
+            /**
+             * Format: int32
+             * @description Its idle rule in seconds (1 to 604800); none when absent.
+             */
+            idle_reclaim_after_s?: number | null;
             may_borrow?: boolean;
             name: string;
             /** Format: int32 */
@@ -3155,6 +3160,12 @@ export interface components {
              * @description GPUs the tenant is guaranteed (0 to 100000).
              */
             guaranteed_gpus?: number | null;
+            /**
+             * Format: int32
+             * @description Its idle rule (1 to 604800 seconds): work holding GPUs that all read below the idle
+             *     threshold this long is warned, then stopped after the warning period; 0 removes the rule.
+             */
+            idle_reclaim_after_s?: number | null;
             /** @description Whether it may run on GPUs beyond its guarantee while they are idle. */
             may_borrow?: boolean | null;
             /**
@@ -3225,6 +3236,12 @@ export interface components {
             guaranteed_gpus: number;
             /** Format: uuid */
             id: string;
+            /**
+             * Format: int32
+             * @description Its idle rule: work holding GPUs that all read idle this long (seconds) is warned, then
+             *     stopped; none when absent.
+             */
+            idle_reclaim_after_s?: number | null;
             may_borrow: boolean;
             name: string;
             /** Format: int32 */
