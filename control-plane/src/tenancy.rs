@@ -121,15 +121,13 @@ impl TenantQuota {
                 "give at least one of guaranteed_gpus, weight, tier, may_borrow, gpu_limit and idle_reclaim_after_s",
             ));
         }
-        if self.idle_reclaim_after_s.is_some_and(|s| s > 604_800) {
-            return Err(domain::Error::invalid("invalid_quota", "idle_reclaim_after_s is at most 604800 (a week)"));
-        }
         check_quota(
             "invalid_quota",
             self.guaranteed_gpus.unwrap_or(0),
             self.weight.unwrap_or(1),
             self.tier.unwrap_or(0),
             self.gpu_limit.filter(|&l| l > 0),
+            self.idle_reclaim_after_s.filter(|&s| s > 0),
         )
     }
 }
@@ -142,16 +140,19 @@ fn check_quota(
     weight: u32,
     tier: i32,
     gpu_limit: Option<u32>,
+    idle_reclaim_after_s: Option<u32>,
 ) -> domain::Result<()> {
     if guaranteed_gpus > 100_000
         || weight == 0
         || weight > 10_000
         || !(-1000..=1000).contains(&tier)
         || gpu_limit.is_some_and(|l| l == 0 || l > 100_000)
+        || idle_reclaim_after_s.is_some_and(|s| s == 0 || s > 604_800)
     {
         return Err(domain::Error::invalid(
             code,
-            "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000, gpu_limit 1..=100000",
+            "guaranteed_gpus ≤ 100000, weight 1..=10000, tier -1000..=1000, gpu_limit 1..=100000, \
+             idle_reclaim_after_s 1..=604800",
         ));
     }
     Ok(())
@@ -209,10 +210,8 @@ pub async fn update(db: &PgPool, scope: &Scope, id: Uuid, change: &TenantQuota) 
 pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::Result<TenantView> {
     scope.require_platform_admin()?;
     let name = TenantName::parse(&req.name).map_err(|m| domain::Error::invalid("invalid_tenant", m))?;
-    check_quota("invalid_tenant", req.guaranteed_gpus, req.weight, req.tier, req.gpu_limit)?;
-    if req.idle_reclaim_after_s.is_some_and(|s| s > 604_800) {
-        return Err(domain::Error::invalid("invalid_tenant", "idle_reclaim_after_s is at most 604800 (a week)"));
-    }
+    let idle_rule = req.idle_reclaim_after_s.filter(|&s| s > 0);
+    check_quota("invalid_tenant", req.guaranteed_gpus, req.weight, req.tier, req.gpu_limit, idle_rule)?;
     let mut tx = db.begin().await?;
     let created: Option<TenantView> = sqlx::query_as(concat!(
         "INSERT INTO tenants (id, name, guaranteed_gpus, weight, tier, may_borrow, gpu_limit, idle_reclaim_after_s) \
@@ -226,7 +225,7 @@ pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::R
     .bind(req.tier)
     .bind(req.may_borrow)
     .bind(req.gpu_limit.map(|l| l as i32))
-    .bind(req.idle_reclaim_after_s.filter(|&s| s > 0).map(|s| s as i32))
+    .bind(idle_rule.map(|s| s as i32))
     .fetch_optional(&mut *tx)
     .await?;
     let Some(created) = created else {
@@ -238,6 +237,7 @@ pub async fn create(db: &PgPool, scope: &Scope, req: &CreateTenant) -> domain::R
         Change::new("tenant.create", "tenant", created.id).tenant(Some(created.id)).detail(serde_json::json!({
             "name": created.name, "guaranteed_gpus": created.guaranteed_gpus, "weight": created.weight,
             "tier": created.tier, "may_borrow": created.may_borrow, "gpu_limit": created.gpu_limit,
+            "idle_reclaim_after_s": created.idle_reclaim_after_s,
         })),
     )
     .await?;

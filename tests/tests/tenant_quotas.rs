@@ -246,6 +246,10 @@ async fn an_idle_notebook_is_warned_then_stopped_under_its_teams_rule_and_its_gp
     let _agent = airtime_tests::NodeAgent::start(&cp, "idle-node", &["--simulate-gpus", "1:H100:81920"]).await.unwrap();
     airtime_tests::nodes_ready(&api, 1).await.unwrap();
     // The team's rule: GPUs held idle for 2 s are reclaimed (after a 2 s warning).
+    let too_long =
+        api.post("/api/v1/tenants", &json!({"name": "lazy", "idle_reclaim_after_s": 700_000})).await.unwrap();
+    assert_eq!(too_long.status, 422, "{}", too_long.body);
+    assert!(api.ok("/api/v1/tenants").await.unwrap().as_array().unwrap().iter().all(|t| t["name"] != "lazy"));
     let team = api.created("/api/v1/tenants", &json!({"name": "notebooks", "idle_reclaim_after_s": 2})).await.unwrap();
     assert_eq!(team["idle_reclaim_after_s"], 2, "{team}");
     // A notebook holds the only GPU and does not use it (the simulated GPU reads 1 %).

@@ -38,73 +38,79 @@ pub async fn sweep(db: &PgPool, threshold: f32, warning: Duration) -> sqlx::Resu
     }
     let mut idle_ids: Vec<Uuid> = Vec::new();
     let ruled: Vec<Uuid> = rules.iter().map(|r| r.0).collect();
-    for (tenant, name, after_s) in &rules {
-        let after = Duration::from_secs(u64::try_from(*after_s).unwrap_or(1));
-        for w in crate::usage::held_idle(db, threshold, after, Some(*tenant)).await? {
-            idle_ids.push(w.workload_id);
-            let mut tx = db.begin().await?;
-            // (attempt, its node, warned this long ago in seconds)
-            let row: Option<(i32, Option<Uuid>, Option<f64>)> = sqlx::query_as(
-                "SELECT attempt, node_id, extract(epoch FROM now() - idle_warned_at)::float8 FROM workloads \
-                 WHERE id = $1 AND state = 'running' FOR UPDATE",
-            )
-            .bind(w.workload_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let Some((attempt, node_id, warned_ago)) = row else { continue };
-            let idle = format!(
-                "idle: its {} GPU{} read below {:.0} % for {:.0} s (tenant {name}'s rule: {after_s} s)",
-                w.gpus,
-                if w.gpus == 1 { "" } else { "s" },
-                threshold * 100.0,
-                w.idle_for_s
-            );
-            match warned_ago {
-                None => {
-                    sqlx::query("UPDATE workloads SET idle_warned_at = now() WHERE id = $1")
-                        .bind(w.workload_id)
-                        .execute(&mut *tx)
-                        .await?;
-                    let detail = format!("{idle}; its GPUs are released in {} s unless used", warning.as_secs());
-                    transitions::record_event(
-                        &mut tx,
-                        w.workload_id,
-                        *tenant,
-                        Some(crate::model::WorkloadState::Running),
-                        crate::model::WorkloadState::Running,
-                        attempt,
-                        &detail,
-                    )
-                    .await?;
-                    done.warned += 1;
-                }
-                Some(ago) if ago >= warning.as_secs_f64() => {
-                    let detail = format!("reclaimed, {idle}: stopping on its node so its GPUs go to what waits");
-                    transitions::request_cancel(
-                        &mut tx,
-                        w.workload_id,
-                        *tenant,
-                        crate::model::WorkloadState::Running,
-                        attempt,
-                        node_id,
-                        &detail,
-                    )
-                    .await?;
-                    audit::record(
-                        &mut tx,
-                        &AuditActor::system("idle-reclaim"),
-                        Change::new("workload.idle_reclaim", "workload", w.workload_id)
-                            .tenant(Some(*tenant))
-                            .detail(serde_json::json!({"name": w.name, "idle_for_s": w.idle_for_s, "rule_s": after_s,
-                                                       "gpus": w.gpus})),
-                    )
-                    .await?;
-                    done.stopped += 1;
-                }
-                Some(_) => {}
-            }
-            tx.commit().await?;
+    // One read of the held-but-idle list for every rule: idle at least as long as the shortest
+    // rule, then each workload judged by its own tenant's.
+    let shortest = rules.iter().map(|r| r.2).min().unwrap_or(1);
+    let candidates =
+        crate::usage::held_idle(db, threshold, Duration::from_secs(u64::try_from(shortest).unwrap_or(1)), None).await?;
+    for w in candidates {
+        let Some((tenant, name, after_s)) = rules.iter().find(|r| r.0 == w.tenant_id) else { continue };
+        if w.idle_for_s < f64::from(*after_s) {
+            continue;
         }
+        idle_ids.push(w.workload_id);
+        let mut tx = db.begin().await?;
+        // (attempt, its node, warned this long ago in seconds)
+        let row: Option<(i32, Option<Uuid>, Option<f64>)> = sqlx::query_as(
+            "SELECT attempt, node_id, extract(epoch FROM now() - idle_warned_at)::float8 FROM workloads \
+             WHERE id = $1 AND state = 'running' FOR UPDATE",
+        )
+        .bind(w.workload_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((attempt, node_id, warned_ago)) = row else { continue };
+        let idle = format!(
+            "idle: its {} GPU{} read below {:.0} % for {:.0} s (tenant {name}'s rule: {after_s} s)",
+            w.gpus,
+            if w.gpus == 1 { "" } else { "s" },
+            threshold * 100.0,
+            w.idle_for_s
+        );
+        match warned_ago {
+            None => {
+                sqlx::query("UPDATE workloads SET idle_warned_at = now() WHERE id = $1")
+                    .bind(w.workload_id)
+                    .execute(&mut *tx)
+                    .await?;
+                let detail = format!("{idle}; its GPUs are released in {} s unless used", warning.as_secs());
+                transitions::record_event(
+                    &mut tx,
+                    w.workload_id,
+                    *tenant,
+                    Some(crate::model::WorkloadState::Running),
+                    crate::model::WorkloadState::Running,
+                    attempt,
+                    &detail,
+                )
+                .await?;
+                done.warned += 1;
+            }
+            Some(ago) if ago >= warning.as_secs_f64() => {
+                let detail = format!("reclaimed, {idle}: stopping on its node so its GPUs go to what waits");
+                transitions::request_cancel(
+                    &mut tx,
+                    w.workload_id,
+                    *tenant,
+                    crate::model::WorkloadState::Running,
+                    attempt,
+                    node_id,
+                    &detail,
+                )
+                .await?;
+                audit::record(
+                    &mut tx,
+                    &AuditActor::system("idle-reclaim"),
+                    Change::new("workload.idle_reclaim", "workload", w.workload_id)
+                        .tenant(Some(*tenant))
+                        .detail(serde_json::json!({"name": w.name, "idle_for_s": w.idle_for_s, "rule_s": after_s,
+                                                   "gpus": w.gpus})),
+                )
+                .await?;
+                done.stopped += 1;
+            }
+            Some(_) => {}
+        }
+        tx.commit().await?;
     }
     // Work used again since its warning starts afresh.
     sqlx::query(
