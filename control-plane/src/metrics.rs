@@ -322,5 +322,124 @@ async fn render_services(out: &mut String, db: &PgPool) -> sqlx::Result<()> {
             );
         }
     }
+    render_token_services(out, db).await
+}
+
+/// Services priced per token: tokens per second, p95 latencies against the objective and the cost
+/// of a million tokens over the last hour, per variant, and what GPUs alone would have cost.
+async fn render_token_services(out: &mut String, db: &PgPool) -> sqlx::Result<()> {
+    #[allow(clippy::type_complexity)]
+    let rows: Vec<(
+        uuid::Uuid,
+        String,
+        String,
+        sqlx::types::Json<crate::services::serving::ServingSpec>,
+        sqlx::types::Json<serde_json::Value>,
+        Option<sqlx::types::Json<serde_json::Value>>,
+        f64,
+    )> = sqlx::query_as(
+        "SELECT s.id, s.name, t.name, s.serving, s.template, s.cpu_variant, s.capacity \
+         FROM services s JOIN tenants t ON t.id = s.tenant_id \
+         WHERE s.state <> 'deleted' AND s.serving IS NOT NULL ORDER BY t.name, s.name",
+    )
+    .fetch_all(db)
+    .await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut tokens = String::new();
+    let mut latency = String::new();
+    let mut objective = String::new();
+    let mut cost = String::new();
+    let mut gpu_only = String::new();
+    for (id, service, tenant, spec, template, cpu_variant, capacity) in &rows {
+        let report = crate::services::serving::report_for(
+            db,
+            *id,
+            &spec.0,
+            &template.0,
+            cpu_variant.as_ref().map(|c| &c.0),
+            *capacity,
+            false,
+        )
+        .await?;
+        let (service, tenant) = (label(service), label(tenant));
+        let o = report.objective;
+        for (kind, target) in [("ttft", o.ttft_p95_ms), ("tpot", o.tpot_p95_ms), ("request", o.request_p95_ms)] {
+            if let Some(ms) = target {
+                let _ = writeln!(
+                    objective,
+                    "airtime_service_objective_p95_seconds{{service=\"{service}\",tenant=\"{tenant}\",kind=\"{kind}\"}} {}",
+                    ms / 1000.0
+                );
+            }
+        }
+        for v in &report.variants {
+            let variant = v.variant.as_str();
+            let _ = writeln!(
+                tokens,
+                "airtime_service_tokens_per_second{{service=\"{service}\",tenant=\"{tenant}\",variant=\"{variant}\"}} {}",
+                v.tokens_per_s
+            );
+            for (kind, seen) in [("ttft", v.ttft_p95_ms), ("tpot", v.tpot_p95_ms), ("request", v.request_p95_ms)] {
+                if let Some(ms) = seen {
+                    let _ = writeln!(
+                        latency,
+                        "airtime_service_latency_p95_seconds{{service=\"{service}\",tenant=\"{tenant}\",variant=\"{variant}\",kind=\"{kind}\"}} {}",
+                        ms / 1000.0
+                    );
+                }
+            }
+            if let Some(c) = v.cost_per_million_tokens {
+                let _ = writeln!(
+                    cost,
+                    "airtime_service_cost_per_million_tokens{{service=\"{service}\",tenant=\"{tenant}\",variant=\"{variant}\"}} {c}"
+                );
+            }
+        }
+        if let Some(c) = report.cost_per_million_tokens {
+            let _ = writeln!(
+                cost,
+                "airtime_service_cost_per_million_tokens{{service=\"{service}\",tenant=\"{tenant}\",variant=\"all\"}} {c}"
+            );
+        }
+        if let Some(c) = report.gpu_only_cost_per_million_tokens {
+            let _ = writeln!(
+                gpu_only,
+                "airtime_service_gpu_only_cost_per_million_tokens{{service=\"{service}\",tenant=\"{tenant}\"}} {c}"
+            );
+        }
+    }
+    for (name, help, body) in [
+        (
+            "airtime_service_tokens_per_second",
+            "Tokens per second a service's replicas serve now (prompt and generated), by variant.",
+            tokens,
+        ),
+        (
+            "airtime_service_latency_p95_seconds",
+            "The worst p95 latency of a service's replicas' latest reads, by variant and kind (ttft, tpot, request).",
+            latency,
+        ),
+        (
+            "airtime_service_objective_p95_seconds",
+            "A service's objective: the p95 latency it promises, by kind.",
+            objective,
+        ),
+        (
+            "airtime_service_cost_per_million_tokens",
+            "What a million tokens cost over the last hour, by variant (all: the service).",
+            cost,
+        ),
+        (
+            "airtime_service_gpu_only_cost_per_million_tokens",
+            "What a million tokens of the last hour would have cost on GPU replicas only.",
+            gpu_only,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        out.push_str(&body);
+    }
     Ok(())
 }

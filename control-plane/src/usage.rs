@@ -182,7 +182,7 @@ async fn rolled(db: &PgPool, from: DateTime<Utc>, to: DateTime<Utc>) -> sqlx::Re
 }
 
 /// The GPU's cost per GPU-hour: its node's cost shared by the node's GPUs.
-const GPU_COST: &str = "COALESCE(n.cost_per_hour, 0) / GREATEST((SELECT count(*) FROM gpus x \
+pub(crate) const GPU_COST: &str = "COALESCE(n.cost_per_hour, 0) / GREATEST((SELECT count(*) FROM gpus x \
      WHERE x.node_id = n.id AND x.present), 1)";
 
 async fn raw(db: &PgPool, from: DateTime<Utc>, to: DateTime<Utc>, hold: Duration) -> sqlx::Result<Vec<Row>> {

@@ -283,6 +283,7 @@ pub async fn run(config: Config, mut stop_requests: mpsc::Receiver<()>) -> Resul
         Arc::clone(&session),
         Arc::new(Mutex::new(telemetry)),
         runner.holders(),
+        runner.serving_targets(),
         config.heartbeat_override,
     ));
     let mut poller = tokio::spawn(poll_assignments(client.clone(), Arc::clone(&session), desired_tx));
@@ -633,9 +634,12 @@ async fn send_heartbeats(
     session: Arc<Session>,
     telemetry: Arc<Mutex<Telemetry>>,
     holders: watch::Receiver<GpuHolders>,
+    serving: watch::Receiver<Vec<crate::serving::ServingTarget>>,
     interval_override: Option<Duration>,
 ) {
     let mut failing = false;
+    // Serving replicas are read beside them each heartbeat (`crate::serving`).
+    let mut reader = crate::serving::Reader::new();
     loop {
         let registration = session.current().await;
         let tick = Instant::now();
@@ -645,7 +649,9 @@ async fn send_heartbeats(
             sampler.lock().unwrap_or_else(PoisonError::into_inner).sample(&holding)
         })
         .await;
-        match sampled {
+        let targets = serving.borrow().clone();
+        let replicas = if targets.is_empty() { Vec::new() } else { reader.read(&targets).await };
+        match sampled.map(|report| crate::protocol::TelemetryReport { replicas, ..report }) {
             Ok(report) => match client.send_telemetry(registration.node_id, &report).await {
                 Ok(()) => {
                     session.touch();

@@ -232,7 +232,7 @@ mod tests {
         let error = client
             .send_telemetry(
                 Uuid::nil(),
-                &TelemetryReport { cpu_util: 0.0, memory_used_mb: 0, gpus: vec![], shares: vec![] },
+                &TelemetryReport { cpu_util: 0.0, memory_used_mb: 0, gpus: vec![], shares: vec![], replicas: vec![] },
             )
             .await
             .err()

@@ -39,6 +39,7 @@ pub mod logs;
 pub mod procfs;
 pub mod protocol;
 pub mod runner;
+pub mod serving;
 pub mod telemetry;
 pub mod tether;
 

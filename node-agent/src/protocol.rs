@@ -10,6 +10,7 @@ pub use airtime_protocol::agent::{
     MAX_LOG_CHUNK_BYTES, Registered, Registration, RunningAttempt, ShareSample, TelemetryReport, protocol_version,
 };
 pub use airtime_protocol::model::GpuModel;
+pub use airtime_protocol::serving::{ReplicaSample, ServingEndpoints, ServingMetrics};
 pub use airtime_protocol::sharing::{GpuSharing, MigProfile};
 
 /// Error codes the agent acts on.
@@ -90,6 +91,7 @@ mod tests {
             memory_used_mb: 100,
             gpus: vec![],
             shares: vec![ShareSample { workload_id, gpu_index: 0, util: Some(0.25), memory_used_mb: None }],
+            replicas: vec![],
         };
         assert_eq!(
             serde_json::to_value(&report)?,

@@ -57,6 +57,7 @@ use crate::containers::{Engine, container_name};
 use crate::isolation::{ProcessUser, UidPool, WorkloadKinds};
 use crate::logs::LogSink;
 use crate::protocol::{Assignment, EventReport, LogStream};
+use crate::serving::ServingTarget;
 use crate::telemetry::{Accelerator, GpuHolders, GpuSlot, Holder, Placement};
 use container::Containers;
 pub use executor::{Execution, Executor, Leftover, Node};
@@ -89,6 +90,8 @@ pub struct WorkloadSpec {
     pub cpu_millis: Option<u32>,
     /// Its host memory request, MiB (a container's `--memory`).
     pub memory_mb: Option<u64>,
+    /// A serving replica: the agent gives it a port and reads these endpoints there.
+    pub serving: Option<crate::protocol::ServingEndpoints>,
 }
 
 impl WorkloadSpec {
@@ -105,6 +108,7 @@ impl WorkloadSpec {
             container: assignment.container.clone(),
             cpu_millis: assignment.cpu_millis,
             memory_mb: assignment.memory_mb,
+            serving: assignment.serving.clone(),
         }
     }
 }
@@ -251,6 +255,8 @@ struct Supervised {
     control: mpsc::UnboundedSender<Control>,
     /// The uid it runs as, from the process-user range: given back when it is reaped.
     uid: Option<u32>,
+    /// A serving replica's port and endpoints.
+    serving: Option<records::ServeRecord>,
 }
 
 /// What a workload leaves for the agent to clear when it ends: its environment files, its own
@@ -298,6 +304,10 @@ pub struct ResolvedMount {
     pub read_only: bool,
 }
 
+/// The port a serving replica's server listens on, given by the agent (`PORT` as most servers read
+/// it, and Airtime's own name).
+pub const SERVE_PORT_VARIABLES: [&str; 2] = ["PORT", "AIRTIME_SERVE_PORT"];
+
 /// The variable of a workload's environment that says how busy it keeps simulated GPUs (0..1): a
 /// held-but-idle workload, for demos and tests.
 pub const SIMULATED_GPU_UTIL: &str = "SIMULATED_GPU_UTIL";
@@ -319,6 +329,8 @@ pub struct Runner {
     attempts_dir: PathBuf,
     /// The uids running process workloads hold.
     uids: UidPool,
+    /// The serving replicas supervised and where they answer, kept current.
+    serving: watch::Sender<Vec<ServingTarget>>,
 }
 
 /// The node's executors, and the kinds of work it takes.
@@ -391,6 +403,7 @@ impl Runner {
             executors: Executors { processes: Processes::default(), containers: None, kinds: WorkloadKinds::All },
             attempts_dir: std::env::temp_dir().join(format!("airtime-agent-{}-workloads", std::process::id())),
             uids: UidPool::default(),
+            serving: watch::channel(Vec::new()).0,
         };
         (runner, exits_rx)
     }
@@ -444,6 +457,11 @@ impl Runner {
         self.holders.subscribe()
     }
 
+    /// The serving replicas supervised and where they answer, kept current.
+    pub fn serving_targets(&self) -> watch::Receiver<Vec<ServingTarget>> {
+        self.serving.subscribe()
+    }
+
     /// The attempts supervised (workload, attempt), kept current.
     pub fn attempts(&self) -> watch::Receiver<Vec<(Uuid, u32)>> {
         self.attempts.subscribe()
@@ -464,6 +482,12 @@ impl Runner {
     /// Whether `name` is a variable of a workload's environment only the agent sets.
     fn agent_owned(&self, name: &str) -> bool {
         AIRTIME_GPU_VARIABLES.contains(&name) || self.slots.accelerator.owns_variable(name)
+    }
+
+    /// A free port on the loopback for a serving replica: bound, read, released (the replica binds
+    /// it next; another process taking it meanwhile leaves the replica unread, not wrong).
+    fn free_port() -> std::io::Result<u16> {
+        Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
     }
 
     /// Starts the workload. Must be called inside a tokio runtime.
@@ -500,9 +524,26 @@ impl Runner {
             );
         }
         // The workload's environment: its own, less what the agent sets, then the agent's.
-        let mut env: Vec<(String, String)> =
-            spec.env.iter().filter(|(k, _)| !self.agent_owned(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let serve_owned = |k: &str| spec.serving.is_some() && SERVE_PORT_VARIABLES.contains(&k);
+        let mut env: Vec<(String, String)> = spec
+            .env
+            .iter()
+            .filter(|(k, _)| !self.agent_owned(k) && !serve_owned(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         env.extend(gpu_environment(&gpus));
+        let serving = match &spec.serving {
+            Some(endpoints) => match Self::free_port() {
+                Ok(port) => {
+                    env.extend(SERVE_PORT_VARIABLES.iter().map(|k| ((*k).to_owned(), port.to_string())));
+                    Some(records::ServeRecord { port, endpoints: endpoints.clone() })
+                }
+                Err(source) => {
+                    return fail(cleanup, &mut self.uids, SpawnError::Io { program: "a serving port".into(), source });
+                }
+            },
+            None => None,
+        };
         let mut launch = executor::Launch {
             spec,
             name: &name,
@@ -573,6 +614,7 @@ impl Runner {
             uid: cleanup.uid,
             work_dir: cleanup.dir.clone(),
             spooled,
+            serving,
         };
         if let Err(error) = records::write(&attempt_dir, &record) {
             // It runs, supervised by this process; only a later agent could not adopt it.
@@ -693,6 +735,7 @@ impl Runner {
                 stopping: false,
                 control,
                 uid: cleanup.uid.or(record.uid),
+                serving: record.serving,
             },
         );
         self.publish_holders();
@@ -768,6 +811,26 @@ impl Runner {
         self.holders.send_if_modified(|current| {
             let changed = *current != holders;
             *current = holders;
+            changed
+        });
+        let mut serving: Vec<ServingTarget> = self
+            .supervised
+            .iter()
+            .filter(|(_, s)| !s.stopping)
+            .filter_map(|(id, s)| {
+                let serve = s.serving.as_ref()?;
+                Some(ServingTarget {
+                    workload_id: *id,
+                    attempt: s.attempt,
+                    port: serve.port,
+                    endpoints: serve.endpoints.clone(),
+                })
+            })
+            .collect();
+        serving.sort_by_key(|t| t.workload_id);
+        self.serving.send_if_modified(|current| {
+            let changed = *current != serving;
+            *current = serving;
             changed
         });
         let mut attempts: Vec<(Uuid, u32)> = self.supervised.iter().map(|(id, s)| (*id, s.attempt)).collect();
@@ -999,6 +1062,7 @@ mod tests {
             container: None,
             cpu_millis: None,
             memory_mb: None,
+            serving: None,
         }
     }
 

@@ -18,8 +18,10 @@ use crate::sharing::{GpuSharing, MigProfile, WHOLE_GPU_MILLI};
 /// registration lists the attempts the agent runs ([`Registration::running`]), which the control
 /// plane keeps instead of requeueing. 1.2: gangs — a registration may advertise the node's
 /// address ([`Registration::address`]), and a gang member's assignment carries its rendezvous
-/// ([`Assignment::gang`]), held until every member's node has it.
-pub const PROTOCOL_VERSION: (u32, u32) = (1, 2);
+/// ([`Assignment::gang`]), held until every member's node has it. 1.3: serving replicas — a
+/// service replica's assignment says where its server answers ([`Assignment::serving`]), and the
+/// heartbeat carries what the agent read there ([`TelemetryReport::replicas`]).
+pub const PROTOCOL_VERSION: (u32, u32) = (1, 3);
 
 /// The protocol version as the agent sends it.
 pub fn protocol_version() -> String {
@@ -149,6 +151,11 @@ pub struct TelemetryReport {
     /// each share of a shared GPU uses, so its busy time is attributed to the workloads on it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<ShareSample>,
+    /// Per serving replica on the node: whether its readiness endpoint answers and what its
+    /// metrics endpoint says (vLLM's format), read by the agent since the last heartbeat.
+    /// (Protocol 1.3.)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<crate::serving::ReplicaSample>,
 }
 
 /// What one workload's processes use of one GPU.
@@ -379,6 +386,12 @@ pub fn check_telemetry(t: &TelemetryReport) -> Result<(), String> {
     if i64::try_from(t.memory_used_mb).is_err() {
         return Err("memory_used_mb is out of range".into());
     }
+    if t.replicas.len() > crate::serving::MAX_REPLICA_SAMPLES {
+        return Err(format!("at most {} replica samples per report", crate::serving::MAX_REPLICA_SAMPLES));
+    }
+    for r in &t.replicas {
+        r.check().map_err(|m| format!("replica {}: {m}", r.workload_id))?;
+    }
     if t.shares.len() > 64 * 64 {
         return Err("at most 4096 share samples per report".into());
     }
@@ -499,6 +512,11 @@ pub struct Assignment {
     /// Absent for a workload on one node. (Protocol 1.2.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<GangRendezvous>,
+    /// For a service replica whose server the agent reads: the paths of its readiness and metrics
+    /// endpoints. The agent gives it a free port (`PORT`, `AIRTIME_SERVE_PORT`) and reports what
+    /// it reads there. (Protocol 1.3.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<crate::serving::ServingEndpoints>,
 }
 
 /// A gang member's place in its gang, as the frameworks' launchers expect it: the agent starts

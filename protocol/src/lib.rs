@@ -11,6 +11,7 @@ pub mod agent;
 pub mod container;
 pub mod model;
 pub mod service;
+pub mod serving;
 pub mod settings;
 pub mod sharing;
 pub mod text;

@@ -16,6 +16,9 @@ pub enum LoadMetric {
     RequestsPerSecond,
     /// Requests in flight at once.
     ConcurrentRequests,
+    /// Tokens per second (prompt and generated): what a service whose replicas the agent reads in
+    /// vLLM's metric format measures (`crate::serving`).
+    TokensPerSecond,
 }
 
 impl LoadMetric {
@@ -24,6 +27,7 @@ impl LoadMetric {
         match self {
             Self::RequestsPerSecond => "req/s",
             Self::ConcurrentRequests => "concurrent requests",
+            Self::TokensPerSecond => "tokens/s",
         }
     }
 
@@ -31,6 +35,7 @@ impl LoadMetric {
         match self {
             Self::RequestsPerSecond => "requests_per_second",
             Self::ConcurrentRequests => "concurrent_requests",
+            Self::TokensPerSecond => "tokens_per_second",
         }
     }
 }

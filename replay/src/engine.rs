@@ -476,9 +476,9 @@ impl World {
                     preemptions_last_hour: job.preemptions.iter().filter(|&&p| p > hour_ago).count() as u32,
                     gpu_milli: s.gpu_milli,
                     mig_profile: s.mig_profile.clone().unwrap_or_default(),
-                    replica_of: job
-                        .replica
-                        .and_then(|r| Some(ReplicaOf { service: service_pos(r.service)?, variant: r.variant })),
+                    replica_of: job.replica.and_then(|r| {
+                        Some(ReplicaOf { service: service_pos(r.service)?, variant: r.variant, ready: r.ready })
+                    }),
                     container: false,
                     gang: None,
                 }
@@ -932,7 +932,7 @@ fn scale(world: &mut World, plans: &[ScalePlan], order: &[usize], schedule: &mut
             let spec = world.services[s].replica(variant, now);
             let j = world.jobs.len();
             let mut job = Job::new(spec, world.services[s].tenant, j);
-            job.replica = Some(ReplicaOf { service: s, variant });
+            job.replica = Some(ReplicaOf { service: s, variant, ready: true });
             job.phase = Phase::Waiting;
             job.reason = Some(plan.reason.as_str().into());
             world.jobs.push(job);

@@ -194,6 +194,7 @@ impl Service {
             draining: self.ended,
             loads,
             recent_peak,
+            replica_cost_per_hour: None,
         }
     }
 

@@ -220,6 +220,10 @@ pub struct ReplicaOf {
     /// Index in the fleet's services.
     pub service: usize,
     pub variant: ReplicaVariant,
+    /// It serves: for a service whose replicas' readiness its agents read, once the endpoint has
+    /// answered for this attempt; for any other, whenever it is placed. Only ready replicas count
+    /// as carrying load when the autoscaler decides what may drain.
+    pub ready: bool,
 }
 
 impl WorkloadEntry {

@@ -89,6 +89,18 @@ pub struct ServiceEntry {
     pub loads: Vec<LoadSample>,
     /// The highest report of the last hour (the burst reserve keeps room for it).
     pub recent_peak: Option<f64>,
+    /// What one replica of each variant costs an hour at the fleet's prices (a GPU replica its
+    /// share of GPUs, as billed; a CPU replica its share of a CPU node), when the fleet prices
+    /// them: the split uses a CPU replica only while its load costs no more there than on GPUs,
+    /// and a scale-down removes the variant that costs most per unit of load first.
+    pub replica_cost_per_hour: Option<VariantCosts>,
+}
+
+/// An hour of one replica of each variant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VariantCosts {
+    pub gpu: f64,
+    pub cpu: f64,
 }
 
 impl ServiceEntry {
@@ -96,6 +108,22 @@ impl ServiceEntry {
         match (variant, &self.cpu_variant) {
             (ReplicaVariant::Cpu, Some(cpu)) => cpu.capacity,
             _ => self.capacity,
+        }
+    }
+
+    /// What a unit of load costs an hour on a replica of `variant`, when the fleet prices both.
+    pub fn cost_per_load_hour(&self, variant: ReplicaVariant) -> Option<f64> {
+        let costs = self.replica_cost_per_hour?;
+        let cost = if variant == ReplicaVariant::Cpu { costs.cpu } else { costs.gpu };
+        Some(cost / self.capacity_of(variant).max(1e-9))
+    }
+
+    /// A CPU replica's load costs more than a GPU replica's: the CPU variant is not used (its
+    /// capacity, learned at the objective, may have fallen so far that it barely serves).
+    fn cpu_dearer(&self) -> bool {
+        match (self.cost_per_load_hour(ReplicaVariant::Cpu), self.cost_per_load_hour(ReplicaVariant::Gpu)) {
+            (Some(cpu), Some(gpu)) => cpu > gpu * (1.0 + 1e-9),
+            _ => false,
         }
     }
 
@@ -205,6 +233,11 @@ fn current(fleet: &FleetView, service: usize) -> Current {
     Current { placed, pending, leaving }
 }
 
+/// Whether replica `w` serves (its readiness answered, or its service reads none).
+fn ready(fleet: &FleetView, w: usize) -> bool {
+    fleet.workloads[w].replica_of.is_some_and(|r| r.ready)
+}
+
 fn count(replicas: &[(usize, ReplicaVariant)]) -> Replicas {
     let mut r = Replicas::default();
     for (_, v) in replicas {
@@ -282,7 +315,7 @@ fn plan_one(fleet: &FleetView, s: usize) -> ScalePlan {
     // service): holding on stale reports cannot tell a replacement from a replica that was there,
     // so it holds them all, and the drain's deadline stops and requeues what is left.
     let replaces = demand.is_some() || service.draining;
-    let (start, mut drain) = changes(service, &cur, if replaces { have } else { have_all }, desired, demand);
+    let (start, mut drain) = changes(fleet, service, &cur, if replaces { have } else { have_all }, desired, demand);
     let mut reason = reason;
     if !cur.leaving.is_empty() {
         if replaces {
@@ -316,7 +349,7 @@ fn leaving_drains(fleet: &FleetView, service: &ServiceEntry, cur: &Current, desi
     let running: f64 = cur
         .placed
         .iter()
-        .filter(|(w, _)| fleet.workloads[*w].state == WorkloadState::Running)
+        .filter(|(w, _)| fleet.workloads[*w].state == WorkloadState::Running && ready(fleet, *w))
         .map(|(_, v)| service.capacity_of(*v))
         .sum();
     let mut kept: f64 = cur.leaving.iter().map(|(_, v)| service.capacity_of(*v)).sum();
@@ -356,7 +389,7 @@ pub fn split(service: &ServiceEntry, load: f64, cpu_limit: u32) -> Replicas {
     let max = service.max_replicas;
     let need =
         |capacity: f64, load: f64| if load <= 1e-9 { 0 } else { (load / capacity.max(1e-9) - 1e-9).ceil() as u32 };
-    let Some(cpu) = &service.cpu_variant else {
+    let Some(cpu) = service.cpu_variant.as_ref().filter(|_| !service.cpu_dearer()) else {
         return Replicas { gpu: need(service.capacity, load).min(max), cpu: 0 };
     };
     let mut n_cpu = need(cpu.capacity, load).min(cpu_limit).min(max);
@@ -375,7 +408,7 @@ pub fn split(service: &ServiceEntry, load: f64, cpu_limit: u32) -> Replicas {
 fn bound(service: &ServiceEntry, mut r: Replicas, cpu_limit: u32) -> Replicas {
     let (min, max) = (service.min_replicas, service.max_replicas.max(service.min_replicas));
     while r.total() < min {
-        if service.cpu_variant.is_some() && r.cpu < cpu_limit {
+        if service.cpu_variant.is_some() && !service.cpu_dearer() && r.cpu < cpu_limit {
             r.cpu += 1;
         } else {
             r.gpu += 1;
@@ -411,6 +444,7 @@ fn cpu_room(fleet: &FleetView, service: &ServiceEntry) -> u32 {
 
 /// The starts and drains that move `have` to `desired` without a dip below `demand`.
 fn changes(
+    fleet: &FleetView,
     service: &ServiceEntry,
     cur: &Current,
     have: Replicas,
@@ -436,15 +470,23 @@ fn changes(
     }
     // Then placed ones, newest first, GPU replicas before CPU ones, while what stays placed still
     // carries the demand (and the deleted service's, or a lowered maximum's, at once).
-    let mut placed_capacity: f64 = cur.placed.iter().map(|(_, v)| service.capacity_of(*v)).sum();
+    // Only ready replicas carry load: one whose server has not answered yet serves nothing.
+    let carrying = |w: usize, v: ReplicaVariant| if ready(fleet, w) { service.capacity_of(v) } else { 0.0 };
+    let mut placed_capacity: f64 = cur.placed.iter().map(|&(w, v)| carrying(w, v)).sum();
     let must = service.draining || have.total() > service.max_replicas.max(service.min_replicas);
     let mut ordered: Vec<&(usize, ReplicaVariant)> = cur.placed.iter().collect();
-    ordered.sort_by_key(|(_, v)| slot(*v));
+    // The dearest per unit of load first where the fleet prices both; otherwise GPU replicas first.
+    let dearer_first =
+        match (service.cost_per_load_hour(ReplicaVariant::Gpu), service.cost_per_load_hour(ReplicaVariant::Cpu)) {
+            (Some(gpu), Some(cpu)) if cpu > gpu => [ReplicaVariant::Cpu, ReplicaVariant::Gpu],
+            _ => [ReplicaVariant::Gpu, ReplicaVariant::Cpu],
+        };
+    ordered.sort_by_key(|(_, v)| dearer_first.iter().position(|d| d == v));
     for &&(w, v) in &ordered {
         if excess_of[slot(v)] == 0 {
             continue;
         }
-        let after = placed_capacity - service.capacity_of(v);
+        let after = placed_capacity - carrying(w, v);
         let carries = demand.is_none_or(|d| after + 1e-9 >= d);
         if must || carries {
             excess_of[slot(v)] -= 1;
@@ -520,6 +562,7 @@ impl ServiceEntry {
             draining: false,
             loads: Vec::new(),
             recent_peak: None,
+            replica_cost_per_hour: None,
         }
     }
 }

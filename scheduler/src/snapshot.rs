@@ -208,6 +208,7 @@ fn service<'a>(s: &'a ServiceEntry, p: &ScalePlan) -> abi::Service<'a> {
         metric: match s.metric {
             LoadMetric::RequestsPerSecond => abi::LoadMetric::RequestsPerSecond,
             LoadMetric::ConcurrentRequests => abi::LoadMetric::ConcurrentRequests,
+            LoadMetric::TokensPerSecond => abi::LoadMetric::TokensPerSecond,
         },
         min_replicas: s.min_replicas,
         max_replicas: s.max_replicas,
@@ -319,9 +320,11 @@ mod tests {
         f.services = vec![chat, service("search", 1)];
         let job = workload(&f, "train", 1, None);
         f.workloads.push(job);
-        let replica = workload(&f, "search-0", 1, Some(ReplicaOf { service: 1, variant: ReplicaVariant::Gpu }));
+        let replica =
+            workload(&f, "search-0", 1, Some(ReplicaOf { service: 1, variant: ReplicaVariant::Gpu, ready: true }));
         f.workloads.push(replica);
-        let replica = workload(&f, "chat-0", 0, Some(ReplicaOf { service: 0, variant: ReplicaVariant::Gpu }));
+        let replica =
+            workload(&f, "chat-0", 0, Some(ReplicaOf { service: 0, variant: ReplicaVariant::Gpu, ready: true }));
         f.workloads.push(replica);
         f
     }

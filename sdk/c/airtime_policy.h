@@ -419,6 +419,7 @@ enum airtime_sharing {
 enum airtime_load_metric {
     AIRTIME_METRIC_REQUESTS_PER_SECOND = 0, /* Requests per second arriving at the service. */
     AIRTIME_METRIC_CONCURRENT_REQUESTS = 1, /* Requests in flight at once. */
+    AIRTIME_METRIC_TOKENS_PER_SECOND = 2, /* Tokens per second, prompt and generated (ABI 1.8: a service priced per token). */
 };
 
 /** Which of its service's templates a replica runs (ABI 1.3). */

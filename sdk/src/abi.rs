@@ -30,14 +30,15 @@ pub use error::{AbiError, BufferKind, Location, Table};
 
 /// The ABI version this SDK speaks; a module's `airtime_abi_version` export returns it.
 pub const ABI_VERSION: u32 = 1;
-/// The minor version of this SDK's records (1.6: gangs across nodes — a workload's gang, its
+/// The minor version of this SDK's records (1.8: a service's load may be measured in tokens per
+/// second; 1.7: a tenant's GPU limit; 1.6: gangs across nodes — a workload's gang, its
 /// rank and size; 1.5: the preemption rules a policy needs to propose
 /// only what the host accepts — a workload's preemptions in the last hour and checkpointable-only;
 /// 1.4: container workloads and the nodes that run them,
 /// as flag bits; 1.3: elastic inference services). Minor versions only append fields or flag bits
 /// (tables carry their stride; 1.3 appends the services table's descriptor after the 88 header
 /// bytes earlier guests read), so guests built for 1.0 to 1.5 keep working.
-pub const ABI_MINOR_VERSION: u32 = 7;
+pub const ABI_MINOR_VERSION: u32 = 8;
 /// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
 pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
@@ -577,6 +578,8 @@ code_enum! {
         RequestsPerSecond = 0 => "requests_per_second",
         /// Requests in flight at once.
         ConcurrentRequests = 1 => "concurrent_requests",
+        /// Tokens per second, prompt and generated (ABI 1.8: a service priced per token).
+        TokensPerSecond = 2 => "tokens_per_second",
     }
 }
 

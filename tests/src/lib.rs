@@ -1008,6 +1008,11 @@ impl Fleet {
         Fleet { api, agents: started, cp, _db: db, dir }
     }
 
+    /// A connection pool to the fleet's database, for a story's hand computation.
+    pub async fn pool(&self) -> sqlx::PgPool {
+        self._db.pool().await.unwrap()
+    }
+
     /// Makes a tenant with `guaranteed_gpus`.
     pub async fn tenant(&self, name: &str, guaranteed_gpus: u32) {
         self.api.created("/api/v1/tenants", &json!({"name": name, "guaranteed_gpus": guaranteed_gpus})).await.unwrap();

@@ -59,8 +59,10 @@ async fn ran_through(api: &Api, ids: &[String], after: &str) {
 async fn the_database_restarted_and_stopped_under_two_replicas_leaves_one_scheduler_and_runs_nothing_twice() {
     let cluster = PgCluster::create().await.unwrap();
     let db = TestDb::create_on(&cluster.admin_url()).await.unwrap();
-    // A lease shorter than the stop below, so the stop ends it and both replicas may claim it.
-    let lease = ["--leader-lease-ms", "2000"];
+    // A lease shorter than the stop below, so the stop ends it and both replicas may claim it; a
+    // lost-node timeout (5 s) shorter than the stop too, with room for a loaded machine between
+    // the database's return and the agent's first heartbeat through the other replica.
+    let lease = ["--leader-lease-ms", "2000", "--heartbeat-interval-ms", "500", "--node-lost-after-ms", "5000"];
     let first = ControlPlane::start(&db, &lease).await.unwrap();
     let pool = db.pool().await.unwrap();
     lease_held(&pool, None).await.unwrap();
@@ -74,8 +76,8 @@ async fn the_database_restarted_and_stopped_under_two_replicas_leaves_one_schedu
 
     // A restart: every connection of both replicas ends at once.
     cluster.restart().await.unwrap();
-    // Watched past the lost-node timeout (3 s) after the return: never lost.
-    let states = node_states_over(&api, Duration::from_secs(5)).await;
+    // Watched past the lost-node timeout (5 s) after the return: never lost.
+    let states = node_states_over(&api, Duration::from_secs(7)).await;
     assert_eq!(states, BTreeSet::from(["ready".to_owned()]), "the node's states after the restart");
     answers(&second.api()).await;
     ran_through(&api, &ids, "the restart").await;
@@ -117,7 +119,7 @@ async fn the_database_restarted_and_stopped_under_two_replicas_leaves_one_schedu
         send_signal(agent_pid, Signal::SIGCONT).unwrap();
     });
     // Watched from the return until past the lost-node timeout after the agent speaks: never lost.
-    let states = node_states_over(&api, Duration::from_secs(6)).await;
+    let states = node_states_over(&api, Duration::from_secs(8)).await;
     resume.await.unwrap();
     assert_eq!(states, BTreeSet::from(["ready".to_owned()]), "the node's states after the stop");
     answers(&second.api()).await;

@@ -596,13 +596,14 @@ fn the_sql_scan_finds_a_planted_query_and_transaction_and_ignores_comments_and_p
 /// of the same file (a column list, a shared `SELECT`, an interval) or one of a few literals the
 /// code picks. The number is how many such places the file holds; a new one fails until it is
 /// reviewed and counted here.
-const RUNTIME_SQL: [(&str, usize, &str); 13] = [
+const RUNTIME_SQL: [(&str, usize, &str); 14] = [
     ("control-plane/src/auth/tokens.rs", 5, "API_TOKEN_SELECT, ENROLMENT_SELECT, NODE_CREDENTIAL_SELECT"),
     ("control-plane/src/fleet/mod.rs", 6, "NODE_SELECT, GPU_SELECT"),
     ("control-plane/src/invitations.rs", 2, "SELECT (an invitation's columns)"),
     ("control-plane/src/scheduler/fleet_view.rs", 3, "WORKLOAD_COLUMNS, ACTIVE"),
     ("control-plane/src/scheduler/record.rs", 2, "MOVE, with or without the version check"),
     ("control-plane/src/services/mod.rs", 2, "SERVICE_SELECT"),
+    ("control-plane/src/services/serving.rs", 1, "GPU_REPLICA_COST with usage's GPU_COST (constants)"),
     ("control-plane/src/scheduler/scale.rs", 2, "KEEP_LOADS (an interval constant)"),
     ("control-plane/src/usage.rs", 3, "GPU_COST (an expression constant)"),
     ("control-plane/src/users.rs", 3, "MEMBERSHIP_SELECT"),

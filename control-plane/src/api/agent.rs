@@ -88,9 +88,11 @@ async fn telemetry(
     _node: NodeCaller,
     State(state): State<AppState>,
     Path(node_id): Path<Uuid>,
-    Json(report): Json<TelemetryReport>,
+    Json(mut report): Json<TelemetryReport>,
 ) -> ApiResult<StatusCode> {
     registry::check_telemetry(&report).map_err(|m| ApiError::unprocessable("invalid_telemetry", m))?;
+    // Serving replicas' reads go to their services apart from the batched write.
+    let replicas = std::mem::take(&mut report.replicas);
     // A faulty GPU (rare) is quarantined apart from the batched write.
     let faulty = report.gpus.iter().any(|g| !g.faults.is_empty()).then(|| report.gpus.clone());
     // Written with whatever else arrived meanwhile, in one transaction; answered once committed.
@@ -103,6 +105,9 @@ async fn telemetry(
         // Its stopped work changes the node's desired state; the loop places it elsewhere.
         state.desired.announce();
         state.wake.wake();
+    }
+    if !replicas.is_empty() {
+        crate::services::serving::ingest(&state.db, node_id, &replicas).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }

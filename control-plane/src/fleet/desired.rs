@@ -32,6 +32,8 @@ struct AssignmentRow {
     attempt_token: Option<Uuid>,
     /// A member of a gang across nodes.
     in_gang: bool,
+    /// A replica of a service priced per token: where the agent reads it.
+    serving: Option<sqlx::types::Json<crate::services::serving::ServingSpec>>,
 }
 
 /// What the node should run and stop now, at `version`: its workloads with their grants, the
@@ -44,6 +46,7 @@ pub async fn state(db: &PgPool, node_id: Uuid, version: u64) -> sqlx::Result<Des
     let rows: Vec<AssignmentRow> = sqlx::query_as(
         "SELECT w.id, w.attempt, w.state, w.command, w.env, w.container, w.cpu_millis, w.memory_mb, w.attempt_token, \
                 w.gang_id IS NOT NULL AS in_gang, \
+                (SELECT s.serving FROM services s WHERE s.id = w.service_id) AS serving, \
                 COALESCE((SELECT array_agg(g.device_index ORDER BY g.device_index) FROM gpu_grants gr \
                           JOIN gpus g ON g.id = gr.gpu_id WHERE gr.workload_id = w.id), '{}') AS gpu_indices, \
                 (SELECT e.detail FROM workload_events e WHERE e.workload_id = w.id ORDER BY e.id DESC LIMIT 1) AS reason, \
@@ -93,6 +96,7 @@ pub async fn state(db: &PgPool, node_id: Uuid, version: u64) -> sqlx::Result<Des
                 memory_mb: u64::try_from(r.memory_mb).ok().filter(|&m| m > 0),
                 attempt_token: r.attempt_token.map(|t| t.simple().to_string()),
                 gang: gangs.get(&r.id).cloned(),
+                serving: r.serving.map(|s| s.0.endpoints()),
             }
         })
         .collect();

@@ -91,6 +91,16 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 hearing_since = None;
             }
         }
+        // Every later step below may wait out the pool's acquire timeout while the database is
+        // down, so a whole outage can pass between two liveness checks: any step that could not
+        // reach the database also ends the hearing, or the next check would count the outage as
+        // the agents' silence.
+        let mut lost_the_database = |err: &sqlx::Error, doing: &str| {
+            tracing::error!(error = %err, "{doing}");
+            if database_unreachable(err) {
+                hearing_since = None;
+            }
+        };
         // Gangs stay whole: out-of-step members follow the rest, and a gang that did not start in
         // time is requeued (`workloads::gangs`).
         match crate::workloads::gangs::sweep(&state.db, state.settings.gang_start_timeout).await {
@@ -100,7 +110,7 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 state.desired.announce();
                 state.wake.wake();
             }
-            Err(err) => tracing::error!(error = %err, "keeping gangs whole"),
+            Err(err) => lost_the_database(&err, "keeping gangs whole"),
         }
         // Tenants' idle rules: work holding idle GPUs is warned, then stopped (`workloads::idle`).
         match crate::workloads::idle::sweep(
@@ -116,7 +126,7 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 state.desired.announce();
                 state.wake.wake();
             }
-            Err(err) => tracing::error!(error = %err, "applying tenants' idle rules"),
+            Err(err) => lost_the_database(&err, "applying tenants' idle rules"),
         }
         // Drains move work off their nodes as it becomes movable, and stop what is left at their
         // deadline (`fleet::maintenance`).
@@ -127,22 +137,33 @@ pub async fn run(state: Liveness, shutdown: Shutdown) {
                 state.desired.announce();
                 state.wake.wake();
             }
-            Err(err) => tracing::error!(error = %err, "advancing node drains"),
+            Err(err) => lost_the_database(&err, "advancing node drains"),
         }
         if last_rollup.is_none_or(|at| at.elapsed() > Duration::from_secs(60)) {
             last_rollup = Some(tokio::time::Instant::now());
             match crate::usage::roll_up(&state.db, state.settings.node_lost_after).await {
                 Ok(0) => {}
                 Ok(hours) => tracing::info!(hours, "GPU usage rolled up"),
-                Err(err) => tracing::error!(error = %err, "rolling up GPU usage"),
+                Err(err) => lost_the_database(&err, "rolling up GPU usage"),
             }
         }
         if last_prune.is_none_or(|at| at.elapsed() > Duration::from_secs(600)) {
             last_prune = Some(tokio::time::Instant::now());
             if let Err(err) = prune_telemetry(&state).await {
-                tracing::error!(error = %err, "pruning telemetry history");
+                lost_the_database(&err, "pruning telemetry history");
             }
         }
+    }
+}
+
+/// Whether an error says the database could not be reached (rather than that a statement failed):
+/// the pool gave up, the connection broke, or the server is shutting down or refusing connections.
+fn database_unreachable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+        // SQLSTATE class 08 (connection exception) and 57P (operator intervention: shutdown).
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
     }
 }
 
@@ -233,5 +254,11 @@ pub async fn prune_telemetry(state: &Liveness) -> sqlx::Result<()> {
     .bind(hours as i32)
     .execute(&state.db)
     .await?;
+    // Serving replicas' reads are history like telemetry (a service's cost and capacity read the
+    // last hour of them).
+    sqlx::query("DELETE FROM replica_samples WHERE at < now() - make_interval(hours => $1::int)")
+        .bind(hours.max(2.0) as i32)
+        .execute(&state.db)
+        .await?;
     Ok(())
 }

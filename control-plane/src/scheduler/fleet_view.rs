@@ -138,7 +138,9 @@ pub enum Moved {
 const WORKLOAD_COLUMNS: &str = "id, tenant_id, name, class, state, priority, gpu_count, gpu_memory_mb, gpu_models, \
      cpu_millis, memory_mb, cpu_capable, preemptible, checkpointable, expected_duration_s, submitted_at, started_at, \
      node_id, pending_reason, shortfall, gpu_milli, mig_profile, service_id, replica_variant, container IS NOT NULL AS container, \
-     gang_id, gang_rank, gang_size";
+     gang_id, gang_rank, gang_size, \
+     (service_id IS NULL OR COALESCE(ready_attempt = attempt, false) \
+      OR NOT EXISTS (SELECT 1 FROM services s WHERE s.id = workloads.service_id AND s.serving IS NOT NULL)) AS replica_ready";
 const ACTIVE: &str = "state IN ('pending', 'scheduled', 'running', 'preempting', 'cancelling')";
 
 /// The active workloads, every row read.
@@ -333,6 +335,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
                     Some(ReplicaOf {
                         service: *service_index.get(&id)?,
                         variant: r.replica_variant.unwrap_or(ReplicaVariant::Gpu),
+                        ready: r.replica_ready,
                     })
                 }),
                 container: r.container,
@@ -487,6 +490,8 @@ struct WorkloadRow {
     mig_profile: Option<String>,
     service_id: Option<Uuid>,
     replica_variant: Option<ReplicaVariant>,
+    /// A replica whose server answers (or whose service reads none).
+    replica_ready: bool,
     container: bool,
     gang_id: Option<Uuid>,
     gang_rank: Option<i32>,

@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use airtime_scheduler::services::{self as core, CpuVariant, LoadSample, ReplicaVariant, ScalePlan, ServiceEntry};
+use airtime_scheduler::services::{
+    self as core, CpuVariant, LoadSample, ReplicaVariant, ScalePlan, ServiceEntry, VariantCosts,
+};
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -15,6 +17,7 @@ use super::Scheduler;
 use super::fleet_view::FleetView;
 use super::leader::LeaseError;
 use crate::model::{LoadMetric, WHOLE_GPU_MILLI, WorkloadClass, WorkloadState};
+use crate::services::serving::{self, ServingSpec};
 use crate::services::{CpuVariantSpec, ReplicaTemplate, submission};
 use crate::workloads::{self, NewWorkload, transitions};
 
@@ -38,6 +41,7 @@ struct ServiceRow {
     stale_after_s: i32,
     draining: bool,
     recent_peak: Option<f64>,
+    serving: Option<sqlx::types::Json<ServingSpec>>,
 }
 
 /// The live services (active or draining), with the reports their windows need, in the order the
@@ -46,7 +50,7 @@ pub async fn read(conn: &mut PgConnection, tenant_index: &HashMap<Uuid, usize>) 
     let rows: Vec<ServiceRow> = sqlx::query_as(
         "SELECT s.id, s.tenant_id, s.name, s.class, s.metric, s.min_replicas, s.max_replicas, s.capacity, s.template, \
                 s.cpu_variant, s.scale_up_window_s, s.scale_down_window_s, s.stale_after_s, \
-                s.state = 'draining' AS draining, \
+                s.state = 'draining' AS draining, s.serving, \
                 (SELECT max(l.value) FROM service_loads l WHERE l.service_id = s.id \
                    AND l.at > now() - interval '1 hour') AS recent_peak \
          FROM services s WHERE s.state IN ('active', 'draining') ORDER BY s.tenant_id, s.name, s.id",
@@ -66,6 +70,12 @@ pub async fn read(conn: &mut PgConnection, tenant_index: &HashMap<Uuid, usize>) 
     .bind(core::BURST_WINDOW_S as f64)
     .fetch_all(&mut *conn)
     .await?;
+    let priced: Vec<Uuid> = rows.iter().filter(|r| r.serving.is_some()).map(|r| r.id).collect();
+    let (observed, prices) = if priced.is_empty() {
+        (HashMap::new(), Default::default())
+    } else {
+        (serving::observed(&mut *conn, &priced).await?, serving::prices(&mut *conn).await?)
+    };
     let mut by_service: HashMap<Uuid, Vec<LoadSample>> = HashMap::new();
     for (service, at, value) in loads {
         by_service.entry(service).or_default().push(LoadSample { at, value });
@@ -74,11 +84,21 @@ pub async fn read(conn: &mut PgConnection, tenant_index: &HashMap<Uuid, usize>) 
         .into_iter()
         .filter_map(|r| {
             let tenant = *tenant_index.get(&r.tenant_id)?;
-            let resources = &r.template.0.resources;
-            let gpu_milli_per_replica = if resources.gpu_count == 1 {
-                resources.gpu_milli.unwrap_or(WHOLE_GPU_MILLI)
-            } else {
-                resources.gpu_count * WHOLE_GPU_MILLI
+            let gpu_milli_per_replica = r.template.0.resources.gpu_milli_per_replica();
+            // Priced per token: what replicas sustained at the objective replaces the declared
+            // capacity (its prior), and the fleet's prices choose between the variants.
+            let learned = |variant: ReplicaVariant, declared: f64| {
+                if r.serving.is_none() {
+                    return declared;
+                }
+                observed.get(&(r.id, variant)).cloned().unwrap_or_default().estimate(declared).tokens_per_s
+            };
+            let replica_cost_per_hour = match (&r.serving, &r.cpu_variant, prices.gpu_hour, prices.cpu_milli_hour) {
+                (Some(_), Some(cpu), Some(gpu_hour), Some(cpu_milli_hour)) => Some(VariantCosts {
+                    gpu: gpu_hour * f64::from(gpu_milli_per_replica) / f64::from(WHOLE_GPU_MILLI),
+                    cpu: cpu_milli_hour * f64::from(cpu.0.cpu_millis),
+                }),
+                _ => None,
             };
             Some(ServiceEntry {
                 id: r.id,
@@ -88,10 +108,10 @@ pub async fn read(conn: &mut PgConnection, tenant_index: &HashMap<Uuid, usize>) 
                 metric: r.metric,
                 min_replicas: r.min_replicas.max(0) as u32,
                 max_replicas: r.max_replicas.max(0) as u32,
-                capacity: r.capacity,
+                capacity: learned(ReplicaVariant::Gpu, r.capacity),
                 gpu_milli_per_replica,
                 cpu_variant: r.cpu_variant.map(|c| CpuVariant {
-                    capacity: c.0.capacity,
+                    capacity: learned(ReplicaVariant::Cpu, c.0.capacity),
                     cpu_millis: c.0.cpu_millis,
                     memory_mb: c.0.memory_mb,
                 }),
@@ -101,6 +121,7 @@ pub async fn read(conn: &mut PgConnection, tenant_index: &HashMap<Uuid, usize>) 
                 draining: r.draining,
                 loads: by_service.remove(&r.id).unwrap_or_default(),
                 recent_peak: r.recent_peak,
+                replica_cost_per_hour,
             })
         })
         .collect())

@@ -1,7 +1,10 @@
 //! Elastic inference services (`ARCHITECTURE.md`, "Services"): a tenant's service with a replica
 //! template, bounds and scaling behaviour; the load it reports; the tokens that may report it; and
 //! its replicas, which are workloads the scheduling loop starts and drains ([`scale`], on the
-//! scheduling core's `airtime_scheduler::services`).
+//! scheduling core's `airtime_scheduler::services`). A service priced per token has its replicas
+//! read by their agents ([`serving`]).
+
+pub mod serving;
 
 use std::collections::BTreeMap;
 
@@ -18,6 +21,7 @@ use crate::domain;
 use crate::domain::Scope;
 use crate::model::{LoadMetric, WorkloadClass};
 use crate::workloads::{ResourceProfile, Slo, SubmitWorkload};
+use serving::ServingSpec;
 
 /// The replica template: what every main replica runs and needs.
 #[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
@@ -64,11 +68,18 @@ pub struct CreateService {
     pub replica: ReplicaTemplate,
     #[serde(default)]
     pub cpu_variant: Option<CpuVariantSpec>,
-    /// What load reports and capacities are measured in.
+    /// What load reports and capacities are measured in; absent: `requests_per_second`, or
+    /// `tokens_per_second` for a service with `serving`.
     #[serde(default)]
-    pub metric: LoadMetric,
-    /// Load one main replica serves at its latency target.
+    pub metric: Option<LoadMetric>,
+    /// Load one main replica serves at its latency target (with `serving`: tokens per second,
+    /// the prior until what replicas sustain at the objective is measured).
     pub capacity: f64,
+    /// Its replicas serve an HTTP endpoint in vLLM's metric format: the agent reads their
+    /// readiness and metrics, the load is their tokens and queues, the capacity is learned at
+    /// this objective and the cost of a token is shown (`docs/token-services.md`).
+    #[serde(default)]
+    pub serving: Option<ServingSpec>,
     /// The latency target, ms (shown; the capacity is what it means for scaling).
     #[serde(default)]
     pub latency_target_ms: Option<u32>,
@@ -125,6 +136,9 @@ pub struct UpdateService {
     pub cpu_variant: Option<CpuVariantSpec>,
     #[serde(default)]
     pub remove_cpu_variant: bool,
+    /// A new objective or endpoints for a service priced per token (it cannot be added to or
+    /// removed from a service: its load is measured differently).
+    pub serving: Option<ServingSpec>,
 }
 
 /// The parts of a service that are checked together.
@@ -138,6 +152,8 @@ struct Shape<'a> {
     min_replicas: u32,
     max_replicas: u32,
     behavior: ScaleBehavior,
+    metric: LoadMetric,
+    serving: Option<&'a ServingSpec>,
 }
 
 pub const MAX_REPLICAS: u32 = 1000;
@@ -155,6 +171,14 @@ impl Shape<'_> {
         }
         if !matches!(self.class, WorkloadClass::RealtimeInference | WorkloadClass::BatchInference) {
             return Err("class must be realtime_inference or batch_inference".into());
+        }
+        if let Some(serving) = self.serving {
+            serving.check().map_err(|m| format!("serving: {m}"))?;
+            if self.metric != LoadMetric::TokensPerSecond {
+                return Err(
+                    "metric must be tokens_per_second for a service with serving (its load is read in tokens)".into()
+                );
+            }
         }
         let positive = |v: f64| v.is_finite() && v > 0.0 && v <= 1e9;
         if !positive(self.capacity) {
@@ -196,6 +220,9 @@ impl Shape<'_> {
 
 /// The submission of one replica: the main template, or the CPU variant (its own command,
 /// resources and environment, no GPU). Not preemptible: a replica serves customers.
+/// The environment a serving replica's server finds its port in (set by the agent).
+pub const PORT_ENV: [&str; 2] = ["PORT", "AIRTIME_SERVE_PORT"];
+
 pub fn submission(
     service: &str,
     class: WorkloadClass,
@@ -243,6 +270,9 @@ pub struct ServiceView {
     pub replica: sqlx::types::Json<serde_json::Value>,
     #[schema(value_type = Option<CpuVariantSpec>)]
     pub cpu_variant: Option<sqlx::types::Json<serde_json::Value>>,
+    /// Priced per token: its objective and the endpoints its agents read.
+    #[schema(value_type = Option<ServingSpec>)]
+    pub serving: Option<sqlx::types::Json<ServingSpec>>,
     pub metric: LoadMetric,
     pub capacity: f64,
     pub latency_target_ms: Option<i32>,
@@ -273,7 +303,7 @@ pub struct ServiceView {
 }
 
 const SERVICE_SELECT: &str = "SELECT s.id, s.tenant_id, t.name AS tenant, s.name, s.class, s.template AS replica, \
-     s.cpu_variant, s.metric, s.capacity, s.latency_target_ms, s.min_replicas, s.max_replicas, s.scale_up_window_s, \
+     s.cpu_variant, s.serving, s.metric, s.capacity, s.latency_target_ms, s.min_replicas, s.max_replicas, s.scale_up_window_s, \
      s.scale_down_window_s, s.stale_after_s, s.state, s.desired_gpu AS desired_gpu_replicas, \
      s.desired_cpu AS desired_cpu_replicas, \
      (SELECT count(*) FROM workloads w WHERE w.service_id = s.id AND w.replica_variant = 'gpu' \
@@ -307,6 +337,9 @@ pub struct ServiceDetail {
     pub service: ServiceView,
     /// The last 50 scale decisions, newest first.
     pub scale_events: Vec<ScaleEvent>,
+    /// For a service priced per token: tokens, latency against the objective, learned capacity and
+    /// cost per million tokens over the last hour.
+    pub serving: Option<serving::ServingReport>,
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<ServiceView>> {
@@ -334,7 +367,22 @@ pub async fn detail(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<Serv
     .bind(id)
     .fetch_all(db)
     .await?;
-    Ok(ServiceDetail { service, scale_events })
+    let serving = match &service.serving {
+        Some(spec) => Some(
+            serving::report_for(
+                db,
+                id,
+                &spec.0,
+                &service.replica.0,
+                service.cpu_variant.as_ref().map(|c| &c.0),
+                service.capacity,
+                true,
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    Ok(ServiceDetail { service, scale_events, serving })
 }
 
 /// Creates a service in the caller's tenant (a platform admin names one). Its first replicas
@@ -346,7 +394,13 @@ pub async fn create(
     allowed_mounts: &[String],
 ) -> domain::Result<ServiceView> {
     scope.require_role(Role::TenantMember)?;
+    let metric = match (req.metric, &req.serving) {
+        (None, Some(_)) => LoadMetric::TokensPerSecond,
+        (metric, _) => metric.unwrap_or_default(),
+    };
     let shape = Shape {
+        metric,
+        serving: req.serving.as_ref(),
         name: &req.name,
         class: req.class,
         replica: &req.replica,
@@ -364,8 +418,8 @@ pub async fn create(
     let b = req.behavior;
     sqlx::query(
         "INSERT INTO services (id, tenant_id, name, class, template, cpu_variant, metric, capacity, latency_target_ms, \
-             min_replicas, max_replicas, scale_up_window_s, scale_down_window_s, stale_after_s) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+             min_replicas, max_replicas, scale_up_window_s, scale_down_window_s, stale_after_s, serving) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(id)
     .bind(tenant_id)
@@ -373,7 +427,7 @@ pub async fn create(
     .bind(req.class)
     .bind(sqlx::types::Json(&req.replica))
     .bind(req.cpu_variant.as_ref().map(sqlx::types::Json))
-    .bind(req.metric)
+    .bind(metric)
     .bind(req.capacity)
     .bind(req.latency_target_ms.map(|l| l.min(i32::MAX as u32) as i32))
     .bind(req.min_replicas as i32)
@@ -381,6 +435,7 @@ pub async fn create(
     .bind(b.scale_up_window_s as i32)
     .bind(b.scale_down_window_s as i32)
     .bind(b.stale_after_s as i32)
+    .bind(req.serving.as_ref().map(sqlx::types::Json))
     .execute(&mut *tx)
     .await
     .map_err(|err| match &err {
@@ -395,6 +450,7 @@ pub async fn create(
         Change::new("service.create", "service", id).tenant(Some(tenant_id)).detail(serde_json::json!({
             "name": req.name, "class": req.class, "min_replicas": req.min_replicas,
             "max_replicas": req.max_replicas, "cpu_variant": req.cpu_variant.is_some(),
+            "serving": req.serving,
         })),
     )
     .await?;
@@ -418,12 +474,14 @@ struct StoredShape {
     scale_down_window_s: i32,
     stale_after_s: i32,
     state: String,
+    metric: LoadMetric,
+    serving: Option<sqlx::types::Json<ServingSpec>>,
 }
 
 async fn lock_live(tx: &mut sqlx::PgConnection, id: Uuid, scope: &Scope) -> domain::Result<StoredShape> {
     let stored: StoredShape = sqlx::query_as(
         "SELECT tenant_id, name, class, template, cpu_variant, capacity, latency_target_ms, min_replicas, \
-                max_replicas, scale_up_window_s, scale_down_window_s, stale_after_s, state \
+                max_replicas, scale_up_window_s, scale_down_window_s, stale_after_s, state, metric, serving \
          FROM services WHERE id = $1 FOR UPDATE",
     )
     .bind(id)
@@ -458,7 +516,16 @@ pub async fn update(
         scale_down_window_s: stored.scale_down_window_s.max(0) as u32,
         stale_after_s: stored.stale_after_s.max(0) as u32,
     });
+    if req.serving.is_some() && stored.serving.is_none() {
+        return Err(domain::Error::invalid(
+            "invalid_service",
+            "serving cannot be added to a service that measures its load in reports: create a new service",
+        ));
+    }
+    let serving = req.serving.clone().or(stored.serving.map(|s| s.0));
     let shape = Shape {
+        metric: stored.metric,
+        serving: serving.as_ref(),
         name: &stored.name,
         class: stored.class,
         replica: &replica,
@@ -473,7 +540,7 @@ pub async fn update(
     sqlx::query(
         "UPDATE services SET template = $2, cpu_variant = $3, capacity = $4, latency_target_ms = $5, \
              min_replicas = $6, max_replicas = $7, scale_up_window_s = $8, scale_down_window_s = $9, \
-             stale_after_s = $10, updated_at = now() WHERE id = $1",
+             stale_after_s = $10, serving = $11, updated_at = now() WHERE id = $1",
     )
     .bind(id)
     .bind(sqlx::types::Json(&replica))
@@ -485,6 +552,7 @@ pub async fn update(
     .bind(behavior.scale_up_window_s as i32)
     .bind(behavior.scale_down_window_s as i32)
     .bind(behavior.stale_after_s as i32)
+    .bind(serving.as_ref().map(sqlx::types::Json))
     .execute(&mut *tx)
     .await?;
     audit::record(
@@ -494,6 +562,7 @@ pub async fn update(
             "min_replicas": shape.min_replicas, "max_replicas": shape.max_replicas, "capacity": shape.capacity,
             "replica_changed": req.replica.is_some(),
             "cpu_variant": cpu_variant.is_some(),
+            "serving": req.serving,
         })),
     )
     .await?;
@@ -536,6 +605,11 @@ pub struct LoadReport {
     /// Requests in flight (required for a `concurrent_requests` service).
     #[serde(default)]
     pub concurrent_requests: Option<f64>,
+    /// Tokens per second (prompt and generated) arriving now (required for a `tokens_per_second`
+    /// service; a service with `serving` has its load read by its agents, and reports add to
+    /// nothing there).
+    #[serde(default)]
+    pub tokens_per_s: Option<f64>,
     /// Requests queued, waiting for a replica.
     #[serde(default)]
     pub queue_depth: Option<u32>,
@@ -581,17 +655,19 @@ pub async fn report_load(
     let rps = valid(report.requests_per_s, "requests_per_s")?;
     let concurrent = valid(report.concurrent_requests, "concurrent_requests")?;
     let p95 = valid(report.p95_latency_ms, "p95_latency_ms")?;
-    let value = match metric {
-        LoadMetric::RequestsPerSecond => rps,
-        LoadMetric::ConcurrentRequests => concurrent,
-    }
-    .ok_or_else(|| {
-        let field = if metric == LoadMetric::RequestsPerSecond { "requests_per_s" } else { "concurrent_requests" };
+    let tokens = valid(report.tokens_per_s, "tokens_per_s")?;
+    let (value, field) = match metric {
+        LoadMetric::RequestsPerSecond => (rps, "requests_per_s"),
+        LoadMetric::ConcurrentRequests => (concurrent, "concurrent_requests"),
+        LoadMetric::TokensPerSecond => (tokens, "tokens_per_s"),
+    };
+    let value = value.ok_or_else(|| {
         domain::Error::invalid("invalid_load", format!("this service scales on {}: send {field}", metric.as_str()))
     })?;
     let (at,): (DateTime<Utc>,) = sqlx::query_as(
-        "INSERT INTO service_loads (service_id, value, requests_per_s, concurrent_requests, queue_depth, p95_latency_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING at",
+        "INSERT INTO service_loads (service_id, value, requests_per_s, concurrent_requests, queue_depth, p95_latency_ms, \
+             tokens_per_s) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING at",
     )
     .bind(id)
     .bind(value)
@@ -599,6 +675,7 @@ pub async fn report_load(
     .bind(concurrent)
     .bind(report.queue_depth.map(|q| q.min(i32::MAX as u32) as i32))
     .bind(p95)
+    .bind(tokens)
     .fetch_one(db)
     .await?;
     Ok(LoadAccepted { service_id: id, metric, value, at })
@@ -716,6 +793,8 @@ mod tests {
             min_replicas: s.min_replicas,
             max_replicas: s.max_replicas,
             behavior: s.behavior,
+            metric: s.metric.unwrap_or_default(),
+            serving: s.serving.as_ref(),
         }
         .check(&[])
     }

@@ -107,6 +107,17 @@ pub struct ResourceProfile {
     pub mig_profile: Option<MigProfile>,
 }
 
+impl ResourceProfile {
+    /// GPUs it holds, in thousandths (a whole GPU 1000, two 2000, a quarter 250).
+    pub fn gpu_milli_per_replica(&self) -> u32 {
+        if self.gpu_count == 1 {
+            self.gpu_milli.unwrap_or(crate::model::WHOLE_GPU_MILLI)
+        } else {
+            self.gpu_count * crate::model::WHOLE_GPU_MILLI
+        }
+    }
+}
+
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 
 impl SubmitWorkload {

@@ -35,6 +35,17 @@ pub struct Record {
     pub work_dir: Option<PathBuf>,
     /// Whether its output is spooled (captured output); otherwise it goes where the agent's went.
     pub spooled: bool,
+    /// A serving replica: the port the agent gave it and the endpoints it reads there (absent in
+    /// records of agents before protocol 1.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<ServeRecord>,
+}
+
+/// Where a serving replica answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServeRecord {
+    pub port: u16,
+    pub endpoints: airtime_protocol::serving::ServingEndpoints,
 }
 
 const RECORD: &str = "record.json";
@@ -114,6 +125,7 @@ mod tests {
             uid: Some(61000),
             work_dir: None,
             spooled: true,
+            serving: None,
         };
         write(&attempt, &record).unwrap();
         let found = read_all(dir.path());

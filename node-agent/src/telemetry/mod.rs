@@ -399,6 +399,7 @@ impl Telemetry {
             memory_used_mb: host.memory_used_mb,
             gpus: readings.gpus,
             shares: readings.shares,
+            replicas: vec![],
         }
     }
 }

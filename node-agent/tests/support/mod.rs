@@ -234,6 +234,7 @@ pub fn run(workload_id: Uuid, command: &str, gpus: &[u32], grace_ms: u64) -> Ass
         memory_mb: None,
         attempt_token: None,
         gang: None,
+        serving: None,
     }
 }
 

@@ -53,7 +53,7 @@ fn replica(f: &mut FleetView, variant: ReplicaVariant, state: WorkloadState, nod
         memory_mb: 8192,
         started_at: placed.then(|| f.now - Duration::seconds(500 - i as i64)),
         node: placed.then_some(node),
-        replica_of: Some(ReplicaOf { service: 0, variant }),
+        replica_of: Some(ReplicaOf { service: 0, variant, ready: placed }),
         ..WorkloadEntry::pending(&format!("chat-{i}"), 0, gpu_count, f.now - Duration::seconds(600 - i as i64))
     });
     if placed && variant == ReplicaVariant::Cpu {
@@ -184,11 +184,46 @@ fn a_move_back_to_cpu_keeps_the_gpu_replicas_until_the_cpu_ones_run() {
         f.workloads[w].state = WorkloadState::Running;
         f.workloads[w].node = Some(node);
         f.workloads[w].started_at = Some(f.now);
+        f.workloads[w].replica_of.as_mut().unwrap().ready = true;
         f.nodes[node].cpu_millis_free -= 4000;
         f.nodes[node].memory_mb_free -= 8192;
     }
     let moved = &plan(&f)[0];
     assert_eq!(moved.drain, vec![1, 0], "{moved:?}");
+}
+
+#[test]
+fn a_replica_whose_server_has_not_answered_carries_nothing_and_drains_before_one_that_serves() {
+    let mut f = fleet(ServiceEntry { scale_down_window_s: 0, ..chat() }, 0);
+    let starting = replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    f.workloads[starting].replica_of.as_mut().unwrap().ready = false;
+    let serving = replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    report(&mut f, &[14.0]);
+    let plan = &plan(&f)[0];
+    assert_eq!(plan.desired, Replicas { gpu: 1, cpu: 0 });
+    // The newest serves and alone carries the demand: the one still starting goes.
+    assert_eq!(plan.drain, vec![starting], "{plan:?}");
+    assert_ne!(plan.drain, vec![serving]);
+}
+
+#[test]
+fn the_cpu_variant_is_used_only_while_its_load_costs_no_more_than_on_gpus() {
+    // A GPU replica costs 4 an hour for 15 req/s (0.27 a unit); a CPU replica 2 for 5 (0.40).
+    let dear = ServiceEntry { replica_cost_per_hour: Some(VariantCosts { gpu: 4.0, cpu: 2.0 }), ..with_cpu(chat()) };
+    let mut f = fleet(dear, 2);
+    report(&mut f, &[12.0]);
+    assert_eq!(plan(&f)[0].desired, Replicas { gpu: 1, cpu: 0 });
+    // At 0.5 an hour (0.10 a unit) the CPU nodes come first again.
+    f.services[0].replica_cost_per_hour = Some(VariantCosts { gpu: 4.0, cpu: 0.5 });
+    assert_eq!(plan(&f)[0].desired, Replicas { gpu: 0, cpu: 3 });
+    // Running on both, demand gone: the dearer per unit of load (here GPU) drains first.
+    f.services[0].scale_down_window_s = 0;
+    let cpu = replica(&mut f, ReplicaVariant::Cpu, WorkloadState::Running, 1);
+    let gpu = replica(&mut f, ReplicaVariant::Gpu, WorkloadState::Running, 0);
+    report(&mut f, &[4.0]);
+    let down = &plan(&f)[0];
+    assert_eq!(down.drain, vec![gpu], "{down:?}");
+    assert_ne!(down.drain, vec![cpu]);
 }
 
 #[test]

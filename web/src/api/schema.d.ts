@@ -1578,6 +1578,7 @@ export interface components {
             memory_mb?: number | null;
             /** @description Why a `stop` was decided (e.g. `preempted: …`); absent for `run`. */
             reason?: string | null;
+            serving?: components["schemas"]["ServingEndpoints"] | null;
             /** Format: uuid */
             workload_id: string;
         };
@@ -1728,7 +1729,8 @@ export interface components {
             behavior?: components["schemas"]["ScaleBehavior"];
             /**
              * Format: double
-             * @description Load one main replica serves at its latency target.
+             * @description Load one main replica serves at its latency target (with `serving`: tokens per second,
+             *     the prior until what replicas sustain at the objective is measured).
              */
             capacity: number;
             /** @description `realtime_inference` (customer-facing) or `batch_inference`. */
@@ -1741,12 +1743,12 @@ export interface components {
             latency_target_ms?: number | null;
             /** Format: int32 */
             max_replicas: number;
-            /** @description What load reports and capacities are measured in. */
-            metric?: components["schemas"]["LoadMetric"];
+            metric?: components["schemas"]["LoadMetric"] | null;
             /** Format: int32 */
             min_replicas?: number;
             name: string;
             replica: components["schemas"]["ReplicaTemplate"];
+            serving?: components["schemas"]["ServingSpec"] | null;
             /** @description Tenant name; the caller's own tenant when absent (platform admins name one). */
             tenant?: string | null;
         };
@@ -2332,6 +2334,28 @@ export interface components {
             status: string;
             tenant: string;
         };
+        /** @description The capacity a replica of a variant sustains at the objective, tokens per second, and why. */
+        LearnedCapacity: {
+            /** @description "measured: …", "declared", "declared, raised to …", "below …". */
+            basis: string;
+            /**
+             * Format: double
+             * @description What the service declared: the prior.
+             */
+            declared_tokens_per_s: number;
+            /**
+             * Format: int64
+             * @description Reads of the last hour with a window.
+             */
+            samples: number;
+            /**
+             * Format: int64
+             * @description Of them, saturated ones that held the objective.
+             */
+            saturated_samples: number;
+            /** Format: double */
+            tokens_per_s: number;
+        };
         /** @description What a report was recorded as. */
         LoadAccepted: {
             /** Format: date-time */
@@ -2349,7 +2373,7 @@ export interface components {
          * @description What one replica's capacity is measured in, and what load reports carry.
          * @enum {string}
          */
-        LoadMetric: "requests_per_second" | "concurrent_requests";
+        LoadMetric: "requests_per_second" | "concurrent_requests" | "tokens_per_second";
         /** @description A load report. */
         LoadReport: {
             /**
@@ -2372,6 +2396,13 @@ export interface components {
              * @description Requests per second arriving now (required for a `requests_per_second` service).
              */
             requests_per_s?: number | null;
+            /**
+             * Format: double
+             * @description Tokens per second (prompt and generated) arriving now (required for a `tokens_per_second`
+             *     service; a service with `serving` has its load read by its agents, and reports add to
+             *     nothing there).
+             */
+            tokens_per_s?: number | null;
         };
         /**
          * @description Workloads' output, shipped by the agent in bounded chunks (`POST
@@ -2805,6 +2836,14 @@ export interface components {
              */
             running?: components["schemas"]["RunningAttempt"][];
         };
+        /** @description One serving replica, as the agent read it since its last heartbeat. */
+        ReplicaSample: {
+            metrics?: components["schemas"]["ServingMetrics"] | null;
+            /** @description Its readiness endpoint answered 200. */
+            ready: boolean;
+            /** Format: uuid */
+            workload_id: string;
+        };
         /** @description The replica template: what every main replica runs and needs. */
         ReplicaTemplate: {
             command: string[];
@@ -2937,6 +2976,7 @@ export interface components {
         ServiceDetail: components["schemas"]["ServiceView"] & {
             /** @description The last 50 scale decisions, newest first. */
             scale_events: components["schemas"]["ScaleEvent"][];
+            serving?: components["schemas"]["ServingReport"] | null;
         };
         /** @description A service token; `token` only in the answer that creates it. */
         ServiceTokenView: {
@@ -3013,6 +3053,7 @@ export interface components {
             scale_up_window_s: number;
             /** Format: date-time */
             scaled_at?: string | null;
+            serving?: components["schemas"]["ServingSpec"] | null;
             /** Format: int32 */
             stale_after_s: number;
             /** @description `active`, `draining` (deleted, replicas stopping) or `deleted`. */
@@ -3020,6 +3061,145 @@ export interface components {
             tenant: string;
             /** Format: uuid */
             tenant_id: string;
+        };
+        /** @description Where a replica's server answers on the node: `http://127.0.0.1:$PORT{path}`. */
+        ServingEndpoints: {
+            /** @description Prometheus text in vLLM's metric names (vLLM: `/metrics`). */
+            metrics_path?: string;
+            /** @description Answers 200 once the replica can serve (vLLM: `/health`). */
+            ready_path?: string;
+        };
+        /**
+         * @description A replica's serving over one window (between two reads of its metrics endpoint): gauges as last
+         *     read, counters as the window's increase, latencies as the window's 95th percentile from the
+         *     histograms' bucket increases.
+         */
+        ServingMetrics: {
+            /**
+             * Format: double
+             * @description Increase of `vllm:generation_tokens_total` over the window.
+             */
+            generation_tokens: number;
+            /**
+             * Format: double
+             * @description `vllm:gpu_cache_usage_perc` (0..1), when served.
+             */
+            kv_cache_usage?: number | null;
+            /**
+             * Format: double
+             * @description Increase of `vllm:prompt_tokens_total` over the window.
+             */
+            prompt_tokens: number;
+            /**
+             * Format: double
+             * @description p95 of `vllm:e2e_request_latency_seconds` over the window, ms.
+             */
+            request_p95_ms?: number | null;
+            /**
+             * Format: double
+             * @description Requests finished in the window (the request-latency histogram's count).
+             */
+            requests_finished?: number;
+            /**
+             * Format: double
+             * @description `vllm:num_requests_running`.
+             */
+            requests_running: number;
+            /**
+             * Format: double
+             * @description `vllm:num_requests_waiting`.
+             */
+            requests_waiting: number;
+            /**
+             * Format: double
+             * @description p95 of `vllm:time_per_output_token_seconds` (vLLM 0.10+: `vllm:inter_token_latency_seconds`)
+             *     over the window, ms.
+             */
+            tpot_p95_ms?: number | null;
+            /**
+             * Format: double
+             * @description p95 of `vllm:time_to_first_token_seconds` over the window, ms.
+             */
+            ttft_p95_ms?: number | null;
+            /**
+             * Format: double
+             * @description Seconds the window covers.
+             */
+            window_s: number;
+        };
+        /** @description What a service promises, at the 95th percentile; any of them may be absent, at least one is set. */
+        ServingObjective: {
+            /**
+             * Format: double
+             * @description Whole-request latency, p95, ms.
+             */
+            request_p95_ms?: number | null;
+            /**
+             * Format: double
+             * @description Time per output token, p95, ms.
+             */
+            tpot_p95_ms?: number | null;
+            /**
+             * Format: double
+             * @description Time to first token, p95, ms.
+             */
+            ttft_p95_ms?: number | null;
+        };
+        ServingPoint: {
+            /** Format: date-time */
+            at: string;
+            /** Format: double */
+            cost_per_million_tokens?: number | null;
+            /** Format: double */
+            pressure?: number | null;
+            /** Format: double */
+            tokens_per_s: number;
+        };
+        /** @description A service's serving as the API shows it, over the last hour. */
+        ServingReport: {
+            /**
+             * Format: double
+             * @description What its replicas cost in the window: GPU replicas their grants as billed (a quarter GPU as
+             *     a quarter) at their node's price, CPU replicas their share of their node's cores.
+             */
+            cost: number;
+            /** Format: double */
+            cost_per_million_tokens?: number | null;
+            /**
+             * Format: double
+             * @description What the same tokens would have cost on GPU replicas only, at the GPU variant's capacity
+             *     and the fleet's GPU price.
+             */
+            gpu_only_cost_per_million_tokens?: number | null;
+            /** @description One point per five minutes over the window, oldest first. */
+            history: components["schemas"]["ServingPoint"][];
+            metrics_path: string;
+            objective: components["schemas"]["ServingObjective"];
+            ready_path: string;
+            /**
+             * Format: double
+             * @description Tokens served in the window.
+             */
+            tokens: number;
+            /**
+             * Format: double
+             * @description Tokens per second now (prompt and generated), the latest reads summed.
+             */
+            tokens_per_s: number;
+            variants: components["schemas"]["VariantServing"][];
+            /**
+             * Format: double
+             * @description Seconds the totals and the history cover.
+             */
+            window_s: number;
+        };
+        /** @description A service's serving: its objective and where the agent reads each replica. */
+        ServingSpec: {
+            /** @description Prometheus text in vLLM's metric names (vLLM: `/metrics`). */
+            metrics_path?: string;
+            objective: components["schemas"]["ServingObjective"];
+            /** @description Answers 200 once a replica can serve; until then the replica does not count (vLLM: `/health`). */
+            ready_path?: string;
         };
         Session: {
             email: string;
@@ -3141,6 +3321,12 @@ export interface components {
             gpus?: components["schemas"]["GpuSample"][];
             /** Format: int64 */
             memory_used_mb: number;
+            /**
+             * @description Per serving replica on the node: whether its readiness endpoint answers and what its
+             *     metrics endpoint says (vLLM's format), read by the agent since the last heartbeat.
+             *     (Protocol 1.3.)
+             */
+            replicas?: components["schemas"]["ReplicaSample"][];
             /**
              * @description Per workload and GPU, from the GPU's per-process accounting (NVML) or the simulation: what
              *     each share of a shared GPU uses, so its busy time is attributed to the workloads on it.
@@ -3266,6 +3452,7 @@ export interface components {
             min_replicas?: number | null;
             remove_cpu_variant?: boolean;
             replica?: components["schemas"]["ReplicaTemplate"] | null;
+            serving?: components["schemas"]["ServingSpec"] | null;
         };
         UpdateUser: {
             disabled?: boolean | null;
@@ -3345,6 +3532,47 @@ export interface components {
             /** @description The user's roles in tenants (only the caller's tenant for a tenant admin). */
             memberships: components["schemas"]["MembershipView"][];
             platform_admin: boolean;
+        };
+        /** @description One variant's serving. */
+        VariantServing: {
+            /** @description Tokens per second one replica sustains at the objective. */
+            capacity: components["schemas"]["LearnedCapacity"];
+            /** Format: double */
+            cost: number;
+            /** Format: double */
+            cost_per_million_tokens?: number | null;
+            /**
+             * Format: double
+             * @description The worst observed p95 ÷ its target (1 or less: the objective holds).
+             */
+            pressure?: number | null;
+            /**
+             * Format: int64
+             * @description Of them, those whose readiness endpoint answered.
+             */
+            ready_replicas: number;
+            /**
+             * Format: int64
+             * @description Replicas placed now.
+             */
+            replicas: number;
+            /** Format: double */
+            request_p95_ms?: number | null;
+            /** Format: double */
+            tokens: number;
+            /**
+             * Format: double
+             * @description Tokens per second now, the latest reads summed.
+             */
+            tokens_per_s: number;
+            /** Format: double */
+            tpot_p95_ms?: number | null;
+            /**
+             * Format: double
+             * @description The worst of the latest reads' p95s, ms.
+             */
+            ttft_p95_ms?: number | null;
+            variant: components["schemas"]["ReplicaVariant"];
         };
         VersionRequest: {
             /** @description JSON parameters handed to the policy in every snapshot. */
