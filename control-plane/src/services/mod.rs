@@ -179,6 +179,11 @@ impl Shape<'_> {
                     "metric must be tokens_per_second for a service with serving (its load is read in tokens)".into()
                 );
             }
+            if self.replica.container.is_some() {
+                return Err("serving replicas run as processes: the agent reads them on the node's loopback, and a \
+                            container's network is none"
+                    .into());
+            }
         }
         let positive = |v: f64| v.is_finite() && v > 0.0 && v <= 1e9;
         if !positive(self.capacity) {
@@ -826,6 +831,21 @@ mod tests {
             ),
             (|s| s.cpu_variant.as_mut().expect("cpu").capacity = -1.0, "cpu_variant.capacity"),
             (|s| s.cpu_variant.as_mut().expect("cpu").command.clear(), "cpu_variant: command"),
+            (
+                |s| {
+                    s.serving = Some(serde_json::from_value(serde_json::json!({"objective": {}})).expect("spec"));
+                },
+                "serving: objective must set",
+            ),
+            (
+                |s| {
+                    s.serving = Some(
+                        serde_json::from_value(serde_json::json!({"objective": {"ttft_p95_ms": 500.0}})).expect("spec"),
+                    );
+                    s.metric = Some(LoadMetric::RequestsPerSecond);
+                },
+                "metric must be tokens_per_second",
+            ),
         ];
         for (break_it, expected) in cases {
             let mut s = valid();
