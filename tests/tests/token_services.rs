@@ -50,7 +50,7 @@ async fn service_until(f: &Fleet, service: &str, what: &str, check: impl Fn(&Val
 }
 
 fn variant<'a>(s: &'a Value, name: &str) -> &'a Value {
-    s["serving"]["variants"].as_array().unwrap().iter().find(|v| v["variant"] == name).unwrap()
+    s["serving_report"]["variants"].as_array().unwrap().iter().find(|v| v["variant"] == name).unwrap()
 }
 
 fn runs(s: &Value, gpu: i64, cpu: i64) -> bool {
@@ -90,7 +90,7 @@ async fn a_token_priced_service_scales_on_its_replicas_queue_counts_a_replica_on
     let gpu = variant(&starting, "gpu");
     assert_eq!((gpu["replicas"].clone(), gpu["ready_replicas"].clone()), (json!(1), json!(0)), "{starting}");
     let ready = service_until(&f, &chat, "the replica ready", |s| variant(s, "gpu")["ready_replicas"] == 1).await;
-    assert_eq!(ready["serving"]["objective"]["ttft_p95_ms"], 1000.0);
+    assert_eq!(ready["serving_report"]["objective"]["ttft_p95_ms"], 1000.0);
 
     // 5 requests a second of 500 tokens (2,500 tokens/s) queue on one replica: a second starts.
     set_rate(&traffic, 5.0);
@@ -132,16 +132,16 @@ async fn a_token_priced_service_scales_on_its_replicas_queue_counts_a_replica_on
     let after = hand().await;
     assert_eq!(before.1, after.1, "no tokens were served meanwhile");
     assert!(before.1 > 1000.0, "tokens were served: {before:?}");
-    let api_cost = priced["serving"]["cost"].as_f64().unwrap();
+    let api_cost = priced["serving_report"]["cost"].as_f64().unwrap();
     assert!(before.0 - 1e-9 <= api_cost && api_cost <= after.0 + 1e-9, "{before:?} ≤ {api_cost} ≤ {after:?}");
-    assert_eq!(priced["serving"]["tokens"].as_f64().unwrap(), before.1);
-    let per_million = priced["serving"]["cost_per_million_tokens"].as_f64().unwrap();
+    assert_eq!(priced["serving_report"]["tokens"].as_f64().unwrap(), before.1);
+    let per_million = priced["serving_report"]["cost_per_million_tokens"].as_f64().unwrap();
     assert!(
         before.0 / before.1 * 1e6 - 1e-9 <= per_million && per_million <= after.0 / after.1 * 1e6 + 1e-9,
         "{per_million} per million tokens against {before:?} and {after:?}"
     );
-    assert!(priced["serving"]["gpu_only_cost_per_million_tokens"].as_f64().is_some(), "{priced}");
-    assert_eq!(priced["serving"]["history"].as_array().unwrap().len(), 12, "five-minute points over the hour");
+    assert!(priced["serving_report"]["gpu_only_cost_per_million_tokens"].as_f64().is_some(), "{priced}");
+    assert_eq!(priced["serving_report"]["history"].as_array().unwrap().len(), 12, "five-minute points over the hour");
 
     // Prometheus sees the tokens, the objective and the price.
     let metrics = f.cp.metrics(true).await.unwrap();

@@ -343,8 +343,8 @@ pub struct ServiceDetail {
     /// The last 50 scale decisions, newest first.
     pub scale_events: Vec<ScaleEvent>,
     /// For a service priced per token: tokens, latency against the objective, learned capacity and
-    /// cost per million tokens over the last hour.
-    pub serving: Option<serving::ServingReport>,
+    /// cost per million tokens over the last hour (beside `serving`, its definition).
+    pub serving_report: Option<serving::ServingReport>,
 }
 
 pub async fn get(db: &PgPool, id: Uuid) -> sqlx::Result<Option<ServiceView>> {
@@ -372,7 +372,7 @@ pub async fn detail(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<Serv
     .bind(id)
     .fetch_all(db)
     .await?;
-    let serving = match &service.serving {
+    let serving_report = match &service.serving {
         Some(spec) => Some(
             serving::report_for(
                 db,
@@ -387,7 +387,7 @@ pub async fn detail(db: &PgPool, id: Uuid, scope: &Scope) -> domain::Result<Serv
         ),
         None => None,
     };
-    Ok(ServiceDetail { service, scale_events, serving })
+    Ok(ServiceDetail { service, scale_events, serving_report })
 }
 
 /// Creates a service in the caller's tenant (a platform admin names one). Its first replicas

@@ -2976,7 +2976,7 @@ export interface components {
         ServiceDetail: components["schemas"]["ServiceView"] & {
             /** @description The last 50 scale decisions, newest first. */
             scale_events: components["schemas"]["ScaleEvent"][];
-            serving?: components["schemas"]["ServingReport"] | null;
+            serving_report?: components["schemas"]["ServingReport"] | null;
         };
         /** @description A service token; `token` only in the answer that creates it. */
         ServiceTokenView: {

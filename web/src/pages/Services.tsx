@@ -1,6 +1,8 @@
 // Elastic inference services (GET /api/v1/services): the caller's tenant's, every tenant's for
 // platform admins. A service's page draws its replicas against its demand over time from its
-// scale decisions (GET /api/v1/services/{id}) and lists those decisions with their reasons.
+// scale decisions (GET /api/v1/services/{id}) and lists those decisions with their reasons; a
+// token-priced service's page also shows its serving: its latency objective, whether each variant
+// holds it, what one replica sustains at it and what a million tokens cost.
 import { useMemo } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { createColumnHelper } from "@tanstack/react-table";
@@ -11,10 +13,29 @@ import type { ScaleEvent, Service } from "../api/types";
 import { Chart } from "../components/Chart";
 import { DataTable } from "../components/DataTable";
 import { Badge, ErrorNote, Loading, PageHeader, Section, Stat, StateBadge } from "../components/ui";
-import { ago, time, words } from "../lib/format";
+import { ago, duration, time, words } from "../lib/format";
 import { replicaSeries } from "../lib/compare";
 import { pollEvery } from "../lib/live";
 import { Link, navigate } from "../lib/router";
+import {
+  LATENCIES,
+  latencyHolds,
+  ms,
+  objectiveWords,
+  perMillion,
+  pressureOf,
+  savingPercent,
+  savingWords,
+  servingOf,
+  servingSeries,
+  tokensPerSecond,
+  variantHolds,
+  variantWords,
+  type Holds,
+  type ServingObjective,
+  type ServingReport,
+  type VariantServing,
+} from "../lib/serving";
 
 const useServices = () => useQuery({ queryKey: ["services"], queryFn: () => unwrap(api.GET("/api/v1/services")), refetchInterval: pollEvery(5000) });
 
@@ -103,6 +124,7 @@ export function ServicePage({ id, can }: PageProps & { id: string }) {
   if (detail.isPending) return <Loading what="the service" />;
   if (detail.error || !s) return <ErrorNote error={detail.error ?? new Error("no such service")} />;
   const mayChange = can.submit && s.state === "active";
+  const serving = servingOf(s);
   return (
     <>
       <PageHeader title={s.name}>
@@ -126,6 +148,7 @@ export function ServicePage({ id, can }: PageProps & { id: string }) {
           Last decision: {s.scale_reason}
         </p>
       )}
+      {serving && <Serving serving={serving} name={s.name} />}
       <Section title="Replicas against demand" id="service-replicas">
         {s.scale_events.length === 0 ? (
           <p className="muted">No scale decision yet.</p>
@@ -146,5 +169,112 @@ export function ServicePage({ id, can }: PageProps & { id: string }) {
         </Section>
       )}
     </>
+  );
+}
+
+/** A held or broken mark (`data-holds`), or a muted "no reading". */
+function HoldsMark({ holds, what }: { holds: Holds; what?: string }) {
+  if (holds === "unknown") return <span className="muted small" data-holds="unknown">no reading</span>;
+  return (
+    <Badge kind={holds === "held" ? "good" : "bad"}>
+      <span data-holds={holds} title={what}>
+        {holds === "held" ? "✓ held" : "✗ broken"}
+      </span>
+    </Badge>
+  );
+}
+
+const vs = createColumnHelper<VariantServing>();
+/** The variants' table, its latency columns against the objective's targets. */
+function variantColumns(objective: ServingObjective) {
+  return [
+    vs.accessor("variant", { header: "Variant", cell: (c) => variantWords(c.getValue()) }),
+    vs.accessor("ready_replicas", { header: "Ready", cell: (c) => `${c.getValue()} of ${c.row.original.replicas}` }),
+    vs.accessor("tokens_per_s", { header: "Tokens/s", cell: (c) => tokensPerSecond(c.getValue()) }),
+    ...LATENCIES.map((l) =>
+      vs.accessor((v) => v[l.key] ?? null, {
+        id: l.key,
+        header: objective[l.key] == null ? `${l.label} p95` : `${l.label} p95 (≤ ${ms(objective[l.key])})`,
+        cell: (c) => {
+          const target = objective[l.key];
+          return (
+            <>
+              {ms(c.getValue())} {target != null && c.getValue() != null && <HoldsMark holds={latencyHolds(c.getValue(), target)} what={`${l.label} p95 against ${ms(target)}`} />}
+            </>
+          );
+        },
+      }),
+    ),
+    vs.accessor((v) => pressureOf(v, objective), {
+      id: "objective",
+      header: "Objective",
+      cell: (c) => (
+        <>
+          <HoldsMark holds={variantHolds(c.row.original, objective)} />
+          {c.getValue() != null && <span className="muted small"> {Math.round(c.getValue()! * 100) / 100}× target</span>}
+        </>
+      ),
+    }),
+    vs.accessor((v) => v.capacity.tokens_per_s, {
+      id: "capacity",
+      header: "Capacity per replica",
+      cell: (c) => {
+        const k = c.row.original.capacity;
+        return (
+          <>
+            {tokensPerSecond(k.tokens_per_s)} tokens/s
+            <br />
+            <span className="muted small">
+              {k.basis} · {k.samples} reads, {k.saturated_samples} saturated at the objective · declared {tokensPerSecond(k.declared_tokens_per_s)}
+            </span>
+          </>
+        );
+      },
+    }),
+    vs.accessor((v) => v.cost_per_million_tokens ?? null, { id: "cost_per_million", header: "Cost per 1M tokens", cell: (c) => perMillion(c.getValue()) }),
+  ];
+}
+
+/** A token-priced service's serving over its report's window: the objective, each variant against it, totals and history. */
+function Serving({ serving, name }: { serving: ServingReport; name: string }) {
+  const columns = useMemo(() => variantColumns(serving.objective), [serving.objective]);
+  const option = useMemo((): EChartsCoreOption => {
+    const series = servingSeries(serving.history);
+    return {
+      tooltip: { trigger: "axis" },
+      legend: { top: 0 },
+      grid: { left: 56, right: 56, top: 32, bottom: 28 },
+      xAxis: { type: "time" },
+      yAxis: [
+        { type: "value", name: "tokens/s", min: 0 },
+        { type: "value", name: "per 1M tokens", min: 0, splitLine: { show: false } },
+      ],
+      series: [
+        { name: "Tokens/s", type: "line", showSymbol: series.tokens.length <= 30, connectNulls: false, areaStyle: { opacity: 0.2 }, data: series.tokens },
+        { name: "Cost per 1M tokens", type: "line", yAxisIndex: 1, showSymbol: series.cost.length <= 30, connectNulls: false, data: series.cost },
+      ],
+    };
+  }, [serving.history]);
+  const saving = savingPercent(serving);
+  const last = duration(serving.window_s);
+  return (
+    <Section title="Serving" id="service-serving">
+      <p data-testid="serving-objective">
+        Objective: <strong>{objectiveWords(serving.objective)}</strong>
+      </p>
+      <p className="small muted">
+        Its agents read each replica&apos;s {serving.metrics_path} (vLLM&apos;s metrics) and {serving.ready_path} (readiness); totals over the last {last}.
+      </p>
+      <dl className="stats" data-testid="serving-totals">
+        <Stat label="Tokens/s" value={tokensPerSecond(serving.tokens_per_s)} hint={`${Math.round(serving.tokens).toLocaleString("en-US")} tokens in the last ${last}`} testId="serving-tokens" />
+        <Stat label="Cost per 1M tokens" value={perMillion(serving.cost_per_million_tokens)} hint={`${perMillion(serving.cost)} spent in the last ${last}`} testId="serving-cost" />
+        <Stat label="GPU only, per 1M tokens" value={perMillion(serving.gpu_only_cost_per_million_tokens)} hint="the same tokens on GPU replicas only" testId="serving-gpu-only" />
+        <Stat label="Saving" value={savingWords(saving)} testId="serving-saving" />
+      </dl>
+      <DataTable data={serving.variants} columns={columns} label="Serving by variant table" testId="serving-variants" rowKey={(v) => v.variant} empty="No replica read yet." />
+      {serving.history.length > 0 && (
+        <Chart option={option} label={`Tokens per second and cost per million tokens of ${name} over the last ${last}, one point per 5 min`} height={220} />
+      )}
+    </Section>
   );
 }
