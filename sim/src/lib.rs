@@ -14,6 +14,7 @@ pub mod azure;
 pub mod fill;
 pub mod generate;
 pub mod report;
+pub mod tokens;
 
 pub use airtime_replay::{compare, engine, format, merge, policy, score, services, share_gpus, tenant_policies};
 

@@ -36,8 +36,55 @@ enum Command {
     /// second and never leave; allocation against arrived demand, per policy, beside the published
     /// figures.
     Fill(FillArgs),
+    /// The cost of a token over a diurnal week of Azure's LLM arrivals: GPU replicas only, a fixed
+    /// CPU pool with GPUs for the rest, and Airtime's mix, at the same prices.
+    Tokens(TokensArgs),
     /// List the policies a run can name.
     Policies,
+}
+
+#[derive(Args)]
+struct TokensArgs {
+    /// An Azure LLM inference trace (TIMESTAMP,ContextTokens,GeneratedTokens).
+    #[arg(long, default_value = "../shared/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv")]
+    trace: PathBuf,
+    #[arg(long, default_value_t = 7)]
+    days: u32,
+    /// Traffic multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// The diurnal trough as a share below the peak (0.6: the night carries 40 % of the peak).
+    #[arg(long, default_value_t = 0.6)]
+    amplitude: f64,
+    /// Weekends carry this share of a weekday.
+    #[arg(long, default_value_t = 0.6)]
+    weekend: f64,
+    /// Tokens per second (prompt and generated) a GPU replica serves at the objective.
+    #[arg(long, default_value_t = 6000.0)]
+    gpu_tokens_per_s: f64,
+    /// What a GPU replica costs an hour (its share of GPUs, as billed).
+    #[arg(long, default_value_t = 2.0)]
+    gpu_cost_per_hour: f64,
+    #[arg(long, default_value_t = 120)]
+    gpu_startup_s: u64,
+    /// Tokens per second a CPU replica serves at the objective.
+    #[arg(long, default_value_t = 900.0)]
+    cpu_tokens_per_s: f64,
+    /// What a CPU replica costs an hour (its cores).
+    #[arg(long, default_value_t = 0.2)]
+    cpu_cost_per_hour: f64,
+    #[arg(long, default_value_t = 30)]
+    cpu_startup_s: u64,
+    /// CPU replicas the CPU nodes hold.
+    #[arg(long, default_value_t = 6)]
+    cpu_slots: u32,
+    /// The fixed hybrid's always-on CPU replicas.
+    #[arg(long, default_value_t = 3)]
+    fixed_cpu: u32,
+    #[arg(long, default_value_t = 64)]
+    max_replicas: u32,
+    #[arg(long, default_value_t = 300)]
+    scale_down_window_s: u32,
 }
 
 #[derive(Args)]
@@ -425,7 +472,77 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run(a) => replay(a)?,
         Command::Fill(a) => fill(a)?,
+        Command::Tokens(a) => tokens(a)?,
     }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn tokens(a: TokensArgs) -> anyhow::Result<()> {
+    use airtime_sim::tokens::{self, Options, Strategy, Variant};
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if ![a.scale, a.gpu_tokens_per_s, a.cpu_tokens_per_s, a.gpu_cost_per_hour, a.cpu_cost_per_hour].into_iter().all(positive)
+    {
+        bail!("--scale, the capacities and the costs must be above 0");
+    }
+    if !(0.0..=1.0).contains(&a.amplitude) || !(0.0..=1.0).contains(&a.weekend) || a.days == 0 || a.max_replicas == 0 {
+        bail!("--amplitude and --weekend must be between 0 and 1, --days and --max-replicas at least 1");
+    }
+    let o = Options {
+        days: a.days,
+        amplitude: a.amplitude,
+        peak_hour: 14.0,
+        weekend: a.weekend,
+        scale: a.scale,
+        gpu: Variant { tokens_per_s: a.gpu_tokens_per_s, cost_per_hour: a.gpu_cost_per_hour, startup_s: a.gpu_startup_s },
+        cpu: Variant { tokens_per_s: a.cpu_tokens_per_s, cost_per_hour: a.cpu_cost_per_hour, startup_s: a.cpu_startup_s },
+        cpu_slots: a.cpu_slots,
+        fixed_cpu: a.fixed_cpu.min(a.cpu_slots),
+        min_replicas: 1,
+        max_replicas: a.max_replicas,
+        scale_down_window_s: a.scale_down_window_s,
+    };
+    let arrivals = tokens::token_arrivals(&a.trace)?;
+    let demand = tokens::week(&arrivals, &o);
+    let peak = demand.iter().copied().fold(0.0, f64::max);
+    let mean = demand.iter().sum::<f64>() / demand.len() as f64;
+    println!(
+        "{} over {} days: {:.0} tokens/s on average, {:.0} at the peak; GPU replica {:.0} tokens/s at {}/h, CPU replica \
+         {:.0} tokens/s at {}/h ({} CPU slots, fixed hybrid {} CPU replicas)",
+        a.trace.display(),
+        a.days,
+        mean,
+        peak,
+        o.gpu.tokens_per_s,
+        o.gpu.cost_per_hour,
+        o.cpu.tokens_per_s,
+        o.cpu.cost_per_hour,
+        o.cpu_slots,
+        o.fixed_cpu
+    );
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED).set_header([
+        "strategy",
+        "cost per 1M tokens",
+        "tokens at the objective",
+        "intervals held",
+        "GPU replica-hours",
+        "CPU replica-hours",
+        "cost",
+    ]);
+    for strategy in Strategy::ALL {
+        let out = tokens::serve(&demand, &o, strategy);
+        table.add_row([
+            out.strategy.to_owned(),
+            format!("{:.4}", out.cost_per_million_tokens()),
+            format!("{:.3}%", out.attainment() * 100.0),
+            format!("{:.3}%", out.intervals_held * 100.0),
+            format!("{:.1}", out.gpu_replica_hours),
+            format!("{:.1}", out.cpu_replica_hours),
+            format!("{:.2}", out.cost),
+        ]);
+    }
+    println!("{table}");
     Ok(())
 }
 
