@@ -481,7 +481,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn tokens(a: TokensArgs) -> anyhow::Result<()> {
     use airtime_sim::tokens::{self, Options, Strategy, Variant};
     let positive = |v: f64| v.is_finite() && v > 0.0;
-    if ![a.scale, a.gpu_tokens_per_s, a.cpu_tokens_per_s, a.gpu_cost_per_hour, a.cpu_cost_per_hour].into_iter().all(positive)
+    if ![a.scale, a.gpu_tokens_per_s, a.cpu_tokens_per_s, a.gpu_cost_per_hour, a.cpu_cost_per_hour]
+        .into_iter()
+        .all(positive)
     {
         bail!("--scale, the capacities and the costs must be above 0");
     }
@@ -494,8 +496,16 @@ fn tokens(a: TokensArgs) -> anyhow::Result<()> {
         peak_hour: 14.0,
         weekend: a.weekend,
         scale: a.scale,
-        gpu: Variant { tokens_per_s: a.gpu_tokens_per_s, cost_per_hour: a.gpu_cost_per_hour, startup_s: a.gpu_startup_s },
-        cpu: Variant { tokens_per_s: a.cpu_tokens_per_s, cost_per_hour: a.cpu_cost_per_hour, startup_s: a.cpu_startup_s },
+        gpu: Variant {
+            tokens_per_s: a.gpu_tokens_per_s,
+            cost_per_hour: a.gpu_cost_per_hour,
+            startup_s: a.gpu_startup_s,
+        },
+        cpu: Variant {
+            tokens_per_s: a.cpu_tokens_per_s,
+            cost_per_hour: a.cpu_cost_per_hour,
+            startup_s: a.cpu_startup_s,
+        },
         cpu_slots: a.cpu_slots,
         fixed_cpu: a.fixed_cpu.min(a.cpu_slots),
         min_replicas: 1,

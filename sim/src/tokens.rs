@@ -72,7 +72,11 @@ pub fn token_arrivals(path: &Path) -> Result<Vec<f64>, InputError> {
     let mut lines = text.lines().enumerate();
     let header = lines.next().map(|(_, l)| l.trim()).unwrap_or("");
     if header != "TIMESTAMP,ContextTokens,GeneratedTokens" {
-        return Err(InputError::new(&name, 1, format!("the header is {header:?}, not TIMESTAMP,ContextTokens,GeneratedTokens")));
+        return Err(InputError::new(
+            &name,
+            1,
+            format!("the header is {header:?}, not TIMESTAMP,ContextTokens,GeneratedTokens"),
+        ));
     }
     let mut first = None;
     let mut tokens: Vec<f64> = Vec::new();
@@ -85,9 +89,8 @@ pub fn token_arrivals(path: &Path) -> Result<Vec<f64>, InputError> {
         let [stamp, context, generated] = fields[..] else {
             return Err(InputError::new(&name, i + 1, format!("{} fields, not 3", fields.len())));
         };
-        let at = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%d %H:%M:%S%.f").map_err(|e| {
-            InputError::new(&name, i + 1, format!("field `TIMESTAMP`: {stamp:?} is not a time ({e})"))
-        })?;
+        let at = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%d %H:%M:%S%.f")
+            .map_err(|e| InputError::new(&name, i + 1, format!("field `TIMESTAMP`: {stamp:?} is not a time ({e})")))?;
         let count = |field: &str, v: &str| {
             v.trim()
                 .parse::<u32>()
@@ -245,7 +248,12 @@ pub fn serve(demand: &[f64], o: &Options, strategy: Strategy) -> Outcome {
                 started_at: Some(at(r.started)),
                 node: Some(if r.variant == ReplicaVariant::Cpu { 1 } else { 0 }),
                 replica_of: Some(ReplicaOf { service: 0, variant: r.variant, ready: t >= r.ready_at }),
-                ..WorkloadEntry::pending(&format!("llm-{k}"), 0, u32::from(r.variant == ReplicaVariant::Gpu), at(r.started))
+                ..WorkloadEntry::pending(
+                    &format!("llm-{k}"),
+                    0,
+                    u32::from(r.variant == ReplicaVariant::Gpu),
+                    at(r.started),
+                )
             })
             .collect();
         let fleet = FleetView {
