@@ -15,7 +15,7 @@ Exit codes:
      step failed (writing the config file)
   2  usage: bad arguments, an unreadable or invalid input file, no server or token configured
   3  the control plane could not be reached, or it failed (a 5xx answer): retrying may help
-  4  not found (404): no such workload, policy or node, or one the caller may not see
+  4  not found (404): no such workload, service, policy or node, or one the caller may not see
 
 Configuration: --url/--token, else AIRTIME_URL/AIRTIME_TOKEN, else the config file written by
 `airtime login` ($AIRTIME_CONFIG, else $XDG_CONFIG_HOME/airtime/config.toml, else
@@ -25,7 +25,7 @@ Configuration: --url/--token, else AIRTIME_URL/AIRTIME_TOKEN, else the config fi
 #[command(
     name = "airtime",
     version,
-    about = "Airtime's command line: workloads, logs, the fleet, policies and priorities over the control plane's API.",
+    about = "Airtime's command line: workloads, logs, services, the fleet, policies and priorities over the control plane's API.",
     after_help = EXIT_CODES
 )]
 pub struct Cli {
@@ -90,6 +90,9 @@ pub enum Command {
     /// Tenants with their quota and standing (the default); create one, change its quota or
     /// preview what the change would do, set its budgets, archive it (platform admins).
     Tenants(TenantsArgs),
+    /// Elastic inference services (the default lists them); one with its replicas, scale events
+    /// and, priced per token, its serving; create one from a spec file.
+    Services(ServicesArgs),
     /// Scheduling policies: list, upload, try, shadow, activate, roll back.
     #[command(subcommand, alias = "policy")]
     Policies(PolicyCommand),
@@ -98,6 +101,34 @@ pub enum Command {
     Priorities(PriorityCommand),
     /// GPU-hours owned, allocated, busy and idle, and what the idle ones cost, by group.
     Usage(UsageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServicesArgs {
+    #[command(subcommand)]
+    pub command: Option<ServiceCommand>,
+}
+
+/// A service, by id or by name (a name several visible services share is refused: use the id).
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Every service with its replicas, running and desired by variant, its load and why it has
+    /// the replicas it has (what `airtime services` alone shows).
+    #[command(alias = "ls")]
+    List,
+    /// One service: its definition, replicas, demand, latest scale events and, for a service
+    /// priced per token, its serving (objective, variants, learned capacity, cost per 1M tokens).
+    #[command(alias = "get")]
+    Show {
+        /// Service name or id.
+        service: String,
+    },
+    /// Create a service from a spec file: the service as the API takes it (`POST /services`).
+    Create {
+        /// The spec file (YAML or JSON; `-` reads standard input).
+        #[arg(short = 'f', long, value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

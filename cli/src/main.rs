@@ -10,6 +10,7 @@ mod error;
 mod nodes;
 mod output;
 mod policies;
+mod services;
 mod tenants;
 mod units;
 mod workloads;
@@ -81,6 +82,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Cancel { id } => workloads::cancel(&client, id, out).await,
         Command::Nodes(args) => nodes::run(&client, args.command.as_ref(), out).await,
         Command::Tenants(args) => tenants::run(&client, args.command.as_ref(), out).await,
+        Command::Services(args) => services::run(&client, args.command.as_ref(), out).await,
         Command::Policies(command) => policies::run(&client, command, out).await,
         Command::Priorities(command) => priorities(&client, command, out).await,
         Command::Usage(args) => usage(&client, args, out).await,

@@ -60,9 +60,14 @@ pub fn fields(rows: Vec<(&str, String)>) -> Table {
 }
 
 pub fn print(table: &Table) {
+    line(&render(table));
+}
+
+/// A table's text as `print` writes it (without the last newline).
+pub fn render(table: &Table) -> String {
     // comfy-table pads the last column too; trailing spaces help nobody.
     let text: Vec<String> = table.lines().map(|l| l.trim_end().to_owned()).collect();
-    line(&text.join("\n"));
+    text.join("\n")
 }
 
 /// A JSON value as a cell: strings without quotes, `-` for absent.

@@ -13,8 +13,15 @@ use crate::client::{self, Client};
 use crate::error::Failure;
 use crate::output;
 
-/// Reads a spec file (or standard input for `-`): JSON or YAML, by its extension, else whichever parses.
+/// Reads a workload's spec file (or standard input for `-`): JSON or YAML, by its extension, else
+/// whichever parses.
 pub fn read_spec(path: &Path) -> Result<Value, Failure> {
+    read_spec_of(path, "one workload")
+}
+
+/// Reads a spec file of `what` ("one workload", "one service"), as [`read_spec`]: a mapping of
+/// its fields.
+pub fn read_spec_of(path: &Path, what: &str) -> Result<Value, Failure> {
     let text = if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin())
             .map_err(|err| Failure::Usage(format!("cannot read the spec from standard input: {err}")))?
@@ -32,10 +39,7 @@ pub fn read_spec(path: &Path) -> Result<Value, Failure> {
     };
     let value = parsed.map_err(|err| Failure::Usage(format!("the spec {} is not valid: {err}", path.display())))?;
     if !value.is_object() {
-        return Err(Failure::Usage(format!(
-            "the spec {} must be one workload: a mapping of its fields",
-            path.display()
-        )));
+        return Err(Failure::Usage(format!("the spec {} must be {what}: a mapping of its fields", path.display())));
     }
     Ok(value)
 }
@@ -134,7 +138,7 @@ pub fn submission(args: &SubmitArgs) -> Result<Value, Failure> {
 }
 
 /// A workload's resources in a few words: `2 GPU (20Gi), 500m CPU, 1Gi`.
-fn resources(w: &Value) -> String {
+pub fn resources(w: &Value) -> String {
     let r = &w["resources"];
     let mut parts = Vec::new();
     match r["gpu_count"].as_i64().unwrap_or(0) {
@@ -181,7 +185,7 @@ fn why(w: &Value) -> String {
     text.map_or_else(|| "-".into(), |t| output::one_line(&t, 120))
 }
 
-fn command_line(w: &Value) -> String {
+pub fn command_line(w: &Value) -> String {
     let words: Vec<String> = w["command"]
         .as_array()
         .map(|c| c.iter().map(|a| quote(a.as_str().unwrap_or_default())).collect())
