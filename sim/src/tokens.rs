@@ -9,9 +9,10 @@
 //!   first while a token costs no more there, GPU replicas for the rest, the dearer variant drained
 //!   first.
 //!
-//! Every 15 s the demand of the interval is reported to the scheduling core's autoscaler
-//! (`airtime_scheduler::services::plan`, the control plane's and the replay's rules: stabilisation
-//! windows, burst headroom, bounds, no drain below the demand, only ready replicas carrying load);
+//! Every 15 s the demand of the interval is reported and the scheduling core's cycle
+//! (`airtime_scheduler::cycle::run`, its autoscaler the control plane's and the replay's rules:
+//! stabilisation windows, burst headroom, bounds, no drain below the demand, only ready replicas
+//! carrying load) plans the replicas; this adapter places them at once and decides nothing else;
 //! what it starts is ready after its variant's start-up time, what it drains stops at once. The
 //! capacities are what a replica serves *at the objective*, so an interval holds the objective when
 //! the ready replicas' capacity covers its demand; tokens past it are counted as served late.
@@ -25,8 +26,9 @@ use std::path::Path;
 
 use airtime_protocol::service::{LoadMetric, ReplicaVariant};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
+use airtime_scheduler::cycle::{self, Adapter, BuiltinFailed, Evaluated, Evaluator, Lane, Levels, PolicyHandle};
 use airtime_scheduler::fleet::{FleetView, NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
-use airtime_scheduler::services::{CpuVariant, LoadSample, ServiceEntry, VariantCosts, plan};
+use airtime_scheduler::services::{CpuVariant, LoadSample, ScalePlan, ServiceEntry, VariantCosts};
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use uuid::Uuid;
 
@@ -267,15 +269,19 @@ pub fn serve(demand: &[f64], o: &Options, strategy: Strategy) -> Outcome {
             }],
             ..FleetView::default()
         };
-        let decided = plan(&fleet).remove(0);
-        let mut drained = decided.drain.clone();
-        drained.sort_unstable_by(|a, b| b.cmp(a));
-        for k in drained {
-            replicas.remove(k);
-        }
-        for variant in decided.start {
-            let startup = if variant == ReplicaVariant::Cpu { o.cpu.startup_s } else { o.gpu.startup_s };
-            replicas.push(Replica { variant, started: t, ready_at: t + startup });
+        let mut week = Week { fleet, plans: Vec::new() };
+        // The cycle only scales here: no work waits, so no policy decides.
+        let ran = futures::executor::block_on(cycle::run(&mut week, &NoPolicy)).is_ok();
+        if let Some(decided) = week.plans.into_iter().next().filter(|_| ran) {
+            let mut drained = decided.drain.clone();
+            drained.sort_unstable_by(|a, b| b.cmp(a));
+            for k in drained {
+                replicas.remove(k);
+            }
+            for variant in decided.start {
+                let startup = if variant == ReplicaVariant::Cpu { o.cpu.startup_s } else { o.gpu.startup_s };
+                replicas.push(Replica { variant, started: t, ready_at: t + startup });
+            }
         }
         // The interval, served by what is ready, paid for by what is alive.
         let ready_capacity: f64 = fixed_capacity
@@ -298,6 +304,67 @@ pub fn serve(demand: &[f64], o: &Options, strategy: Strategy) -> Outcome {
     }
     out.intervals_held /= demand.len().max(1) as f64;
     out
+}
+
+/// The week's adapter of the core's cycle: the fleet of this interval in, the autoscaler's plans
+/// out (the caller applies them).
+struct Week {
+    fleet: FleetView,
+    plans: Vec<ScalePlan>,
+}
+
+impl Adapter for Week {
+    type Policy = NoPolicy;
+    type Error = BuiltinFailed;
+
+    async fn read(&mut self) -> Result<FleetView, BuiltinFailed> {
+        Ok(self.fleet.clone())
+    }
+
+    async fn scale(&mut self, _: &FleetView, plans: &[ScalePlan]) -> Result<Option<FleetView>, BuiltinFailed> {
+        self.plans = plans.to_vec();
+        Ok(None)
+    }
+
+    fn decides(&mut self, _: &FleetView) -> bool {
+        false
+    }
+
+    async fn levels(&mut self, _: &FleetView) -> Result<Levels<NoPolicy>, BuiltinFailed> {
+        Ok(Levels { platform: NoPolicy, tenants: Vec::new() })
+    }
+}
+
+/// No policy: the week's cycles never decide.
+#[derive(Clone)]
+struct NoPolicy;
+
+impl PolicyHandle for NoPolicy {
+    fn version(&self) -> Uuid {
+        Uuid::nil()
+    }
+    fn label(&self) -> String {
+        "none".into()
+    }
+    fn builtin(&self) -> bool {
+        true
+    }
+    fn params(&self) -> &str {
+        "{}"
+    }
+}
+
+impl Evaluator for NoPolicy {
+    type Policy = NoPolicy;
+    type Log = ();
+
+    async fn evaluate(&self, _: &NoPolicy, _: Vec<u8>, _: Lane, _: Option<&str>) -> Evaluated<()> {
+        Evaluated { output: Err(("trapped", "the token week places no work".into())), logs: Vec::new() }
+    }
+
+    async fn fallback(&self) -> Result<NoPolicy, String> {
+        Err("the token week places no work".into())
+    }
 }
 
 #[cfg(test)]

@@ -143,7 +143,7 @@ async fn a_job_runs_through_an_agent_restart(going: Going) {
         shipped.len() - kept.len()
     );
     let node = &api.ok("/api/v1/nodes").await.unwrap()[0];
-    assert_eq!(node["agent_protocol"], "1.2", "{node}");
+    assert_eq!(node["agent_protocol"], "1.3", "{node}");
     cp.stop().await;
 }
 
@@ -240,8 +240,8 @@ async fn an_agent_of_the_previous_protocol_registers_and_one_of_a_newer_protocol
     let mut newer = previous.clone();
     newer["name"] = json!("new-agent");
     newer["hostname"] = json!("new-agent");
-    // One minor version past this control plane's (1.2).
-    newer["protocol"] = json!("1.3");
+    // One minor version past this control plane's (1.3).
+    newer["protocol"] = json!("1.4");
     let node = enrol("new-agent").await;
     let refused = node.post("/api/v1/agent/register", &newer).await.unwrap();
     assert_eq!(refused.status, 422, "{}", refused.body);

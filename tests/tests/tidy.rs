@@ -279,8 +279,9 @@ fn the_core_scan_finds_a_planted_dependency() {
 /// calls: the autoscaler's plans, the derived burst reserve, the two levels decided.
 const CYCLE_STEPS: [&str; 3] = ["plan", "burst_reserve", "decide"];
 
-/// The cycle's adapters: the control plane's loop and the replay engine.
-const CYCLE_ADAPTERS: [&str; 2] = ["control-plane/src/scheduler/mod.rs", "replay/src/engine.rs"];
+/// The cycle's adapters: the control plane's loop, the replay engine, and the simulator's token
+/// week (which only scales).
+const CYCLE_ADAPTERS: [&str; 3] = ["control-plane/src/scheduler/mod.rs", "replay/src/engine.rs", "sim/src/tokens.rs"];
 
 /// The lines of `source` (code, not comments or strings) that call one of the cycle's steps by
 /// path (`services::plan(`, `cycle::decide(`) or import one.
