@@ -77,6 +77,39 @@ pub trait Evaluator {
     fn fallback(&self) -> impl Future<Output = Result<Self::Policy, String>>;
 }
 
+/// No policy, for an adapter whose cycles only scale (its [`Adapter::decides`] always says no, so
+/// nothing is ever evaluated): the simulator's token week and the autoscaler's stories.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPolicy;
+
+impl PolicyHandle for NoPolicy {
+    fn version(&self) -> Uuid {
+        Uuid::nil()
+    }
+    fn label(&self) -> String {
+        "none".into()
+    }
+    fn builtin(&self) -> bool {
+        true
+    }
+    fn params(&self) -> &str {
+        "{}"
+    }
+}
+
+impl Evaluator for NoPolicy {
+    type Policy = NoPolicy;
+    type Log = ();
+
+    async fn evaluate(&self, _: &NoPolicy, _: Vec<u8>, _: Lane, _: Option<&str>) -> Evaluated<()> {
+        Evaluated { output: Err(("trapped", "no policy: this adapter's cycles only scale".into())), logs: Vec::new() }
+    }
+
+    async fn fallback(&self) -> Result<NoPolicy, String> {
+        Err("no policy: this adapter's cycles only scale".into())
+    }
+}
+
 /// A cycle's input and output, as one adapter does them; [`run`] calls them in the cycle's order.
 pub trait Adapter {
     type Policy: PolicyHandle;

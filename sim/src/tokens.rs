@@ -26,7 +26,7 @@ use std::path::Path;
 
 use airtime_protocol::service::{LoadMetric, ReplicaVariant};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
-use airtime_scheduler::cycle::{self, Adapter, BuiltinFailed, Evaluated, Evaluator, Lane, Levels, PolicyHandle};
+use airtime_scheduler::cycle::{self, Adapter, BuiltinFailed, Levels, NoPolicy};
 use airtime_scheduler::fleet::{FleetView, NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
 use airtime_scheduler::services::{CpuVariant, LoadSample, ScalePlan, ServiceEntry, VariantCosts};
 use chrono::{DateTime, Duration, TimeZone, Utc};
@@ -332,38 +332,6 @@ impl Adapter for Week {
 
     async fn levels(&mut self, _: &FleetView) -> Result<Levels<NoPolicy>, BuiltinFailed> {
         Ok(Levels { platform: NoPolicy, tenants: Vec::new() })
-    }
-}
-
-/// No policy: the week's cycles never decide.
-#[derive(Clone)]
-struct NoPolicy;
-
-impl PolicyHandle for NoPolicy {
-    fn version(&self) -> Uuid {
-        Uuid::nil()
-    }
-    fn label(&self) -> String {
-        "none".into()
-    }
-    fn builtin(&self) -> bool {
-        true
-    }
-    fn params(&self) -> &str {
-        "{}"
-    }
-}
-
-impl Evaluator for NoPolicy {
-    type Policy = NoPolicy;
-    type Log = ();
-
-    async fn evaluate(&self, _: &NoPolicy, _: Vec<u8>, _: Lane, _: Option<&str>) -> Evaluated<()> {
-        Evaluated { output: Err(("trapped", "the token week places no work".into())), logs: Vec::new() }
-    }
-
-    async fn fallback(&self) -> Result<NoPolicy, String> {
-        Err("the token week places no work".into())
     }
 }
 

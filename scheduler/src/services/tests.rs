@@ -371,42 +371,7 @@ impl crate::cycle::Adapter for InMemory {
     }
 }
 
-#[derive(Clone)]
-struct NoPolicy;
-
-impl crate::cycle::PolicyHandle for NoPolicy {
-    fn version(&self) -> Uuid {
-        Uuid::nil()
-    }
-    fn label(&self) -> String {
-        "none".into()
-    }
-    fn builtin(&self) -> bool {
-        true
-    }
-    fn params(&self) -> &str {
-        "{}"
-    }
-}
-
-impl crate::cycle::Evaluator for NoPolicy {
-    type Policy = NoPolicy;
-    type Log = ();
-
-    async fn evaluate(
-        &self,
-        _: &NoPolicy,
-        _: Vec<u8>,
-        _: crate::cycle::Lane,
-        _: Option<&str>,
-    ) -> crate::cycle::Evaluated<()> {
-        crate::cycle::Evaluated { output: Err(("trapped", "no policy in this test".into())), logs: Vec::new() }
-    }
-
-    async fn fallback(&self) -> Result<NoPolicy, String> {
-        Err("no policy in this test".into())
-    }
-}
+use crate::cycle::NoPolicy;
 
 /// The one cycle on a fleet with `floor` GPUs of configured burst reserve: the adapter, and the
 /// burst reserve of the fleet the cycle would decide on.
