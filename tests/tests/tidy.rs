@@ -604,7 +604,11 @@ const RUNTIME_SQL: [(&str, usize, &str); 14] = [
     ("control-plane/src/scheduler/fleet_view.rs", 3, "WORKLOAD_COLUMNS, ACTIVE"),
     ("control-plane/src/scheduler/record.rs", 2, "MOVE, with or without the version check"),
     ("control-plane/src/services/mod.rs", 2, "SERVICE_SELECT"),
-    ("control-plane/src/services/serving.rs", 1, "GPU_REPLICA_COST with usage's GPU_COST (constants)"),
+    (
+        "control-plane/src/services/serving.rs",
+        2,
+        "cost_sql(variant, bound expressions the code picks) with usage's GPU_COST",
+    ),
     ("control-plane/src/scheduler/scale.rs", 2, "KEEP_LOADS (an interval constant)"),
     ("control-plane/src/usage.rs", 3, "GPU_COST (an expression constant)"),
     ("control-plane/src/users.rs", 3, "MEMBERSHIP_SELECT"),

@@ -43,6 +43,8 @@ pub struct WorkloadCache {
     fetched: usize,
     /// Which read this is: a row the latest read did not list has left the queue.
     read: u64,
+    /// Token-priced services' learned capacities and the fleet's prices (read every half minute).
+    learned: crate::services::serving::Learned,
 }
 
 /// A cached row: its version, the read that last listed it, the row.
@@ -223,7 +225,7 @@ async fn read_workloads_cached(conn: &mut PgConnection, cache: &mut WorkloadCach
     Ok(rows)
 }
 
-async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) -> sqlx::Result<FleetView> {
+async fn load_inner(conn: &mut PgConnection, mut cache: Option<&mut WorkloadCache>) -> sqlx::Result<FleetView> {
     let (now,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *conn).await?;
     let settings = crate::settings::load(&mut *conn).await?;
 
@@ -252,7 +254,7 @@ async fn load_inner(conn: &mut PgConnection, cache: Option<&mut WorkloadCache>) 
         })
         .collect();
     let tenant_index: HashMap<Uuid, usize> = tenants.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-    let services = super::scale::read(&mut *conn, &tenant_index).await?;
+    let services = super::scale::read(&mut *conn, &tenant_index, cache.as_mut().map(|c| &mut c.learned)).await?;
     let service_index: HashMap<Uuid, usize> = services.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
 
     // Lost nodes take no work; cordoned and draining ones (an operator's hold, which the host's

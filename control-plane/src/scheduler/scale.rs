@@ -46,7 +46,12 @@ struct ServiceRow {
 
 /// The live services (active or draining), with the reports their windows need, in the order the
 /// fleet model indexes them. Read inside the fleet's repeatable-read transaction.
-pub async fn read(conn: &mut PgConnection, tenant_index: &HashMap<Uuid, usize>) -> sqlx::Result<Vec<ServiceEntry>> {
+/// `learned` is the loop's (read again only when stale); without one it is read now.
+pub async fn read(
+    conn: &mut PgConnection,
+    tenant_index: &HashMap<Uuid, usize>,
+    learned: Option<&mut serving::Learned>,
+) -> sqlx::Result<Vec<ServiceEntry>> {
     let rows: Vec<ServiceRow> = sqlx::query_as(
         "SELECT s.id, s.tenant_id, s.name, s.class, s.metric, s.min_replicas, s.max_replicas, s.capacity, s.template, \
                 s.cpu_variant, s.scale_up_window_s, s.scale_down_window_s, s.stale_after_s, \
@@ -70,12 +75,14 @@ pub async fn read(conn: &mut PgConnection, tenant_index: &HashMap<Uuid, usize>) 
     .bind(core::BURST_WINDOW_S as f64)
     .fetch_all(&mut *conn)
     .await?;
-    let priced: Vec<Uuid> = rows.iter().filter(|r| r.serving.is_some()).map(|r| r.id).collect();
-    let (observed, prices) = if priced.is_empty() {
-        (HashMap::new(), Default::default())
-    } else {
-        (serving::observed(&mut *conn, &priced).await?, serving::prices(&mut *conn).await?)
-    };
+    let mut priced: Vec<Uuid> = rows.iter().filter(|r| r.serving.is_some()).map(|r| r.id).collect();
+    priced.sort_unstable();
+    let mut own = serving::Learned::default();
+    let learned = learned.unwrap_or(&mut own);
+    if !priced.is_empty() {
+        learned.refresh(&mut *conn, &priced).await?;
+    }
+    let (observed, prices) = (&learned.observed, learned.prices);
     let mut by_service: HashMap<Uuid, Vec<LoadSample>> = HashMap::new();
     for (service, at, value) in loads {
         by_service.entry(service).or_default().push(LoadSample { at, value });

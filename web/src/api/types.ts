@@ -86,6 +86,13 @@ export type NodeHistoryPoint = S["NodeHistoryPoint"];
 export type Service = S["ServiceView"];
 export type ServiceDetail = S["ServiceDetail"];
 export type ScaleEvent = S["ScaleEvent"];
+/** A token-priced service's serving over the last hour (ServiceDetail.serving_report). */
+export type ServingReport = S["ServingReport"];
+export type VariantServing = S["VariantServing"];
+export type LearnedCapacity = S["LearnedCapacity"];
+export type ServingPoint = S["ServingPoint"];
+export type ServingObjective = S["ServingObjective"];
+export type ReplicaVariant = S["ReplicaVariant"];
 export type ApiToken = S["ApiTokenView"];
 export type CreatedToken = S["CreatedToken"];
 export type User = S["UserView"];

@@ -5,7 +5,6 @@ import {
   ms,
   objectiveWords,
   perMillion,
-  pressureOf,
   savingPercent,
   savingWords,
   servingOf,
@@ -58,17 +57,11 @@ describe("whether the objective holds", () => {
     expect(latencyHolds(300, undefined)).toBe("unknown");
   });
 
-  it("reads a variant by its pressure, or by its p95s against the objective where the API gives none", () => {
-    const o = { ttft_p95_ms: 500, tpot_p95_ms: 50 };
-    expect(variantHolds(variant({ pressure: 0.8 }), o)).toBe("held");
-    expect(variantHolds(variant({ pressure: 1 }), o)).toBe("held");
-    expect(variantHolds(variant({ pressure: 1.4 }), o)).toBe("broken");
-    // No pressure: the worst of 400/500 and 60/50.
-    expect(pressureOf(variant({ ttft_p95_ms: 400, tpot_p95_ms: 60 }), o)).toBeCloseTo(1.2);
-    expect(variantHolds(variant({ ttft_p95_ms: 400, tpot_p95_ms: 60 }), o)).toBe("broken");
-    // A latency the objective does not bound counts for nothing.
-    expect(variantHolds(variant({ request_p95_ms: 90_000 }), o)).toBe("unknown");
-    expect(variantHolds(variant(), o)).toBe("unknown");
+  it("reads a variant by the API's pressure: 1 or less holds, none is unknown", () => {
+    expect(variantHolds(variant({ pressure: 0.8 }))).toBe("held");
+    expect(variantHolds(variant({ pressure: 1 }))).toBe("held");
+    expect(variantHolds(variant({ pressure: 1.4 }))).toBe("broken");
+    expect(variantHolds(variant({ pressure: null }))).toBe("unknown");
   });
 });
 
@@ -118,8 +111,6 @@ describe("servingOf", () => {
     expect(servingOf(detail(null))).toBeNull();
     expect(servingOf({ name: "plain", scale_events: [] } as unknown as ServiceDetail)).toBeNull();
     expect(servingOf(undefined)).toBeNull();
-    // The service's serving definition alone (objective and endpoints, no report) is no report.
-    expect(servingOf(detail({ objective: { ttft_p95_ms: 500 }, ready_path: "/health", metrics_path: "/metrics" }))).toBeNull();
   });
 });
 

@@ -1,84 +1,22 @@
 // A token-priced service's serving (its replicas read by their agents in vLLM's metric format): its
 // latency objective, whether each variant holds it, what one replica sustains at it, and what a
-// million tokens cost, against serving the same tokens on GPU replicas only.
-//
-// The shapes below mirror the API's ServingReport (the `serving` field of GET
-// /api/v1/services/{id}) until schema.d.ts is regenerated from the server's OpenAPI document, which
-// will carry them under these names; then alias the schema's in api/types.ts and drop these.
-import type { ServiceDetail } from "../api/types";
+// million tokens cost, against serving the same tokens on GPU replicas only. The shapes are the
+// API's (api/types.ts).
+import type {
+  ReplicaVariant,
+  ServiceDetail,
+  ServingObjective,
+  ServingPoint,
+  ServingReport,
+  VariantServing,
+} from "../api/types";
 import { money } from "./format";
 
-export type ReplicaVariant = "gpu" | "cpu";
+export type { LearnedCapacity, ReplicaVariant, ServingObjective, ServingPoint, ServingReport, VariantServing } from "../api/types";
 
-/** The p95 latencies a service's replicas must stay under, ms; an absent one is no target. */
-export interface ServingObjective {
-  ttft_p95_ms?: number | null;
-  tpot_p95_ms?: number | null;
-  request_p95_ms?: number | null;
-}
-
-/** Tokens per second one replica sustains at the objective, and what that is learned from. */
-export interface LearnedCapacity {
-  tokens_per_s: number;
-  declared_tokens_per_s: number;
-  basis: string;
-  samples: number;
-  saturated_samples: number;
-}
-
-/** One variant's serving. */
-export interface VariantServing {
-  variant: ReplicaVariant;
-  /** Placed replicas of this variant. */
-  replicas: number;
-  /** Of them, those whose readiness endpoint answered. */
-  ready_replicas: number;
-  /** Tokens per second now (prompt and generated), the latest reads summed. */
-  tokens_per_s: number;
-  /** The worst of the latest reads' p95s, ms. */
-  ttft_p95_ms?: number | null;
-  tpot_p95_ms?: number | null;
-  request_p95_ms?: number | null;
-  /** The worst observed p95 ÷ its target; 1 or less: the objective holds. */
-  pressure?: number | null;
-  capacity: LearnedCapacity;
-  /** Tokens served in the window. */
-  tokens: number;
-  /** What this variant's replicas cost in the window, in the fleet's currency. */
-  cost: number;
-  cost_per_million_tokens?: number | null;
-}
-
-/** One five-minute point of the window. */
-export interface ServingPoint {
-  at: string;
-  tokens_per_s: number;
-  cost_per_million_tokens?: number | null;
-  pressure?: number | null;
-}
-
-export interface ServingReport {
-  objective: ServingObjective;
-  ready_path: string;
-  metrics_path: string;
-  /** Seconds the totals and the history cover (an hour). */
-  window_s: number;
-  tokens_per_s: number;
-  tokens: number;
-  cost: number;
-  cost_per_million_tokens?: number | null;
-  /** What the same tokens would have cost on GPU replicas only. */
-  gpu_only_cost_per_million_tokens?: number | null;
-  variants: VariantServing[];
-  /** One point per five minutes over the window, oldest first. */
-  history: ServingPoint[];
-}
-
-/** A service detail's serving report, read defensively: null for a service that has none. */
+/** A service detail's serving report: null for a service that is not priced per token. */
 export function servingOf(detail: ServiceDetail | null | undefined): ServingReport | null {
-  if (!detail) return null;
-  const serving = (detail as { serving_report?: ServingReport | null }).serving_report;
-  return serving && typeof serving === "object" && Array.isArray(serving.variants) ? serving : null;
+  return detail?.serving_report ?? null;
 }
 
 /** The latencies an objective bounds, in the order the page shows them. */
@@ -119,24 +57,10 @@ export function latencyHolds(observed: number | null | undefined, target: number
   return observed <= target ? "held" : "broken";
 }
 
-/**
- * A variant's pressure: the API's (worst observed p95 ÷ target), or where it gives none, the same
- * computed from the variant's p95s against the objective; null when nothing is both read and bounded.
- */
-export function pressureOf(v: VariantServing, o: ServingObjective): number | null {
-  if (finite(v.pressure)) return v.pressure;
-  const ratios = LATENCIES.map((l) => {
-    const observed = v[l.key];
-    const target = o[l.key];
-    return finite(observed) && finite(target) && target > 0 ? observed / target : null;
-  }).filter(finite);
-  return ratios.length ? Math.max(...ratios) : null;
-}
-
-/** Whether a variant holds the objective: its pressure is 1 or less. */
-export function variantHolds(v: VariantServing, o: ServingObjective): Holds {
-  const p = pressureOf(v, o);
-  if (p == null) return "unknown";
+/** Whether a variant holds the objective: its pressure (the API's worst p95 ÷ target) is 1 or less. */
+export function variantHolds(v: VariantServing): Holds {
+  const p = v.pressure;
+  if (!finite(p)) return "unknown";
   return p <= 1 ? "held" : "broken";
 }
 
@@ -146,8 +70,8 @@ export function variantWords(v: ReplicaVariant): string {
 }
 
 /**
- * A cost per million tokens, currency-less with two decimals like the page's costs: "0.42",
- * "1,234.50", "<0.01" for a cost too small to show, "—" when unknown (no tokens served).
+ * A cost per million tokens in dollars, as the dashboard prints costs: "$0.42", "$1,235", "<$0.01"
+ * for a cost too small to show, "—" when unknown (no tokens served).
  */
 export function perMillion(x: number | null | undefined): string {
   if (!finite(x)) return "—";

@@ -23,7 +23,6 @@ import {
   ms,
   objectiveWords,
   perMillion,
-  pressureOf,
   savingPercent,
   savingWords,
   servingOf,
@@ -205,12 +204,12 @@ function variantColumns(objective: ServingObjective) {
         },
       }),
     ),
-    vs.accessor((v) => pressureOf(v, objective), {
+    vs.accessor((v) => v.pressure ?? null, {
       id: "objective",
       header: "Objective",
       cell: (c) => (
         <>
-          <HoldsMark holds={variantHolds(c.row.original, objective)} />
+          <HoldsMark holds={variantHolds(c.row.original)} />
           {c.getValue() != null && <span className="muted small"> {Math.round(c.getValue()! * 100) / 100}× target</span>}
         </>
       ),
