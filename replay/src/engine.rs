@@ -28,7 +28,7 @@
 //! spread over the serving replicas by their capacity).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::ops::ControlFlow;
 use std::time::Instant;
 
@@ -36,7 +36,9 @@ use airtime_protocol::sharing::{GpuSharing, WHOLE_GPU_MILLI};
 use airtime_protocol::workload::{NodeState, WorkloadClass, WorkloadState};
 use airtime_scheduler::check::Proposal;
 use airtime_scheduler::cycle::{self, Composed, Levels, Turn};
-use airtime_scheduler::fleet::{FleetView, GpuEntry, Holder, NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry};
+use airtime_scheduler::fleet::{
+    ARRIVALS_WINDOW_DAYS, ArrivalEntry, FleetView, GpuEntry, Holder, NodeEntry, ReplicaOf, TenantEntry, WorkloadEntry,
+};
 use airtime_scheduler::services::ScalePlan;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
@@ -65,6 +67,11 @@ pub struct Config {
     pub until_s: u64,
     /// Half-life of the decayed usage fair-share weighs (the control plane's default: 24 h).
     pub usage_half_life_hours: f64,
+    /// The shapes of work submitted before the replay starts, as the control plane would have
+    /// counted them over the week before (ABI 1.9's arrivals): the fill experiment gives its pod
+    /// list here, as Weng et al. give FGD the typical pods of the whole workload. Arrivals during
+    /// the replay are added as they come and leave the count after a week.
+    pub history: Vec<ArrivalEntry>,
 }
 
 impl Default for Config {
@@ -78,7 +85,79 @@ impl Default for Config {
             window_s: 0,
             until_s: 0,
             usage_half_life_hours: 24.0,
+            history: Vec::new(),
         }
+    }
+}
+
+/// What the control plane's arrivals count holds: the shapes of work submitted in the last
+/// [`ARRIVALS_WINDOW_DAYS`] days, with the replay's prior history.
+#[derive(Debug, Clone, Default)]
+pub struct Arrivals {
+    counts: BTreeMap<ArrivalKey, u32>,
+    /// Arrivals during the replay, oldest first, to leave the count a week on.
+    recent: VecDeque<(u64, ArrivalKey)>,
+}
+
+/// (thousandths of each GPU, GPUs, host CPU, allowed models).
+type ArrivalKey = (u32, u32, u32, String);
+
+impl Arrivals {
+    fn new(history: &[ArrivalEntry]) -> Arrivals {
+        let mut counts = BTreeMap::new();
+        for a in history {
+            let slot: &mut u32 =
+                counts.entry((a.gpu_milli, a.gpu_count, a.cpu_millis, a.gpu_models.clone())).or_default();
+            *slot = slot.saturating_add(a.count);
+        }
+        Arrivals { counts, recent: VecDeque::new() }
+    }
+
+    /// A workload of `spec` arrived at `now`; what arrived more than the window ago leaves.
+    fn arrive(&mut self, now: u64, spec: &TraceWorkload) {
+        let window = u64::from(ARRIVALS_WINDOW_DAYS) * 86_400;
+        while let Some((at, _)) = self.recent.front()
+            && at + window <= now
+        {
+            if let Some((_, key)) = self.recent.pop_front()
+                && let Some(n) = self.counts.get_mut(&key)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    self.counts.remove(&key);
+                }
+            }
+        }
+        if spec.mig_profile.is_some() {
+            return;
+        }
+        let milli = if spec.gpus == 0 {
+            0
+        } else if spec.gpus == 1 {
+            spec.gpu_milli.min(WHOLE_GPU_MILLI)
+        } else {
+            WHOLE_GPU_MILLI
+        };
+        let key = (milli, spec.gpus, spec.cpu_millis, spec.gpu_models.join(","));
+        *self.counts.entry(key.clone()).or_default() += 1;
+        self.recent.push_back((now, key));
+    }
+
+    /// The count, most frequent first.
+    fn entries(&self) -> Vec<ArrivalEntry> {
+        let mut out: Vec<ArrivalEntry> = self
+            .counts
+            .iter()
+            .map(|((gpu_milli, gpu_count, cpu_millis, models), &count)| ArrivalEntry {
+                gpu_milli: *gpu_milli,
+                gpu_count: *gpu_count,
+                cpu_millis: *cpu_millis,
+                gpu_models: models.clone(),
+                count,
+            })
+            .collect();
+        out.sort_by_key(|a| std::cmp::Reverse(a.count));
+        out
     }
 }
 
@@ -275,6 +354,8 @@ pub struct World {
     pub services: Vec<Service>,
     /// The burst reserve the policies kept the last cycle: the settings' floor or the services' need.
     pub burst_reserve_gpus: i32,
+    /// The shapes of work submitted in the last week.
+    pub arrivals: Arrivals,
 }
 
 impl World {
@@ -385,6 +466,7 @@ impl World {
             burst_reserve_gpus: fleet.settings.burst_reserve_gpus,
             settings: fleet.settings.clone(),
             services,
+            arrivals: Arrivals::new(&config.history),
         })
     }
 
@@ -567,6 +649,7 @@ impl World {
                 .collect(),
             workloads,
             services: in_fleet.iter().map(|&s| self.services[s].entry(self.now, at)).collect(),
+            arrivals: self.arrivals.entries(),
         };
         (view, order)
     }
@@ -709,6 +792,7 @@ pub fn replay(
             events.pop();
             match event {
                 Event::Arrive(j) => {
+                    world.arrivals.arrive(t, &world.jobs[j].spec);
                     world.jobs[j].phase = Phase::Waiting;
                     world.active.insert(j);
                     if world.jobs[j].spec.class == WorkloadClass::RealtimeInference {

@@ -285,7 +285,28 @@ pub struct FleetView {
     pub workloads: Vec<WorkloadEntry>,
     /// Elastic inference services (`crate::services`), with their recent load.
     pub services: Vec<ServiceEntry>,
+    /// The shapes of work submitted lately, most frequent first (ABI 1.9's arrivals): what
+    /// placement by fragmentation takes as the work that typically arrives. Fleet-wide, so a
+    /// tenant's view carries none.
+    pub arrivals: Vec<ArrivalEntry>,
 }
+
+/// A shape of work and how many workloads of it were submitted in the window the adapter keeps
+/// (the control plane: [`ARRIVALS_WINDOW_DAYS`] days of submissions).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ArrivalEntry {
+    /// Thousandths of each GPU (1000 for whole GPUs; 0 without GPUs).
+    pub gpu_milli: u32,
+    pub gpu_count: u32,
+    pub cpu_millis: u32,
+    /// Allowed GPU models, comma-separated; empty for any.
+    pub gpu_models: String,
+    pub count: u32,
+}
+
+/// How far back the control plane counts submissions for [`FleetView::arrivals`]: a week, so a
+/// weekday's and a weekend's mix both count, and the mix outlives any queue.
+pub const ARRIVALS_WINDOW_DAYS: u32 = 7;
 
 impl FleetView {
     pub fn pending_count(&self) -> usize {
@@ -487,6 +508,8 @@ impl FleetView {
                 .iter()
                 .map(|&s| ServiceEntry { tenant: TenantView::SCOPE_TENANT, ..self.services[s].clone() })
                 .collect(),
+            // The fleet's arrivals would tell a tenant the shapes of everyone's work.
+            arrivals: Vec::new(),
         };
         for (i, gpu) in view.gpus.iter().enumerate() {
             let node = &mut view.nodes[gpu.node];

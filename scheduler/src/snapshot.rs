@@ -166,6 +166,17 @@ fn build_inner<'a>(
         params,
         scope_tenant: scope_tenant.map(to_index),
         services: services(fleet, planned),
+        arrivals: fleet
+            .arrivals
+            .iter()
+            .map(|a| abi::Arrival {
+                gpu_milli: a.gpu_milli,
+                gpu_count: a.gpu_count,
+                cpu_millis: a.cpu_millis,
+                count: a.count,
+                gpu_models: &a.gpu_models,
+            })
+            .collect(),
     }
 }
 
@@ -327,6 +338,28 @@ mod tests {
             workload(&f, "chat-0", 0, Some(ReplicaOf { service: 0, variant: ReplicaVariant::Gpu, ready: true }));
         f.workloads.push(replica);
         f
+    }
+
+    #[test]
+    fn the_platform_snapshot_carries_the_weeks_arrivals_and_a_tenants_carries_none() {
+        let mut f = fleet();
+        f.arrivals = vec![crate::fleet::ArrivalEntry {
+            gpu_milli: 250,
+            gpu_count: 1,
+            cpu_millis: 1000,
+            gpu_models: "H100".into(),
+            count: 7,
+        }];
+        let platform = build(&f, "{}", None);
+        let a = &platform.arrivals[..];
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].gpu_milli, a[0].gpu_count, a[0].cpu_millis, a[0].count, a[0].gpu_models),
+            (250, 1, 1000, 7, "H100")
+        );
+        // Everyone's shapes are the platform's to see, not a tenant's.
+        let view = f.tenant_view(1, &[], &[]);
+        assert!(build(&view.view, "{}", Some(0)).arrivals.is_empty());
     }
 
     #[test]

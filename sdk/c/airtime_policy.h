@@ -100,8 +100,8 @@ extern "C" {
  * declares them (docs/policy-abi.md has the same tables). Every record's last field ends at its
  * size, which the assertions check. */
 /* generated: layout (from sdk/src/abi.rs by `cargo run -p airtime-policy-sdk --bin abi-gen`; do not edit) */
-/* Snapshot header, 104 bytes. */
-#define AIRTIME_SNAPSHOT_HEADER_SIZE 104u
+/* Snapshot header, 120 bytes. */
+#define AIRTIME_SNAPSHOT_HEADER_SIZE 120u
 /** `"ATSN"`. */
 #define AIRTIME_SNAP_MAGIC 0u /* 4 bytes */
 /** = 1. */
@@ -122,7 +122,11 @@ extern "C" {
 #define AIRTIME_SNAP_SERVICES 88u /* table {offset u32, count u32, stride u32} */
 /** 0; keeps the tables 8-aligned. */
 #define AIRTIME_SNAP_RESERVED 100u /* u32: 0 */
-AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_RESERVED + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE, "Snapshot header");
+/** ABI 1.9: the shapes of work asked for lately. */
+#define AIRTIME_SNAP_ARRIVALS 104u /* table {offset u32, count u32, stride u32} */
+/** 0; keeps the tables 8-aligned. */
+#define AIRTIME_SNAP_RESERVED_1_9 116u /* u32: 0 */
+AIRTIME_STATIC_ASSERT(AIRTIME_SNAP_RESERVED_1_9 + 4 == AIRTIME_SNAPSHOT_HEADER_SIZE, "Snapshot header");
 
 /* Tenant, 40 bytes. */
 #define AIRTIME_TENANT_SIZE 40u
@@ -359,6 +363,20 @@ AIRTIME_STATIC_ASSERT(AIRTIME_SETTINGS_RESERVED + 4 == AIRTIME_SETTINGS_SIZE, "S
 #define AIRTIME_SERVICE_FLAG_STALE 0x4u
 #define AIRTIME_SERVICE_RESERVED 76u /* u32: 0 */
 AIRTIME_STATIC_ASSERT(AIRTIME_SERVICE_RESERVED + 4 == AIRTIME_SERVICE_SIZE, "Service");
+
+/* Arrival, 24 bytes. */
+#define AIRTIME_ARRIVAL_SIZE 24u
+/** Thousandths of each GPU: 1000 for whole GPUs, less for a share of one; 0 without GPUs. */
+#define AIRTIME_ARRIVAL_GPU_MILLI 0u /* u32 */
+/** GPUs, all on one node; 0 for work without GPUs. */
+#define AIRTIME_ARRIVAL_GPU_COUNT 4u /* u32 */
+/** Host CPU, thousandths of a core. */
+#define AIRTIME_ARRIVAL_CPU_MILLIS 8u /* u32 */
+/** How many workloads of this shape were submitted. */
+#define AIRTIME_ARRIVAL_COUNT 12u /* u32 */
+/** The GPU models it may use, comma-separated; empty for any. */
+#define AIRTIME_ARRIVAL_GPU_MODELS 16u /* string {offset u32, len u32} */
+AIRTIME_STATIC_ASSERT(AIRTIME_ARRIVAL_GPU_MODELS + 8 == AIRTIME_ARRIVAL_SIZE, "Arrival");
 
 /* Decision, 32 bytes. */
 #define AIRTIME_DECISION_SIZE 32u
@@ -778,6 +796,7 @@ typedef struct airtime_snapshot {
     airtime_str params;    /* the policy's JSON configuration, "{}" when none */
     uint32_t scope_tenant; /* tenant index this evaluation is for; AIRTIME_NONE: the platform */
     airtime_table services; /* 1.3 */
+    airtime_table arrivals; /* 1.9 */
 } airtime_snapshot;
 
 /** Why airtime_snapshot_open refused a buffer. */
@@ -790,7 +809,7 @@ enum airtime_snapshot_error {
     AIRTIME_SNAPSHOT_TABLE_OUT_OF_BOUNDS,
     AIRTIME_SNAPSHOT_TOO_MANY_SETTINGS,
     AIRTIME_SNAPSHOT_BAD_SCOPE_TENANT,
-    AIRTIME_SNAPSHOT_TABLE_IN_HEADER, /* 1.3: a table starts inside the header (a host older than 1.3) */
+    AIRTIME_SNAPSHOT_TABLE_IN_HEADER, /* 1.3: a table starts inside the header (a host older than 1.3, or than 1.9) */
 };
 
 static inline const char *airtime_snapshot_error_message(enum airtime_snapshot_error error) {
@@ -804,7 +823,7 @@ static inline const char *airtime_snapshot_error_message(enum airtime_snapshot_e
     case AIRTIME_SNAPSHOT_TOO_MANY_SETTINGS: return "snapshot: more than one settings record";
     case AIRTIME_SNAPSHOT_BAD_SCOPE_TENANT: return "snapshot: scope tenant names no tenant";
     case AIRTIME_SNAPSHOT_TABLE_IN_HEADER:
-        return "snapshot: a table starts inside the 104-byte header (a host older than ABI 1.3 sends 88 bytes)";
+        return "snapshot: a table starts inside the 120-byte header (a host older than ABI 1.3 sends 88 bytes, 1.3 to 1.8 104)";
     }
     return "snapshot: unknown error";
 }
@@ -849,10 +868,12 @@ static inline enum airtime_snapshot_error airtime_snapshot_open(airtime_snapshot
     s->workloads = airtime__table_at(b + AIRTIME_SNAP_WORKLOADS);
     s->settings = airtime__table_at(b + AIRTIME_SNAP_SETTINGS);
     s->services = airtime__table_at(b + AIRTIME_SNAP_SERVICES);
-    const airtime_table *tables[6] = {&s->tenants, &s->nodes, &s->gpus, &s->workloads, &s->settings, &s->services};
-    const uint32_t sizes[6] = {AIRTIME_TENANT_SIZE, AIRTIME_NODE_SIZE, AIRTIME_GPU_SIZE, AIRTIME_WORKLOAD_SIZE,
-                               AIRTIME_SETTINGS_SIZE, AIRTIME_SERVICE_SIZE};
-    for (int i = 0; i < 6; i++) {
+    s->arrivals = airtime__table_at(b + AIRTIME_SNAP_ARRIVALS);
+    const airtime_table *tables[7] = {&s->tenants, &s->nodes,    &s->gpus,    &s->workloads,
+                                      &s->settings, &s->services, &s->arrivals};
+    const uint32_t sizes[7] = {AIRTIME_TENANT_SIZE,   AIRTIME_NODE_SIZE,    AIRTIME_GPU_SIZE,    AIRTIME_WORKLOAD_SIZE,
+                               AIRTIME_SETTINGS_SIZE, AIRTIME_SERVICE_SIZE, AIRTIME_ARRIVAL_SIZE};
+    for (int i = 0; i < 7; i++) {
         if (tables[i]->stride < sizes[i]) return AIRTIME_SNAPSHOT_STRIDE_TOO_SMALL;
         if (tables[i]->count != 0 && tables[i]->offset < AIRTIME_SNAPSHOT_HEADER_SIZE)
             return AIRTIME_SNAPSHOT_TABLE_IN_HEADER;
@@ -1097,6 +1118,26 @@ static inline bool airtime_read_service(const airtime_snapshot *s, uint32_t i, a
     out->pending_cpu = airtime_get_u32(r + AIRTIME_SERVICE_PENDING_CPU);
     out->gpu_milli_per_replica = airtime_get_u32(r + AIRTIME_SERVICE_GPU_MILLI_PER_REPLICA);
     out->flags = airtime_get_u32(r + AIRTIME_SERVICE_FLAGS);
+    return true;
+}
+
+typedef struct airtime_arrival {
+    uint32_t gpu_milli;
+    uint32_t gpu_count;
+    uint32_t cpu_millis;
+    uint32_t count;
+    airtime_str gpu_models;
+} airtime_arrival;
+
+/** The arrival at index `i`; false when the index names no arrival. */
+static inline bool airtime_read_arrival(const airtime_snapshot *s, uint32_t i, airtime_arrival *out) {
+    const uint8_t *r = airtime_record(s, s->arrivals, i);
+    if (r == NULL) return false;
+    out->gpu_milli = airtime_get_u32(r + AIRTIME_ARRIVAL_GPU_MILLI);
+    out->gpu_count = airtime_get_u32(r + AIRTIME_ARRIVAL_GPU_COUNT);
+    out->cpu_millis = airtime_get_u32(r + AIRTIME_ARRIVAL_CPU_MILLIS);
+    out->count = airtime_get_u32(r + AIRTIME_ARRIVAL_COUNT);
+    out->gpu_models = airtime_string_at(s, r + AIRTIME_ARRIVAL_GPU_MODELS);
     return true;
 }
 

@@ -30,7 +30,9 @@ pub use error::{AbiError, BufferKind, Location, Table};
 
 /// The ABI version this SDK speaks; a module's `airtime_abi_version` export returns it.
 pub const ABI_VERSION: u32 = 1;
-/// The minor version of this SDK's records (1.8: a service's load may be measured in tokens per
+/// The minor version of this SDK's records (1.9: the shapes of work the scope was asked for
+/// lately, the arrivals table, so placement knows what typically comes next from a cycle's
+/// first placement on; 1.8: a service's load may be measured in tokens per
 /// second; 1.7: a tenant's GPU limit; 1.6: gangs across nodes — a workload's gang, its
 /// rank and size; 1.5: the preemption rules a policy needs to propose
 /// only what the host accepts — a workload's preemptions in the last hour and checkpointable-only;
@@ -38,7 +40,7 @@ pub const ABI_VERSION: u32 = 1;
 /// as flag bits; 1.3: elastic inference services). Minor versions only append fields or flag bits
 /// (tables carry their stride; 1.3 appends the services table's descriptor after the 88 header
 /// bytes earlier guests read), so guests built for 1.0 to 1.5 keep working.
-pub const ABI_MINOR_VERSION: u32 = 8;
+pub const ABI_MINOR_VERSION: u32 = 9;
 /// A whole GPU, in thousandths: the unit of [`Workload::gpu_milli`] and [`Gpu::free_milli`].
 pub const WHOLE_GPU_MILLI: u32 = 1000;
 /// First four bytes of a snapshot buffer.
@@ -66,6 +68,8 @@ pub const WORKLOAD_SIZE: usize = Workload::LAYOUT.size;
 pub const SETTINGS_SIZE: usize = Settings::LAYOUT.size;
 /// Size of a service record (ABI 1.3).
 pub const SERVICE_SIZE: usize = Service::LAYOUT.size;
+/// Size of an arrival record (ABI 1.9).
+pub const ARRIVAL_SIZE: usize = Arrival::LAYOUT.size;
 /// Size of the decision buffer header (magic and count).
 pub const DECISIONS_HEADER_SIZE: usize = 8;
 /// Size of a decision record.
@@ -100,6 +104,10 @@ pub struct Snapshot<'a> {
     /// Elastic inference services of the scope, with the autoscaler's plan for each (ABI 1.3).
     /// Their replicas are ordinary workloads naming their service ([`Workload::service`]).
     pub services: Vec<Service<'a>>,
+    /// The shapes of work the scope was asked for lately and how often (ABI 1.9): the host's
+    /// record of arrivals, which outlives the queue — what placement by fragmentation weighs
+    /// ([`crate::frag::Workmix::of`]). Empty from hosts that keep none.
+    pub arrivals: Vec<Arrival<'a>>,
 }
 
 impl Default for Snapshot<'_> {
@@ -114,6 +122,7 @@ impl Default for Snapshot<'_> {
             params: "{}",
             scope_tenant: None,
             services: Vec::new(),
+            arrivals: Vec::new(),
         }
     }
 }
@@ -343,6 +352,26 @@ abi_records! {
         stale: bit(2) @ 72,
     }
 
+    /// A shape of work and how many workloads of it were submitted lately (ABI 1.9).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Arrival<'a> {
+        table: Arrivals, size: 24, c: "ARRIVAL" "arrival",
+        owned: OwnedArrival as_arrival,
+        caption: "Arrival, {size} bytes (1.9; the shapes of work the scope was asked for lately, e.g. the last week's submissions, most frequent first)",
+        reserved: [],
+    } {
+        /// Thousandths of each GPU: 1000 for whole GPUs, less for a share of one; 0 without GPUs.
+        gpu_milli: u32 @ 0,
+        /// GPUs, all on one node; 0 for work without GPUs.
+        gpu_count: u32 @ 4,
+        /// Host CPU, thousandths of a core.
+        cpu_millis: u32 @ 8,
+        /// How many workloads of this shape were submitted.
+        count: u32 @ 12,
+        /// The GPU models it may use, comma-separated; empty for any.
+        gpu_models: str @ 16,
+    }
+
     /// The platform's priority settings.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -370,10 +399,11 @@ abi_records! {
 
 abi_layout! {
     /// The snapshot header: the tables, the time and the scope. 1.3 appended the services table's
-    /// descriptor and a reserved word after the 88 bytes earlier guests read.
+    /// descriptor and a reserved word after the 88 bytes earlier guests read; 1.9 the arrivals
+    /// table's and another reserved word after the 104 bytes 1.3 to 1.8 guests read.
     pub const SNAPSHOT_HEADER = "Snapshot header" {
-        size: 104, c: "SNAP" "AIRTIME_SNAPSHOT_HEADER_SIZE",
-        caption: "Header, {size} bytes (1.0 to 1.2 guests read the first 88)",
+        size: 120, c: "SNAP" "AIRTIME_SNAPSHOT_HEADER_SIZE",
+        caption: "Header, {size} bytes (1.0 to 1.2 guests read the first 88, 1.3 to 1.8 the first 104)",
     } {
         /// `"ATSN"`.
         magic: magic @ 0,
@@ -395,6 +425,10 @@ abi_layout! {
         services: table(Services) @ 88,
         /// 0; keeps the tables 8-aligned.
         reserved: reserved @ 100,
+        /// ABI 1.9: the shapes of work asked for lately.
+        arrivals: table(Arrivals) @ 104,
+        /// 0; keeps the tables 8-aligned.
+        reserved_1_9: reserved @ 116,
     }
 }
 
@@ -422,7 +456,7 @@ abi_layout! {
 
 /// Every record of the snapshot, in header order, then the decision record: what the C header's
 /// layout section and the document's tables are generated from.
-pub const LAYOUTS: [&layout::RecordLayout; 8] = [
+pub const LAYOUTS: [&layout::RecordLayout; 9] = [
     &SNAPSHOT_HEADER,
     &Tenant::LAYOUT,
     &Node::LAYOUT,
@@ -430,6 +464,7 @@ pub const LAYOUTS: [&layout::RecordLayout; 8] = [
     &Workload::LAYOUT,
     &Settings::LAYOUT,
     &Service::LAYOUT,
+    &Arrival::LAYOUT,
     &DECISION,
 ];
 

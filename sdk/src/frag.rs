@@ -80,16 +80,32 @@ impl<'a> Workmix<'a> {
         Workmix { kinds, cpu_only: cpu_only / total }
     }
 
-    /// The mix of a snapshot's own work, running and pending for less than [`RECENT_MS`] (not MIG
-    /// requests, which use instances rather than capacity): what the cluster runs and has just
-    /// been asked for is the best guess of what arrives next. Work that has waited longer is left
-    /// out: what could not be placed for minutes piles up in a full cluster (on Weng et al.'s fill,
-    /// a third of the queue by the end) and would bend the mix towards shapes that do not fit. Kinds are told apart by GPU demand, host CPU and allowed models, each
-    /// weighted by how many workloads have it; the most popular are kept until they cover
-    /// [`TYPICAL_SHARE`] of the work (the long tail adds cost, not direction). Work without GPUs
+    /// The work that typically arrives, for a snapshot: the host's record of what the scope was
+    /// asked for lately ([`Snapshot::arrivals`](crate::abi::Snapshot::arrivals), ABI 1.9: the last
+    /// week's submissions on Airtime's hosts) when it keeps one. Weng et al. give FGD the typical
+    /// pods of the whole workload; what a queue holds in one cycle is a poor stand-in for that —
+    /// early on a few dozen pods, later skewed to what fits — and on their fill experiment costs
+    /// FGD almost a point of allocation (`docs/simulator-results.md`).
+    ///
+    /// Without that record (an older host, a tenant's view), the snapshot's own work, running and
+    /// pending for less than [`RECENT_MS`] (not MIG requests, which use instances rather than
+    /// capacity): work that has waited longer is left out, since what could not be placed piles up
+    /// in a full cluster and would bend the mix towards shapes that do not fit. Work without GPUs
     /// counts where it competes with GPU work for a GPU node's cores: pending, or running on a
     /// node with GPUs (CPU work on a CPU-only node never sees a GPU).
     pub fn of(snapshot: &Snapshot<'a>) -> Workmix<'a> {
+        if !snapshot.arrivals.is_empty() {
+            return Workmix::counted(snapshot.arrivals.iter().map(|a| {
+                let shape = if a.gpu_count == 0 || a.gpu_milli == 0 {
+                    (0, 0, a.cpu_millis, "")
+                } else if a.gpu_count == 1 && a.gpu_milli < WHOLE_GPU_MILLI {
+                    (a.gpu_milli, 1, a.cpu_millis, a.gpu_models.trim())
+                } else {
+                    (WHOLE_GPU_MILLI, a.gpu_count, a.cpu_millis, a.gpu_models.trim())
+                };
+                (shape, a.count)
+            }));
+        }
         let on_gpu_node = |w: &crate::abi::Workload<'a>| {
             w.is_pending() || w.node.and_then(|n| snapshot.node(n)).is_some_and(|n| n.gpu_count > 0)
         };
@@ -118,31 +134,37 @@ impl<'a> Workmix<'a> {
     /// thousandths) are kinds like any other, told apart by their CPU, and weigh as
     /// [`cpu_only`](Self::cpu_only) — as Weng et al.'s typical pods include CPU-only pods.
     pub fn typical(tasks: impl IntoIterator<Item = (u32, u32, u32, &'a str)>) -> Workmix<'a> {
+        Workmix::counted(tasks.into_iter().map(|task| (task, 1)))
+    }
+
+    /// [`typical`](Self::typical) of tasks given as `(shape, how many)`.
+    pub fn counted(tasks: impl IntoIterator<Item = ((u32, u32, u32, &'a str), u32)>) -> Workmix<'a> {
         let mut counts: BTreeMap<Shape<'a>, u32> = BTreeMap::new();
-        for (milli, count, cpu, models) in tasks {
+        for ((milli, count, cpu, models), n) in tasks {
             let task = if milli == 0 || count == 0 { (0, 0, cpu, "") } else { (milli, count, cpu, models) };
-            *counts.entry(task).or_default() += 1;
+            let slot = counts.entry(task).or_default();
+            *slot = slot.saturating_add(n);
         }
         let mut kinds: Vec<(Shape<'a>, u32)> = counts.into_iter().collect();
         // Most popular first; equal counts in key order, so the mix does not depend on the order of
         // the snapshot.
         kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let total: u32 = kinds.iter().map(|k| k.1).sum();
-        let mut covered = 0u32;
+        let total: f64 = kinds.iter().map(|k| f64::from(k.1)).sum();
+        let mut covered = 0.0;
         let mut typical = Vec::new();
-        let mut cpu_only = 0u32;
+        let mut cpu_only = 0.0;
         for ((milli, count, cpu_millis, models), n) in kinds {
-            if f64::from(covered) >= TYPICAL_SHARE * f64::from(total) {
+            if covered >= TYPICAL_SHARE * total {
                 break;
             }
-            covered += n;
+            covered += f64::from(n);
             if count == 0 {
-                cpu_only += n;
+                cpu_only += f64::from(n);
             } else {
                 typical.push(TaskKind { milli, count, cpu_millis, models, weight: f64::from(n) });
             }
         }
-        Workmix::with_cpu_only(typical, f64::from(cpu_only))
+        Workmix::with_cpu_only(typical, cpu_only)
     }
 
     /// The GPU kinds, weights summing to 1 less [`cpu_only`](Self::cpu_only) (empty for a mix of
@@ -359,7 +381,13 @@ impl<'a> FragPlacer<'a> {
         self.indexed = true;
         let snapshot = plan.snapshot();
         self.filed = vec![None; snapshot.nodes.len()];
-        self.order = snapshot.nodes.iter().map(|n| if self.scored { node_order(n.name) } else { 0 }).collect();
+        // Nodes with a container engine come after those without, so that among equal scores
+        // plain work leaves them to container work (which runs nowhere else).
+        self.order = snapshot
+            .nodes
+            .iter()
+            .map(|n| if self.scored { node_order(n.name) >> 1 | u64::from(n.containers) << 63 } else { 0 })
+            .collect();
         for (node, _) in snapshot.ready_nodes() {
             self.file(plan, node);
         }
@@ -675,6 +703,7 @@ fn sorted<'m>(gpus: impl Iterator<Item = (u32, &'m str)>) -> Vec<(u32, &'m str)>
 mod tests {
     use super::*;
     use crate::abi::{Sharing, decode_snapshot};
+    use crate::owned::OwnedArrival;
     use crate::testing::SnapshotFixture;
 
     fn kind(milli: u32, count: u32, weight: f64) -> TaskKind<'static> {
@@ -742,6 +771,32 @@ mod tests {
         let mix = Workmix::of(&snapshot);
         assert_eq!(mix.kinds().len(), 1, "{mix:?}");
         assert_eq!(mix.kinds()[0].count, 1);
+    }
+
+    #[test]
+    fn the_hosts_record_of_arrivals_is_the_mix_when_it_keeps_one() {
+        // The queue holds only a whole-GPU job, but the week brought mostly quarter shares and
+        // CPU-only pods: the mix is the week's, weighted by how often each shape came.
+        let fixture = SnapshotFixture::new().node("n", 8, "V100", 16384).pending("one", 1, 0).edit(|doc| {
+            doc.arrivals = vec![
+                OwnedArrival { gpu_milli: 250, gpu_count: 1, cpu_millis: 2000, count: 60, gpu_models: String::new() },
+                OwnedArrival { gpu_milli: 0, gpu_count: 0, cpu_millis: 8000, count: 30, gpu_models: String::new() },
+                OwnedArrival { gpu_milli: 1000, gpu_count: 8, cpu_millis: 0, count: 10, gpu_models: "V100".into() },
+            ];
+        });
+        let bytes = fixture.encode();
+        let snapshot = decode_snapshot(&bytes).unwrap();
+        let mix = Workmix::of(&snapshot);
+        let kinds: Vec<(u32, u32, f64)> = mix.kinds().iter().map(|k| (k.milli, k.count, k.weight)).collect();
+        assert_eq!(kinds.len(), 2, "{mix:?}");
+        assert_eq!((kinds[0].0, kinds[0].1), (250, 1));
+        assert!((kinds[0].2 - 0.6).abs() < 1e-9 && (mix.cpu_only() - 0.3).abs() < 1e-9, "{mix:?}");
+        assert_eq!((kinds[1].0, kinds[1].1, mix.kinds()[1].models), (1000, 8, "V100"));
+        // Without the record, the queue's own work.
+        let bytes = SnapshotFixture::new().node("n", 8, "V100", 16384).running("one", "n", &[0]).encode();
+        let bare = decode_snapshot(&bytes).unwrap();
+        let kinds: Vec<(u32, u32)> = Workmix::of(&bare).kinds().iter().map(|k| (k.milli, k.count)).collect();
+        assert_eq!(kinds, [(1000, 1)]);
     }
 
     /// The fleet's whole expected fragmentation under a plan: what brute force minimises.

@@ -6,7 +6,7 @@
 //! write this form (`airtime-policy run --snapshot snapshot.json`); guests never need it.
 
 /// The owned twins of the records, generated from their one declaration in `sdk/src/abi.rs`.
-pub use crate::abi::{OwnedGpu, OwnedNode, OwnedService, OwnedTenant, OwnedWorkload};
+pub use crate::abi::{OwnedArrival, OwnedGpu, OwnedNode, OwnedService, OwnedTenant, OwnedWorkload};
 use crate::abi::{Settings, Snapshot};
 
 /// A [`Snapshot`] that owns its strings.
@@ -25,6 +25,8 @@ pub struct OwnedSnapshot {
     pub scope_tenant: Option<u32>,
     /// ABI 1.3.
     pub services: Vec<OwnedService>,
+    /// ABI 1.9.
+    pub arrivals: Vec<OwnedArrival>,
 }
 
 impl Default for OwnedSnapshot {
@@ -39,6 +41,7 @@ impl Default for OwnedSnapshot {
             params: "{}".to_owned(),
             scope_tenant: None,
             services: Vec::new(),
+            arrivals: Vec::new(),
         }
     }
 }
@@ -56,6 +59,7 @@ impl OwnedSnapshot {
             params: &self.params,
             scope_tenant: self.scope_tenant,
             services: self.services.iter().map(OwnedService::as_service).collect(),
+            arrivals: self.arrivals.iter().map(OwnedArrival::as_arrival).collect(),
         }
     }
 }
@@ -72,6 +76,7 @@ impl From<&Snapshot<'_>> for OwnedSnapshot {
             params: s.params.to_owned(),
             scope_tenant: s.scope_tenant,
             services: s.services.iter().map(OwnedService::from).collect(),
+            arrivals: s.arrivals.iter().map(OwnedArrival::from).collect(),
         }
     }
 }

@@ -5,9 +5,9 @@
 use std::borrow::Cow;
 
 use airtime_policy_sdk::abi::{
-    AbiError, Action, Decision, Gpu, LoadMetric, Location, NONE, Node, NodeState, ReplicaVariant, Service, Settings,
-    Sharing, Snapshot, Table, Tenant, Workload, WorkloadClass, WorkloadState, decode_decisions, decode_snapshot,
-    encode_decisions, encode_snapshot, validate_decisions,
+    AbiError, Action, Arrival, Decision, Gpu, LoadMetric, Location, NONE, Node, NodeState, ReplicaVariant,
+    SNAPSHOT_HEADER_SIZE, Service, Settings, Sharing, Snapshot, Table, Tenant, Workload, WorkloadClass, WorkloadState,
+    decode_decisions, decode_snapshot, encode_decisions, encode_snapshot, validate_decisions,
 };
 use airtime_policy_sdk::testing::{SnapshotFixture, SplitMix64};
 
@@ -193,6 +193,10 @@ fn every_field_snapshot<'a>() -> Snapshot<'a> {
                 stale: true,
             },
         ],
+        arrivals: vec![
+            Arrival { gpu_milli: 250, gpu_count: 1, cpu_millis: 4_000, count: 120, gpu_models: "" },
+            Arrival { gpu_milli: 1_000, gpu_count: 8, cpu_millis: 64_000, count: 3, gpu_models: "H100, A100" },
+        ],
     }
 }
 
@@ -207,7 +211,7 @@ fn snapshot_roundtrips_every_field() {
 fn empty_snapshot_roundtrips() {
     let snapshot = Snapshot::default();
     let bytes = encode_snapshot(&snapshot);
-    assert_eq!(bytes.len(), 104 + 2, "header and the params string \"{{}}\"");
+    assert_eq!(bytes.len(), 120 + 2, "header and the params string \"{{}}\"");
     assert_eq!(decode_snapshot(&bytes), Ok(snapshot));
 }
 
@@ -220,16 +224,21 @@ fn snapshot_layout_matches_the_document() {
     assert_eq!(&bytes[0..4], b"ATSN");
     assert_eq!(u32_at(4), 1);
     assert_eq!(u64_at(8), 1_700_000_123_456);
-    // Tables: {offset, count, stride} at 16, 28, 40, 52, 64 and (ABI 1.3) 88, in that order after
-    // the 104-byte header; a reserved 0 at 100.
-    let tables = [(16, 2, 40), (28, 3, 48), (40, 3, 64), (52, 3, 128), (64, 1, 32), (88, 2, 80)];
-    let mut expected_offset = 104;
+    // Tables: {offset, count, stride} at 16, 28, 40, 52, 64, (ABI 1.3) 88 and (1.9) 104, in that
+    // order after the 120-byte header; a reserved 0 at 100 and at 116.
+    let tables = [(16, 2, 40), (28, 3, 48), (40, 3, 64), (52, 3, 128), (64, 1, 32), (88, 2, 80), (104, 2, 24)];
+    let mut expected_offset = 120;
     for (at, count, stride) in tables {
         assert_eq!((u32_at(at), u32_at(at + 4), u32_at(at + 8)), (expected_offset, count, stride), "table at {at}");
         expected_offset += count * stride;
     }
     assert_eq!(u32_at(84), 1, "scope tenant");
-    assert_eq!(u32_at(100), 0, "reserved");
+    assert_eq!((u32_at(100), u32_at(116)), (0, 0), "reserved");
+    // ABI 1.9: arrival 1 — thousandths +0, GPUs +4, CPU +8, count +12, models +16.
+    let a1 = u32_at(104) as usize + 24;
+    assert_eq!((u32_at(a1), u32_at(a1 + 4), u32_at(a1 + 8), u32_at(a1 + 12)), (1_000, 8, 64_000, 3));
+    let (models_at, models_len) = (u32_at(a1 + 16) as usize, u32_at(a1 + 20) as usize);
+    assert_eq!(&bytes[models_at..models_at + models_len], b"H100, A100");
     // Workload 0: priority at +28 (i32), submitted_ms at +56, node at +72 (NONE), flags at +76.
     let w0 = u32_at(52) as usize;
     assert_eq!(u32_at(w0 + 20), 2, "class training");
@@ -462,6 +471,21 @@ fn snapshot_errors_say_where_and_what() {
         decode_snapshot(&services_out),
         Err(AbiError::TableOutOfBounds { table: Table::Services, count: 1000, .. })
     ));
+    // ABI 1.9: the arrivals table and its records' strings are checked like the others.
+    let mut arrivals_out = good.clone();
+    set(&mut arrivals_out, 108, 1000);
+    assert!(matches!(
+        decode_snapshot(&arrivals_out),
+        Err(AbiError::TableOutOfBounds { table: Table::Arrivals, count: 1000, .. })
+    ));
+    let mut arrival_models = good.clone();
+    let a1 = u32_at(&good, 104) as usize + 24;
+    set(&mut arrival_models, a1 + 16, good.len() as u32 - 1);
+    set(&mut arrival_models, a1 + 20, 4);
+    assert_eq!(
+        decode_snapshot(&arrival_models).expect_err("arrival models").to_string(),
+        format!("arrival 1: gpu_models at {:#x}+4 runs past the {}-byte buffer", good.len() - 1, good.len())
+    );
 }
 
 /// What a guest built for ABI 1.2 reads: the 88-byte header and the fields of each record up to
@@ -517,27 +541,38 @@ fn a_guest_built_for_abi_1_2_reads_a_1_3_snapshot_unchanged() {
     assert_eq!(u32_at(settings + 16), snapshot.settings.expect("settings").max_preemptions_per_hour);
 }
 
-/// A guest built for 1.3 given a buffer from a host older than 1.3 (an 88-byte header, tables right
-/// after it) refuses it precisely instead of reading records as the services table.
-#[test]
-fn a_snapshot_from_a_host_older_than_abi_1_3_is_refused_precisely() {
-    let snapshot = Snapshot { services: Vec::new(), ..every_field_snapshot() };
-    let bytes = encode_snapshot(&snapshot);
+/// A buffer laid out as an older host did: the header cut to `header` bytes (dropping what later
+/// minor versions appended) and every table offset moved down with it.
+fn as_older_host(bytes: &[u8], header: usize, tables: &[usize]) -> Vec<u8> {
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-    // Re-lay it as a 1.2 host did: drop bytes 88..104, so every offset past them moves 16 down.
-    let mut old = bytes[..88].to_vec();
-    old.extend_from_slice(&bytes[104..]);
-    for at in [16, 28, 40, 52, 64] {
-        old[at..at + 4].copy_from_slice(&(u32_at(at) - 16).to_le_bytes());
+    let cut = (SNAPSHOT_HEADER_SIZE - header) as u32;
+    let mut old = bytes[..header].to_vec();
+    old.extend_from_slice(&bytes[SNAPSHOT_HEADER_SIZE..]);
+    for &at in tables {
+        old[at..at + 4].copy_from_slice(&(u32_at(at) - cut).to_le_bytes());
     }
+    old
+}
+
+/// A guest built for 1.9 given a buffer from a host older than 1.3 (an 88-byte header, tables right
+/// after it) or than 1.9 (104 bytes) refuses it precisely instead of reading records as the
+/// services or arrivals table.
+#[test]
+fn a_snapshot_from_an_older_host_is_refused_precisely() {
+    let snapshot = Snapshot { services: Vec::new(), arrivals: Vec::new(), ..every_field_snapshot() };
+    let bytes = encode_snapshot(&snapshot);
     assert_eq!(
-        decode_snapshot(&old).expect_err("a 1.2 buffer").to_string(),
-        "snapshot header: tenants table at 0x58 starts inside the 104-byte header (a host older than ABI 1.3 sends an 88-byte one)"
+        decode_snapshot(&as_older_host(&bytes, 88, &[16, 28, 40, 52, 64])).expect_err("a 1.2 buffer").to_string(),
+        "snapshot header: tenants table at 0x58 starts inside the 120-byte header (a host older than ABI 1.3 sends an 88-byte one, 1.3 to 1.8 a 104-byte one)"
     );
-    // An empty 1.2 snapshot is shorter than the 1.3 header.
+    assert_eq!(
+        decode_snapshot(&as_older_host(&bytes, 104, &[16, 28, 40, 52, 64, 88])).expect_err("a 1.8 buffer").to_string(),
+        "snapshot header: tenants table at 0x68 starts inside the 120-byte header (a host older than ABI 1.3 sends an 88-byte one, 1.3 to 1.8 a 104-byte one)"
+    );
+    // An empty older snapshot is shorter than the 1.9 header.
     let empty = encode_snapshot(&Snapshot::default());
-    let old_empty = [&empty[..88], &empty[104..]].concat();
-    assert!(matches!(decode_snapshot(&old_empty), Err(AbiError::TooShort { needed: 104, .. })));
+    let old_empty = [&empty[..104], &empty[120..]].concat();
+    assert!(matches!(decode_snapshot(&old_empty), Err(AbiError::TooShort { needed: 120, .. })));
 }
 
 #[test]

@@ -20,11 +20,13 @@
 //! Randomness is Airtime's own (ChaCha8 seeded by the seed), not Go's `math/rand`: seed 42 here is
 //! not their seed 42's order, so runs compare as means over seeds.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
 
 use airtime_policy_sdk::frag::Workmix;
 use airtime_protocol::sharing::GpuSharing;
+use airtime_scheduler::fleet::ArrivalEntry;
 use anyhow::Context;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -93,6 +95,31 @@ impl Protocol {
             pod.duration_s = alibaba::FILL_LIFETIME_S;
         }
         Trace { workloads: pods, ..Trace::default() }
+    }
+
+    /// The pod list as the control plane counts arrivals: each shape and how many pods have it.
+    fn history(&self) -> Vec<ArrivalEntry> {
+        let mut counts: BTreeMap<(u32, u32, u32, String), u32> = BTreeMap::new();
+        for p in self.pods.iter().filter(|p| p.mig_profile.is_none()) {
+            let milli = if p.gpus == 0 {
+                0
+            } else if p.gpus == 1 {
+                p.gpu_milli.min(1000)
+            } else {
+                1000
+            };
+            *counts.entry((milli, p.gpus, p.cpu_millis, p.gpu_models.join(","))).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .map(|((gpu_milli, gpu_count, cpu_millis, gpu_models), count)| ArrivalEntry {
+                gpu_milli,
+                gpu_count,
+                cpu_millis,
+                gpu_models,
+                count,
+            })
+            .collect()
     }
 
     /// The mix of the pod list (its typical kinds): what fragmentation is measured against.
@@ -166,6 +193,9 @@ pub fn run(
         window_s: last + 1,
         until_s: last + 1,
         usage_half_life_hours: 24.0,
+        // The pod list as the week of submissions before the experiment: Weng et al. give FGD the
+        // typical pods of the whole list, and Airtime's hosts give policies the last week's.
+        history: protocol.history(),
     };
     // (time, held thousandths) after each cycle.
     let mut held: Vec<(u64, u64)> = Vec::with_capacity(trace.workloads.len());

@@ -662,6 +662,7 @@ fn replay(a: RunArgs) -> anyhow::Result<()> {
         window_s: a.window_s,
         until_s: a.until_s,
         usage_half_life_hours: 24.0,
+        history: Vec::new(),
     };
     eprintln!(
         "replaying {} workloads on {} GPUs with {} policies × {} seeds",

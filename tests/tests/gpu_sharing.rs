@@ -241,3 +241,42 @@ async fn an_abi_1_0_policy_that_knows_nothing_of_fractions_still_runs_and_never_
     let gpu = &gpus.as_array().unwrap()[0];
     assert_eq!((gpu["held_milli"].as_i64(), gpu["shares"].as_array().unwrap().len()), (Some(1000), 4), "{gpu}");
 }
+
+/// Placement by fragmentation weighs the work that typically arrives, and a queue in one cycle is
+/// a poor sample of it: the policy's snapshot carries the week's submissions by shape (ABI 1.9's
+/// arrivals) — placed or not, ended or not, MIG requests left out, the most frequent first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policys_snapshot_counts_the_weeks_arrivals_by_shape_whatever_became_of_them() {
+    let f = Fleet::start(&[("mps-node", &["--simulate-gpus", "2:H100:81920", "--gpu-sharing", "mps"])]).await;
+    let sleeper = |name: &str, resources: Value| json!({"name": name, "class": "batch_inference", "command": ["sleep", "600"], "resources": resources});
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(f.submit(quarter(&format!("chat-{i}"), vec!["sleep".into(), "600".into()])).await);
+    }
+    let whole = json!({"gpu_count": 1, "cpu_millis": 2000});
+    ids.push(f.submit(sleeper("one", whole.clone())).await);
+    ids.push(f.submit(sleeper("two", whole)).await);
+    // Four GPUs fit nowhere on this node: it waits, and still counts as what arrives.
+    f.submit(sleeper("too-big", json!({"gpu_count": 4, "cpu_millis": 0, "gpu_models": ["H100"]}))).await;
+    let cancelled = f.submit(sleeper("cpu-only", json!({"gpu_count": 0, "cpu_millis": 500}))).await;
+    f.api.post(&format!("/api/v1/workloads/{cancelled}/cancel"), &json!({})).await.unwrap();
+    // Some start, some wait: the count is of what was asked for.
+    f.reaches(&ids[0], "running").await;
+
+    let snapshot = f.api.ok("/api/v1/scheduler/snapshot").await.unwrap();
+    let shapes: Vec<(u64, u64, u64, u64, String)> = snapshot["arrivals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let n = |k: &str| a[k].as_u64().unwrap();
+            (n("gpu_milli"), n("gpu_count"), n("cpu_millis"), n("count"), a["gpu_models"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert_eq!(shapes[0].3, 3, "the quarter shares, the most frequent, first: {shapes:?}");
+    assert_eq!((shapes[0].0, shapes[0].1), (250, 1), "{shapes:?}");
+    assert_eq!(shapes[1], (1000, 1, 2000, 2, String::new()), "{shapes:?}");
+    assert!(shapes.contains(&(1000, 4, 0, 1, "H100".to_owned())), "the waiting gang counts: {shapes:?}");
+    assert!(shapes.contains(&(0, 0, 500, 1, String::new())), "the cancelled CPU job counts: {shapes:?}");
+    assert_eq!(shapes.len(), 4, "{shapes:?}");
+}

@@ -40,16 +40,17 @@
 //! (it resumes from its checkpoint there); its pending reason says which work moves where from.
 //!
 //! **Built from the SDK's actions** (`airtime_policy_sdk::actions`): the queue is
-//! [`queue`] with the settings' [`Ranking`]; placement is the [`Allocator`] (least fragmenting by
+//! [`queue`] with the settings' [`Ranking`]; placement is the [`Allocator`] (FGD's score by
 //! default); the head of the queue keeps a [`Reservation`]; preemption is one [`VictimSearch`]
 //! for both causes, which applies the host's rules (minimum runtime, hourly cap, checkpointable
 //! only) and the rule that no preemption loses airtime. This file is only the order in which they
 //! are tried and the words each decision is explained with.
 //!
-//! Params (JSON, optional): `placement` — `"least_fragmenting"` (the default: fragmentation
-//! gradient descent for whole GPUs, shares and CPU work on GPU nodes), `"fgd_score"` (the same
-//! gradient compared by FGD's integer score, ties spread over the nodes, as Weng et al.'s simulator
-//! does) or `"best_fit"`;
+//! Params (JSON, optional): `placement` — `"fgd_score"` (the default: fragmentation gradient
+//! descent for whole GPUs, shares and CPU work on GPU nodes, against the host's record of the
+//! week's arrivals, placements compared by FGD's integer score and ties spread over the nodes in a
+//! fixed order, as Weng et al.'s simulator does), `"least_fragmenting"` (the exact gradient, ties
+//! to the tightest node: on their fill experiment a point below) or `"best_fit"`;
 //! `consolidate` (default true) — whether a gang behind fragmentation may move work.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -85,8 +86,8 @@ struct Params {
 
 fn read_params(params: &airtime_policy_sdk::params::Params<'_>) -> Result<Params, Failure> {
     let fit = match params.str("placement")? {
-        None | Some("least_fragmenting") => Fit::LeastFragmenting,
-        Some("fgd_score") => Fit::FgdScore,
+        None | Some("fgd_score") => Fit::FgdScore,
+        Some("least_fragmenting") => Fit::LeastFragmenting,
         Some("best_fit") => Fit::BestFit,
         Some(other) => {
             return Err(Failure::from(format!(

@@ -283,11 +283,13 @@ fn the_c_policy_trims_model_names_as_the_sdk_does() {
 /// The lines `sdk/c/tests/abi_echo.c` writes, from the SDK's decoding of the same bytes, for a
 /// buffer whose tables have strides `extra` bytes larger than the record sizes.
 fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
-    use airtime_policy_sdk::abi::{GPU_SIZE, NODE_SIZE, NONE, SERVICE_SIZE, SETTINGS_SIZE, TENANT_SIZE, WORKLOAD_SIZE};
+    use airtime_policy_sdk::abi::{
+        ARRIVAL_SIZE, GPU_SIZE, NODE_SIZE, NONE, SERVICE_SIZE, SETTINGS_SIZE, TENANT_SIZE, WORKLOAD_SIZE,
+    };
     let index = |i: Option<u32>| i.unwrap_or(NONE);
     let mut lines = vec![format!(
         "header 0 now_ms={} params=[{}] scope={} tenants={}x{} nodes={}x{} gpus={}x{} workloads={}x{} settings={}x{} \
-         services={}x{}",
+         services={}x{} arrivals={}x{}",
         s.now_ms,
         s.params,
         index(s.scope_tenant),
@@ -303,6 +305,8 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
         SETTINGS_SIZE + extra,
         s.services.len(),
         SERVICE_SIZE + extra,
+        s.arrivals.len(),
+        ARRIVAL_SIZE + extra,
     )];
     if let Some(t) = &s.settings {
         lines.push(format!(
@@ -428,6 +432,12 @@ fn echo_lines(s: &Snapshot<'_>, extra: usize) -> Vec<String> {
             v.gpu_milli_per_replica
         ));
     }
+    for (i, a) in s.arrivals.iter().enumerate() {
+        lines.push(format!(
+            "arrival {i} gpu_milli={} gpu_count={} cpu_millis={} count={} gpu_models=[{}]",
+            a.gpu_milli, a.gpu_count, a.cpu_millis, a.count, a.gpu_models
+        ));
+    }
     lines
 }
 
@@ -512,6 +522,25 @@ fn every_field() -> SnapshotFixture {
         .replica_of("replica", "future", airtime_policy_sdk::abi::ReplicaVariant::Gpu)
         .edit(|doc| doc.workloads[0].replica_variant = airtime_policy_sdk::abi::ReplicaVariant::Unknown(7))
         .scope_tenant("beta")
+        // ABI 1.9: the week's arrivals.
+        .edit(|doc| {
+            doc.arrivals = vec![
+                airtime_policy_sdk::owned::OwnedArrival {
+                    gpu_milli: 250,
+                    gpu_count: 1,
+                    cpu_millis: 4000,
+                    count: 0xFFFF_FFFE,
+                    gpu_models: String::new(),
+                },
+                airtime_policy_sdk::owned::OwnedArrival {
+                    gpu_milli: 1000,
+                    gpu_count: 8,
+                    cpu_millis: 64_000,
+                    count: 3,
+                    gpu_models: "H100, A100".to_owned(),
+                },
+            ]
+        })
 }
 
 /// `bytes` re-laid with every table's stride `extra` bytes larger (a later minor version's records,
@@ -521,15 +550,15 @@ fn widen_strides(bytes: &[u8], extra: u32) -> Vec<u8> {
     let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
     let put = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
     // (header offset of the table, string fields in its records)
-    let tables: [(usize, &[usize]); 6] =
-        [(16, &[0]), (28, &[0]), (40, &[8, 56]), (52, &[0, 8, 40, 92]), (64, &[]), (88, &[0])];
+    let tables: [(usize, &[usize]); 7] =
+        [(16, &[0]), (28, &[0]), (40, &[8, 56]), (52, &[0, 8, 40, 92]), (64, &[]), (88, &[0]), (104, &[16])];
     let records: u32 = tables.iter().map(|&(at, _)| u32_at(bytes, at + 4)).sum();
     let heap_start =
         tables.iter().map(|&(at, _)| u32_at(bytes, at) + u32_at(bytes, at + 4) * u32_at(bytes, at + 8)).max();
-    let heap_start = heap_start.unwrap_or(104) as usize;
+    let heap_start = heap_start.unwrap_or(120) as usize;
     let shift = records * extra;
     let moved = |offset: u32, len: u32| if len == 0 { offset } else { offset + shift };
-    let mut out = bytes[..104].to_vec();
+    let mut out = bytes[..120].to_vec();
     let params = (u32_at(bytes, 76), u32_at(bytes, 80));
     put(&mut out, 76, moved(params.0, params.1));
     for (at, strings) in tables {

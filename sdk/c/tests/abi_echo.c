@@ -66,7 +66,8 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
     if (error != AIRTIME_SNAPSHOT_OK) airtime_give_up_cstr(airtime_snapshot_error_message(error));
 
     airtime_writer w;
-    airtime_writer_init(&w, 2 + s.tenants.count + s.nodes.count + s.gpus.count + s.workloads.count + s.services.count);
+    airtime_writer_init(&w, 2 + s.tenants.count + s.nodes.count + s.gpus.count + s.workloads.count + s.services.count +
+                                 s.arrivals.count);
 
     line(&w, "header", 0);
     field_u64(&w, "now_ms", s.now_ms);
@@ -78,6 +79,7 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
     field_table(&w, "workloads", s.workloads);
     field_table(&w, "settings", s.settings);
     field_table(&w, "services", s.services);
+    field_table(&w, "arrivals", s.arrivals);
 
     airtime_settings settings;
     if (airtime_read_settings(&s, &settings)) {
@@ -183,6 +185,15 @@ int64_t airtime_evaluate(int32_t ptr, int32_t len) {
         field_u64(&w, "pending_cpu", v.pending_cpu);
         field_u64(&w, "gpu_milli_per_replica", v.gpu_milli_per_replica);
         field_u64(&w, "flags", v.flags);
+    }
+    airtime_arrival a;
+    for (uint32_t i = 0; airtime_read_arrival(&s, i, &a); i++) {
+        line(&w, "arrival", i);
+        field_u64(&w, "gpu_milli", a.gpu_milli);
+        field_u64(&w, "gpu_count", a.gpu_count);
+        field_u64(&w, "cpu_millis", a.cpu_millis);
+        field_u64(&w, "count", a.count);
+        field_str(&w, "gpu_models", a.gpu_models);
     }
     return airtime_writer_finish(&w);
 }

@@ -8,9 +8,10 @@ use std::cell::Cell;
 
 use super::layout::{Counts, Record, field, index, u32_at, u64_at};
 use super::{
-    ABI_VERSION, AbiError, Action, BufferKind, DECISION, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC,
-    Decision, GPU_SIZE, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, Location, NODE_SIZE, NONE, SERVICE_SIZE,
-    SETTINGS_SIZE, SNAPSHOT_HEADER, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot, TENANT_SIZE, Table, WORKLOAD_SIZE,
+    ABI_VERSION, ARRIVAL_SIZE, AbiError, Action, BufferKind, DECISION, DECISION_SIZE, DECISIONS_HEADER_SIZE,
+    DECISIONS_MAGIC, Decision, GPU_SIZE, KIND_KEEP_PENDING, KIND_PLACE, KIND_PREEMPT, Location, NODE_SIZE, NONE,
+    SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot, TENANT_SIZE, Table,
+    WORKLOAD_SIZE,
 };
 
 /// Decodes a snapshot, borrowing every string from `bytes`.
@@ -18,7 +19,7 @@ use super::{
 /// Checks the magic, the version, that every table and string lies inside the buffer, that strides
 /// are at least the record sizes this SDK knows (larger strides are newer minor versions; the extra
 /// bytes are skipped), that no table with records starts inside the header (which is how a buffer
-/// from a host older than ABI 1.3, with its 88-byte header, is told apart), that strings are UTF-8,
+/// from a host older than ABI 1.9, with its 88- or 104-byte header, is told apart), that strings are UTF-8,
 /// and that every index a record carries (a GPU's node and holder, a node's GPU range, a workload's
 /// tenant, node and service, a service's tenant, the scope tenant) names a record.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
@@ -48,6 +49,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
     let workloads = buf.table(header, h("workloads"), Table::Workloads, WORKLOAD_SIZE)?;
     let settings = buf.table(header, h("settings"), Table::Settings, SETTINGS_SIZE)?;
     let services = buf.table(header, h("services"), Table::Services, SERVICE_SIZE)?;
+    let arrivals = buf.table(header, h("arrivals"), Table::Arrivals, ARRIVAL_SIZE)?;
     if settings.count > 1 {
         return Err(AbiError::TooManySettings { count: settings.count });
     }
@@ -74,6 +76,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot<'_>, AbiError> {
         workloads: records(&buf, &workloads, &counts)?,
         settings: records(&buf, &settings, &counts)?.pop(),
         services: records(&buf, &services, &counts)?,
+        arrivals: records(&buf, &arrivals, &counts)?,
     })
 }
 

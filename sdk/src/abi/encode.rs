@@ -1,6 +1,6 @@
 //! Records to bytes.
 //!
-//! A snapshot buffer is laid out as: header, the six tables in header order, then the string heap.
+//! A snapshot buffer is laid out as: header, the seven tables in header order, then the string heap.
 //! The header and every record size are multiples of 8, so every table starts 8-aligned (not
 //! required by the ABI, but cheap and kind to guests that load aligned). Identical strings (GPU
 //! models, tenant names) are stored once; those that are one per record (a workload's id and name, a
@@ -10,14 +10,14 @@ use std::collections::HashMap;
 
 use super::layout::{Record, set};
 use super::{
-    AbiError, BufferKind, DECISION, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision, GPU_SIZE,
-    NODE_SIZE, NONE, SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC, Snapshot,
-    TENANT_SIZE, WORKLOAD_SIZE,
+    ARRIVAL_SIZE, AbiError, BufferKind, DECISION, DECISION_SIZE, DECISIONS_HEADER_SIZE, DECISIONS_MAGIC, Decision,
+    GPU_SIZE, NODE_SIZE, NONE, SERVICE_SIZE, SETTINGS_SIZE, SNAPSHOT_HEADER, SNAPSHOT_HEADER_SIZE, SNAPSHOT_MAGIC,
+    Snapshot, TENANT_SIZE, WORKLOAD_SIZE,
 };
 use crate::abi::{ABI_VERSION, Action};
 
 /// The header's table descriptors, in the order of the tables in the buffer.
-const TABLES: [&str; 6] = ["tenants", "nodes", "gpus", "workloads", "settings", "services"];
+const TABLES: [&str; 7] = ["tenants", "nodes", "gpus", "workloads", "settings", "services", "arrivals"];
 
 /// Encodes a snapshot for a guest.
 ///
@@ -40,9 +40,10 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
         (snapshot.workloads.len(), WORKLOAD_SIZE),
         (usize::from(snapshot.settings.is_some()), SETTINGS_SIZE),
         (snapshot.services.len(), SERVICE_SIZE),
+        (snapshot.arrivals.len(), ARRIVAL_SIZE),
     ];
     let mut fixed = SNAPSHOT_HEADER_SIZE as u64;
-    let mut table_offsets = [0u64; 6];
+    let mut table_offsets = [0u64; 7];
     for (slot, (count, size)) in table_offsets.iter_mut().zip(counts) {
         *slot = fixed;
         fixed += count as u64 * size as u64;
@@ -78,6 +79,7 @@ pub fn try_encode_snapshot(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, AbiError>
     put_records(&mut out, &mut heap, &snapshot.workloads);
     put_records(&mut out, &mut heap, snapshot.settings.as_slice());
     put_records(&mut out, &mut heap, &snapshot.services);
+    put_records(&mut out, &mut heap, &snapshot.arrivals);
     debug_assert_eq!(out.len() as u64, fixed);
     let total = fixed + heap.bytes.len() as u64;
     if total > u64::from(u32::MAX) {

@@ -29,6 +29,8 @@ pub enum Table {
     Decisions,
     /// ABI 1.3.
     Services,
+    /// ABI 1.9.
+    Arrivals,
 }
 
 impl Table {
@@ -42,6 +44,7 @@ impl Table {
             Table::Settings => "settings",
             Table::Decisions => "decisions",
             Table::Services => "services",
+            Table::Arrivals => "arrivals",
         }
     }
 
@@ -55,6 +58,7 @@ impl Table {
             Table::Settings => "settings",
             Table::Decisions => "decision",
             Table::Services => "service",
+            Table::Arrivals => "arrival",
         }
     }
 }
@@ -145,7 +149,7 @@ impl fmt::Display for AbiError {
             ),
             AbiError::TableOverlapsHeader { table, offset, header } => write!(
                 f,
-                "snapshot header: {} table at {offset:#x} starts inside the {header}-byte header (a host older than ABI 1.3 sends an 88-byte one)",
+                "snapshot header: {} table at {offset:#x} starts inside the {header}-byte header (a host older than ABI 1.3 sends an 88-byte one, 1.3 to 1.8 a 104-byte one)",
                 table.name()
             ),
             AbiError::TooManySettings { count } => {

@@ -244,6 +244,7 @@ impl Counts {
             Table::Workloads => self.workloads,
             Table::Services => self.services,
             Table::Settings => 1,
+            Table::Arrivals => 0,
             Table::Decisions => 0,
         }
     }
