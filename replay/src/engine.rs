@@ -102,6 +102,20 @@ pub struct Arrivals {
 /// (thousandths of each GPU, GPUs, host CPU, allowed models).
 type ArrivalKey = (u32, u32, u32, String);
 
+/// A workload's shape as the arrivals count it (as the control plane's `read_arrivals` does):
+/// whole GPUs as 1000 thousandths each, none without GPUs; `None` for a MIG request.
+fn arrival_key(spec: &TraceWorkload) -> Option<ArrivalKey> {
+    if spec.mig_profile.is_some() {
+        return None;
+    }
+    let milli = match spec.gpus {
+        0 => 0,
+        1 => spec.gpu_milli.min(WHOLE_GPU_MILLI),
+        _ => WHOLE_GPU_MILLI,
+    };
+    Some((milli, spec.gpus, spec.cpu_millis, spec.gpu_models.join(",")))
+}
+
 impl Arrivals {
     fn new(history: &[ArrivalEntry]) -> Arrivals {
         let mut counts = BTreeMap::new();
@@ -128,19 +142,18 @@ impl Arrivals {
                 }
             }
         }
-        if spec.mig_profile.is_some() {
-            return;
-        }
-        let milli = if spec.gpus == 0 {
-            0
-        } else if spec.gpus == 1 {
-            spec.gpu_milli.min(WHOLE_GPU_MILLI)
-        } else {
-            WHOLE_GPU_MILLI
-        };
-        let key = (milli, spec.gpus, spec.cpu_millis, spec.gpu_models.join(","));
+        let Some(key) = arrival_key(spec) else { return };
         *self.counts.entry(key.clone()).or_default() += 1;
         self.recent.push_back((now, key));
+    }
+
+    /// The count of `specs` as arrivals: what `fill` gives as the week before its experiment.
+    pub fn history_of<'t>(specs: impl IntoIterator<Item = &'t TraceWorkload>) -> Vec<ArrivalEntry> {
+        let mut arrivals = Arrivals::default();
+        for key in specs.into_iter().filter_map(arrival_key) {
+            *arrivals.counts.entry(key).or_default() += 1;
+        }
+        arrivals.entries()
     }
 
     /// The count, most frequent first.

@@ -20,7 +20,6 @@
 //! Randomness is Airtime's own (ChaCha8 seeded by the seed), not Go's `math/rand`: seed 42 here is
 //! not their seed 42's order, so runs compare as means over seeds.
 
-use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
 
@@ -99,27 +98,7 @@ impl Protocol {
 
     /// The pod list as the control plane counts arrivals: each shape and how many pods have it.
     fn history(&self) -> Vec<ArrivalEntry> {
-        let mut counts: BTreeMap<(u32, u32, u32, String), u32> = BTreeMap::new();
-        for p in self.pods.iter().filter(|p| p.mig_profile.is_none()) {
-            let milli = if p.gpus == 0 {
-                0
-            } else if p.gpus == 1 {
-                p.gpu_milli.min(1000)
-            } else {
-                1000
-            };
-            *counts.entry((milli, p.gpus, p.cpu_millis, p.gpu_models.join(","))).or_default() += 1;
-        }
-        counts
-            .into_iter()
-            .map(|((gpu_milli, gpu_count, cpu_millis, gpu_models), count)| ArrivalEntry {
-                gpu_milli,
-                gpu_count,
-                cpu_millis,
-                gpu_models,
-                count,
-            })
-            .collect()
+        engine::Arrivals::history_of(&self.pods)
     }
 
     /// The mix of the pod list (its typical kinds): what fragmentation is measured against.

@@ -531,6 +531,9 @@ async fn every_route_answers_every_caller_as_its_declared_access_allows() {
     let node_x = x["node_id"].as_str().unwrap().to_owned();
     let mut maintained = registration.clone();
     maintained["name"] = json!("node-m");
+    // Node M is for the maintenance routes only: too few cores for the fixture workload, which
+    // must land on X (placement by FGD's score spreads ties over the nodes in a fixed order).
+    maintained["cpu_millis"] = json!(5);
     let node_m_credential = enrol("node-m").await;
     let m = cp.api_as(&node_m_credential).created("/api/v1/agent/register", &maintained).await.unwrap();
     let node_m = m["node_id"].as_str().unwrap().to_owned();
