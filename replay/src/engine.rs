@@ -97,6 +97,8 @@ pub struct Arrivals {
     counts: BTreeMap<ArrivalKey, u32>,
     /// Arrivals during the replay, oldest first, to leave the count a week on.
     recent: VecDeque<(u64, ArrivalKey)>,
+    /// [`entries`](Self::entries) as of the last change: cycles between two arrivals share it.
+    listed: std::cell::OnceCell<std::sync::Arc<Vec<ArrivalEntry>>>,
 }
 
 /// (thousandths of each GPU, GPUs, host CPU, allowed models).
@@ -124,7 +126,7 @@ impl Arrivals {
                 counts.entry((a.gpu_milli, a.gpu_count, a.cpu_millis, a.gpu_models.clone())).or_default();
             *slot = slot.saturating_add(a.count);
         }
-        Arrivals { counts, recent: VecDeque::new() }
+        Arrivals { counts, recent: VecDeque::new(), listed: std::cell::OnceCell::new() }
     }
 
     /// A workload of `spec` arrived at `now`; what arrived more than the window ago leaves.
@@ -133,6 +135,7 @@ impl Arrivals {
         while let Some((at, _)) = self.recent.front()
             && at + window <= now
         {
+            self.listed.take();
             if let Some((_, key)) = self.recent.pop_front()
                 && let Some(n) = self.counts.get_mut(&key)
             {
@@ -143,6 +146,7 @@ impl Arrivals {
             }
         }
         let Some(key) = arrival_key(spec) else { return };
+        self.listed.take();
         *self.counts.entry(key.clone()).or_default() += 1;
         self.recent.push_back((now, key));
     }
@@ -153,11 +157,15 @@ impl Arrivals {
         for key in specs.into_iter().filter_map(arrival_key) {
             *arrivals.counts.entry(key).or_default() += 1;
         }
-        arrivals.entries()
+        arrivals.list().as_ref().clone()
     }
 
-    /// The count, most frequent first.
-    fn entries(&self) -> Vec<ArrivalEntry> {
+    /// The count, most frequent first (listed again only after it changed).
+    fn entries(&self) -> std::sync::Arc<Vec<ArrivalEntry>> {
+        std::sync::Arc::clone(self.listed.get_or_init(|| self.list()))
+    }
+
+    fn list(&self) -> std::sync::Arc<Vec<ArrivalEntry>> {
         let mut out: Vec<ArrivalEntry> = self
             .counts
             .iter()
@@ -170,7 +178,7 @@ impl Arrivals {
             })
             .collect();
         out.sort_by_key(|a| std::cmp::Reverse(a.count));
-        out
+        std::sync::Arc::new(out)
     }
 }
 

@@ -204,7 +204,7 @@ mod tests {
                 workload(1, WorkloadState::Running, 1),
             ],
             services: Vec::new(),
-            arrivals: Vec::new(),
+            arrivals: Default::default(),
         }
     }
 

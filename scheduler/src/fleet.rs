@@ -287,8 +287,8 @@ pub struct FleetView {
     pub services: Vec<ServiceEntry>,
     /// The shapes of work submitted lately, most frequent first (ABI 1.9's arrivals): what
     /// placement by fragmentation takes as the work that typically arrives. Fleet-wide, so a
-    /// tenant's view carries none.
-    pub arrivals: Vec<ArrivalEntry>,
+    /// tenant's view carries none. Shared: adapters keep it for minutes, not one cycle.
+    pub arrivals: std::sync::Arc<Vec<ArrivalEntry>>,
 }
 
 /// A shape of work and how many workloads of it were submitted in the window the adapter keeps
@@ -509,7 +509,7 @@ impl FleetView {
                 .map(|&s| ServiceEntry { tenant: TenantView::SCOPE_TENANT, ..self.services[s].clone() })
                 .collect(),
             // The fleet's arrivals would tell a tenant the shapes of everyone's work.
-            arrivals: Vec::new(),
+            arrivals: Default::default(),
         };
         for (i, gpu) in view.gpus.iter().enumerate() {
             let node = &mut view.nodes[gpu.node];

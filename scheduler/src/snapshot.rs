@@ -343,13 +343,13 @@ mod tests {
     #[test]
     fn the_platform_snapshot_carries_the_weeks_arrivals_and_a_tenants_carries_none() {
         let mut f = fleet();
-        f.arrivals = vec![crate::fleet::ArrivalEntry {
+        f.arrivals = std::sync::Arc::new(vec![crate::fleet::ArrivalEntry {
             gpu_milli: 250,
             gpu_count: 1,
             cpu_millis: 1000,
             gpu_models: "H100".into(),
             count: 7,
-        }];
+        }]);
         let platform = build(&f, "{}", None);
         let a = &platform.arrivals[..];
         assert_eq!(a.len(), 1);

@@ -128,7 +128,7 @@ fn fleet() -> FleetView {
             workload("b-running", 1, WorkloadState::Running, 100),
         ],
         services: Vec::new(),
-        arrivals: Vec::new(),
+        arrivals: Default::default(),
     }
 }
 

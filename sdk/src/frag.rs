@@ -95,15 +95,11 @@ impl<'a> Workmix<'a> {
     /// node with GPUs (CPU work on a CPU-only node never sees a GPU).
     pub fn of(snapshot: &Snapshot<'a>) -> Workmix<'a> {
         if !snapshot.arrivals.is_empty() {
+            // Whole GPUs count 1000 thousandths each, whatever a host sent; `counted` makes work
+            // without GPUs one kind per CPU size.
             return Workmix::counted(snapshot.arrivals.iter().map(|a| {
-                let shape = if a.gpu_count == 0 || a.gpu_milli == 0 {
-                    (0, 0, a.cpu_millis, "")
-                } else if a.gpu_count == 1 && a.gpu_milli < WHOLE_GPU_MILLI {
-                    (a.gpu_milli, 1, a.cpu_millis, a.gpu_models.trim())
-                } else {
-                    (WHOLE_GPU_MILLI, a.gpu_count, a.cpu_millis, a.gpu_models.trim())
-                };
-                (shape, a.count)
+                let milli = if a.gpu_count == 1 { a.gpu_milli.min(WHOLE_GPU_MILLI) } else { WHOLE_GPU_MILLI };
+                ((milli, a.gpu_count, a.cpu_millis, a.gpu_models.trim()), a.count)
             }));
         }
         let on_gpu_node = |w: &crate::abi::Workload<'a>| {

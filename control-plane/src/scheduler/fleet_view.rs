@@ -45,7 +45,8 @@ pub struct WorkloadCache {
     read: u64,
     /// Token-priced services' learned capacities and the fleet's prices (read every half minute).
     learned: crate::services::serving::Learned,
-    /// The week's arrivals (read every five minutes): [`read_arrivals`].
+    /// The week's arrivals and when they were read (again after [`Self::ARRIVALS_MAX_AGE`]):
+    /// [`read_arrivals`].
     arrivals: Option<(std::time::Instant, Arc<Vec<ArrivalEntry>>)>,
 }
 
@@ -439,15 +440,14 @@ async fn load_inner(conn: &mut PgConnection, mut cache: Option<&mut WorkloadCach
         node.gpu_count += 1;
     }
     let arrivals = match cache_arrivals {
-        Some(slot) => match slot {
-            Some((at, arrivals)) if at.elapsed() <= WorkloadCache::ARRIVALS_MAX_AGE => arrivals.as_ref().clone(),
-            _ => {
-                let arrivals = Arc::new(read_arrivals(&mut *conn).await?);
-                *slot = Some((std::time::Instant::now(), arrivals.clone()));
-                arrivals.as_ref().clone()
+        Some(Some((at, arrivals))) if at.elapsed() <= WorkloadCache::ARRIVALS_MAX_AGE => Arc::clone(arrivals),
+        stale => {
+            let arrivals = Arc::new(read_arrivals(&mut *conn).await?);
+            if let Some(slot) = stale {
+                *slot = Some((std::time::Instant::now(), Arc::clone(&arrivals)));
             }
-        },
-        None => read_arrivals(&mut *conn).await?,
+            arrivals
+        }
     };
     Ok(FleetView { now, settings, tenants, nodes, gpus, workloads, services, arrivals })
 }
